@@ -1,0 +1,41 @@
+"""The `tokensde` command line: each sub-module registers its commands on one Typer app."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from .. import __version__
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Token dynamics of deep Transformers at random initialisation: simulate, measure, show.",
+)
+
+# Sub-modules of tokensde.cli, each defining `register(app)`.
+COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "figure", "reproduce")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tokensde {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the package version and exit."),
+) -> None:
+    """Token dynamics of deep Transformers at random initialisation."""
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"{__name__}.{_name}").register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,65 @@
+"""Shared pieces of the command line: JSON output, error reporting, progress bars."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import typer
+from tqdm import tqdm
+
+from ..params import ParameterError
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy / torch scalars and arrays (and nan) to plain JSON values."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def emit_json(obj: Any) -> None:
+    """Print one JSON document on stdout."""
+    typer.echo(json.dumps(to_jsonable(obj), indent=2))
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print `error: message` on stderr and exit with `code`."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn ParameterError / ValueError / FileNotFoundError into a one-line error and exit 2."""
+    try:
+        yield
+    except (ParameterError, ValueError, FileNotFoundError, FloatingPointError) as err:
+        fail(str(err))
+
+
+@contextmanager
+def progress_bar(total: int, desc: str, enabled: bool = True) -> Iterator[Callable[[int], None]]:
+    """A tqdm bar on stderr (none when disabled or total is small); yields `update(k)`."""
+    if not enabled:
+        yield lambda k: None
+        return
+    bar = tqdm(total=total, desc=desc, file=sys.stderr, unit="layer", leave=False,
+               mininterval=0.5, disable=None)
+    try:
+        yield bar.update
+    finally:
+        bar.close()

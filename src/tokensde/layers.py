@@ -1,0 +1,71 @@
+"""One layer of the random-attention network and of its SDE limit (spec §1-§3), as pure functions.
+
+Shapes: tokens `x` are `(runs, n, d)` unit vectors; attention weights `(runs, n, n)`. The layer noise
+is always handled in *unit-time* form `xi_i = V y_i` (entry variance `sigma^2`); a layer of step
+`dt` adds `sqrt(dt) * xi`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .params import ModelParams
+
+
+def normalize(z: torch.Tensor) -> torch.Tensor:
+    """Token-wise projection onto the unit sphere, `N(z) = z / |z|`."""
+    return z / torch.linalg.vector_norm(z, dim=-1, keepdim=True)
+
+
+def _as(a, like: torch.Tensor) -> torch.Tensor:
+    return torch.as_tensor(a, dtype=like.dtype, device=like.device)
+
+
+def attention_logits(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
+    """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)`; causal entries j > i set to -inf."""
+    qk = p.qk()
+    xt = x.transpose(-1, -2)
+    logits = p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
+    if p.causal:
+        n = x.shape[-2]
+        mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
+        logits = logits.masked_fill(mask, float("-inf"))
+    return logits
+
+
+def attention_weights(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
+    """Softmax `A_ij = exp(l_ij) / sum_l exp(l_il)` (max-shifted) or USA `exp(l_ij) / n`."""
+    logits = attention_logits(x, p)
+    if p.attention == "softmax":
+        return torch.softmax(logits, dim=-1)
+    return torch.exp(logits) / x.shape[-2]
+
+
+def attention_output(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
+    """`y_i = sum_j A_ij x_j`, shape `(runs, n, d)`."""
+    return attention_weights(x, p) @ x
+
+
+def mean_part(y: torch.Tensor, p: ModelParams) -> torch.Tensor | None:
+    """`M y_i` for the deterministic value part, or None when M = 0."""
+    if p.M is None:
+        return None
+    if p.mean_kind == "identity":
+        return y
+    return y @ _as(p.M, y).T
+
+
+def tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """`P_x v = v - <x, v> x` token-wise."""
+    return v - (x * v).sum(-1, keepdim=True) * x
+
+
+def network_step(
+    x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
+) -> torch.Tensor:
+    """Discrete layer `x <- N(x + dt M y + sqrt(dt) xi)` with `xi = V y` (spec §2)."""
+    z = x + dt**0.5 * xi
+    my = mean_part(y, p)
+    if my is not None:
+        z = z + dt * my
+    return normalize(z)

@@ -1,0 +1,303 @@
+"""The batched simulator: many independent deep random-attention networks (or their SDE limit).
+
+`simulate` runs `runs` independent systems of `n` tokens in R^d for `grid.steps` layers,
+
+    x_i^{k+1} = N(x_i^k + dt M y_i^k + sqrt(dt) V_k y_i^k)       (scheme="network", spec §2)
+
+or the Euler-Maruyama-projected SDE of spec §3 (scheme="sde"), and records Gram matrices (and
+optionally tokens) at chosen checkpoints. Numbers depend only on `seed`, never on `batch_size`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import __version__
+from .layers import attention_output, network_step, normalize
+from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
+from .rng import RUN_BLOCK, RunStreams
+from .samplers import NOISE_SAMPLERS, choose_sampler
+from .sde import sde_step
+
+SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
+RECORDS: tuple[str, ...] = ("gram", "tokens")
+DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
+BATCH_BYTES = 1 << 30
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class SimResult:
+    """Output of `simulate`.
+
+    `gram` is `(runs, K, n, n)` at layer indices `checkpoints` `(K,)`; `tokens` `(runs, K, n, d)` when
+    recorded (the Gram sampler stores tokens in an n-dimensional isometric frame); `x` is the final
+    state `(runs, n, d)`. All tensors live on the CPU.
+    """
+
+    params: ModelParams
+    grid: TimeGrid
+    runs: int
+    seed: int
+    sampler: str
+    scheme: str
+    init: str
+    checkpoints: np.ndarray
+    x: torch.Tensor
+    gram: torch.Tensor | None = None
+    tokens: torch.Tensor | None = None
+    dtype: str = "float64"
+    device: str = "cpu"
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def times(self) -> np.ndarray:
+        """Depth times `t = k dt` of the checkpoints."""
+        return self.checkpoints * self.grid.dt
+
+    def rho(self, i: int = 0, j: int = 1) -> torch.Tensor:
+        """Inner products `<x_i, x_j>` at the checkpoints, `(runs, K)`."""
+        if self.gram is None:
+            raise ValueError("this result did not record 'gram'")
+        return self.gram[:, :, i, j]
+
+    def final_gram(self) -> torch.Tensor:
+        """Gram matrices `X X^T` of the final state, `(runs, n, n)`."""
+        return self.x @ self.x.transpose(-1, -2)
+
+    def metadata(self) -> dict[str, Any]:
+        """Everything needed to reproduce this result (JSON-ready)."""
+        return {
+            "package": "tokensde",
+            "version": __version__,
+            "params": self.params.to_dict(),
+            "steps": self.grid.steps,
+            "dt": self.grid.dt,
+            "alpha": self.grid.alpha,
+            "T": self.grid.T,
+            "runs": self.runs,
+            "seed": self.seed,
+            "sampler": self.sampler,
+            "scheme": self.scheme,
+            "init": self.init,
+            "dtype": self.dtype,
+            "device": self.device,
+            "checkpoints": self.checkpoints.tolist(),
+            "wall_s": self.wall_s,
+            **self.extra,
+        }
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """'float64' / 'float32' (or a torch dtype) to a torch dtype."""
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if dtype not in DTYPES:
+        raise ParameterError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """A torch device, checking that CUDA exists when asked for."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ParameterError(f"device {device!r} asked for, but CUDA is not available here")
+    if dev.type not in ("cpu", "cuda"):
+        raise ParameterError(f"device must be 'cpu' or 'cuda'; got {device!r}")
+    return dev
+
+
+def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> np.ndarray:
+    """Layer indices to record: None -> [0, steps]; an int K -> K evenly spaced (ends included)."""
+    if checkpoints is None:
+        return np.array([0, steps])
+    if isinstance(checkpoints, int | np.integer):
+        k = check_int("checkpoints", checkpoints, 1)
+        return np.unique(np.round(np.linspace(0, steps, max(k, 1))).astype(int))
+    ck = np.unique(np.asarray(list(checkpoints), dtype=int))
+    if ck.size == 0 or ck.min() < 0 or ck.max() > steps:
+        raise ParameterError(f"checkpoints must be layer indices in [0, {steps}]; got {checkpoints}")
+    return ck
+
+
+def pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Two unit vectors with `<x_1, x_2> = rho0`: `e_1` and `rho0 e_1 + sqrt(1 - rho0^2) e_2`."""
+    x = torch.zeros(2, d, dtype=dtype, device=device)
+    x[0, 0] = 1.0
+    x[1, 0] = rho0
+    x[1, 1] = math.sqrt(max(0.0, 1.0 - rho0 * rho0))
+    return x
+
+
+def initial_tokens(
+    init: str | np.ndarray | torch.Tensor,
+    p: ModelParams,
+    rs: RunStreams,
+    start: int,
+    dtype: torch.dtype,
+    rho0: float | None = None,
+) -> torch.Tensor:
+    """Initial tokens `(runs, n, d)` for this batch: 'uniform' on the sphere, 'pair' at `rho0`, or
+    a given array `(n, d)` or `(runs_total, n, d)` (rows are normalised)."""
+    b, n, d = rs.runs, p.n, p.d
+    if isinstance(init, str):
+        if init == "uniform":
+            return normalize(rs.normal(n, d, dtype=dtype))
+        if init == "pair":
+            return pair_tokens(float(rho0), d, dtype, rs.device).expand(b, 2, d).clone()
+        raise ParameterError(f"init must be 'uniform', 'pair' or an array; got {init!r}")
+    a = torch.as_tensor(init, dtype=dtype, device=rs.device)
+    a = a[start:start + b] if a.ndim == 3 else a.expand(b, n, d)
+    return normalize(a.clone())
+
+
+def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str:
+    if isinstance(init, str):
+        if init == "pair":
+            if p.n != 2:
+                raise ParameterError(f"init='pair' needs n = 2; got n = {p.n}")
+            if rho0 is None:
+                raise ParameterError("init='pair' needs rho0 in [-1, 1]")
+            r = check_real("rho0", rho0, -1.0)
+            if r > 1.0:
+                raise ParameterError(f"rho0 must be a finite number in [-1, 1]; got {rho0!r}")
+        elif rho0 is not None:
+            raise ParameterError("rho0 is only used with init='pair'")
+        return init
+    a = np.asarray(init.cpu() if isinstance(init, torch.Tensor) else init, dtype=float)
+    ok_shape = a.shape == (p.n, p.d) or a.shape == (runs, p.n, p.d)
+    if not ok_shape:
+        raise ParameterError(f"init array must have shape ({p.n}, {p.d}) or ({runs}, {p.n}, "
+                             f"{p.d}); got {a.shape}")
+    norms = np.linalg.norm(a, axis=-1)
+    if not np.all(np.isfinite(a)) or np.any(norms == 0):
+        raise ParameterError("init array must hold finite, non-zero token vectors")
+    return "array"
+
+
+def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype) -> int:
+    """Runs per batch: all of them unless the noise workspace passes BATCH_BYTES."""
+    per_run = (p.d * p.d if sampler == "full" else p.n * max(p.n, p.d)) * 4 + 2 * p.n * p.n
+    per_run *= torch.finfo(dtype).bits // 8
+    fit = max(1, BATCH_BYTES // per_run)
+    return runs if fit >= runs else max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK)
+
+
+def run_batch(
+    x: torch.Tensor,
+    p: ModelParams,
+    grid: TimeGrid,
+    rs: RunStreams,
+    sampler: str,
+    scheme: str,
+    checkpoints: np.ndarray,
+    record: Callable[[int, torch.Tensor], None],
+    progress: Progress | None = None,
+) -> torch.Tensor:
+    """Advance one batch `x` `(runs, n, d)` through `grid.steps` layers, calling `record(c, x)` at
+    checkpoint number `c`; return the final state."""
+    step = SCHEMES[scheme]
+    noise = NOISE_SAMPLERS[sampler]
+    silent = p.noise_scale == 0.0
+    ck = {int(k): c for c, k in enumerate(checkpoints)}
+    if 0 in ck:
+        record(ck[0], x)
+    for k in range(1, grid.steps + 1):
+        y = attention_output(x, p)
+        xi = torch.zeros_like(y) if silent else noise(y, p, rs)
+        x = step(x, y, xi, p, grid.dt)
+        if k in ck:
+            record(ck[k], x)
+        if progress is not None:
+            progress(1)
+    return x
+
+
+def simulate(
+    params: ModelParams,
+    grid: TimeGrid | None = None,
+    *,
+    layers: int | None = None,
+    alpha: float | None = None,
+    T: float | None = None,
+    dt: float | None = None,
+    runs: int = 1,
+    init: str | np.ndarray | torch.Tensor = "uniform",
+    rho0: float | None = None,
+    seed: int = 0,
+    sampler: str = "auto",
+    scheme: str = "network",
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float64",
+    checkpoints: int | Sequence[int] | None = None,
+    record: Sequence[str] = ("gram",),
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+) -> SimResult:
+    """Simulate `runs` independent systems; the horizon is `grid`, `(layers, alpha)` or `(T, dt)`.
+
+    `sampler`: 'auto' | 'fast' | 'full' | 'gram' (see `samplers.choose_sampler`). `scheme`:
+    'network' (the discrete model) or 'sde' (its depth limit). `record`: any of 'gram', 'tokens'.
+    """
+    grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt)
+    runs = check_int("runs", runs, 1)
+    seed = check_int("seed", seed, 0)
+    if scheme not in SCHEMES:
+        raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+    bad = set(record) - set(RECORDS)
+    if bad:
+        raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
+    init_kind = _check_init(init, params, runs, rho0)
+    tdtype, dev = resolve_dtype(dtype), resolve_device(device)
+    used = choose_sampler(params, sampler)
+    ck = resolve_checkpoints(checkpoints, grid.steps)
+    bs = default_batch(runs, params, used, tdtype) if batch_size is None else check_int(
+        "batch_size", batch_size, 1)
+    bs = runs if bs >= runs else math.ceil(bs / RUN_BLOCK) * RUN_BLOCK
+    n, d, K = params.n, params.d, len(ck)
+    width = n if used == "gram" else d
+    gram = torch.empty(runs, K, n, n, dtype=tdtype) if "gram" in record else None
+    toks = torch.empty(runs, K, n, width, dtype=tdtype) if "tokens" in record else None
+    finals = []
+    t0 = time.perf_counter()
+    for start in range(0, runs, bs):
+        stop = min(start + bs, runs)
+        rs = RunStreams(seed, runs, start, stop, dev)
+        x = initial_tokens(init, params, rs, start, tdtype, rho0)
+
+        def rec(c: int, xc: torch.Tensor, lo: int = start, hi: int = stop) -> None:
+            if not bool(torch.isfinite(xc).all()):
+                raise FloatingPointError(
+                    f"non-finite tokens at checkpoint {c} (beta={params.beta}, dtype={tdtype}); "
+                    "lower beta or use float64")
+            if gram is not None:
+                gram[lo:hi, c] = (xc @ xc.transpose(-1, -2)).cpu()
+            if toks is not None:
+                toks[lo:hi, c] = xc.cpu()
+
+        if used == "gram":
+            from .gram import run_batch_gram
+
+            xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress)
+        else:
+            xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress)
+        finals.append(xf.cpu())
+    return SimResult(
+        params=params, grid=grid, runs=runs, seed=seed, sampler=used, scheme=scheme,
+        init=init_kind if init_kind != "pair" else f"pair(rho0={rho0})", checkpoints=ck,
+        x=torch.cat(finals), gram=gram, tokens=toks,
+        dtype=str(tdtype).removeprefix("torch."), device=str(dev),
+        wall_s=time.perf_counter() - t0,
+    )

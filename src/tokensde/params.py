@@ -1,0 +1,224 @@
+"""Validated, immutable model parameters (spec §1-§2) and the depth-time grid.
+
+`ModelParams` says *what* is simulated (tokens, attention, value-matrix law); `TimeGrid` says *how
+far* and with which layer step. Both raise `ParameterError` naming the parameter and its range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+import numpy as np
+
+Attention = Literal["softmax", "usa"]
+Noise = Literal["matrix", "scalar", "symmetric"]
+Law = Literal["gaussian", "uniform", "rademacher"]
+
+ATTENTIONS: tuple[str, ...] = ("softmax", "usa")
+NOISES: tuple[str, ...] = ("matrix", "scalar", "symmetric")
+LAWS: dict[str, tuple[str, ...]] = {
+    "matrix": ("gaussian", "uniform"),
+    "scalar": ("gaussian", "rademacher"),
+    "symmetric": ("gaussian",),
+}
+# exp(beta) must stay finite for unnormalised attention in float64.
+USA_BETA_MAX = 700.0
+
+
+class ParameterError(ValueError):
+    """An invalid parameter: the message names it and the allowed range."""
+
+
+def _require(ok: bool, name: str, allowed: str, value: Any) -> None:
+    if not ok:
+        raise ParameterError(f"{name} must be {allowed}; got {value!r}")
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    """Return `value` as an int >= minimum, or raise ParameterError naming `name`."""
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum
+    _require(ok, name, f"an integer >= {minimum}", value)
+    return int(value)
+
+
+def check_real(name: str, value: Any, minimum: float = 0.0, strict: bool = False) -> float:
+    """Return `value` as a finite float >= minimum (> if strict), or raise ParameterError."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    ok = math.isfinite(v) and (v > minimum if strict else v >= minimum)
+    rel = ">" if strict else ">="
+    _require(ok, name, f"a finite number {rel} {minimum:g}", value)
+    return v
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """Return `value` if it is one of `choices`, else raise ParameterError."""
+    _require(value in choices, name, "one of " + ", ".join(choices), value)
+    return str(value)
+
+
+def _matrix(name: str, value: Any, d: int) -> np.ndarray | None:
+    if value is None:
+        return None
+    a = np.array(value, dtype=np.float64)
+    _require(a.shape == (d, d), name, f"a {d}x{d} matrix (d = {d})", f"shape {a.shape}")
+    _require(bool(np.all(np.isfinite(a))), name, "finite", "non-finite entries")
+    a.setflags(write=False)
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class ModelParams:
+    """Parameters of the deep random-attention network (spec §1-§2).
+
+    `mean` is the deterministic value part `M`: "none" (M = 0, pure noise), "identity" (M = I) or a
+    d x d array. `sigma` scales matrix and symmetric noise (entry variance sigma^2); `eps` scales
+    scalar noise `V = eps * xi * I` (defaults to `sigma`). `Q`, `K` default to the identity.
+    """
+
+    n: int = 2
+    d: int = 3
+    beta: float = 1.0
+    attention: Attention = "softmax"
+    causal: bool = False
+    Q: np.ndarray | None = None
+    K: np.ndarray | None = None
+    mean: str | np.ndarray = "none"
+    noise: Noise = "matrix"
+    law: Law = "gaussian"
+    sigma: float = 1.0
+    eps: float | None = None
+    M: np.ndarray | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "n", check_int("n", self.n, 1))
+        set_(self, "d", check_int("d", self.d, 2))
+        set_(self, "beta", check_real("beta", self.beta, 0.0))
+        set_(self, "attention", check_choice("attention", self.attention, ATTENTIONS))
+        _require(isinstance(self.causal, bool | np.bool_), "causal", "True or False", self.causal)
+        set_(self, "causal", bool(self.causal))
+        set_(self, "noise", check_choice("noise", self.noise, NOISES))
+        set_(self, "law", check_choice(f"law (for noise={self.noise})", self.law, LAWS[self.noise]))
+        set_(self, "sigma", check_real("sigma", self.sigma, 0.0))
+        if self.eps is not None:
+            set_(self, "eps", check_real("eps", self.eps, 0.0))
+        if self.attention == "usa":
+            _require(self.beta <= USA_BETA_MAX, "beta (attention=usa)",
+                     f"<= {USA_BETA_MAX:g} (exp(beta) overflows float64)", self.beta)
+        set_(self, "Q", _matrix("Q", self.Q, self.d))
+        set_(self, "K", _matrix("K", self.K, self.d))
+        set_(self, "M", self._mean_matrix())
+
+    def _mean_matrix(self) -> np.ndarray | None:
+        if isinstance(self.mean, str):
+            mean = check_choice("mean", self.mean, ("none", "identity"))
+            return None if mean == "none" else np.eye(self.d)
+        m = _matrix("mean", self.mean, self.d)
+        return m
+
+    @property
+    def noise_scale(self) -> float:
+        """Standard deviation scale of the layer noise: `eps` for scalar noise, else `sigma`."""
+        if self.noise == "scalar" and self.eps is not None:
+            return self.eps
+        return self.sigma
+
+    @property
+    def mean_kind(self) -> str:
+        """'none', 'identity' or 'array'."""
+        return self.mean if isinstance(self.mean, str) else "array"
+
+    @property
+    def rotation_invariant(self) -> bool:
+        """True when Q^T K = c I and M = a I: the Gram matrix of the tokens is then Markov."""
+        qk = self.qk()
+        iso_qk = qk is None or _is_scaled_identity(qk)
+        iso_m = self.M is None or _is_scaled_identity(self.M)
+        return iso_qk and iso_m and self.noise == "matrix" and self.law == "gaussian"
+
+    def qk(self) -> np.ndarray | None:
+        """The bilinear form `Q^T K` of the logits, or None for the identity."""
+        if self.Q is None and self.K is None:
+            return None
+        q = np.eye(self.d) if self.Q is None else self.Q
+        k = np.eye(self.d) if self.K is None else self.K
+        return q.T @ k
+
+    def with_(self, **changes: Any) -> ModelParams:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (arrays as nested lists)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if not f.init:
+                continue
+            v = getattr(self, f.name)
+            out[f.name] = v.tolist() if isinstance(v, np.ndarray) else v
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelParams:
+        """Inverse of `to_dict`; unknown keys are an error."""
+        names = {f.name for f in fields(cls) if f.init}
+        extra = set(data) - names
+        _require(not extra, "model parameters", "known fields " + ", ".join(sorted(names)),
+                 sorted(extra))
+        return cls(**data)
+
+
+def _is_scaled_identity(a: np.ndarray, tol: float = 1e-12) -> bool:
+    c = float(np.trace(a)) / a.shape[0]
+    return bool(np.max(np.abs(a - c * np.eye(a.shape[0]))) <= tol * max(1.0, abs(c)))
+
+
+@dataclass(frozen=True)
+class TimeGrid:
+    """Depth time: `steps` layers of step `dt = alpha^2`, spanning `T = steps * dt`."""
+
+    steps: int
+    dt: float
+
+    @property
+    def alpha(self) -> float:
+        """Residual scale `alpha = sqrt(dt)`."""
+        return math.sqrt(self.dt)
+
+    @property
+    def T(self) -> float:
+        """Final depth time."""
+        return self.steps * self.dt
+
+    @classmethod
+    def make(
+        cls,
+        layers: int | None = None,
+        alpha: float | None = None,
+        T: float | None = None,
+        dt: float | None = None,
+    ) -> TimeGrid:
+        """Build from `(layers, alpha)` (alpha defaults to 1/sqrt(layers)) or from `(T, dt)`.
+
+        With `(T, dt)` the number of layers is `ceil(T/dt)` (up to rounding), so the horizon
+        reached is at least T.
+        """
+        if layers is not None:
+            _require(T is None and dt is None, "time", "given as (layers, alpha) or (T, dt), not both",
+                     {"layers": layers, "T": T, "dt": dt})
+            L = check_int("layers", layers, 1)
+            a = 1.0 / math.sqrt(L) if alpha is None else check_real("alpha", alpha, 0.0, True)
+            return cls(L, a * a)
+        _require(alpha is None, "alpha", "given together with layers", alpha)
+        _require(T is not None and dt is not None, "time", "given as (layers, alpha) or (T, dt)",
+                 {"T": T, "dt": dt})
+        t = check_real("T", T, 0.0, True)
+        h = check_real("dt", dt, 0.0, True)
+        _require(h <= t, "dt", f"<= T = {t:g}", h)
+        steps = max(1, math.ceil(t / h - 1e-9))
+        return cls(steps, h)

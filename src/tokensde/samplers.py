@@ -1,0 +1,94 @@
+"""Samplers of the unit-time layer noise `xi_i = V y_i` for each noise law (spec §2, §4).
+
+`full` draws the d x d matrix V itself; `fast` draws `(V y_1..V y_n)` directly as `sigma C Z` with
+`C C^T = Y Y^T` (exact in law for Gaussian V, `n d` normals instead of `d^2`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from .params import ModelParams, ParameterError
+from .rng import RunStreams
+
+Sampler = Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]
+SAMPLERS: tuple[str, ...] = ("auto", "fast", "full", "gram")
+
+
+def _scalar_draws(p: ModelParams, rs: RunStreams, dtype: torch.dtype) -> torch.Tensor:
+    return rs.normal(dtype=dtype) if p.law == "gaussian" else rs.sign(dtype=dtype)
+
+
+def value_matrices(p: ModelParams, rs: RunStreams, dtype: torch.dtype) -> torch.Tensor:
+    """One value-noise matrix per run, `(runs, d, d)`, centred with entry variance sigma^2."""
+    d, s = p.d, p.noise_scale
+    if p.noise == "scalar":
+        xi = _scalar_draws(p, rs, dtype)
+        return s * xi[:, None, None] * torch.eye(d, dtype=dtype, device=rs.device)
+    if p.law == "uniform":
+        a = s * math.sqrt(3.0)
+        return a * (2.0 * rs.uniform(d, d, dtype=dtype) - 1.0)
+    g = s * rs.normal(d, d, dtype=dtype)
+    return 0.5 * (g + g.transpose(-1, -2)) if p.noise == "symmetric" else g
+
+
+def apply_matrices(y: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """`xi_i = V y_i` for each run: `(runs, n, d)` from `y` `(runs, n, d)` and `V` `(runs, d, d)`."""
+    return y @ V.transpose(-1, -2)
+
+
+def full_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """Noise by drawing the whole value matrix (any law); `d^2` draws per run."""
+    if p.noise == "scalar":
+        return p.noise_scale * _scalar_draws(p, rs, y.dtype)[:, None, None] * y
+    return apply_matrices(y, value_matrices(p, rs, y.dtype))
+
+
+def gram_factor(y: torch.Tensor) -> torch.Tensor:
+    """`C` with `C C^T = Y Y^T` for each run, by eigendecomposition (rank-deficient Gram is fine)."""
+    g = y @ y.transpose(-1, -2)
+    if y.shape[-2] == 1:
+        return g.clamp_min(0).sqrt()
+    evals, evecs = torch.linalg.eigh(g)
+    return evecs * evals.clamp_min(0).sqrt().unsqueeze(-2)
+
+
+def fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """Exact-in-law Gaussian matrix noise `sigma C Z`, `Z` standard normal `(runs, n, d)`."""
+    z = rs.normal(y.shape[-2], p.d, dtype=y.dtype)
+    return p.sigma * (gram_factor(y) @ z)
+
+
+def fast_applicable(p: ModelParams) -> bool:
+    """The fast sampler is exact for Gaussian matrix noise only."""
+    return p.noise == "matrix" and p.law == "gaussian"
+
+
+def gram_applicable(p: ModelParams) -> bool:
+    """The Gram-space sampler needs rotation-invariant attention and Gaussian matrix noise."""
+    return p.rotation_invariant
+
+
+def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
+    """Resolve `sampler` to 'fast', 'full' or 'gram' for these parameters, or raise ParameterError.
+
+    `auto` takes `fast` for Gaussian matrix noise when `n < d` (its cost `n^2 d` beats `n d^2`),
+    else `full`.
+    """
+    if sampler not in SAMPLERS:
+        raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
+    if sampler == "auto":
+        return "fast" if fast_applicable(p) and p.n < p.d else "full"
+    if sampler == "fast" and not fast_applicable(p):
+        raise ParameterError("sampler='fast' needs noise='matrix' with law='gaussian'; got "
+                             f"noise={p.noise!r}, law={p.law!r} (use sampler='full')")
+    if sampler == "gram" and not gram_applicable(p):
+        raise ParameterError("sampler='gram' needs Gaussian matrix noise and rotation-invariant "
+                             "attention (Q^T K = c I, mean none/identity/a I)")
+    return sampler
+
+
+NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}

@@ -1,0 +1,21 @@
+"""Small statistics shared by all Monte Carlo figures: binomial intervals and the like."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats as _st
+
+
+def wilson(successes: np.ndarray | int, trials: np.ndarray | int, level: float = 0.95
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval `(lo, hi)` for a binomial proportion `successes / trials`."""
+    k = np.asarray(successes, dtype=float)
+    n = np.asarray(trials, dtype=float)
+    if np.any(n <= 0) or np.any(k < 0) or np.any(k > n):
+        raise ValueError("wilson needs 0 <= successes <= trials and trials > 0")
+    z = _st.norm.ppf(0.5 + level / 2)
+    p = k / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)

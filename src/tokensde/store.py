@@ -1,0 +1,105 @@
+"""Results on disk: every file carries its parameters, seed, package version and a schema version.
+
+Simulation results are `.npz` archives with a JSON `meta` entry. Writes are atomic (temporary
+file + rename), and loading a corrupt, foreign or newer-schema file raises `StoreError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import __version__
+
+SCHEMA = 1
+KIND_SIM = "tokensde.simulation"
+
+
+class StoreError(ValueError):
+    """A results file that cannot be read: corrupt, foreign, or written by a newer schema."""
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+    """Call `write(tmp)` on a temporary file next to `path`, then rename it over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def check_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
+    """Validate the header of a stored object: right kind, schema not newer than ours."""
+    if not isinstance(meta, dict) or meta.get("kind") != kind:
+        found = meta.get("kind") if isinstance(meta, dict) else type(meta).__name__
+        raise StoreError(f"{where} is not a {kind} file (found kind {found!r})")
+    schema = meta.get("schema")
+    if not isinstance(schema, int) or schema < 1:
+        raise StoreError(f"{where} has no valid schema version (found {schema!r})")
+    if schema > SCHEMA:
+        raise StoreError(f"{where} was written with schema {schema} by tokensde "
+                         f"{meta.get('version')}; this tokensde {__version__} reads up to {SCHEMA}")
+    return meta
+
+
+def header(kind: str, **fields: Any) -> dict[str, Any]:
+    """A metadata header with kind, schema and package version."""
+    return {"kind": kind, "schema": SCHEMA, "package": "tokensde", "version": __version__, **fields}
+
+
+def save_result(result: Any, path: str | os.PathLike) -> Path:
+    """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata."""
+    meta = header(KIND_SIM, **result.metadata())
+    arrays: dict[str, np.ndarray] = {"x": result.x.numpy(), "checkpoints": result.checkpoints}
+    if result.gram is not None:
+        arrays["gram"] = result.gram.numpy()
+    if result.tokens is not None:
+        arrays["tokens"] = result.tokens.numpy()
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, meta=np.array(json.dumps(meta)), **arrays)
+
+    return atomic_write(path, write)
+
+
+def load_result(path: str | os.PathLike) -> Any:
+    """Read a `SimResult` written by `save_result`; raise StoreError on a bad file."""
+    from .model import SimResult
+    from .params import ModelParams, TimeGrid
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"results file {path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            data = {k: z[k] for k in z.files if k != "meta"}
+    except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError) as err:
+        raise StoreError(f"{path} is not a readable tokensde results file: {err}") from err
+    check_meta(meta, KIND_SIM, str(path))
+    t = lambda k: torch.from_numpy(data[k]) if k in data else None  # noqa: E731
+    known = {"params", "steps", "dt", "runs", "seed", "sampler", "scheme", "init", "dtype",
+             "device", "wall_s", "checkpoints", "alpha", "T", "kind", "schema", "package",
+             "version"}
+    return SimResult(
+        params=ModelParams.from_dict(meta["params"]), grid=TimeGrid(meta["steps"], meta["dt"]),
+        runs=meta["runs"], seed=meta["seed"], sampler=meta["sampler"], scheme=meta["scheme"],
+        init=meta["init"], checkpoints=data["checkpoints"], x=t("x"), gram=t("gram"),
+        tokens=t("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
+        extra={k: v for k, v in meta.items() if k not in known},
+    )
