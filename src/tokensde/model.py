@@ -31,6 +31,7 @@ RECORDS: tuple[str, ...] = ("gram", "tokens")
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 BATCH_BYTES = 1 << 30
 
+# Called after each layer with the number of runs just advanced (total: runs * steps).
 Progress = Callable[[int], None]
 
 
@@ -221,7 +222,7 @@ def run_batch(
         if k in ck:
             record(ck[k], x)
         if progress is not None:
-            progress(1)
+            progress(x.shape[0])
     return x
 
 

@@ -48,12 +48,20 @@ def full_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
 
 
 def gram_factor(y: torch.Tensor) -> torch.Tensor:
-    """`C` with `C C^T = Y Y^T` for each run, by eigendecomposition (rank-deficient Gram is fine)."""
+    """`C` with `C C^T = Y Y^T` for each run (rank-deficient Gram matrices included, no jitter).
+
+    Cholesky where it succeeds; for the runs where it fails (merged or antipodal tokens make
+    `Y Y^T` singular) `C = R^T` from the QR factorisation `Y^T = Q R`, which always exists.
+    """
     g = y @ y.transpose(-1, -2)
-    if y.shape[-2] == 1:
-        return g.clamp_min(0).sqrt()
-    evals, evecs = torch.linalg.eigh(g)
-    return evecs * evals.clamp_min(0).sqrt().unsqueeze(-2)
+    c, info = torch.linalg.cholesky_ex(g)
+    bad = info != 0
+    if bool(bad.any()):
+        r = torch.linalg.qr(y[bad].transpose(-1, -2), mode="r")[1]
+        c = c.clone()
+        c[bad] = 0.0
+        c[bad, :, : r.shape[-2]] = r.transpose(-1, -2)
+    return c
 
 
 def fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:

@@ -103,3 +103,47 @@ def load_result(path: str | os.PathLike) -> Any:
         tokens=t("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
         extra={k: v for k, v in meta.items() if k not in known},
     )
+
+
+# ----------------------------------------------------------------------------- Parquet tables
+
+PARQUET_META_KEY = b"tokensde"
+
+
+def write_parquet(table: Any, path: str | os.PathLike, meta: dict[str, Any]) -> Path:
+    """Write a pyarrow Table (or pandas DataFrame) to `path` atomically, with the JSON header
+    `meta` (see `header`) in the Parquet schema metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, preserve_index=False)
+    old = dict(t.schema.metadata or {})
+    old.pop(b"pandas", None)
+    t = t.replace_schema_metadata({**old, PARQUET_META_KEY: json.dumps(meta).encode()})
+    return atomic_write(path, lambda tmp: pq.write_table(t, tmp))
+
+
+def read_parquet(path: str | os.PathLike, kind: str) -> tuple[Any, dict[str, Any]]:
+    """Read a Parquet file written by `write_parquet`: `(pyarrow Table, header)`.
+
+    Raises FileNotFoundError if absent and StoreError if truncated, foreign or from a newer schema.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"results file {path} does not exist")
+    try:
+        t = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise StoreError(f"{path} is not a readable Parquet file (truncated or corrupt?): "
+                         f"{err}") from err
+    raw = (t.schema.metadata or {}).get(PARQUET_META_KEY)
+    try:
+        meta = json.loads(raw) if raw is not None else None
+    except ValueError as err:
+        raise StoreError(f"{path} has an unreadable tokensde header: {err}") from err
+    if meta is None:
+        raise StoreError(f"{path} is not a tokensde file (no tokensde header in its metadata)")
+    return t, check_meta(meta, kind, str(path))

@@ -57,7 +57,7 @@ def progress_bar(total: int, desc: str, enabled: bool = True) -> Iterator[Callab
     if not enabled:
         yield lambda k: None
         return
-    bar = tqdm(total=total, desc=desc, file=sys.stderr, unit="layer", leave=False,
+    bar = tqdm(total=total, desc=desc, file=sys.stderr, unit="", unit_scale=True, leave=False,
                mininterval=0.5, disable=None)
     try:
         yield bar.update

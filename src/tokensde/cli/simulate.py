@@ -1,0 +1,120 @@
+"""`tokensde simulate`: run the batched network or SDE and summarise the final configurations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import typer
+
+from ..params import ModelParams, ParameterError, TimeGrid
+from ._common import emit_json, progress_bar, user_errors
+
+
+def _mean(mean: str) -> str | np.ndarray:
+    if mean in ("none", "identity"):
+        return mean
+    path = Path(mean)
+    if not path.exists():
+        raise ParameterError(f"mean must be 'none', 'identity' or a .npy file; got {mean!r}")
+    return np.load(path)
+
+
+def _init(init: str) -> str | np.ndarray:
+    if init in ("uniform", "pair"):
+        return init
+    path = Path(init)
+    if not path.exists():
+        raise ParameterError(f"init must be 'uniform', 'pair' or a .npy file; got {init!r}")
+    return np.load(path)
+
+
+def pair_summary(gram: np.ndarray, tol: float) -> dict[str, Any]:
+    """Fractions of token pairs merged (> 1 - tol) and antipodal (< -1 + tol), Gram `(runs, n, n)`."""
+    n = gram.shape[-1]
+    iu = np.triu_indices(n, 1)
+    rho = gram[:, iu[0], iu[1]]
+    if rho.size == 0:
+        return {"pairs": 0}
+    return {
+        "pairs": int(rho.shape[1]),
+        "mean_inner_product": float(rho.mean()),
+        "frac_pairs_merged": float((rho > 1 - tol).mean()),
+        "frac_pairs_antipodal": float((rho < -1 + tol).mean()),
+        "frac_runs_one_cluster": float((rho > 1 - tol).all(axis=1).mean()),
+        "frac_runs_bipolar": float(((np.abs(rho) > 1 - tol).all(axis=1)
+                                    & (rho < -1 + tol).any(axis=1)).mean()),
+    }
+
+
+def _print_table(summary: dict[str, Any]) -> None:
+    width = max(map(len, summary))
+    for key, value in summary.items():
+        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+        typer.echo(f"{key:<{width}}  {shown}")
+
+
+def simulate_cmd(
+    n: int = typer.Option(8, "--n", help="Number of tokens (>= 1)."),
+    d: int = typer.Option(3, "--d", help="Dimension of each token (>= 2)."),
+    beta: float = typer.Option(3.0, "--beta", help="Interaction strength (>= 0)."),
+    attention: str = typer.Option("softmax", "--attention", help="softmax | usa."),
+    causal: bool = typer.Option(False, "--causal", help="Causal mask (j <= i)."),
+    noise: str = typer.Option("matrix", "--noise", help="matrix | scalar | symmetric."),
+    law: str = typer.Option("gaussian", "--law", help="gaussian | uniform (matrix) | rademacher "
+                            "(scalar)."),
+    sigma: float = typer.Option(1.0, "--sigma", help="Noise scale of matrix/symmetric noise."),
+    eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale (default sigma)."),
+    mean: str = typer.Option("none", "--mean", help="Mean value part M: none | identity | FILE.npy"),
+    layers: int | None = typer.Option(None, "--layers", help="Number of layers L."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (default 1/sqrt(L))."),
+    time: float | None = typer.Option(None, "--time", help="Depth time T (with --dt)."),
+    dt: float | None = typer.Option(None, "--dt", help="Layer step dt = alpha^2 (with --time)."),
+    init: str = typer.Option("uniform", "--init", help="uniform | pair | FILE.npy"),
+    rho0: float | None = typer.Option(None, "--rho0", help="Initial <x1,x2> for --init pair."),
+    runs: int = typer.Option(1000, "--runs", help="Independent runs (>= 1)."),
+    seed: int = typer.Option(0, "--seed", help="Root seed (>= 0)."),
+    sampler: str = typer.Option("auto", "--sampler", help="auto | fast | full | gram."),
+    scheme: str = typer.Option("network", "--scheme", help="network (discrete) | sde (limit)."),
+    dtype: str = typer.Option("float64", "--dtype", help="float64 | float32."),
+    device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N."),
+    checkpoints: int = typer.Option(11, "--checkpoints", help="Evenly spaced records (>= 2)."),
+    tol: float = typer.Option(1e-3, "--tol", help="Merged/antipodal tolerance on inner products."),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+    out: Path | None = typer.Option(None, "--out", help="Save results (.npz) with parameters."),
+    plot: Path | None = typer.Option(None, "--plot", help="Write a summary figure (PNG)."),
+) -> None:
+    """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
+    from ..model import simulate
+    from ..store import save_result
+
+    with user_errors():
+        if layers is None and time is None:
+            layers = 1000
+        p = ModelParams(n=n, d=d, beta=beta, attention=attention, causal=causal, noise=noise,
+                        law=law, sigma=sigma, eps=eps, mean=_mean(mean))
+        grid = TimeGrid.make(layers, alpha, time, dt)
+        with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
+            res = simulate(p, grid, runs=runs, init=_init(init), rho0=rho0, seed=seed,
+                           sampler=sampler, scheme=scheme, device=device, dtype=dtype,
+                           checkpoints=checkpoints, progress=bar)
+        gram = res.gram[:, -1].numpy()
+        summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
+                   "dt": grid.dt, "T": grid.T, "sampler": res.sampler, "scheme": scheme,
+                   "seed": seed, **pair_summary(gram, tol), "wall_s": res.wall_s}
+        if out is not None:
+            summary["out"] = str(save_result(res, out))
+        if plot is not None:
+            from ..plots.simulation import plot_simulation
+
+            summary["plot"] = str(plot_simulation(res, plot, tol))
+    if json_out:
+        emit_json(summary)
+    else:
+        _print_table(summary)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `simulate` to `app`."""
+    app.command("simulate")(simulate_cmd)

@@ -1,0 +1,437 @@
+"""How fast the L-layer network approaches its depth limit: weak and strong errors, fitted orders.
+
+Every level `L` (network with `L` layers over depth time `T`, `dt = T/L`) and the SDE reference run
+on **one Brownian path** per run: the fine grid has `ref_steps` steps of `h = T/ref_steps`, the
+network at level `L` uses `V_k = (sum of the fine dW in layer k) / sqrt(dt)` (Gaussian law) or its
+entry-wise quantile transform `sigma sqrt(3) erf(V_k / (sigma sqrt 2))` (uniform law, same
+variance). The reference is the projected Euler SDE on the fine grid, Richardson-extrapolated with
+the same path on the grid twice as coarse: `E f_ref = 2 E f(h) - E f(2h)` (bias O(h^2)).
+
+- weak error of a statistic f: `e_L = E[f(X_L) - f_ref]`, estimated on the coupled samples, so its
+  Monte Carlo error is that of a difference (common random numbers);
+- strong error: `(E mean_i |x_i^L - x_i^ref|^2)^(1/2)` against the fine SDE on the same path;
+- order: `-slope` of the least-squares line of `log |e_L|` on `log L`, with its standard error and a
+  Poisson-bootstrap interval over runs (so Monte Carlo error enters the interval). Weak errors are
+  fitted only where they exceed `RESOLVE_Z` standard errors.
+
+Pure: tensors in, arrays and dicts out, explicit seed. Shapes: tokens `(runs, n, d)`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import stats as _st
+
+from .layers import attention_output, network_step
+from .model import initial_tokens
+from .params import ModelParams, ParameterError, check_int
+from .rng import RUN_BLOCK, RunStreams, derive_seed
+from .samplers import apply_matrices
+from .sde import sde_step
+from .store import check_meta, header
+
+KIND_CONV = "tokensde.convergence"
+LEVELS: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
+LAWS: tuple[str, ...] = ("gaussian", "uniform")
+RESOLVE_Z = 3.0
+LEVEL_Z = 1.96
+
+Statistic = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Progress = Callable[[int], None]
+
+
+def _pairs(x: torch.Tensor) -> torch.Tensor:
+    n = x.shape[-2]
+    iu = torch.triu_indices(n, n, 1)
+    g = x @ x.transpose(-1, -2)
+    return g[:, iu[0], iu[1]]
+
+
+def pair_mean(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+    """Mean pairwise inner product `mean_{i<j} <x_i, x_j>` per run (for n = 2: `rho`)."""
+    return _pairs(x).mean(-1)
+
+
+def pair_square_mean(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+    """Mean squared pairwise inner product `mean_{i<j} <x_i, x_j>^2` per run (n = 2: `rho^2`)."""
+    return _pairs(x).square().mean(-1)
+
+
+def self_overlap(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+    """Mean overlap with the start `mean_i <x_i(T), x_i(0)>` per run."""
+    return (x * x0).sum(-1).mean(-1)
+
+
+STATISTICS: dict[str, Statistic] = {
+    "pair_mean": pair_mean,
+    "pair_square_mean": pair_square_mean,
+    "self_overlap": self_overlap,
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A reference problem: model, horizon `T`, initial state, and the statistics to test.
+
+    `statistics` maps a key of `STATISTICS` to its display label.
+    """
+
+    name: str
+    params: ModelParams
+    T: float
+    init: str = "uniform"
+    rho0: float | None = None
+    statistics: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description."""
+        return {"name": self.name, "params": self.params.to_dict(), "T": self.T,
+                "init": self.init, "rho0": self.rho0, "statistics": dict(self.statistics)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Problem:
+        """Inverse of `to_dict`."""
+        return cls(name=data["name"], params=ModelParams.from_dict(data["params"]), T=data["T"],
+                   init=data["init"], rho0=data["rho0"], statistics=dict(data["statistics"]))
+
+
+PROBLEMS: dict[str, Problem] = {
+    "two_tokens": Problem(
+        "two_tokens", ModelParams(n=2, d=3, beta=1.0), T=1.0, init="pair", rho0=0.0,
+        statistics={"pair_mean": "E[rho_T]", "pair_square_mean": "E[rho_T^2]"}),
+    "eight_tokens": Problem(
+        "eight_tokens", ModelParams(n=8, d=3, beta=1.0), T=1.0, init="uniform",
+        statistics={"pair_mean": "E mean<x_i,x_j>", "pair_square_mean": "E mean<x_i,x_j>^2"}),
+}
+
+
+def check_levels(levels: Sequence[int], ref_steps: int) -> tuple[int, ...]:
+    """Sorted distinct levels, each >= 1 and dividing `ref_steps`; `ref_steps` even."""
+    ref_steps = check_int("ref_steps", ref_steps, 2)
+    out = tuple(sorted({check_int("level", L, 1) for L in levels}))
+    if not out:
+        raise ParameterError("levels must hold at least one layer count; got none")
+    bad = [L for L in out if ref_steps % L]
+    if bad or ref_steps % 2:
+        raise ParameterError(f"ref_steps must be even and a multiple of every level; got "
+                             f"ref_steps={ref_steps}, levels not dividing it: {bad}")
+    return out
+
+
+def uniform_from_gaussian(v: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Entry-wise quantile map `N(0, sigma^2) -> U(-sigma sqrt 3, sigma sqrt 3)` (same variance)."""
+    if sigma == 0.0:
+        return torch.zeros_like(v)
+    return sigma * math.sqrt(3.0) * torch.special.erf(v / (sigma * math.sqrt(2.0)))
+
+
+@dataclass
+class CoupledSamples:
+    """Per-run values from one pass over a shared Brownian path.
+
+    `net`: statistic values of the networks `(laws, levels, stats, runs)`; `ref_fine`, `ref_half`:
+    of the SDE on the fine grid and on the grid twice as coarse `(stats, runs)`; `sq_err`: the
+    per-run `mean_i |x_i^L - x_i^fine|^2` `(laws, levels, runs)`.
+    """
+
+    levels: tuple[int, ...]
+    laws: tuple[str, ...]
+    stats: tuple[str, ...]
+    net: np.ndarray
+    ref_fine: np.ndarray
+    ref_half: np.ndarray
+    sq_err: np.ndarray
+
+
+def _pass(x0: torch.Tensor, p: ModelParams, T: float, levels: tuple[int, ...], ref_steps: int,
+          rs: RunStreams, laws: tuple[str, ...], progress: Progress | None
+          ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Advance the fine SDE, the half-fine SDE and every (law, level) network on one path."""
+    h = T / ref_steps
+    sig, d = p.sigma, p.d
+    fine, half = x0.clone(), x0.clone()
+    nets = {(law, L): x0.clone() for law in laws for L in levels}
+    # one running sum of fine increments per coarse grid: the half-fine SDE and each level
+    grids = [(None, 2), *((L, ref_steps // L) for L in levels)]
+    acc = [torch.zeros(x0.shape[0], d, d, dtype=x0.dtype) for _ in grids]
+    for j in range(1, ref_steps + 1):
+        dw = sig * math.sqrt(h) * rs.normal(d, d, dtype=x0.dtype)
+        y = attention_output(fine, p)
+        fine = sde_step(fine, y, apply_matrices(y, dw / math.sqrt(h)), p, h)
+        for (L, m), a in zip(grids, acc, strict=True):
+            a += dw
+            if j % m:
+                continue
+            v_gauss = a / math.sqrt(m * h)
+            if L is None:
+                y = attention_output(half, p)
+                half = sde_step(half, y, apply_matrices(y, v_gauss), p, m * h)
+            else:
+                for law in laws:
+                    v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, sig)
+                    x = nets[law, L]
+                    y = attention_output(x, p)
+                    nets[law, L] = network_step(x, y, apply_matrices(y, v), p, m * h)
+            a.zero_()
+        if progress is not None:
+            progress(x0.shape[0])
+    return nets, fine, half
+
+
+def coupled_samples(
+    problem: Problem,
+    levels: Sequence[int] = LEVELS,
+    ref_steps: int = 4096,
+    runs: int = 1024,
+    seed: int = 0,
+    laws: Sequence[str] = LAWS,
+    batch_size: int = 4096,
+    progress: Progress | None = None,
+) -> CoupledSamples:
+    """Run every level and both references on shared Brownian paths; per-run statistics.
+
+    Runs are cut into batches of whole `RUN_BLOCK`s, so the numbers depend only on `seed`.
+    """
+    lv = check_levels(levels, ref_steps)
+    runs = check_int("runs", runs, 1)
+    seed = check_int("seed", seed, 0)
+    laws = tuple(laws)
+    for law in laws:
+        if law not in LAWS:
+            raise ParameterError(f"law must be one of {', '.join(LAWS)}; got {law!r}")
+    p = problem.params
+    if p.noise != "matrix":
+        raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
+    names = tuple(problem.statistics)
+    fns = [STATISTICS[k] for k in names]
+    bs = max(RUN_BLOCK, check_int("batch_size", batch_size, 1) // RUN_BLOCK * RUN_BLOCK)
+    net = np.empty((len(laws), len(lv), len(names), runs))
+    ref_f, ref_h = np.empty((len(names), runs)), np.empty((len(names), runs))
+    sq = np.empty((len(laws), len(lv), runs))
+    for lo in range(0, runs, bs):
+        hi = min(lo + bs, runs)
+        rs_init = RunStreams(derive_seed(seed, 1), runs, lo, hi)
+        x0 = initial_tokens(problem.init, p, rs_init, lo, torch.float64, problem.rho0)
+        rs = RunStreams(seed, runs, lo, hi)
+        nets, fine, half = _pass(x0, p, problem.T, lv, ref_steps, rs, laws, progress)
+        for s, f in enumerate(fns):
+            ref_f[s, lo:hi] = f(fine, x0).numpy()
+            ref_h[s, lo:hi] = f(half, x0).numpy()
+        for a, law in enumerate(laws):
+            for b, L in enumerate(lv):
+                x = nets[law, L]
+                for s, f in enumerate(fns):
+                    net[a, b, s, lo:hi] = f(x, x0).numpy()
+                sq[a, b, lo:hi] = (x - fine).square().sum(-1).mean(-1).numpy()
+    return CoupledSamples(lv, laws, names, net, ref_f, ref_h, sq)
+
+
+@dataclass(frozen=True)
+class OrderFit:
+    """`error ~ constant * L^(-order)`: least-squares order, its standard error and intervals."""
+
+    order: float
+    se: float
+    constant: float
+    ci_lo: float
+    ci_hi: float
+    boot_lo: float
+    boot_hi: float
+    levels: tuple[int, ...]
+
+
+def _ols(logL: np.ndarray, logE: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slopes and intercepts of the least-squares lines of each row of `logE` on `logL`."""
+    xm = logL - logL.mean()
+    slope = (logE - logE.mean(-1, keepdims=True)) @ xm / (xm @ xm)
+    return slope, logE.mean(-1) - slope * logL.mean()
+
+
+def fit_order(levels: Sequence[int], errors: Sequence[float],
+              replicates: np.ndarray | None = None, level: float = 0.95) -> OrderFit:
+    """Order `-slope` of `log|e|` on `log L`; t-interval from the residuals; bootstrap percentile
+    interval from `replicates` `(B, len(levels))` of the errors when given."""
+    L = np.asarray(levels, dtype=float)
+    e = np.abs(np.asarray(errors, dtype=float))
+    if L.size < 2 or L.size != e.size or np.any(e <= 0):
+        raise ValueError(f"fit_order needs >= 2 levels with non-zero errors; got {L.size} levels")
+    logL = np.log(L)
+    slope, icpt = _ols(logL, np.log(e)[None])
+    slope, icpt = float(slope[0]), float(icpt[0])
+    dof = L.size - 2
+    if dof > 0:
+        resid = np.log(e) - (icpt + slope * logL)
+        se = float(np.sqrt(resid @ resid / dof / np.sum((logL - logL.mean()) ** 2)))
+        half = float(_st.t.ppf(0.5 + level / 2, dof)) * se
+    else:
+        se, half = math.nan, math.nan
+    blo = bhi = math.nan
+    if replicates is not None:
+        r = np.abs(np.asarray(replicates, dtype=float))
+        r = r[np.all(r > 0, axis=1)]
+        if len(r):
+            orders = -_ols(logL, np.log(r))[0]
+            blo, bhi = (float(q) for q in np.quantile(orders, [0.5 - level / 2, 0.5 + level / 2]))
+    return OrderFit(-slope, se, math.exp(icpt), -slope - half, -slope + half, blo, bhi,
+                    tuple(int(v) for v in L))
+
+
+def poisson_weights(runs: int, replicates: int, seed: int) -> np.ndarray:
+    """Poisson(1) bootstrap weights `(replicates, runs)`, seeded."""
+    return np.random.default_rng(seed).poisson(1.0, (replicates, runs)).astype(float)
+
+
+def weighted_means(values: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Bootstrap means of `values` `(..., runs)` under weights `w` `(B, runs)`: `(B, ...)`."""
+    flat = values.reshape(-1, values.shape[-1])
+    return (w @ flat.T / w.sum(1, keepdims=True)).reshape(w.shape[0], *values.shape[:-1])
+
+
+def _interval(mean: float, se: float) -> tuple[float, float]:
+    return mean - LEVEL_Z * se, mean + LEVEL_Z * se
+
+
+def summarise(samples: CoupledSamples, problem: Problem, bootstrap: int = 400, seed: int = 0
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Error points and fitted orders of `samples` as two lists of JSON-ready rows.
+
+    Point rows: problem, law, kind ('weak'|'strong'), statistic, L, error, se, ci_lo, ci_hi,
+    resolved, used. Fit rows: problem, law, kind, statistic, order, order_se, ci (t) and bootstrap
+    interval, constant, levels used (an empty fit, order None, when fewer than 3 are resolved).
+    """
+    runs = samples.ref_fine.shape[-1]
+    w = poisson_weights(runs, bootstrap, seed)
+    ref = 2.0 * samples.ref_fine - samples.ref_half
+    diff = samples.net - ref[None, None]
+    boot_weak = weighted_means(diff, w)  # (B, laws, levels, stats)
+    boot_sq = weighted_means(samples.sq_err, w)  # (B, laws, levels)
+    points: list[dict[str, Any]] = []
+    fits: list[dict[str, Any]] = []
+    lv = np.array(samples.levels)
+    base = {"problem": problem.name}
+    for a, law in enumerate(samples.laws):
+        for s, stat in enumerate(samples.stats):
+            err = diff[a, :, s].mean(-1)
+            se = diff[a, :, s].std(-1, ddof=1) / math.sqrt(runs)
+            used = _weak_used(err, se)
+            row = {**base, "law": law, "kind": "weak", "statistic": stat,
+                   "label": problem.statistics[stat]}
+            points += _point_rows(row, lv, err, se, used)
+            fits.append({**row, **_fit_row(lv[used], err[used], boot_weak[:, a, used, s])})
+        ms = samples.sq_err[a].mean(-1)
+        strong = np.sqrt(ms)
+        # delta method for the root of a mean
+        se = samples.sq_err[a].std(-1, ddof=1) / math.sqrt(runs) / (2 * np.maximum(strong, 1e-300))
+        used = np.ones(len(lv), dtype=bool)
+        row = {**base, "law": law, "kind": "strong", "statistic": "rms_token_error",
+               "label": "(E mean_i |x_i^L - x_i|^2)^1/2"}
+        points += _point_rows(row, lv, strong, se, used)
+        fits.append({**row, **_fit_row(lv, strong, np.sqrt(boot_sq[:, a]))})
+    for s, stat in enumerate(samples.stats):
+        corr = samples.ref_fine[s] - samples.ref_half[s]
+        points.append({**base, "law": "sde", "kind": "reference_correction", "statistic": stat,
+                       "label": problem.statistics[stat], "L": None,
+                       "error": float(corr.mean()),
+                       "se": float(corr.std(ddof=1) / math.sqrt(runs)),
+                       "value": float(ref[s].mean()),
+                       "value_se": float(ref[s].std(ddof=1) / math.sqrt(runs))})
+    return points, fits
+
+
+def _weak_used(err: np.ndarray, se: np.ndarray) -> np.ndarray:
+    """Levels resolved above Monte Carlo noise and sharing the sign of the coarsest resolved one."""
+    resolved = np.abs(err) >= RESOLVE_Z * se
+    if not resolved.any():
+        return resolved
+    sign = np.sign(err[np.argmax(resolved)])
+    return resolved & (np.sign(err) == sign)
+
+
+def _point_rows(row: dict[str, Any], lv: np.ndarray, err: np.ndarray, se: np.ndarray,
+                used: np.ndarray) -> list[dict[str, Any]]:
+    out = []
+    for k, L in enumerate(lv):
+        lo, hi = _interval(float(err[k]), float(se[k]))
+        out.append({**row, "L": int(L), "error": float(err[k]), "se": float(se[k]),
+                    "ci_lo": lo, "ci_hi": hi,
+                    "resolved": bool(abs(err[k]) >= RESOLVE_Z * se[k]), "used": bool(used[k])})
+    return out
+
+
+def _fit_row(lv: np.ndarray, err: np.ndarray, boot: np.ndarray) -> dict[str, Any]:
+    if len(lv) < 3:
+        return {"order": None, "order_se": None, "ci_lo": None, "ci_hi": None, "boot_lo": None,
+                "boot_hi": None, "constant": None, "levels": [int(v) for v in lv]}
+    f = fit_order(lv, err, boot)
+    return {"order": f.order, "order_se": f.se, "ci_lo": f.ci_lo, "ci_hi": f.ci_hi,
+            "boot_lo": f.boot_lo, "boot_hi": f.boot_hi, "constant": f.constant,
+            "levels": list(f.levels)}
+
+
+@dataclass
+class ConvergenceResult:
+    """Points and fits of every problem, with the settings that produced them."""
+
+    settings: dict[str, Any]
+    problems: list[dict[str, Any]]
+    points: list[dict[str, Any]]
+    fits: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with the package header (kind, schema, version)."""
+        return {**header(KIND_CONV, **self.settings), "problems": self.problems,
+                "points": self.points, "fits": self.fits}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "convergence data") -> ConvergenceResult:
+        """Inverse of `to_dict`; a foreign or newer-schema document raises StoreError."""
+        check_meta(data, KIND_CONV, where)
+        skip = {"problems", "points", "fits"}
+        return cls({k: v for k, v in data.items() if k not in skip}, data["problems"],
+                   data["points"], data["fits"])
+
+    def fit(self, problem: str, law: str, kind: str, statistic: str) -> dict[str, Any]:
+        """The fit row for one curve (KeyError if absent)."""
+        for f in self.fits:
+            key = (f["problem"], f["law"], f["kind"], f["statistic"])
+            if key == (problem, law, kind, statistic):
+                return f
+        raise KeyError((problem, law, kind, statistic))
+
+
+def run_convergence(
+    problems: Sequence[str | Problem] = tuple(PROBLEMS),
+    levels: Sequence[int] = LEVELS,
+    ref_steps: int = 4096,
+    runs: int | dict[str, int] = 1024,
+    seed: int = 0,
+    laws: Sequence[str] = LAWS,
+    bootstrap: int = 400,
+    progress: Progress | None = None,
+) -> ConvergenceResult:
+    """The whole diagnostic: coupled samples and summaries for each problem (by name or object).
+
+    `runs` may differ per problem (a dict keyed by name). Problem `k` uses seed
+    `derive_seed(seed, k)`.
+    """
+    probs = [PROBLEMS[p] if isinstance(p, str) else p for p in problems]
+    points, fits, meta = [], [], []
+    for k, prob in enumerate(probs):
+        r = runs[prob.name] if isinstance(runs, dict) else runs
+        s = derive_seed(seed, k)
+        smp = coupled_samples(prob, levels, ref_steps, r, s, laws, progress=progress)
+        pts, fts = summarise(smp, prob, bootstrap, s)
+        points += pts
+        fits += fts
+        meta.append({**prob.to_dict(), "runs": r, "seed": s})
+    settings = {"levels": list(check_levels(levels, ref_steps)), "ref_steps": ref_steps,
+                "seed": seed, "laws": list(laws), "bootstrap": bootstrap,
+                "resolve_z": RESOLVE_Z, "interval_z": LEVEL_Z,
+                "reference": "projected Euler SDE, Richardson (2 f(h) - f(2h)), shared path"}
+    return ConvergenceResult(settings, meta, points, fits)

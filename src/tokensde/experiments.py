@@ -1,0 +1,266 @@
+"""Experiment kinds for sweeps: pure functions `(cell, seed) -> statistics`, kept in a registry.
+
+A *kind* declares its parameters (type, default, allowed range); `ExperimentKind.normalize` turns a
+raw cell (from a TOML grid) into its canonical form — every parameter present, coerced and
+validated — so that equal cells hash equally. `run(cell, seed)` must depend on nothing else.
+Other modules add kinds with `register` or the `experiment` decorator; a sweep names the module
+to import (`module = "tokensde.two_tokens"`) when the kind lives outside this one.
+
+Built-in kinds:
+- `multi_token`: pure-noise model (M = 0), n tokens from uniform initial positions; outcome
+  probabilities (spec §7, `tokensde.clusters`) with Wilson intervals and the law of the minority
+  side of bipolar states;
+- `multi_token_flow`: the deterministic attention flow (sigma = 0, M = I);
+- `multi_token_hybrid`: M = I with noise sigma (turn sigma down towards 0 to approach the flow);
+- `null`: a seeded uniform and an optional sleep, for engine tests and overhead benchmarks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import clusters
+from .params import ParameterError, check_choice, check_int, check_real
+from .stats import wilson
+
+Stats = dict[str, Any]
+RunFn = Callable[[dict[str, Any], int], Stats]
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a kind: `check(name, value)` validates and coerces a value."""
+
+    check: Callable[[str, Any], Any]
+    default: Any = _REQUIRED
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        """True when the parameter has no default."""
+        return self.default is _REQUIRED
+
+
+def integer(minimum: int, default: Any = _REQUIRED, doc: str = "") -> Param:
+    """An integer parameter >= minimum."""
+    return Param(lambda k, v: check_int(k, v, minimum), default, doc)
+
+
+def real(minimum: float = 0.0, default: Any = _REQUIRED, strict: bool = False,
+         doc: str = "") -> Param:
+    """A finite real parameter >= minimum (> if strict)."""
+    return Param(lambda k, v: check_real(k, v, minimum, strict), default, doc)
+
+
+def choice(choices: tuple[str, ...], default: Any = _REQUIRED, doc: str = "") -> Param:
+    """A string parameter from `choices`."""
+    return Param(lambda k, v: check_choice(k, v, choices), default, doc)
+
+
+def fraction(default: float, doc: str = "") -> Param:
+    """A real parameter in (0, 1]."""
+    def check(k: str, v: Any) -> float:
+        x = check_real(k, v, 0.0, strict=True)
+        if x > 1.0:
+            raise ParameterError(f"{k} must be a number in (0, 1]; got {v!r}")
+        return x
+    return Param(check, default, doc)
+
+
+def real_or_auto(default: Any = "auto", doc: str = "") -> Param:
+    """'auto' or a finite real > 0."""
+    def check(k: str, v: Any) -> float | str:
+        return "auto" if v == "auto" else check_real(k, v, 0.0, strict=True)
+    return Param(check, default, doc)
+
+
+@dataclass(frozen=True)
+class ExperimentKind:
+    """A named experiment: its parameters and the pure function that runs one cell."""
+
+    name: str
+    run: RunFn
+    params: Mapping[str, Param]
+    doc: str = ""
+
+    def normalize(self, cell: Mapping[str, Any]) -> dict[str, Any]:
+        """The canonical cell: keys sorted, defaults filled in, values validated and coerced."""
+        unknown = sorted(set(cell) - set(self.params))
+        if unknown:
+            raise ParameterError(f"{', '.join(unknown)}: not a parameter of experiment kind "
+                                 f"{self.name!r} (known: {', '.join(sorted(self.params))})")
+        out: dict[str, Any] = {}
+        for key in sorted(self.params):
+            spec = self.params[key]
+            if key in cell:
+                out[key] = spec.check(key, cell[key])
+            elif spec.required:
+                raise ParameterError(f"{key} is required by experiment kind {self.name!r}")
+            else:
+                out[key] = spec.default
+        return out
+
+    def __call__(self, cell: Mapping[str, Any], seed: int) -> Stats:
+        """Run one (raw or canonical) cell with `seed`."""
+        return self.run(self.normalize(cell), check_int("seed", seed, 0))
+
+
+KINDS: dict[str, ExperimentKind] = {}
+
+
+def register(kind: ExperimentKind) -> ExperimentKind:
+    """Add `kind` to the registry; a name can be registered once (re-registering the same
+    function, as on a module reload, is allowed)."""
+    old = KINDS.get(kind.name)
+    if old is not None and old.run.__qualname__ != kind.run.__qualname__:
+        raise ValueError(f"experiment kind {kind.name!r} is already registered by "
+                         f"{old.run.__module__}.{old.run.__qualname__}")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def experiment(name: str, doc: str = "", **params: Param) -> Callable[[RunFn], RunFn]:
+    """Decorator: register `fn(cell, seed) -> stats` as kind `name` with these parameters."""
+    def deco(fn: RunFn) -> RunFn:
+        register(ExperimentKind(name, fn, dict(params), doc or (fn.__doc__ or "").strip()))
+        return fn
+    return deco
+
+
+def get_kind(name: str, module: str | None = None) -> ExperimentKind:
+    """The kind called `name`, importing `module` first (where other modules register kinds)."""
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ParameterError(f"module {module!r} (for experiment kind {name!r}) cannot be "
+                                 f"imported: {err}") from err
+    if name not in KINDS:
+        raise ParameterError(f"kind must be a registered experiment kind "
+                             f"({', '.join(sorted(KINDS))}); got {name!r}")
+    return KINDS[name]
+
+
+# ----------------------------------------------------------------------------- multi-token
+
+DT_MAX = 0.02
+# Auto step: dt = min(DT_MAX, DT_KICK / d) keeps the per-layer noise kick sqrt(dt d) sigma
+# and the Ito term (d - 1) dt sigma^2 / 2 of the discrete network small for every d.
+DT_KICK = 0.2
+
+
+def auto_dt(d: int, dt: float | str) -> float:
+    """Layer step of a cell: `dt` itself, or `min(DT_MAX, DT_KICK / d)` for 'auto'."""
+    return min(DT_MAX, DT_KICK / d) if dt == "auto" else float(dt)
+
+
+def outcome_stats(report: clusters.ClusterReport, n: int) -> Stats:
+    """Counts, probabilities and 95% Wilson intervals of each outcome; minority-side law."""
+    runs = report.outcome.shape[0]
+    out: Stats = {}
+    for name, k in report.counts().items():
+        lo, hi = wilson(k, runs)
+        out.update({f"k_{name}": k, f"p_{name}": k / runs, f"p_{name}_lo": float(lo),
+                    f"p_{name}_hi": float(hi)})
+    law = clusters.minority_law(report, n)
+    m = np.arange(1, n // 2 + 1)
+    out["minority"] = [int(c) for c in law]
+    out["minority_mean"] = float((law * m).sum() / law.sum()) if law.sum() else math.nan
+    return out
+
+
+def summary_stats(report: clusters.ClusterReport) -> Stats:
+    """Run averages of the cluster descriptors."""
+    return {
+        "mean_clusters": float(report.n_clusters.mean()),
+        "mean_poles": float(report.n_poles.mean()),
+        "mean_antipodal_fraction": float(np.nanmean(report.antipodal_fraction))
+        if report.antipodal_fraction.size and not np.all(np.isnan(report.antipodal_fraction))
+        else math.nan,
+        "mean_effective_rank": float(report.effective_rank.mean()),
+    }
+
+
+def _model(cell: dict[str, Any], model: str) -> Any:
+    from .params import ModelParams
+
+    common = {"n": cell["n"], "d": cell["d"], "beta": cell["beta"], "attention": cell["attention"]}
+    if model == "noise":
+        return ModelParams(**common, mean="none", sigma=cell["sigma"])
+    if model == "flow":
+        return ModelParams(**common, mean="identity", sigma=0.0)
+    return ModelParams(**common, mean="identity", sigma=cell["sigma"])
+
+
+def multi_token_cell(cell: dict[str, Any], seed: int, model: str) -> Stats:
+    """Simulate `runs` systems of n uniform tokens to depth time T and classify the outcomes at
+    tolerance `tol`, the motion test over the last `window * T`."""
+    from .model import simulate
+    from .params import TimeGrid
+
+    p = _model(cell, model)
+    grid = TimeGrid.make(T=cell["T"], dt=auto_dt(p.d, cell["dt"]))
+    before = min(grid.steps - 1, round(grid.steps * (1.0 - cell["window"])))
+    res = simulate(p, grid, runs=cell["runs"], seed=seed, sampler=cell["sampler"],
+                   scheme=cell["scheme"], checkpoints=[before, grid.steps])
+    g_end, g_before = res.gram[:, -1].numpy(), res.gram[:, 0].numpy()
+    tol = cell["tol"]
+    report = clusters.analyze(g_end, tol, before=g_before)
+    robust = clusters.tolerance_report(g_end, tol, before=g_before)
+    return {
+        "horizon": grid.T, "steps": grid.steps, "layer_dt": grid.dt, "sampler_used": res.sampler,
+        **outcome_stats(report, p.n), **summary_stats(report),
+        "tol_changed_down": robust["changed_down"], "tol_changed_up": robust["changed_up"],
+    }
+
+
+_COMMON: dict[str, Param] = {
+    "n": integer(2, doc="number of tokens"),
+    "d": integer(2, doc="dimension"),
+    "beta": real(0.0, doc="attention strength"),
+    "runs": integer(1, doc="independent systems"),
+    "T": real(0.0, strict=True, doc="horizon in depth time"),
+    "dt": real_or_auto(doc="layer step alpha^2 ('auto': min(0.02, 0.2/d))"),
+    "tol": Param(lambda k, v: clusters.check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
+    "window": fraction(0.1, "motion test over the last window*T"),
+    "attention": choice(("softmax", "usa"), "softmax"),
+    "sampler": choice(("auto", "fast", "full"), "auto"),
+    "scheme": choice(("network", "sde"), "network"),
+}
+_SIGMA = {"sigma": real(0.0, 1.0, doc="noise scale")}
+
+for _name, _model_name, _extra, _doc in (
+    ("multi_token", "noise", _SIGMA, "pure-noise model (M = 0): outcome law of n tokens"),
+    ("multi_token_flow", "flow", {}, "deterministic attention flow (sigma = 0, M = I)"),
+    ("multi_token_hybrid", "hybrid", _SIGMA, "hybrid model (M = I, matrix noise sigma)"),
+):
+    def _run(cell: dict[str, Any], seed: int, _m: str = _model_name) -> Stats:
+        return multi_token_cell(cell, seed, _m)
+
+    _run.__qualname__ = f"multi_token_cell[{_model_name}]"
+    register(ExperimentKind(_name, _run, {**_COMMON, **_extra}, _doc))
+
+
+@experiment("null", sleep_s=real(0.0, 0.0), x=real(-math.inf, 0.0), runs=integer(1, 1),
+            T=real(0.0, 1.0))
+def null_cell(cell: dict[str, Any], seed: int) -> Stats:
+    """Engine check: `u` is a uniform drawn from `seed`, after sleeping `sleep_s` seconds."""
+    if cell["sleep_s"]:
+        time.sleep(cell["sleep_s"])
+    return {"u": float(np.random.default_rng(seed).random()), "x2": cell["x"] ** 2}
+
+
+def describe(name: str) -> dict[str, Any]:
+    """Parameters of kind `name` with their defaults (required ones as None) and docs."""
+    k = get_kind(name)
+    return {"kind": k.name, "doc": k.doc,
+            "params": {p: {"default": None if s.required else s.default, "doc": s.doc}
+                       for p, s in sorted(k.params.items())}}

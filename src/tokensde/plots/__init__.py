@@ -1,0 +1,1 @@
+"""Figures. Each module plots saved results (tables, arrays); none re-runs a simulation."""

@@ -1,0 +1,172 @@
+"""Arms x seeds: train every (arm, seed) run, then tabulate test accuracy.
+
+Per arm: final test accuracy mean and sample sd over seeds. Per arm other than `default`: the paired
+difference `acc(arm, s) - acc(default, s)` over seeds `s` (same data order, augmentation and
+non-value weights), its mean and 95 % t-interval `mean +- t_{0.975, S-1} sd / sqrt(S)`; the same at
+every epoch, to show how the gap moves.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import multiprocessing as mp
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as st
+
+from ..params import check_int
+from ..store import header
+from .data import ImageData, load_dataset
+from .init import ValueInit
+from .model import ViTConfig
+from .train import TrainConfig, steps_per_epoch, train_run
+
+KIND_COMPARE = "tokensde.vit.compare"
+SUMMARY = "summary.json"
+BASELINE = "default"
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Which data set to load, so that worker processes can load it themselves."""
+
+    name: str
+    data_dir: str | None = None
+    train_subset: int | None = None
+    test_subset: int | None = None
+
+    def load(self) -> ImageData:
+        """The data set (cached per process)."""
+        return _load(self)
+
+
+@functools.lru_cache(maxsize=2)
+def _load(spec: DataSpec) -> ImageData:
+    return load_dataset(spec.name, spec.data_dir, spec.train_subset, spec.test_subset)
+
+
+def run_dir(out: Path, arm: ValueInit, seed: int) -> Path:
+    """Directory of one run: `out/runs/<arm>/seed<seed>` (':' spelt '_')."""
+    return out / "runs" / arm.name.replace(":", "_") / f"seed{seed}"
+
+
+def _job(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arm: ValueInit,
+         where: Path, threads: int) -> dict[str, Any]:
+    return train_run(data.load(), model_cfg, train_cfg, arm, where, threads)
+
+
+def run_all(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[ValueInit],
+            seeds: list[int], out: Path, threads: int = 1, jobs: int = 1,
+            progress: Progress | None = None) -> dict[str, dict[int, dict[str, Any]]]:
+    """Train all runs (finished ones are read back, interrupted ones resume); `{arm: {seed: result}}`.
+
+    With `jobs > 1` runs go to that many worker processes of `threads` threads each; the progress
+    callback then advances once per finished run by its number of steps.
+    """
+    jobs = check_int("jobs", jobs, 1)
+    tasks = [(arm, s) for s in seeds for arm in arms]
+    cfgs = {s: TrainConfig(**{**train_cfg.to_dict(), "seed": s}) for s in seeds}
+    results: dict[str, dict[int, dict[str, Any]]] = {a.name: {} for a in arms}
+    if jobs == 1:
+        for arm, s in tasks:
+            results[arm.name][s] = train_run(data.load(), model_cfg, cfgs[s], arm,
+                                             run_dir(out, arm, s), threads, progress)
+        return results
+    steps = steps_per_epoch(data.load(), train_cfg) * train_cfg.epochs
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_job, data, model_cfg, cfgs[s], arm, run_dir(out, arm, s),
+                               threads): (arm, s) for arm, s in tasks}
+        try:
+            for fut in as_completed(futures):
+                arm, s = futures[fut]
+                results[arm.name][s] = fut.result()
+                if progress is not None:
+                    progress(steps)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return results
+
+
+def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """`(mean, lo, hi)`: Student-t interval `mean +- t_{(1+level)/2, n-1} sd / sqrt(n)` (nan if n < 2)."""
+    x = np.asarray(x, dtype=float)
+    m = float(x.mean())
+    if len(x) < 2:
+        return m, math.nan, math.nan
+    half = float(st.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return m, m - half, m + half
+
+
+def _sd(x: np.ndarray) -> float:
+    return float(np.std(x, ddof=1)) if len(x) > 1 else math.nan
+
+
+def summarize(results: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
+    """Table of final test accuracy per arm and paired differences to `default`, also per epoch."""
+    curves = {a: np.array([[h["test_acc"] for h in runs[s]["history"]] for s in seeds])
+              for a, runs in results.items()}  # (seeds, epochs)
+    arms = {a: {"mean": float(c[:, -1].mean()), "sd": _sd(c[:, -1]), "runs": c[:, -1].tolist(),
+                "curve_mean": c.mean(0).tolist(), "curves": c.tolist()} for a, c in curves.items()}
+    paired = {}
+    if BASELINE in curves:
+        for a, c in curves.items():
+            if a == BASELINE:
+                continue
+            diff = c - curves[BASELINE]
+            per_epoch = [t_interval(diff[:, e]) for e in range(diff.shape[1])]
+            m, lo, hi = per_epoch[-1]
+            paired[a] = {"mean": m, "lo": lo, "hi": hi, "diffs": diff[:, -1].tolist(),
+                         "per_epoch": [{"mean": p[0], "lo": p[1], "hi": p[2]} for p in per_epoch]}
+    return {"arms": arms, "paired": paired, "seeds": list(seeds)}
+
+
+def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[ValueInit],
+            seeds: list[int], out: str | Path, threads: int = 1, jobs: int = 1,
+            progress: Progress | None = None) -> dict[str, Any]:
+    """Run every arm on every seed and return the summary (with a header saying how it was made)."""
+    out = Path(out)
+    results = run_all(data, model_cfg, train_cfg, arms, seeds, out, threads, jobs, progress)
+    info = next(iter(next(iter(results.values())).values()))["run"]["data"]
+    meta = header(KIND_COMPARE, dataset=data.name, data=info, data_spec=asdict(data),
+                  model=model_cfg.to_dict(), train={**train_cfg.to_dict(), "seed": None},
+                  epochs=train_cfg.epochs, arm_names=[a.name for a in arms], threads=threads,
+                  jobs=jobs)
+    return {**meta, **summarize(results, seeds)}
+
+
+def compact(summary: dict[str, Any]) -> dict[str, Any]:
+    """The `--json` shape: `{"arms": {ARM: {"mean", "sd", "runs"}}, "dataset", "epochs"}`."""
+    arms = {a: {k: v[k] for k in ("mean", "sd", "runs")} for a, v in summary["arms"].items()}
+    return {"arms": arms, "dataset": summary["dataset"], "epochs": summary["epochs"]}
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.2f}"
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """Markdown tables: final accuracy per arm, then the paired gap to `default` at every epoch."""
+    seeds = len(summary["seeds"])
+    lines = [f"| arm | test accuracy % (mean ± sd, {seeds} seeds) | paired diff to default, "
+             "points [95 % t-interval] |", "|---|---|---|"]
+    for a, v in summary["arms"].items():
+        p = summary["paired"].get(a)
+        gap = "—" if p is None else f"{_pct(p['mean'])} [{_pct(p['lo'])}, {_pct(p['hi'])}]"
+        lines.append(f"| {a} | {_pct(v['mean'])} ± {_pct(v['sd'])} | {gap} |")
+    if summary["paired"]:
+        epochs = len(next(iter(summary["arms"].values()))["curve_mean"])
+        lines += ["", "| paired diff to default (points) by epoch | "
+                  + " | ".join(str(e + 1) for e in range(epochs)) + " |",
+                  "|---|" + "---|" * epochs]
+        for a, p in summary["paired"].items():
+            lines.append(f"| {a} | " + " | ".join(_pct(q["mean"]) for q in p["per_epoch"]) + " |")
+    return "\n".join(lines) + "\n"

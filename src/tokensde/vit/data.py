@@ -1,0 +1,202 @@
+"""Image data sets read from local files only (no downloads).
+
+- `fashion-mnist`: Debian's `dataset-fashion-mnist` (IDX `.gz` files in
+  /usr/share/datasets/fashion-mnist), 60000 + 10000 grey 28x28 images;
+- `cifar10`: the standard "CIFAR-10 python version" pickles (`data_batch_1..5`, `test_batch`) in
+  a directory the user gives; 50000 + 10000 colour 32x32 images;
+- `digits`: scikit-learn's bundled 8x8 digits (1797 images), split 1437 / 360 with a fixed seed.
+
+Images come out as float32 `(N, C, H, W)`, standardised per channel with the training set's mean and
+standard deviation; labels as int64 `(N,)`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..params import check_choice, check_int
+
+DATASETS: tuple[str, ...] = ("fashion-mnist", "cifar10", "digits")
+FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+FASHION_FILES = {
+    "x_train": "train-images-idx3-ubyte.gz", "y_train": "train-labels-idx1-ubyte.gz",
+    "x_test": "t10k-images-idx3-ubyte.gz", "y_test": "t10k-labels-idx1-ubyte.gz",
+}
+CIFAR_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+CIFAR_TEST = "test_batch"
+IDX_MAGIC = {3: 2051, 1: 2049}  # IDX magic number by number of dimensions (images, labels)
+DIGITS_TEST = 360
+# Light augmentation per data set: random shift of up to `shift` pixels, random horizontal flip.
+AUGMENT: dict[str, tuple[int, bool]] = {"fashion-mnist": (2, False), "cifar10": (2, True),
+                                        "digits": (1, False)}
+
+HOW_TO_GET = {
+    "fashion-mnist": "install it with `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), "
+                     f"which puts the files in {FASHION_DIR}, or pass --data-dir to a directory "
+                     "holding " + ", ".join(FASHION_FILES.values()),
+    "cifar10": "download 'CIFAR-10 python version' (cifar-10-python.tar.gz) from "
+               "https://www.cs.toronto.edu/~kriz/cifar.html on a machine with network access, "
+               "unpack it and pass --data-dir to the cifar-10-batches-py directory",
+}
+
+
+class DatasetMissing(FileNotFoundError):
+    """A data set's files are not where they were looked for; the message says how to get them."""
+
+
+class DatasetError(ValueError):
+    """A data set file that exists but cannot be read (corrupt or of the wrong format)."""
+
+
+@dataclass(frozen=True, eq=False)
+class ImageData:
+    """Train and test images `(N, C, H, W)` float32, labels `(N,)` int64, and where they came from."""
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    classes: int
+    info: dict[str, Any] = field(default_factory=dict)
+    shift: int = 0
+    flip: bool = False
+
+    @property
+    def channels(self) -> int:
+        """Colour channels C."""
+        return int(self.x_train.shape[1])
+
+    @property
+    def image_size(self) -> int:
+        """Side H = W of the (square) images."""
+        return int(self.x_train.shape[-1])
+
+
+def _missing(name: str, path: Path) -> DatasetMissing:
+    return DatasetMissing(f"{name} data set not found: {path} does not exist; {HOW_TO_GET[name]}")
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read a gzip-compressed IDX file (unsigned bytes) into an array of its stated shape."""
+    with gzip.open(path, "rb") as fh:
+        raw = fh.read()
+    if len(raw) < 8 or raw[:2] != b"\0\0" or raw[2] != 0x08:
+        raise DatasetError(f"{path} is not an IDX file of unsigned bytes")
+    ndim = raw[3]
+    dims = np.frombuffer(raw, dtype=">u4", count=ndim, offset=4).astype(int)
+    start = 4 + 4 * ndim
+    if int.from_bytes(raw[:4], "big") != IDX_MAGIC.get(ndim) or len(raw) != start + dims.prod():
+        raise DatasetError(f"{path} has a bad IDX header or length (dims {dims.tolist()})")
+    return np.frombuffer(raw, dtype=np.uint8, offset=start).reshape(dims)
+
+
+def read_fashion_mnist(data_dir: str | Path | None = None) -> dict[str, np.ndarray]:
+    """The four Fashion-MNIST arrays: uint8 images `(N, 28, 28)` and labels `(N,)`."""
+    root = Path(data_dir) if data_dir is not None else FASHION_DIR
+    out = {}
+    for key, fname in FASHION_FILES.items():
+        path = root / fname
+        if not path.is_file():
+            raise _missing("fashion-mnist", path)
+        out[key] = read_idx(path)
+    return out
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickle only dicts, lists, bytes and numpy arrays: CIFAR files cannot run code."""
+
+    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"),
+               ("numpy._core.multiarray", "_reconstruct")}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+        return super().find_class(module, name)
+
+
+def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """One CIFAR-10 python batch: uint8 images `(N, 3, 32, 32)` and int64 labels `(N,)`."""
+    try:
+        with open(path, "rb") as fh:
+            batch = _ArrayUnpickler(fh, encoding="bytes").load()
+        data = np.asarray(batch[b"data"], dtype=np.uint8)
+        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
+        raise DatasetError(f"{path} is not a CIFAR-10 python batch: {err}") from err
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(labels) != len(data):
+        raise DatasetError(f"{path}: expected data (N, 3072) and N labels; got {data.shape} and "
+                           f"{len(labels)} labels")
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def read_cifar10(data_dir: str | Path | None) -> dict[str, np.ndarray]:
+    """CIFAR-10 from `data_dir` (or its `cifar-10-batches-py` sub-directory)."""
+    if data_dir is None:
+        raise DatasetMissing(f"cifar10 needs --data-dir; {HOW_TO_GET['cifar10']}")
+    root = Path(data_dir)
+    if not (root / CIFAR_TEST).is_file() and (root / "cifar-10-batches-py").is_dir():
+        root = root / "cifar-10-batches-py"
+    for fname in (*CIFAR_TRAIN, CIFAR_TEST):
+        if not (root / fname).is_file():
+            raise _missing("cifar10", root / fname)
+    train = [read_cifar_batch(root / f) for f in CIFAR_TRAIN]
+    x_test, y_test = read_cifar_batch(root / CIFAR_TEST)
+    return {"x_train": np.concatenate([x for x, _ in train]),
+            "y_train": np.concatenate([y for _, y in train]), "x_test": x_test, "y_test": y_test}
+
+
+def read_digits() -> dict[str, np.ndarray]:
+    """scikit-learn's digits, 0..16 grey levels `(N, 8, 8)`, split by a fixed permutation."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    order = np.random.default_rng(0).permutation(len(bunch.target))
+    test, train = order[:DIGITS_TEST], order[DIGITS_TEST:]
+    x, y = bunch.images.astype(np.float32), bunch.target.astype(np.int64)
+    return {"x_train": x[train], "y_train": y[train], "x_test": x[test], "y_test": y[test]}
+
+
+def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """`(x - mean_c) / std_c` with per-channel statistics of the training images, as (N, C, H, W)."""
+    def nchw(x: np.ndarray) -> np.ndarray:
+        return (x[:, None] if x.ndim == 3 else x).astype(np.float32)
+
+    tr, te = nchw(x_train), nchw(x_test)
+    mean = tr.mean(axis=(0, 2, 3), keepdims=True)
+    std = tr.std(axis=(0, 2, 3), keepdims=True) + 1e-8
+    stats = {"mean": mean.ravel().tolist(), "std": std.ravel().tolist()}
+    return torch.from_numpy((tr - mean) / std), torch.from_numpy((te - mean) / std), stats
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None, train_subset: int | None = None,
+                 test_subset: int | None = None) -> ImageData:
+    """Load `name` (one of DATASETS); keep the first `train_subset` / `test_subset` images."""
+    check_choice("dataset", name, DATASETS)
+    if name == "fashion-mnist":
+        arrays, source = read_fashion_mnist(data_dir), str(data_dir or FASHION_DIR)
+    elif name == "cifar10":
+        arrays, source = read_cifar10(data_dir), str(data_dir)
+    else:
+        arrays, source = read_digits(), "sklearn.datasets.load_digits"
+    sizes = {}
+    for part, limit in (("train", train_subset), ("test", test_subset)):
+        total = len(arrays[f"y_{part}"])
+        keep = total if limit is None else min(check_int(f"{part}_subset", limit, 1), total)
+        for key in (f"x_{part}", f"y_{part}"):
+            arrays[key] = arrays[key][:keep]
+        sizes[part] = f"first {keep} of {total}"
+    x_train, x_test, stats = standardise(arrays["x_train"], arrays["x_test"])
+    shift, flip = AUGMENT[name]
+    info = {"dataset": name, "source": source, "train": sizes["train"], "test": sizes["test"],
+            "normalisation": stats, "augment": {"shift": shift, "flip": flip}}
+    labels = {k: torch.from_numpy(arrays[k].astype(np.int64)) for k in ("y_train", "y_test")}
+    return ImageData(name, x_train, labels["y_train"], x_test, labels["y_test"], 10, info,
+                     shift, flip)

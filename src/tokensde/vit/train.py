@@ -1,0 +1,221 @@
+"""Train one ViT arm on one seed: AdamW, warm-up + cosine decay, label smoothing, light augmentation.
+
+A run lives in its own directory: `checkpoint.pt` (model, optimiser, history) written atomically at
+the end of every epoch, `log.jsonl` (one line per finished epoch, rewritten from the checkpoint's
+history, so it never disagrees with it) and `result.json` once the run is complete. Starting a run
+whose directory holds a checkpoint of the same run resumes after its last finished epoch; the data
+order and augmentation of epoch `e` come from `derive_seed(seed, 1, e)`, so a resumed run repeats
+exactly what an uninterrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..params import ParameterError, check_int, check_real
+from ..rng import derive_seed
+from ..store import StoreError, atomic_write, check_meta, header
+from .data import ImageData
+from .init import ValueInit, make_model
+from .model import ViT, ViTConfig
+
+KIND_CHECKPOINT = "tokensde.vit.checkpoint"
+KIND_RUN = "tokensde.vit.run"
+CHECKPOINT, LOG, RESULT = "checkpoint.pt", "log.jsonl", "result.json"
+EPOCH_STREAM = 1  # child-seed key of an epoch's data order and augmentation
+EVAL_BATCH = 1000
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation of one run. `warmup` is the fraction of all steps with a linear warm-up."""
+
+    epochs: int = 5
+    batch_size: int = 128
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup: float = 0.1
+    label_smoothing: float = 0.1
+    augment: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("epochs", self.epochs, 1)
+        check_int("batch_size", self.batch_size, 1)
+        check_int("seed", self.seed, 0)
+        check_real("lr", self.lr, 0.0, strict=True)
+        check_real("weight_decay", self.weight_decay, 0.0)
+        for name in ("warmup", "label_smoothing"):
+            if not 0.0 <= check_real(name, getattr(self, name)) < 1.0:
+                raise ParameterError(f"{name} must be in [0, 1); got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return asdict(self)
+
+
+def lr_at(step: int, total: int, warmup: float, base: float) -> float:
+    """Learning rate at `step` (0-based): `base (step+1)/w` for step < w = ceil(warmup total),
+    then `base (1 + cos(pi (step - w) / (total - w))) / 2`."""
+    w = math.ceil(warmup * total)
+    if step < w:
+        return base * (step + 1) / w
+    return base * 0.5 * (1.0 + math.cos(math.pi * (step - w) / max(1, total - w)))
+
+
+def augment(x: torch.Tensor, shift: int, flip: bool, gen: torch.Generator) -> torch.Tensor:
+    """Shift each image `(B, C, H, W)` by up to `shift` pixels (zero fill), flip half if `flip`."""
+    B, _, H, W = x.shape
+    if shift > 0:
+        padded = F.pad(x, (shift, shift, shift, shift))
+        dy, dx = (torch.randint(0, 2 * shift + 1, (2, B), generator=gen))
+        rows = (dy[:, None] + torch.arange(H))[:, None, :, None]
+        cols = (dx[:, None] + torch.arange(W))[:, None, None, :]
+        x = padded[torch.arange(B)[:, None, None, None], torch.arange(x.shape[1])[None, :, None, None],
+                   rows, cols]
+    if flip:
+        mask = torch.rand(B, generator=gen) < 0.5
+        x = torch.where(mask[:, None, None, None], x.flip(-1), x)
+    return x
+
+
+@torch.no_grad()
+def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """Mean cross-entropy (no smoothing) and accuracy of `model` on images `x`, labels `y`."""
+    model.eval()
+    loss, correct = 0.0, 0
+    for i in range(0, len(y), EVAL_BATCH):
+        logits = model(x[i:i + EVAL_BATCH])
+        loss += F.cross_entropy(logits, y[i:i + EVAL_BATCH], reduction="sum").item()
+        correct += int((logits.argmax(-1) == y[i:i + EVAL_BATCH]).sum())
+    return {"loss": loss / len(y), "acc": correct / len(y)}
+
+
+def make_optimizer(model: ViT, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on the matrices only (not on norms, biases, class token, positions)."""
+    decay, rest = [], []
+    for name, p in model.named_parameters():
+        (decay if p.ndim >= 2 and name not in ("pos", "cls_token") else rest).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr)
+
+
+def steps_per_epoch(data: ImageData, cfg: TrainConfig) -> int:
+    """Optimiser steps in one epoch (the last batch may be short)."""
+    return math.ceil(len(data.y_train) / cfg.batch_size)
+
+
+def train_epoch(model: ViT, opt: torch.optim.Optimizer, data: ImageData, cfg: TrainConfig,
+                epoch: int, progress: Progress | None = None) -> dict[str, float]:
+    """One pass over the training images in the order of `derive_seed(seed, 1, epoch)`."""
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, EPOCH_STREAM, epoch))
+    per_epoch = steps_per_epoch(data, cfg)
+    total = per_epoch * cfg.epochs
+    order = torch.randperm(len(data.y_train), generator=gen)
+    model.train()
+    loss_sum, correct, lr = 0.0, 0, cfg.lr
+    for k in range(per_epoch):
+        idx = order[k * cfg.batch_size:(k + 1) * cfg.batch_size]
+        x, y = data.x_train[idx], data.y_train[idx]
+        if cfg.augment:
+            x = augment(x, data.shift, data.flip, gen)
+        lr = lr_at(epoch * per_epoch + k, total, cfg.warmup, cfg.lr)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        logits = model(x)
+        loss = F.cross_entropy(logits, y, label_smoothing=cfg.label_smoothing)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss_sum += loss.item() * len(y)
+        correct += int((logits.argmax(-1) == y).sum())
+        if progress is not None:
+            progress(1)
+    n = len(data.y_train)
+    return {"train_loss": loss_sum / n, "train_acc": correct / n, "lr": lr}
+
+
+def run_spec(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
+             arm: ValueInit) -> dict[str, Any]:
+    """Everything that defines a run (a checkpoint resumes only the same run)."""
+    return {"arm": arm.name, "model": model_cfg.to_dict(), "train": train_cfg.to_dict(),
+            "data": data.info}
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1) + "\n"))
+
+
+def _write_log(path: Path, history: list[dict[str, Any]]) -> None:
+    text = "".join(json.dumps(rec) + "\n" for rec in history)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def load_checkpoint(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """Read a checkpoint and check it belongs to the run `spec`."""
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as err:  # torch raises several types for a damaged file
+        raise StoreError(f"{path} is not a readable checkpoint ({err}); delete it to start over"
+                         ) from err
+    meta = check_meta(state.get("meta") if isinstance(state, dict) else None, KIND_CHECKPOINT,
+                      str(path))
+    if meta["run"] != json.loads(json.dumps(spec)):
+        keys = sorted(k for k in spec if meta["run"].get(k) != json.loads(json.dumps(spec[k])))
+        raise ParameterError(f"{path} is a checkpoint of a different run (differs in "
+                             f"{', '.join(keys)}); use another output directory or delete it")
+    return state
+
+
+def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
+              arm: ValueInit | str, run_dir: str | Path, threads: int = 1,
+              progress: Progress | None = None) -> dict[str, Any]:
+    """Train (or resume, or just read back) one run; return its result with the epoch history."""
+    arm = arm if isinstance(arm, ValueInit) else ValueInit.parse(arm)
+    torch.set_num_threads(check_int("threads", threads, 1))
+    run_dir = Path(run_dir)
+    spec = run_spec(data, model_cfg, train_cfg, arm)
+    result_path, ckpt_path = run_dir / RESULT, run_dir / CHECKPOINT
+    if result_path.is_file():
+        result = json.loads(result_path.read_text())
+        check_meta(result, KIND_RUN, str(result_path))
+        if result["run"] == json.loads(json.dumps(spec)):
+            if progress is not None:
+                progress(steps_per_epoch(data, train_cfg) * train_cfg.epochs)
+            return result
+    model = make_model(model_cfg, arm, train_cfg.seed)
+    opt = make_optimizer(model, train_cfg)
+    history: list[dict[str, Any]] = []
+    if ckpt_path.is_file():
+        state = load_checkpoint(ckpt_path, spec)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        history = list(state["history"])
+        _write_log(run_dir / LOG, history)
+        if progress is not None:
+            progress(steps_per_epoch(data, train_cfg) * len(history))
+    for epoch in range(len(history), train_cfg.epochs):
+        start = time.perf_counter()
+        rec = train_epoch(model, opt, data, train_cfg, epoch, progress)
+        test = evaluate(model, data.x_test, data.y_test)
+        history.append({"arm": arm.name, "seed": train_cfg.seed, "epoch": epoch + 1, **rec,
+                        "test_loss": test["loss"], "test_acc": test["acc"],
+                        "seconds": time.perf_counter() - start})
+        state = {"meta": header(KIND_CHECKPOINT, run=spec), "model": model.state_dict(),
+                 "optimizer": opt.state_dict(), "history": history}
+        atomic_write(ckpt_path, lambda tmp, s=state: torch.save(s, tmp))
+        _write_log(run_dir / LOG, history)
+    result = header(KIND_RUN, run=spec, threads=threads, final=history[-1], history=history)
+    _write_json(result_path, result)
+    return result

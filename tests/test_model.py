@@ -1,0 +1,202 @@
+"""The batched simulator: geometry, reproducibility, and the physics claims of spec §2 and §5."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from tokensde import ModelParams, ParameterError, simulate
+from tokensde.layers import attention_weights, network_step
+from tokensde.rng import RunStreams
+from tokensde.samplers import choose_sampler, fast_noise, full_noise
+from tokensde.stats import wilson
+
+
+def unit_sphere_error(x: torch.Tensor) -> float:
+    return float((torch.linalg.vector_norm(x, dim=-1) - 1).abs().max())
+
+
+def test_tokens_stay_on_sphere_over_1e4_layers():
+    p = ModelParams(n=6, d=5, beta=2.0, mean="identity", sigma=1.0)
+    res = simulate(p, layers=10_000, runs=8, seed=3, record=("gram", "tokens"), checkpoints=5)
+    assert unit_sphere_error(res.x) < 1e-12
+    assert unit_sphere_error(res.tokens) < 1e-12
+    diag = torch.diagonal(res.gram, dim1=-2, dim2=-1)
+    assert float((diag - 1).abs().max()) < 1e-12
+
+
+@pytest.mark.parametrize("scheme", ["network", "sde"])
+def test_huge_beta_is_finite(scheme):
+    p = ModelParams(n=8, d=4, beta=1e4)
+    res = simulate(p, T=2.0, dt=0.01, runs=16, seed=1, scheme=scheme)
+    assert torch.isfinite(res.x).all() and torch.isfinite(res.gram).all()
+    assert unit_sphere_error(res.x) < 1e-12
+
+
+def test_softmax_attention_rows_and_causal_mask():
+    x = torch.nn.functional.normalize(torch.randn(3, 5, 4, dtype=torch.float64), dim=-1)
+    p = ModelParams(n=5, d=4, beta=1e4, causal=True)
+    a = attention_weights(x, p)
+    assert torch.allclose(a.sum(-1), torch.ones(3, 5, dtype=torch.float64))
+    assert float(a.triu(1).abs().max()) == 0.0
+    # beta -> infinity: each token attends to itself (its own logit is the largest)
+    assert torch.allclose(torch.diagonal(a, dim1=-2, dim2=-1), torch.ones(3, 5, dtype=torch.float64))
+    usa = attention_weights(x, ModelParams(n=5, d=4, beta=0.7, attention="usa"))
+    expected = torch.exp(0.7 * x @ x.transpose(-1, -2)) / 5
+    assert torch.allclose(usa, expected)
+
+
+def test_query_key_matrices_enter_as_bilinear_form():
+    rng = np.random.default_rng(0)
+    q, k = rng.normal(size=(3, 3)), rng.normal(size=(3, 3))
+    x = torch.nn.functional.normalize(torch.randn(2, 4, 3, dtype=torch.float64), dim=-1)
+    a = attention_weights(x, ModelParams(n=4, d=3, beta=1.3, Q=q, K=k))
+    qx, kx = x @ torch.tensor(q).T, x @ torch.tensor(k).T
+    ref = torch.softmax(1.3 * qx @ kx.transpose(-1, -2), dim=-1)
+    assert torch.allclose(a, ref)
+
+
+def test_same_seed_same_numbers_whatever_the_batching():
+    p = ModelParams(n=3, d=6, beta=1.5)
+    ref = simulate(p, layers=40, runs=600, seed=11, checkpoints=4)
+    for bs in (256, 512, 10):
+        other = simulate(p, layers=40, runs=600, seed=11, checkpoints=4, batch_size=bs)
+        assert torch.equal(ref.gram, other.gram), bs
+    assert not torch.equal(ref.gram, simulate(p, layers=40, runs=600, seed=12, checkpoints=4).gram)
+
+
+def test_two_token_pair_init_and_result_fields():
+    res = simulate(ModelParams(n=2, d=4), layers=10, runs=5, init="pair", rho0=-0.3, seed=0,
+                   checkpoints=[0, 5, 10])
+    np.testing.assert_allclose(res.rho()[:, 0].numpy(), -0.3, atol=1e-15)
+    assert res.gram.shape == (5, 3, 2, 2) and res.x.shape == (5, 2, 4)
+    np.testing.assert_allclose(res.times, [0.0, 0.5, 1.0])
+    meta = res.metadata()
+    assert meta["seed"] == 0 and meta["params"]["d"] == 4 and meta["sampler"] == "fast"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [
+        ({"runs": 0}, "runs must be an integer >= 1"),
+        ({"seed": -1}, "seed must be an integer >= 0"),
+        ({"sampler": "exact"}, "sampler must be one of"),
+        ({"scheme": "rk4"}, "scheme must be one of network, sde"),
+        ({"dtype": "float16"}, "dtype must be one of float64, float32"),
+        ({"device": "tpu"}, "device must be"),
+        ({"init": "pair"}, "init='pair' needs rho0"),
+        ({"init": "pair", "rho0": 1.5}, "rho0 must be"),
+        ({"init": np.zeros((2, 3))}, "non-zero token vectors"),
+        ({"init": np.ones((4, 3))}, "init array must have shape"),
+        ({"checkpoints": [0, 99]}, "checkpoints must be layer indices in"),
+        ({"record": ("energy",)}, "record must be a subset"),
+    ],
+)
+def test_simulate_rejects_bad_arguments(kwargs, msg):
+    args = {"layers": 10, "runs": 2, **kwargs}
+    with pytest.raises(ParameterError, match=msg):
+        simulate(ModelParams(n=2, d=3), **args)
+
+
+def test_sampler_choice():
+    assert choose_sampler(ModelParams(n=2, d=64)) == "fast"
+    assert choose_sampler(ModelParams(n=16, d=3)) == "full"
+    assert choose_sampler(ModelParams(n=2, d=64, law="uniform")) == "full"
+    with pytest.raises(ParameterError, match="sampler='fast' needs noise='matrix'"):
+        choose_sampler(ModelParams(n=2, d=8, noise="symmetric"), "fast")
+
+
+def _rho_after(sampler, scale=1.0, runs=6000, seed=0):
+    p = ModelParams(n=2, d=16, beta=1.0, sigma=scale)
+    res = simulate(p, layers=8, alpha=0.15, runs=runs, init="pair", rho0=0.2, seed=seed,
+                   sampler=sampler)
+    return res.rho()[:, -1].numpy()
+
+
+def test_fast_and_full_samplers_have_the_same_law():
+    fast, full = _rho_after("fast", seed=1), _rho_after("full", seed=2)
+    assert stats.ks_2samp(fast, full).pvalue > 0.01
+    # the same test detects noise whose variance is off by 10 %
+    off = _rho_after("full", scale=math.sqrt(1.1), seed=3)
+    assert stats.ks_2samp(fast, off).pvalue < 1e-3
+
+
+def _one_layer_moments(sampler, rho, d, beta, dt, runs):
+    """E[drho]/dt and E[drho^2]/dt after one layer, with antithetic noise pairs (xi, -xi)."""
+    p = ModelParams(n=2, d=d, beta=beta)
+    rs = RunStreams(seed=7, runs=runs)
+    x = torch.zeros(runs, 2, d, dtype=torch.float64)
+    x[:, 0, 0] = 1.0
+    x[:, 1, 0], x[:, 1, 1] = rho, math.sqrt(1 - rho * rho)
+    y = attention_weights(x, p) @ x
+    xi = sampler(y, p, rs)
+    deltas = []
+    for sign in (1.0, -1.0):
+        z = network_step(x, y, sign * xi, p, dt)
+        deltas.append((z[:, 0] * z[:, 1]).sum(-1) - rho)
+    drift = 0.5 * (deltas[0] + deltas[1]) / dt
+    second = 0.5 * (deltas[0] ** 2 + deltas[1] ** 2) / dt
+    return drift.numpy(), second.numpy()
+
+
+def spec_drift_diffusion(rho, d, beta, sigma=1.0):
+    """Spec §5: drift and squared diffusion coefficient of rho."""
+    p = math.exp(beta) / (math.exp(beta) + math.exp(beta * rho))
+    q = 1 - p
+    s, m = p * p + q * q, 2 * p * q
+    return sigma**2 * (1 - rho**2) * ((d - 2) * m - s * rho), 2 * s * sigma**2 * (1 - rho**2) ** 2
+
+
+@pytest.mark.parametrize("sampler", [fast_noise, full_noise])
+@pytest.mark.parametrize("rho", [-0.7, 0.0, 0.5])
+def test_one_layer_moments_match_spec_drift_and_diffusion(sampler, rho):
+    d, beta, dt, runs = 6, 1.0, 2e-4, 40_000
+    drift, second = _one_layer_moments(sampler, rho, d, beta, dt, runs)
+    b, a = spec_drift_diffusion(rho, d, beta)
+    se_b, se_a = drift.std() / math.sqrt(runs), second.std() / math.sqrt(runs)
+    # precise enough that a 10 % error in either coefficient would fail
+    assert 4 * se_b < 0.1 * abs(b) and 4 * se_a < 0.1 * a
+    assert abs(drift.mean() - b) < 4 * se_b + 0.01 * abs(b)
+    assert abs(second.mean() - a) < 4 * se_a + 0.01 * a
+
+
+def test_deterministic_flow_ends_in_one_cluster():
+    p = ModelParams(n=16, d=3, beta=1.0, sigma=0.0, mean="identity")
+    res = simulate(p, T=40.0, dt=0.1, runs=300, seed=5)
+    g = res.gram[:, -1]
+    one_cluster = (g > 1 - 1e-3).flatten(1).all(1).float().mean()
+    assert one_cluster >= 0.99
+
+
+def test_pure_noise_at_large_beta_ends_bipolar_in_most_runs():
+    p = ModelParams(n=16, d=3, beta=3.0, sigma=1.0)
+    res = simulate(p, T=20.0, dt=0.02, runs=200, seed=5)
+    g = res.gram[:, -1].flatten(1)
+    bipolar = ((g.abs() > 1 - 1e-3).all(1) & (g < -1 + 1e-3).any(1)).sum().item()
+    lo, _ = wilson(bipolar, 200)
+    assert lo > 0.5
+
+
+def test_fast_sampler_is_exact_for_rank_deficient_tokens():
+    """Merged (x_2 = x_1) and antipodal (x_3 = -x_1) tokens: the factor reproduces Y Y^T exactly,
+    merged tokens stay merged, and fast and full agree in law after one layer."""
+    from tokensde.samplers import gram_factor
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.nn.functional.normalize(torch.randn(4, 5, generator=g, dtype=torch.float64), dim=-1)
+    base[1], base[2] = base[0], -base[0]
+    runs = 4000
+    x0 = base.expand(runs, 4, 5).clone()
+    y = attention_weights(x0, ModelParams(n=4, d=5, beta=1.0)) @ x0
+    c = gram_factor(y)
+    assert float((c @ c.transpose(-1, -2) - y @ y.transpose(-1, -2)).abs().max()) < 1e-14
+    p = ModelParams(n=4, d=5, beta=1.0)
+    out = {}
+    for i, s in enumerate(("fast", "full")):
+        res = simulate(p, layers=3, alpha=0.3, runs=runs, init=x0, seed=i, sampler=s)
+        gram = res.gram[:, -1]
+        assert float((gram[:, 0, 1] - 1).abs().max()) < 1e-12  # merged stays merged
+        out[s] = gram[:, 0, 3].numpy()
+    assert stats.ks_2samp(out["fast"], out["full"]).pvalue > 0.01
