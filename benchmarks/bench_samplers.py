@@ -39,7 +39,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"R = {args.runs}, {args.layers} layers, torch {torch.__version__}, "
           f"{args.threads} threads")
-    print(f"| n | d | dtype | full (run-layers/s) | fast (run-layers/s) | fast/full | target |")
+    print("| n | d | dtype | full (run-layers/s) | fast (run-layers/s) | fast/full | target |")
     print("|---|---|---|---|---|---|---|")
     for n, d in CASES:
         p = ModelParams(n=n, d=d, beta=1.0)

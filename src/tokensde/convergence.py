@@ -103,10 +103,10 @@ class Problem:
 
 PROBLEMS: dict[str, Problem] = {
     "two_tokens": Problem(
-        "two_tokens", ModelParams(n=2, d=3, beta=1.0), T=1.0, init="pair", rho0=0.0,
+        "two_tokens", ModelParams(n=2, d=3, beta=1.0), T=2.0, init="pair", rho0=0.0,
         statistics={"pair_mean": "E[rho_T]", "pair_square_mean": "E[rho_T^2]"}),
     "eight_tokens": Problem(
-        "eight_tokens", ModelParams(n=8, d=3, beta=1.0), T=1.0, init="uniform",
+        "eight_tokens", ModelParams(n=8, d=3, beta=1.0), T=2.0, init="uniform",
         statistics={"pair_mean": "E mean<x_i,x_j>", "pair_square_mean": "E mean<x_i,x_j>^2"}),
 }
 
@@ -135,9 +135,10 @@ def uniform_from_gaussian(v: torch.Tensor, sigma: float) -> torch.Tensor:
 class CoupledSamples:
     """Per-run values from one pass over a shared Brownian path.
 
-    `net`: statistic values of the networks `(laws, levels, stats, runs)`; `ref_fine`, `ref_half`:
-    of the SDE on the fine grid and on the grid twice as coarse `(stats, runs)`; `sq_err`: the
-    per-run `mean_i |x_i^L - x_i^fine|^2` `(laws, levels, runs)`.
+    `net`: statistic values of the networks at time T `(laws, levels, stats, runs)`; `ref_fine`,
+    `ref_half`: of the SDE on the fine grid and on the grid twice as coarse `(stats, runs)`;
+    `sq_err`: the per-run `mean_i |x_i^L(t) - x_i^fine(t)|^2` at the times `strong_at * T`
+    `(times, laws, levels, runs)`.
     """
 
     levels: tuple[int, ...]
@@ -147,12 +148,22 @@ class CoupledSamples:
     ref_fine: np.ndarray
     ref_half: np.ndarray
     sq_err: np.ndarray
+    strong_at: tuple[float, ...] = (1.0,)
 
 
-def _pass(x0: torch.Tensor, p: ModelParams, T: float, levels: tuple[int, ...], ref_steps: int,
-          rs: RunStreams, laws: tuple[str, ...], progress: Progress | None
-          ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
-    """Advance the fine SDE, the half-fine SDE and every (law, level) network on one path."""
+def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[int],
+                   ref_steps: int, rs: RunStreams, laws: Sequence[str] = LAWS,
+                   progress: Progress | None = None,
+                   on_step: Callable[[int, dict[tuple[str, int], torch.Tensor], torch.Tensor],
+                                     None] | None = None,
+                   ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Final states `(runs, n, d)` of every (law, level) network, of the SDE on the fine grid
+    (`ref_steps` steps over `[0, T]`) and of the SDE on the grid twice as coarse, all driven by one
+    Brownian path: fine step `j` draws `dW_j = sigma sqrt(h) Z_j`, `Z_j = rs.normal(d, d)`.
+
+    `on_step(j, nets, fine)` is called after fine step `j` (every network has then done the
+    layers that end at or before `j h`)."""
+    levels = check_levels(levels, ref_steps)
     h = T / ref_steps
     sig, d = p.sigma, p.d
     fine, half = x0.clone(), x0.clone()
@@ -179,6 +190,8 @@ def _pass(x0: torch.Tensor, p: ModelParams, T: float, levels: tuple[int, ...], r
                     y = attention_output(x, p)
                     nets[law, L] = network_step(x, y, apply_matrices(y, v), p, m * h)
             a.zero_()
+        if on_step is not None:
+            on_step(j, nets, fine)
         if progress is not None:
             progress(x0.shape[0])
     return nets, fine, half
@@ -187,20 +200,30 @@ def _pass(x0: torch.Tensor, p: ModelParams, T: float, levels: tuple[int, ...], r
 def coupled_samples(
     problem: Problem,
     levels: Sequence[int] = LEVELS,
-    ref_steps: int = 4096,
+    ref_steps: int = 2048,
     runs: int = 1024,
     seed: int = 0,
     laws: Sequence[str] = LAWS,
+    start: int = 0,
+    stop: int | None = None,
+    strong_at: Sequence[float] = (1.0,),
     batch_size: int = 4096,
     progress: Progress | None = None,
 ) -> CoupledSamples:
-    """Run every level and both references on shared Brownian paths; per-run statistics.
+    """Runs `[start, stop)` of a `runs`-run experiment: every level and both references on shared
+    Brownian paths, reduced to per-run statistics (strong errors at the times `strong_at * T`,
+    fractions in (0, 1] that put a layer boundary of every level on the time).
 
-    Runs are cut into batches of whole `RUN_BLOCK`s, so the numbers depend only on `seed`.
+    Runs are cut into batches of whole `RUN_BLOCK`s, so the numbers depend only on `seed` and the
+    run index, never on `start`, `stop` or `batch_size`.
     """
     lv = check_levels(levels, ref_steps)
     runs = check_int("runs", runs, 1)
     seed = check_int("seed", seed, 0)
+    stop = runs if stop is None else stop
+    if start % RUN_BLOCK or not 0 <= start < stop <= runs:
+        raise ParameterError(f"run range [{start}, {stop}) must lie in [0, {runs}] and start on a "
+                             f"multiple of {RUN_BLOCK}")
     laws = tuple(laws)
     for law in laws:
         if law not in LAWS:
@@ -210,26 +233,61 @@ def coupled_samples(
         raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
     names = tuple(problem.statistics)
     fns = [STATISTICS[k] for k in names]
+    at = _strong_steps(strong_at, lv, ref_steps)
     bs = max(RUN_BLOCK, check_int("batch_size", batch_size, 1) // RUN_BLOCK * RUN_BLOCK)
-    net = np.empty((len(laws), len(lv), len(names), runs))
-    ref_f, ref_h = np.empty((len(names), runs)), np.empty((len(names), runs))
-    sq = np.empty((len(laws), len(lv), runs))
-    for lo in range(0, runs, bs):
-        hi = min(lo + bs, runs)
+    m = stop - start
+    net = np.empty((len(laws), len(lv), len(names), m))
+    ref_f, ref_h = np.empty((len(names), m)), np.empty((len(names), m))
+    sq = np.empty((len(at), len(laws), len(lv), m))
+    for lo in range(start, stop, bs):
+        hi = min(lo + bs, stop)
         rs_init = RunStreams(derive_seed(seed, 1), runs, lo, hi)
         x0 = initial_tokens(problem.init, p, rs_init, lo, torch.float64, problem.rho0)
-        rs = RunStreams(seed, runs, lo, hi)
-        nets, fine, half = _pass(x0, p, problem.T, lv, ref_steps, rs, laws, progress)
+        cols = slice(lo - start, hi - start)
+
+        def on_step(j: int, nets: dict[tuple[str, int], torch.Tensor], fine: torch.Tensor,
+                    cols: slice = cols) -> None:
+            if j in at:
+                for a, law in enumerate(laws):
+                    for b, L in enumerate(lv):
+                        err = (nets[law, L] - fine).square().sum(-1).mean(-1)
+                        sq[at[j], a, b, cols] = err.numpy()
+
+        nets, fine, half = coupled_states(x0, p, problem.T, lv, ref_steps,
+                                          RunStreams(seed, runs, lo, hi), laws, progress,
+                                          on_step)
         for s, f in enumerate(fns):
-            ref_f[s, lo:hi] = f(fine, x0).numpy()
-            ref_h[s, lo:hi] = f(half, x0).numpy()
+            ref_f[s, cols] = f(fine, x0).numpy()
+            ref_h[s, cols] = f(half, x0).numpy()
         for a, law in enumerate(laws):
             for b, L in enumerate(lv):
                 x = nets[law, L]
                 for s, f in enumerate(fns):
-                    net[a, b, s, lo:hi] = f(x, x0).numpy()
-                sq[a, b, lo:hi] = (x - fine).square().sum(-1).mean(-1).numpy()
-    return CoupledSamples(lv, laws, names, net, ref_f, ref_h, sq)
+                    net[a, b, s, cols] = f(x, x0).numpy()
+    return CoupledSamples(lv, laws, names, net, ref_f, ref_h, sq, tuple(float(f) for f in strong_at))
+
+
+def concat_samples(parts: Sequence[CoupledSamples]) -> CoupledSamples:
+    """Join samples of consecutive run ranges of one experiment."""
+    first = parts[0]
+    cat = lambda name: np.concatenate([getattr(q, name) for q in parts], axis=-1)  # noqa: E731
+    return CoupledSamples(first.levels, first.laws, first.stats, cat("net"), cat("ref_fine"),
+                          cat("ref_half"), cat("sq_err"), first.strong_at)
+
+
+def _strong_steps(strong_at: Sequence[float], levels: tuple[int, ...], ref_steps: int
+                  ) -> dict[int, int]:
+    """Fine-step index -> position, for each time fraction in `strong_at`."""
+    out: dict[int, int] = {}
+    for k, f in enumerate(strong_at):
+        j = round(float(f) * ref_steps)
+        ok = 0 < float(f) <= 1 and abs(j - f * ref_steps) < 1e-9
+        bad = [L for L in levels if (j * L) % ref_steps] if ok else list(levels)
+        if bad:
+            raise ParameterError(f"strong_at fractions must lie in (0, 1] and fall on a layer "
+                                 f"boundary of every level; {f!r} does not for levels {bad}")
+        out[j] = k
+    return out
 
 
 @dataclass(frozen=True)
@@ -297,60 +355,79 @@ def _interval(mean: float, se: float) -> tuple[float, float]:
     return mean - LEVEL_Z * se, mean + LEVEL_Z * se
 
 
-def summarise(samples: CoupledSamples, problem: Problem, bootstrap: int = 400, seed: int = 0
+def summarise(weak: CoupledSamples, strong: CoupledSamples, problem: Problem,
+              bootstrap: int = 400, seed: int = 0, strong_from: int = 1
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Error points and fitted orders of `samples` as two lists of JSON-ready rows.
+    """Error points and fitted orders as two lists of JSON-ready rows.
 
-    Point rows: problem, law, kind ('weak'|'strong'), statistic, L, error, se, ci_lo, ci_hi,
-    resolved, used. Fit rows: problem, law, kind, statistic, order, order_se, ci (t) and bootstrap
-    interval, constant, levels used (an empty fit, order None, when fewer than 3 are resolved).
+    Weak errors come from `weak` (Richardson reference), strong errors from `strong` (finest SDE
+    path; the strong fit uses levels >= `strong_from`). Point rows: problem, law, kind
+    ('weak' | 'strong' | 'reference_correction'), statistic, L, error, se, ci_lo, ci_hi,
+    resolved, used. Fit rows: order, order_se, t-interval (ci_lo, ci_hi), bootstrap interval
+    (boot_lo, boot_hi), constant and the levels used; order is None when fewer than 3 levels are
+    resolved.
     """
-    runs = samples.ref_fine.shape[-1]
-    w = poisson_weights(runs, bootstrap, seed)
-    ref = 2.0 * samples.ref_fine - samples.ref_half
-    diff = samples.net - ref[None, None]
-    boot_weak = weighted_means(diff, w)  # (B, laws, levels, stats)
-    boot_sq = weighted_means(samples.sq_err, w)  # (B, laws, levels)
+    base = {"problem": problem.name}
     points: list[dict[str, Any]] = []
     fits: list[dict[str, Any]] = []
-    lv = np.array(samples.levels)
-    base = {"problem": problem.name}
-    for a, law in enumerate(samples.laws):
-        for s, stat in enumerate(samples.stats):
+    runs = weak.ref_fine.shape[-1]
+    ref = 2.0 * weak.ref_fine - weak.ref_half
+    diff = weak.net - ref[None, None]
+    boot = weighted_means(diff, poisson_weights(runs, bootstrap, seed))  # (B, laws, levels, stats)
+    lv = np.array(weak.levels)
+    for a, law in enumerate(weak.laws):
+        for s, stat in enumerate(weak.stats):
             err = diff[a, :, s].mean(-1)
             se = diff[a, :, s].std(-1, ddof=1) / math.sqrt(runs)
             used = _weak_used(err, se)
             row = {**base, "law": law, "kind": "weak", "statistic": stat,
-                   "label": problem.statistics[stat]}
+                   "label": problem.statistics[stat], "runs": runs}
             points += _point_rows(row, lv, err, se, used)
-            fits.append({**row, **_fit_row(lv[used], err[used], boot_weak[:, a, used, s])})
-        ms = samples.sq_err[a].mean(-1)
-        strong = np.sqrt(ms)
-        # delta method for the root of a mean
-        se = samples.sq_err[a].std(-1, ddof=1) / math.sqrt(runs) / (2 * np.maximum(strong, 1e-300))
-        used = np.ones(len(lv), dtype=bool)
-        row = {**base, "law": law, "kind": "strong", "statistic": "rms_token_error",
-               "label": "(E mean_i |x_i^L - x_i|^2)^1/2"}
-        points += _point_rows(row, lv, strong, se, used)
-        fits.append({**row, **_fit_row(lv, strong, np.sqrt(boot_sq[:, a]))})
-    for s, stat in enumerate(samples.stats):
-        corr = samples.ref_fine[s] - samples.ref_half[s]
+            fits.append({**row, **_fit_row(lv[used], err[used], boot[:, a, used, s])})
+    for s, stat in enumerate(weak.stats):
+        corr = weak.ref_fine[s] - weak.ref_half[s]
         points.append({**base, "law": "sde", "kind": "reference_correction", "statistic": stat,
-                       "label": problem.statistics[stat], "L": None,
-                       "error": float(corr.mean()),
-                       "se": float(corr.std(ddof=1) / math.sqrt(runs)),
-                       "value": float(ref[s].mean()),
-                       "value_se": float(ref[s].std(ddof=1) / math.sqrt(runs))})
+                       "label": problem.statistics[stat], "runs": runs, "L": None,
+                       "error": float(corr.mean()), "se": _se(corr),
+                       "value": float(ref[s].mean()), "value_se": _se(ref[s])})
+    sruns = strong.sq_err.shape[-1]
+    boot_sq = weighted_means(strong.sq_err, poisson_weights(sruns, bootstrap, seed + 1))
+    slv = np.array(strong.levels)
+    used = slv >= strong_from
+    for ti, frac in enumerate(strong.strong_at):
+        t = frac * problem.T
+        for a, law in enumerate(strong.laws):
+            sq = strong.sq_err[ti, a]
+            rms = np.sqrt(sq.mean(-1))
+            # delta method: se(sqrt(m)) = se(m) / (2 sqrt(m))
+            se = sq.std(-1, ddof=1) / math.sqrt(sruns) / (2 * np.maximum(rms, 1e-300))
+            row = {**base, "law": law, "kind": "strong", "statistic": strong_name(frac),
+                   "label": f"rms token error at t = {t:g}", "t": t, "runs": sruns}
+            points += _point_rows(row, slv, rms, se, used)
+            fits.append({**row, **_fit_row(slv[used], rms[used],
+                                           np.sqrt(boot_sq[:, ti, a, used]))})
     return points, fits
 
 
+def strong_name(frac: float) -> str:
+    """Statistic key of the strong error at time `frac * T`: 'rms_token_error' at T."""
+    return "rms_token_error" if frac == 1.0 else f"rms_token_error_{frac:g}T"
+
+
+def _se(v: np.ndarray) -> float:
+    return float(v.std(ddof=1) / math.sqrt(v.shape[-1]))
+
+
 def _weak_used(err: np.ndarray, se: np.ndarray) -> np.ndarray:
-    """Levels resolved above Monte Carlo noise and sharing the sign of the coarsest resolved one."""
+    """Levels fitted: resolved above Monte Carlo noise, finer than any resolved level whose error
+    has the other sign (pre-asymptotic coarse levels where the error changes sign are dropped)."""
     resolved = np.abs(err) >= RESOLVE_Z * se
     if not resolved.any():
         return resolved
-    sign = np.sign(err[np.argmax(resolved)])
-    return resolved & (np.sign(err) == sign)
+    sign = np.sign(err[np.flatnonzero(resolved)[-1]])
+    flips = np.flatnonzero(resolved & (np.sign(err) != sign))
+    tail = np.arange(len(err)) > (flips[-1] if len(flips) else -1)
+    return resolved & tail
 
 
 def _point_rows(row: dict[str, Any], lv: np.ndarray, err: np.ndarray, se: np.ndarray,
@@ -399,39 +476,111 @@ class ConvergenceResult:
     def fit(self, problem: str, law: str, kind: str, statistic: str) -> dict[str, Any]:
         """The fit row for one curve (KeyError if absent)."""
         for f in self.fits:
-            key = (f["problem"], f["law"], f["kind"], f["statistic"])
-            if key == (problem, law, kind, statistic):
+            if (f["problem"], f["law"], f["kind"], f["statistic"]) == (problem, law, kind,
+                                                                       statistic):
                 return f
         raise KeyError((problem, law, kind, statistic))
 
 
+@dataclass(frozen=True)
+class Size:
+    """How much Monte Carlo: runs of the weak and strong passes per problem, reference grids.
+
+    The weak pass uses `weak_ref * max(levels)` fine steps (Richardson makes its bias O(h^2));
+    the strong pass `strong_ref * max(levels)` so that the reference path is much finer.
+    """
+
+    weak_runs: dict[str, int]
+    strong_runs: dict[str, int]
+    levels: tuple[int, ...] = LEVELS
+    weak_ref: int = 2
+    strong_ref: int = 16
+    strong_at: tuple[float, ...] = (0.25, 1.0)
+    strong_from: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description."""
+        return {"weak_runs": dict(self.weak_runs), "strong_runs": dict(self.strong_runs),
+                "levels": list(self.levels), "weak_ref": self.weak_ref,
+                "strong_ref": self.strong_ref, "strong_at": list(self.strong_at),
+                "strong_from": self.strong_from}
+
+
+SIZES: dict[str, Size] = {
+    "full": Size({"two_tokens": 65536, "eight_tokens": 8192},
+                 {"two_tokens": 1024, "eight_tokens": 512}, strong_from=32),
+    "quick": Size({"two_tokens": 32768, "eight_tokens": 4096},
+                  {"two_tokens": 512, "eight_tokens": 512}, levels=(4, 8, 16, 32, 64, 128, 256),
+                  strong_from=32),
+    "tiny": Size({"two_tokens": 512, "eight_tokens": 256}, {"two_tokens": 256, "eight_tokens": 256},
+                 levels=(4, 8, 16, 32), strong_ref=8),
+}
+
+Task = tuple[Problem, tuple[int, ...], int, int, int, tuple[str, ...], int, int,
+             tuple[float, ...]]
+
+
+def _task(args: Task) -> CoupledSamples:
+    prob, lv, ref, runs, seed, laws, lo, hi, at = args
+    return coupled_samples(prob, lv, ref, runs, seed, laws, lo, hi, at)
+
+
+def _tasks(prob: Problem, lv: tuple[int, ...], ref: int, runs: int, seed: int,
+           laws: tuple[str, ...], chunk: int, at: tuple[float, ...]) -> list[Task]:
+    return [(prob, lv, ref, runs, seed, laws, lo, min(lo + chunk, runs), at)
+            for lo in range(0, runs, chunk)]
+
+
 def run_convergence(
+    size: Size | str = "quick",
     problems: Sequence[str | Problem] = tuple(PROBLEMS),
-    levels: Sequence[int] = LEVELS,
-    ref_steps: int = 4096,
-    runs: int | dict[str, int] = 1024,
     seed: int = 0,
     laws: Sequence[str] = LAWS,
     bootstrap: int = 400,
+    map_fn: Callable[..., Any] = map,
+    chunk: int = 8 * RUN_BLOCK,
     progress: Progress | None = None,
 ) -> ConvergenceResult:
-    """The whole diagnostic: coupled samples and summaries for each problem (by name or object).
+    """The whole diagnostic: weak and strong passes for each problem, summarised and fitted.
 
-    `runs` may differ per problem (a dict keyed by name). Problem `k` uses seed
-    `derive_seed(seed, k)`.
+    Work is cut into run chunks and handed to `map_fn` (the builtin `map`, or a process pool's
+    `map`); numbers depend only on `seed`: problem `k` uses seeds `derive_seed(seed, k, pass)`.
+    `progress(runs)` is called as each chunk finishes.
     """
+    sz = SIZES[size] if isinstance(size, str) else size
     probs = [PROBLEMS[p] if isinstance(p, str) else p for p in problems]
-    points, fits, meta = [], [], []
+    lv, laws = tuple(sz.levels), tuple(laws)
+    top = max(lv)
+    chunk = max(RUN_BLOCK, chunk // RUN_BLOCK * RUN_BLOCK)
+    jobs: list[Task] = []
+    counts = []
     for k, prob in enumerate(probs):
-        r = runs[prob.name] if isinstance(runs, dict) else runs
-        s = derive_seed(seed, k)
-        smp = coupled_samples(prob, levels, ref_steps, r, s, laws, progress=progress)
-        pts, fts = summarise(smp, prob, bootstrap, s)
+        wr, sr = sz.weak_runs[prob.name], sz.strong_runs[prob.name]
+        w = _tasks(prob, lv, sz.weak_ref * top, wr, derive_seed(seed, k, 0), laws, chunk, (1.0,))
+        s = _tasks(prob, lv, sz.strong_ref * top, sr, derive_seed(seed, k, 1), laws, chunk,
+                   tuple(sz.strong_at))
+        jobs += w + s
+        counts.append((len(w), len(s)))
+    done = []
+    for part in map_fn(_task, jobs):
+        done.append(part)
+        if progress is not None:
+            progress(part.ref_fine.shape[-1])
+    points, fits, meta = [], [], []
+    i = 0
+    for k, (prob, (nw, ns)) in enumerate(zip(probs, counts, strict=True)):
+        weak, strong = concat_samples(done[i:i + nw]), concat_samples(done[i + nw:i + nw + ns])
+        i += nw + ns
+        pts, fts = summarise(weak, strong, prob, bootstrap, derive_seed(seed, k, 2),
+                             sz.strong_from)
         points += pts
         fits += fts
-        meta.append({**prob.to_dict(), "runs": r, "seed": s})
-    settings = {"levels": list(check_levels(levels, ref_steps)), "ref_steps": ref_steps,
-                "seed": seed, "laws": list(laws), "bootstrap": bootstrap,
+        meta.append({**prob.to_dict(), "weak_runs": sz.weak_runs[prob.name],
+                     "strong_runs": sz.strong_runs[prob.name],
+                     "weak_seed": derive_seed(seed, k, 0), "strong_seed": derive_seed(seed, k, 1),
+                     "weak_ref_steps": sz.weak_ref * top, "strong_ref_steps": sz.strong_ref * top})
+    settings = {"size": sz.to_dict(), "seed": seed, "laws": list(laws), "bootstrap": bootstrap,
                 "resolve_z": RESOLVE_Z, "interval_z": LEVEL_Z,
-                "reference": "projected Euler SDE, Richardson (2 f(h) - f(2h)), shared path"}
+                "weak_reference": "projected Euler SDE on the shared path, Richardson 2f(h)-f(2h)",
+                "strong_reference": "projected Euler SDE on the shared path, finest grid"}
     return ConvergenceResult(settings, meta, points, fits)

@@ -7,11 +7,11 @@ Other modules add kinds with `register` or the `experiment` decorator; a sweep n
 to import (`module = "tokensde.two_tokens"`) when the kind lives outside this one.
 
 Built-in kinds:
-- `multi_token`: pure-noise model (M = 0), n tokens from uniform initial positions; outcome
-  probabilities (spec §7, `tokensde.clusters`) with Wilson intervals and the law of the minority
-  side of bipolar states;
-- `multi_token_flow`: the deterministic attention flow (sigma = 0, M = I);
-- `multi_token_hybrid`: M = I with noise sigma (turn sigma down towards 0 to approach the flow);
+- `multi_token`: n tokens from uniform initial positions; outcome probabilities at the horizon
+  (spec §7, `tokensde.clusters`) with Wilson intervals and the law of the minority side of
+  bipolar states, for `model` = 'noise' (the pure-noise model, M = 0), 'flow' (the deterministic
+  attention flow, sigma = 0, M = I) or 'hybrid' (M = I with matrix noise sigma; turn sigma down
+  towards 0 to approach the flow);
 - `null`: a seeded uniform and an optional sleep, for engine tests and overhead benchmarks.
 """
 
@@ -90,6 +90,7 @@ class ExperimentKind:
     run: RunFn
     params: Mapping[str, Param]
     doc: str = ""
+    finalize: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None
 
     def normalize(self, cell: Mapping[str, Any]) -> dict[str, Any]:
         """The canonical cell: keys sorted, defaults filled in, values validated and coerced."""
@@ -106,7 +107,7 @@ class ExperimentKind:
                 raise ParameterError(f"{key} is required by experiment kind {self.name!r}")
             else:
                 out[key] = spec.default
-        return out
+        return out if self.finalize is None else self.finalize(out, set(cell))
 
     def __call__(self, cell: Mapping[str, Any], seed: int) -> Stats:
         """Run one (raw or canonical) cell with `seed`."""
@@ -182,31 +183,27 @@ def summary_stats(report: clusters.ClusterReport) -> Stats:
     return {
         "mean_clusters": float(report.n_clusters.mean()),
         "mean_poles": float(report.n_poles.mean()),
-        "mean_antipodal_fraction": float(np.nanmean(report.antipodal_fraction))
-        if report.antipodal_fraction.size and not np.all(np.isnan(report.antipodal_fraction))
-        else math.nan,
+        "mean_antipodal_fraction": float(report.antipodal_fraction.mean()),
         "mean_effective_rank": float(report.effective_rank.mean()),
     }
 
 
-def _model(cell: dict[str, Any], model: str) -> Any:
+def model_params(cell: dict[str, Any]) -> Any:
+    """`ModelParams` of a multi-token cell: M = 0 for model 'noise', M = I otherwise."""
     from .params import ModelParams
 
-    common = {"n": cell["n"], "d": cell["d"], "beta": cell["beta"], "attention": cell["attention"]}
-    if model == "noise":
-        return ModelParams(**common, mean="none", sigma=cell["sigma"])
-    if model == "flow":
-        return ModelParams(**common, mean="identity", sigma=0.0)
-    return ModelParams(**common, mean="identity", sigma=cell["sigma"])
+    mean = "none" if cell["model"] == "noise" else "identity"
+    return ModelParams(n=cell["n"], d=cell["d"], beta=cell["beta"], attention=cell["attention"],
+                       mean=mean, sigma=cell["sigma"])
 
 
-def multi_token_cell(cell: dict[str, Any], seed: int, model: str) -> Stats:
+def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     """Simulate `runs` systems of n uniform tokens to depth time T and classify the outcomes at
     tolerance `tol`, the motion test over the last `window * T`."""
     from .model import simulate
     from .params import TimeGrid
 
-    p = _model(cell, model)
+    p = model_params(cell)
     grid = TimeGrid.make(T=cell["T"], dt=auto_dt(p.d, cell["dt"]))
     before = min(grid.steps - 1, round(grid.steps * (1.0 - cell["window"])))
     res = simulate(p, grid, runs=cell["runs"], seed=seed, sampler=cell["sampler"],
@@ -222,31 +219,39 @@ def multi_token_cell(cell: dict[str, Any], seed: int, model: str) -> Stats:
     }
 
 
-_COMMON: dict[str, Param] = {
-    "n": integer(2, doc="number of tokens"),
-    "d": integer(2, doc="dimension"),
-    "beta": real(0.0, doc="attention strength"),
-    "runs": integer(1, doc="independent systems"),
-    "T": real(0.0, strict=True, doc="horizon in depth time"),
-    "dt": real_or_auto(doc="layer step alpha^2 ('auto': min(0.02, 0.2/d))"),
-    "tol": Param(lambda k, v: clusters.check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
-    "window": fraction(0.1, "motion test over the last window*T"),
-    "attention": choice(("softmax", "usa"), "softmax"),
-    "sampler": choice(("auto", "fast", "full"), "auto"),
-    "scheme": choice(("network", "sde"), "network"),
-}
-_SIGMA = {"sigma": real(0.0, 1.0, doc="noise scale")}
+MODELS = ("noise", "flow", "hybrid")
 
-for _name, _model_name, _extra, _doc in (
-    ("multi_token", "noise", _SIGMA, "pure-noise model (M = 0): outcome law of n tokens"),
-    ("multi_token_flow", "flow", {}, "deterministic attention flow (sigma = 0, M = I)"),
-    ("multi_token_hybrid", "hybrid", _SIGMA, "hybrid model (M = I, matrix noise sigma)"),
-):
-    def _run(cell: dict[str, Any], seed: int, _m: str = _model_name) -> Stats:
-        return multi_token_cell(cell, seed, _m)
 
-    _run.__qualname__ = f"multi_token_cell[{_model_name}]"
-    register(ExperimentKind(_name, _run, {**_COMMON, **_extra}, _doc))
+def _check_model(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    if cell["model"] == "flow":
+        if "sigma" in given and cell["sigma"] != 0.0:
+            raise ParameterError(f"sigma must be 0 (or left out) for model='flow'; got "
+                                 f"{cell['sigma']!r}")
+        cell["sigma"] = 0.0
+    return cell
+
+
+register(ExperimentKind(
+    "multi_token",
+    multi_token_cell,
+    {
+        "model": choice(MODELS, "noise", "noise: M = 0; flow: sigma = 0, M = I; hybrid: M = I"),
+        "n": integer(2, doc="number of tokens"),
+        "d": integer(2, doc="dimension"),
+        "beta": real(0.0, doc="attention strength"),
+        "sigma": real(0.0, 1.0, doc="matrix-noise scale (0 for the flow)"),
+        "runs": integer(1, doc="independent systems"),
+        "T": real(0.0, strict=True, doc="horizon in depth time"),
+        "dt": real_or_auto(doc="layer step alpha^2 ('auto': min(0.02, 0.2/d))"),
+        "tol": Param(lambda k, v: clusters.check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
+        "window": fraction(0.1, "motion test over the last window*T"),
+        "attention": choice(("softmax", "usa"), "softmax"),
+        "sampler": choice(("auto", "fast", "full"), "auto"),
+        "scheme": choice(("network", "sde"), "network"),
+    },
+    "n tokens from uniform positions: outcome law at the horizon (spec §7)",
+    finalize=_check_model,
+))
 
 
 @experiment("null", sleep_s=real(0.0, 0.0), x=real(-math.inf, 0.0), runs=integer(1, 1),

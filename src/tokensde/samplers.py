@@ -83,12 +83,15 @@ def gram_applicable(p: ModelParams) -> bool:
 def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     """Resolve `sampler` to 'fast', 'full' or 'gram' for these parameters, or raise ParameterError.
 
-    `auto` takes `fast` for Gaussian matrix noise when `n < d` (its cost `n^2 d` beats `n d^2`),
-    else `full`.
+    `auto` takes `gram` when it applies and `d >= 4 n` (its cost per layer, `n^3`, does not grow
+    with d; benchmarks/bench_gram.py measures it level with `fast` near d = 2n), else `fast` for
+    Gaussian matrix noise when `n < d` (its cost `n^2 d` beats `n d^2`), else `full`.
     """
     if sampler not in SAMPLERS:
         raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
     if sampler == "auto":
+        if gram_applicable(p) and p.d >= 4 * p.n:
+            return "gram"
         return "fast" if fast_applicable(p) and p.n < p.d else "full"
     if sampler == "fast" and not fast_applicable(p):
         raise ParameterError("sampler='fast' needs noise='matrix' with law='gaussian'; got "

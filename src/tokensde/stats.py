@@ -18,4 +18,6 @@ def wilson(successes: np.ndarray | int, trials: np.ndarray | int, level: float =
     den = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / den
     half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)
+    lo = np.where(k == 0, 0.0, np.clip(centre - half, 0, 1))
+    hi = np.where(k == n, 1.0, np.clip(centre + half, 0, 1))
+    return lo, hi

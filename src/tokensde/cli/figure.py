@@ -1,7 +1,711 @@
-"""Placeholder: commands are registered here by the module's owner."""
+"""`tokensde figure NAME`: one command per figure of the study, each backed by a saved result.
 
+Every figure has a data step and a drawing step. The data step looks for its saved result under
+`OUT/data/` (named after the figure and the size) and computes and saves it only when it is
+absent; the drawing step reads that result and writes `OUT/figures/`. A figure therefore never
+re-runs a simulation that has a saved result, and an interrupted run keeps what it finished.
+
+Each builder returns a `tokensde.report.Section` (figures, tables with parameters, seeds,
+version and intervals), which `tokensde reproduce` assembles into the HTML report. Figures whose
+code lives in other modules (two-token phase diagram, multi-token sweeps, ViT) are drawn through
+those modules' public functions; when a module is absent the section says exactly what is
+missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
 import typer
+
+from .. import __version__
+from ..params import ModelParams, ParameterError, check_choice, check_int
+from ..report import Image, Section, Table, interval
+from ..rng import derive_seed
+from ._common import emit_json, fail, user_errors
+
+SIZES: tuple[str, ...] = ("tiny", "quick", "full")
+DEFAULT_OUT = Path("results")
+
+
+@dataclass
+class Context:
+    """Where results live and how big to make them.
+
+    `out/data/<figure>-<size>...` holds saved results, `out/figures/` the drawings.
+    """
+
+    out: Path
+    size: str = "quick"
+    seed: int = 0
+    workers: int = 2
+    progress: bool = True
+    log: Callable[[str], None] = field(default=lambda s: None)
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        self.size = check_choice("size", self.size, SIZES)
+        self.seed = check_int("seed", self.seed, 0)
+        self.workers = check_int("workers", self.workers, 1)
+
+    @property
+    def data(self) -> Path:
+        """Directory of saved results."""
+        return self.out / "data"
+
+    @property
+    def figures(self) -> Path:
+        """Directory of figure files."""
+        return self.out / "figures"
+
+    def data_path(self, name: str, suffix: str = "") -> Path:
+        """`out/data/<name>-<size><suffix>`."""
+        return self.data / f"{name}-{self.size}{suffix}"
+
+
+class MissingError(RuntimeError):
+    """A piece of the study (module, function or saved result) is not available."""
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure: its name, title, the claim it supports and its builder."""
+
+    name: str
+    title: str
+    claim: str
+    build: Callable[[Context], Section]
+    needs: str = ""
+
+
+def _need(module: str, *names: str, issue: str = "") -> Any:
+    """Import `module` and check it defines `names`, or raise MissingError saying what is needed."""
+    where = f" ({issue})" if issue else ""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as err:
+        raise MissingError(f"module {module}{where} is not available: {err}") from err
+    absent = [n for n in names if not hasattr(mod, n)]
+    if absent:
+        raise MissingError(f"{module}{where} does not define {', '.join(absent)}")
+    return mod
+
+
+@contextmanager
+def _pool(workers: int) -> Iterator[Callable[..., Any]]:
+    """A `map` over `workers` processes (one torch thread each), or the builtin map."""
+    if workers <= 1:
+        yield map
+        return
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                             initializer=_one_thread) as ex:
+        yield ex.map
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _write_json(path: Path, doc: dict[str, Any]) -> Path:
+    from ..store import atomic_write
+    from ._common import to_jsonable
+
+    return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(to_jsonable(doc), indent=1)))
+
+
+def _saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
+              save: Callable[[Any, Path], Any], ctx: Context) -> tuple[Any, bool]:
+    """`(load(path), True)` when the result is saved, else `(make(), False)` after saving it."""
+    if path.exists():
+        ctx.log(f"reusing {path}")
+        return load(path), True
+    ctx.log(f"computing {path.name}")
+    obj = make()
+    save(obj, path)
+    return obj, False
+
+
+# ------------------------------------------------------------------------------- convergence
+
+def convergence_data(ctx: Context) -> tuple[Any, bool]:
+    """The saved convergence result of this size (computed and saved if absent)."""
+    from ..convergence import ConvergenceResult, run_convergence
+
+    def make() -> Any:
+        with _pool(ctx.workers) as map_fn:
+            return run_convergence(ctx.size, seed=ctx.seed, map_fn=map_fn)
+
+    def save(res: Any, path: Path) -> None:
+        _write_json(path, res.to_dict())
+        write_points_csv(res, path.with_suffix(".csv"))
+
+    def load(path: Path) -> Any:
+        return ConvergenceResult.from_dict(json.loads(path.read_text()), str(path))
+
+    return _saved_or(ctx.data_path("convergence", ".json"), load, make, save, ctx)
+
+
+def write_points_csv(res: Any, path: Path) -> Path:
+    """The error points of a ConvergenceResult as CSV (one row per problem, law, kind, L)."""
+    import pandas as pd
+
+    from ..store import atomic_write
+
+    df = pd.DataFrame(res.points)
+    return atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
+
+
+def convergence_tables(res: Any) -> list[Table]:
+    """Fitted orders and the error points behind them, with parameters, runs and seeds."""
+    probs = {m["name"]: m for m in res.problems}
+    version = res.settings.get("version", __version__)
+    fit_rows = []
+    for f in res.fits:
+        m = probs[f["problem"]]
+        p = m["params"]
+        runs, seed, ref = ((m["weak_runs"], m["weak_seed"], m["weak_ref_steps"])
+                           if f["kind"] == "weak" else
+                           (m["strong_runs"], m["strong_seed"], m["strong_ref_steps"]))
+        lv = f["levels"]
+        fit_rows.append([
+            f["problem"], p["n"], p["d"], p["beta"], m["T"], f["law"], f["kind"], f["label"],
+            f["order"], interval(f["boot_lo"], f["boot_hi"]), interval(f["ci_lo"], f["ci_hi"]),
+            f"{lv[0]}–{lv[-1]} ({len(lv)})" if lv else "none resolved", runs, ref, seed,
+            version])
+    pt_rows = []
+    for q in res.points:
+        if q["kind"] == "reference_correction":
+            continue
+        m = probs[q["problem"]]
+        seed = m["weak_seed"] if q["kind"] == "weak" else m["strong_seed"]
+        pt_rows.append([q["problem"], q["law"], q["kind"], q["label"], q["L"], q["error"],
+                        q["se"], interval(q["ci_lo"], q["ci_hi"]), q["used"], q["runs"], seed])
+    ref_rows = [[q["problem"], q["label"], q["value"], q["value_se"], q["error"], q["se"],
+                 probs[q["problem"]]["weak_ref_steps"], q["runs"]]
+                for q in res.points if q["kind"] == "reference_correction"]
+    return [
+        Table("convergence-fits", "Fitted orders: error ~ C L^-order (least squares on log-log; "
+              "95% Poisson-bootstrap interval over runs, and t-interval from the residuals)",
+              ["problem", "n", "d", "beta", "T", "law", "error", "statistic", "order",
+               "bootstrap 95%", "t 95%", "levels fitted", "runs", "ref steps", "seed",
+               "version"], fit_rows),
+        Table("convergence-points", "Every error point (95% Monte Carlo interval; 'fitted' = "
+              f"resolved above {res.settings['resolve_z']:g} s.e. and used in the fit)",
+              ["problem", "law", "error", "statistic", "L", "error value", "s.e.", "95%",
+               "fitted", "runs", "seed"], pt_rows),
+        Table("convergence-reference", "SDE reference: Richardson value 2f(h) - f(2h) and the "
+              "correction f(h) - f(2h) it applies (small next to the weak errors fitted)",
+              ["problem", "statistic", "reference value", "s.e.", "correction", "s.e.",
+               "fine steps", "runs"], ref_rows),
+    ]
+
+
+def build_convergence(ctx: Context) -> Section:
+    """Weak and strong errors of the L-layer network against the SDE, log-log."""
+    from ..plots.convergence import plot_convergence
+
+    res, reused = convergence_data(ctx)
+    png = plot_convergence(res, ctx.figures / "convergence.png")
+    spec = FIGURES["convergence"]
+    weak = [f for f in res.fits if f["kind"] == "weak" and f["order"] is not None]
+    strong = [f for f in res.fits if f["kind"] == "strong" and f["law"] == "gaussian"]
+    note = "; ".join(f"{f['problem']} {f['law']} {f['label']}: weak order {f['order']:.2f}"
+                     for f in weak)
+    note += "; " + "; ".join(f"{f['problem']}: strong order {f['order']:.2f}" for f in strong)
+    return Section(
+        "convergence", spec.title, spec.claim, note=note,
+        images=[Image(png, "Weak errors (per statistic) and strong error vs layers L; filled "
+                           "markers: resolved points with 95% MC intervals; hollow triangles: "
+                           "upper limits where Monte Carlo noise hides the error.")],
+        tables=convergence_tables(res),
+        provenance={"settings": res.settings, "problems": res.problems, "reused": reused,
+                    "data": str(ctx.data_path("convergence", ".json")),
+                    "command": f"tokensde figure convergence --out {ctx.out}"
+                               + _size_flag(ctx)})
+
+
+def _size_flag(ctx: Context) -> str:
+    return {"quick": " --quick", "full": "", "tiny": " --size tiny"}[ctx.size]
+
+
+# ------------------------------------------------------------------------------ trajectories
+
+TRAJ_TOKENS = 6
+
+
+def trajectory_setups(seed: int) -> list[tuple[str, str, ModelParams, np.ndarray]]:
+    """(key, title, params, initial tokens) of the four trajectory panels: d = 2, 3 x noise/flow."""
+    out = []
+    for d in (2, 3):
+        rng = np.random.default_rng(derive_seed(seed, 7, d))
+        x0 = rng.normal(size=(TRAJ_TOKENS, d))
+        x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
+        noise = ModelParams(n=TRAJ_TOKENS, d=d, beta=1.0, sigma=1.0)
+        flow = ModelParams(n=TRAJ_TOKENS, d=d, beta=1.0, mean="identity", sigma=0.0)
+        out.append((f"d{d}-noise", f"d = {d}: random network (M = 0, sigma = 1)", noise, x0))
+        out.append((f"d{d}-flow", f"d = {d}: deterministic flow (M = I, sigma = 0)", flow, x0))
+    return out
+
+
+def _sim_results(ctx: Context, name: str, setups: list[tuple[str, str, ModelParams, Any]],
+                 run: Callable[[ModelParams, Any, int], Any]) -> tuple[list[tuple[str, Any]],
+                                                                        bool]:
+    from ..store import load_result, save_result
+
+    panels, all_reused = [], True
+    for k, (key, title, p, init) in enumerate(setups):
+        path = ctx.data_path(name) / f"{key}.npz"
+        res, reused = _saved_or(path, load_result, lambda p=p, init=init, k=k: run(p, init, k),
+                                save_result, ctx)
+        all_reused &= reused
+        panels.append((title, res))
+    return panels, all_reused
+
+
+def _sim_table(key: str, caption: str, panels: list[tuple[str, Any]]) -> Table:
+    rows = []
+    for title, r in panels:
+        p = r.params
+        rows.append([title, p.n, p.d, p.beta, p.mean_kind, p.noise_scale, r.grid.T, r.grid.dt,
+                     r.grid.steps, r.runs, r.sampler, r.seed, r.extra.get("version", __version__)
+                     if hasattr(r, "extra") else __version__])
+    return Table(key, caption, ["panel", "n", "d", "beta", "mean", "sigma", "T", "dt", "layers",
+                                "runs", "sampler", "seed", "version"], rows)
+
+
+def build_trajectories(ctx: Context) -> Section:
+    """Token paths on the circle and the sphere: noisy network vs deterministic flow."""
+    from .. import simulate
+    from ..plots.trajectories import animate_trajectories, plot_trajectories
+
+    T, dt = 6.0, 0.01
+
+    def run(p: ModelParams, init: Any, k: int) -> Any:
+        return simulate(p, T=T, dt=dt, runs=1, init=init, seed=derive_seed(ctx.seed, 8, k),
+                        checkpoints=121, record=("gram", "tokens"), sampler="full")
+
+    panels, reused = _sim_results(ctx, "trajectories", trajectory_setups(ctx.seed), run)
+    png = plot_trajectories(panels, ctx.figures / "trajectories.png")
+    gif = animate_trajectories(panels, ctx.figures / "trajectories.gif",
+                               max_frames={"tiny": 12, "quick": 60, "full": 121}[ctx.size])
+    spec = FIGURES["trajectories"]
+    return Section(
+        "trajectories", spec.title, spec.claim,
+        images=[Image(png, "Whole paths of one run from shared initial tokens; on the circle the "
+                           "radius is depth time (inside t = 0, outside t = T)."),
+                Image(gif, "Animation: positions with a short trail, one frame per checkpoint.")],
+        tables=[_sim_table("trajectories", "Simulations behind the trajectories", panels)],
+        provenance={"reused": reused, "data": str(ctx.data_path("trajectories")),
+                    "command": f"tokensde figure trajectories --out {ctx.out}"
+                               + _size_flag(ctx)})
+
+
+# -------------------------------------------------------------------------------- histograms
+
+HIST_RUNS = {"tiny": 40, "quick": 400, "full": 2000}
+
+
+def histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
+    """(key, title, params, init) of the histogram rows: beta below and above beta_c(d = 4)."""
+    d = 4
+    bc = 0.5 * math.acosh(d - 2)
+    return [(f"beta{b:g}", f"beta = {b:g} ({'<' if b < bc else '>'} beta_c = {bc:.2f})",
+             ModelParams(n=8, d=d, beta=b, sigma=1.0), "uniform") for b in (0.3, 2.0)]
+
+
+def build_histograms(ctx: Context) -> Section:
+    """The law of pairwise inner products across depth, below and above beta_c."""
+    from .. import simulate
+    from ..plots.histograms import pair_fractions, pair_products, plot_histograms
+
+    T, dt = 8.0, 1.0 / 64
+    ck = [0, 8, 16, 32, 64, 128, 256, 512]
+
+    def run(p: ModelParams, init: Any, k: int) -> Any:
+        return simulate(p, T=T, dt=dt, runs=HIST_RUNS[ctx.size], init=init,
+                        seed=derive_seed(ctx.seed, 9, k), checkpoints=ck)
+
+    panels, reused = _sim_results(ctx, "histograms", histogram_setups(), run)
+    png = plot_histograms(panels, ctx.figures / "histograms.png", columns=5)
+    rows = []
+    for title, r in panels:
+        rho = pair_products(np.asarray(r.gram))
+        for c, t in enumerate(r.times):
+            vals = rho[:, c].ravel()
+            merged, anti = pair_fractions(vals)
+            lo_m, hi_m = _wilson(merged, vals.size)
+            lo_a, hi_a = _wilson(anti, vals.size)
+            rows.append([title, float(t), vals.size, float(vals.mean()), merged,
+                         (lo_m, hi_m), anti, (lo_a, hi_a), r.runs, r.seed])
+    spec = FIGURES["histograms"]
+    return Section(
+        "histograms", spec.title, spec.claim,
+        images=[Image(png, "Fraction of token pairs per bin (log scale), all runs pooled.")],
+        tables=[_sim_table("histogram-sims", "Simulations behind the histograms", panels),
+                Table("histogram-fractions", "Pairs merged (> 1 - 1e-3) and antipodal "
+                      "(< -1 + 1e-3) across depth; Wilson 95% intervals over pooled pairs "
+                      "(pairs of one run are correlated: read them as descriptive)",
+                      ["panel", "t", "pairs", "mean <x_i,x_j>", "merged", "95%", "antipodal",
+                       "95%", "runs", "seed"], rows)],
+        provenance={"reused": reused, "data": str(ctx.data_path("histograms")),
+                    "command": f"tokensde figure histograms --out {ctx.out}" + _size_flag(ctx)})
+
+
+def _wilson(p: float, n: int) -> tuple[float, float]:
+    from ..stats import wilson
+
+    lo, hi = wilson(round(p * n), n)
+    return float(lo), float(hi)
+
+
+# ----------------------------------------------------------- two tokens (issue 3's modules)
+
+PHASE_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"betas": (0.25, 1.0, 2.0), "ds": (3, 5), "runs": 40, "T": 10.0, "dt": 0.05},
+    "quick": {"betas": tuple(np.round(np.linspace(0.1, 2.5, 9), 3)), "ds": (3, 4, 6, 10),
+              "runs": 300, "T": 30.0, "dt": 0.02},
+    "full": {"betas": tuple(np.round(np.linspace(0.05, 3.0, 16), 3)), "ds": (3, 4, 5, 6, 8, 10,
+                                                                               16),
+             "runs": 2000, "T": 40.0, "dt": 0.01},
+}
+KIND_PHASE = "tokensde.phase-grid"
+
+
+def phase_data(ctx: Context) -> tuple[Any, bool]:
+    """The saved Monte Carlo phase grid (pandas), computed cell by cell and saved as it goes."""
+    import pandas as pd
+
+    from ..store import header, read_parquet, write_parquet
+
+    phase = _need("tokensde.plots.phase", "mc_grid", issue="issue 3")
+    path = ctx.data_path("phase", ".parquet")
+    cfg = PHASE_SIZES[ctx.size]
+    done = None
+    if path.exists():
+        table, meta = read_parquet(path, KIND_PHASE)
+        done = table.to_pandas()
+        want = len(cfg["betas"]) * len(cfg["ds"])
+        if len(done) >= want:
+            ctx.log(f"reusing {path}")
+            return done, True
+        ctx.log(f"resuming {path}: {len(done)} of {want} cells saved")
+    meta = header(KIND_PHASE, size=ctx.size, seed=ctx.seed, rho0="uniform",
+                  **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()})
+    rows = [] if done is None else done.to_dict("records")
+
+    def on_row(row: dict[str, Any]) -> None:
+        rows.append(row)
+        write_parquet(pd.DataFrame(rows), path, meta)
+
+    df = phase.mc_grid(cfg["betas"], cfg["ds"], "uniform", runs=cfg["runs"], T=cfg["T"],
+                       dt=cfg["dt"], seed=ctx.seed, done=done, on_row=on_row)
+    write_parquet(df, path, meta)
+    return df, False
+
+
+def _phase_table(df: Any) -> Table:
+    rows = [[r["beta"], int(r["d"]), r["beta_c"], int(r["runs"]), r["T"], r["dt"], r["p_anti"],
+             (r["ci_lo"], r["ci_hi"]), r["theory"], r["p_undecided"], int(r["seed"]),
+             r["version"]] for r in df.to_dict("records")]
+    return Table("phase-grid", "Two tokens from uniform positions: Monte Carlo P(antipodal) of the "
+                 "full network (95% Wilson) vs the exact scale-function probability; T is the "
+                 "horizon used and 'undecided' the fraction neither merged nor antipodal at T",
+                 ["beta", "d", "beta_c(d)", "runs", "horizon T", "dt", "P_anti (MC)", "95%",
+                  "P_anti (theory)", "undecided at T", "seed", "version"], rows,
+                 note="Near beta_c relaxation is slow: a non-zero undecided fraction there is "
+                      "expected at a finite horizon.")
+
+
+def _phase_section(ctx: Context, key: str, plot: Callable[[Any, Path], Path], caption: str
+                   ) -> Section:
+    df, reused = phase_data(ctx)
+    png = plot(df, ctx.figures / f"{key}.png")
+    spec = FIGURES[key]
+    horizon = ", ".join(f"{t:g}" for t in sorted(df["T"].unique()))
+    und = float(df["p_undecided"].max())
+    return Section(key, spec.title, spec.claim,
+                   note=f"Horizon T = {horizon}; largest undecided fraction at T over the grid: "
+                        f"{und:.3f}.",
+                   images=[Image(png, caption)], tables=[_phase_table(df)],
+                   provenance={"reused": reused, "size": PHASE_SIZES[ctx.size],
+                               "data": str(ctx.data_path("phase", ".parquet")),
+                               "command": f"tokensde figure {key} --out {ctx.out}"
+                                          + _size_flag(ctx)})
+
+
+def build_phase(ctx: Context) -> Section:
+    """P_anti over (beta, d) with the boundary beta_c(d)."""
+    phase = _need("tokensde.plots.phase", "plot_phase_diagram", issue="issue 3")
+    return _phase_section(ctx, "phase-diagram", phase.plot_phase_diagram,
+                          "Monte Carlo P(antipodal) over (beta, d) and the exact boundary "
+                          "beta_c(d) = arccosh(d - 2)/2.")
+
+
+def build_theory(ctx: Context) -> Section:
+    """Exact P_anti(beta) curves against the Monte Carlo points."""
+    phase = _need("tokensde.plots.phase", "plot_theory_vs_mc", issue="issue 3")
+    return _phase_section(ctx, "theory-vs-simulation", phase.plot_theory_vs_mc,
+                          "Exact P_anti (lines) vs Monte Carlo of the full network (points, 95% "
+                          "Wilson).")
+
+
+# ------------------------------------------------------------- multi-token (issue 4's sweep)
+
+SWEEPS = {"tiny": "smoke", "quick": "quick", "full": "full"}
+
+
+def sweep_config(ctx: Context) -> Path:
+    """The sweep file of this size: examples/sweeps/<name>.toml (smoke for the tiny size)."""
+    root = Path(os.environ.get("TOKENSDE_SWEEPS", Path.cwd() / "examples" / "sweeps"))
+    name = SWEEPS[ctx.size]
+    path = root / f"{name}.toml"
+    if not path.exists() and ctx.size != "tiny":
+        alt = root / "smoke.toml"
+        if alt.exists():
+            ctx.log(f"{path} not found; using {alt}")
+            return alt
+    if not path.exists():
+        raise MissingError(f"sweep file {path} not found (issue 4 ships examples/sweeps/*.toml; set "
+                      "TOKENSDE_SWEEPS to their directory)")
+    return path
+
+
+def build_multi(ctx: Context) -> Section:
+    """Multi-token outcome probabilities from a sweep (finished cells are reused)."""
+    sweep = _need("tokensde.sweep", "run_sweep", "read_table", issue="issue 4")
+    multi = _need("tokensde.plots.multi", "plot_outcomes", "load", issue="issue 4")
+    cfg = sweep_config(ctx)
+    out = ctx.out / "sweeps" / cfg.stem
+    t0 = time.perf_counter()
+    sweep.run_sweep(cfg, out, workers=ctx.workers)
+    wall = time.perf_counter() - t0
+    df = multi.load(out)
+    images = []
+    for model in ("noise", "flow"):
+        if (df["model"] == model).any():
+            images.append(Image(multi.plot_outcomes(df, ctx.figures / f"multi-token-{model}.png",
+                                                    model),
+                                f"Outcome probabilities at the horizon, model = {model} "
+                                "(95% Wilson bars)."))
+    if (df["model"] == "hybrid").any() and hasattr(multi, "plot_hybrid"):
+        images.append(Image(multi.plot_hybrid(df, ctx.figures / "multi-token-hybrid.png"),
+                            "Hybrid model: outcome probabilities vs noise scale."))
+    spec = FIGURES["multi-token"]
+    return Section("multi-token", spec.title, spec.claim, images=images,
+                   tables=[_multi_table(df)],
+                   provenance={"sweep": str(cfg), "dir": str(out), "wall_s": round(wall, 1),
+                               "command": f"tokensde sweep run {cfg} --out {out} "
+                                          f"--workers {ctx.workers}"})
+
+
+def _multi_table(df: Any) -> Table:
+    keys = [c for c in ("model", "n", "d", "beta", "sigma") if c in df.columns]
+    stats = [s for s in ("single", "bipolar", "other", "undecided") if f"p_{s}" in df.columns]
+    cols = [*keys, "runs"]
+    for s in stats:
+        cols += [f"P({s})", "95%"]
+    cols += [c for c in ("horizon", "dt", "seed", "version") if c in df.columns]
+    rows = []
+    for r in df.sort_values(keys).to_dict("records"):
+        row = [r[k] for k in keys] + [r.get("runs")]
+        for s in stats:
+            row += [r[f"p_{s}"], interval(r.get(f"p_{s}_lo"), r.get(f"p_{s}_hi"))]
+        row += [r[c] for c in ("horizon", "dt", "seed", "version") if c in df.columns]
+        rows.append([_plain(v) for v in row])
+    return Table("multi-token", "Outcome probabilities per sweep cell (95% Wilson); horizon = "
+                 "depth time at which outcomes are classified", cols, rows)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+# ---------------------------------------------------------------------- ViT (issue 6's runs)
+
+def vit_summary_path(ctx: Context) -> Path:
+    """Where a saved ViT comparison of this size lives (its summary.json)."""
+    compare = _need("tokensde.vit.compare", "SUMMARY", issue="issue 6")
+    return ctx.out / "vit" / ctx.size / compare.SUMMARY
+
+
+def build_vit(ctx: Context) -> Section:
+    """ViT accuracy by value-matrix initialisation, read from a saved comparison."""
+    plots = _need("tokensde.plots.vit", "plot_accuracy", issue="issue 6")
+    path = vit_summary_path(ctx)
+    if not path.exists():
+        run_vit(ctx, path.parent)
+    summary = json.loads(path.read_text())
+    png = plots.plot_accuracy(summary, ctx.figures / "vit.png")
+    spec = FIGURES["vit"]
+    return Section("vit", spec.title, spec.claim,
+                   images=[Image(png, "Test accuracy per epoch by value initialisation, and the "
+                                      "paired gap to the default (95% t-interval).")],
+                   tables=[_vit_table(summary)],
+                   provenance={"summary": str(path), "model": summary.get("model"),
+                               "train": summary.get("train"), "seeds": summary.get("seeds")})
+
+
+VIT_SIZES: dict[str, list[str]] = {
+    "tiny": ["--dataset", "digits", "--seeds", "2", "--epochs", "1", "--depth", "2",
+             "--dim", "16"],
+    "quick": ["--dataset", "digits", "--seeds", "3", "--epochs", "6"],
+    "full": ["--dataset", "fashion-mnist", "--seeds", "4", "--epochs", "10"],
+}
+
+
+def run_vit(ctx: Context, out: Path) -> None:
+    """Run issue 6's `tokensde vit compare` at this size into `out` (its own results dir)."""
+    from typer.testing import CliRunner
+
+    from . import vit as vit_cli
+
+    app = typer.Typer()
+    vit_cli.register(app)
+    args = ["vit", "compare", "--out", str(out), "--jobs", str(ctx.workers), "--no-progress",
+            *VIT_SIZES[ctx.size]]
+    ctx.log("running: tokensde " + " ".join(args))
+    res = CliRunner().invoke(app, args)
+    if res.exit_code != 0:
+        raise MissingError(f"`tokensde {' '.join(args)}` failed (exit {res.exit_code}): "
+                      f"{(res.output or '')[-400:]}")
+
+
+def _vit_table(s: dict[str, Any]) -> Table:
+    rows = []
+    for name, arm in s.get("arms", {}).items():
+        final = arm.get("final", {})
+        paired = s.get("paired", {}).get(name) or {}
+        gap = paired.get("final", {})
+        rows.append([name, _num(final.get("mean")), _num(final.get("sd")),
+                     interval(final.get("lo"), final.get("hi")), _num(gap.get("mean")),
+                     interval(gap.get("lo"), gap.get("hi")), len(s.get("seeds", [])),
+                     json.dumps(s.get("seeds", [])), s.get("version")])
+    return Table("vit", "Final test accuracy per arm (mean, sd, 95% t-interval over seeds) and "
+                 "the paired gap to the default initialisation",
+                 ["arm", "accuracy", "sd", "95%", "gap to default", "95%", "seeds", "seed list",
+                  "version"], rows)
+
+
+def _num(v: Any) -> Any:
+    return None if v is None else float(v)
+
+
+# ----------------------------------------------------------------------------------- registry
+
+FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
+    FigureSpec("phase-diagram", "Two tokens: phase diagram",
+               "Antipodal pairs persist with positive probability iff cosh(2 beta) > d - 2; "
+               "the Monte Carlo probability over (beta, d) changes where beta_c(d) says.",
+               build_phase, "tokensde.plots.phase (issue 3)"),
+    FigureSpec("theory-vs-simulation", "Two tokens: exact theory vs simulation",
+               "The scale-function probability P_anti(beta, d) matches Monte Carlo of the full "
+               "network within its intervals.", build_theory, "tokensde.plots.phase (issue 3)"),
+    FigureSpec("trajectories", "Tokens on the circle and the sphere",
+               "Under the random network tokens cluster, and may split into antipodal groups; "
+               "under the deterministic flow the same tokens merge into one cluster.",
+               build_trajectories),
+    FigureSpec("histograms", "Inner products across depth",
+               "The law of pairwise inner products moves to +1 (merging) below beta_c and to "
+               "both +1 and -1 (antipodal pairs) above it.", build_histograms),
+    FigureSpec("multi-token", "Many tokens: outcome probabilities",
+               "For n tokens the end states are one cluster or bipolar configurations, with "
+               "probabilities that depend on beta, d and n.", build_multi,
+               "tokensde.sweep + tokensde.plots.multi (issue 4)"),
+    FigureSpec("convergence", "Depth limit: the network converges to the SDE",
+               "The L-layer network is a consistent scheme for the SDE: weak error O(1/L) "
+               "(expected order 1), strong error on a shared Brownian path O(L^-1/2).",
+               build_convergence),
+    FigureSpec("vit", "ViT: value initialisation and accuracy",
+               "How the value-matrix initialisation (the noise law of the theory) affects a "
+               "trained ViT's accuracy.", build_vit,
+               "tokensde.vit + tokensde.plots.vit (issue 6)"),
+)}
+
+
+def build_section(name: str, ctx: Context) -> Section:
+    """Build one figure's section; a missing piece or an error becomes a section saying so."""
+    spec = FIGURES[name]
+    t0 = time.perf_counter()
+    try:
+        sec = spec.build(ctx)
+    except MissingError as err:
+        sec = Section(name, spec.title, spec.claim, status="missing",
+                      note=f"Not available in this build: {err}. Needs {spec.needs or 'it'}.")
+    except Exception as err:  # report the failure, keep the rest of the report
+        tb = traceback.format_exception_only(type(err), err)[-1].strip()
+        sec = Section(name, spec.title, spec.claim, status="failed",
+                      note=f"Building this section failed: {tb}")
+    sec.provenance.setdefault("wall_s", round(time.perf_counter() - t0, 2))
+    return sec
+
+
+# ----------------------------------------------------------------------------------- commands
+
+def figure_cmd(
+    name: str = typer.Argument(None, help="Figure name (see --list)."),
+    out: Path = typer.Option(DEFAULT_OUT, "--out", help="Results directory (data/ and figures/)."),
+    quick: bool = typer.Option(False, "--quick", help="Quick size (the default is full)."),
+    size: str = typer.Option(None, "--size", help="tiny | quick | full (overrides --quick)."),
+    seed: int = typer.Option(0, "--seed", help="Root seed (>= 0)."),
+    workers: int = typer.Option(2, "--workers", help="Processes for the heavy parts."),
+    list_: bool = typer.Option(False, "--list", help="List the figures and exit."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+) -> None:
+    """Draw one figure from its saved result (computing and saving the result if absent)."""
+    if list_:
+        _list(json_out)
+        return
+    with user_errors():
+        if name is None:
+            raise ParameterError("NAME is required: one of " + ", ".join(FIGURES))
+        check_choice("NAME", name, tuple(FIGURES))
+        ctx = Context(out, size or ("quick" if quick else "full"), seed, workers,
+                      log=lambda s: typer.echo(s, err=True))
+        t0 = time.perf_counter()
+        try:
+            sec = FIGURES[name].build(ctx)
+        except MissingError as err:
+            fail(f"figure {name} is not available: {err}")
+    result = {"figure": name, "size": ctx.size, "files": [str(i.path) for i in sec.images],
+              "tables": {t.key: len(t.rows) for t in sec.tables},
+              "reused": sec.provenance.get("reused"), "wall_s": round(time.perf_counter() - t0,
+                                                                      2)}
+    if json_out:
+        emit_json(result)
+        return
+    for f in result["files"]:
+        typer.echo(f)
+    if sec.note:
+        typer.echo(sec.note)
+
+
+def _list(json_out: bool) -> None:
+    if json_out:
+        emit_json({n: {"title": s.title, "claim": s.claim} for n, s in FIGURES.items()})
+        return
+    width = max(map(len, FIGURES))
+    for n, s in FIGURES.items():
+        typer.echo(f"{n:<{width}}  {s.title}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add `tokensde figure` to `app`."""
+    app.command("figure")(figure_cmd)

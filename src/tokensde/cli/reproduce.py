@@ -1,7 +1,102 @@
-"""Placeholder: commands are registered here by the module's owner."""
+"""`tokensde reproduce`: every figure of the study, then one self-contained HTML report.
+
+    tokensde reproduce --quick --out results/quick     # < 20 min on 2 cores (README main job)
+    tokensde reproduce --full  --out results/full      # the publication size (see docs/report.md)
+
+Each figure reuses its saved result under `DIR/data/` (and finished sweep cells under
+`DIR/sweeps/`), so a second call only redraws, and an interrupted call resumes. A figure whose
+module is missing or whose build fails becomes a section that says so; the report is written
+either way. `DIR/reproduce.json` records each section's status and wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import typer
 
+from .. import __version__
+from ..params import ParameterError
+from ..report import Section, write_report
+from ._common import emit_json, user_errors
+from .figure import FIGURES, SIZES, Context, _write_json, build_section
+
+KIND_RUN = "tokensde.reproduce"
+
+
+def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, workers: int = 2,
+              only: Sequence[str] | None = None, log: Callable[[str], None] = lambda s: None
+              ) -> tuple[Path, list[Section], dict[str, Any]]:
+    """Build the sections `only` (default: all, in report order) and write `out/report.html`.
+
+    Returns the report path, the sections and the run record written to `out/reproduce.json`.
+    """
+    names = list(FIGURES) if not only else list(only)
+    bad = [n for n in names if n not in FIGURES]
+    if bad:
+        raise ParameterError(f"only must name figures among {', '.join(FIGURES)}; got {bad}")
+    ctx = Context(Path(out), size, seed, workers, log=log)
+    t0 = time.perf_counter()
+    sections = []
+    for name in names:
+        log(f"[{name}] building")
+        sec = build_section(name, ctx)
+        log(f"[{name}] {sec.status} in {sec.provenance.get('wall_s', 0):.1f} s")
+        sections.append(sec)
+    wall = time.perf_counter() - t0
+    record = {
+        "size": size, "seed": seed, "workers": workers, "wall_s": round(wall, 1),
+        "cpus": os.cpu_count(), "python": platform.python_version(), "version": __version__,
+        "command": f"tokensde reproduce --{size} --out {out}" if size != "tiny" else
+        f"tokensde reproduce --size tiny --out {out}",
+        "sections": {s.key: {"status": s.status, "wall_s": s.provenance.get("wall_s"),
+                             "note": s.note if s.status != "ok" else ""} for s in sections},
+    }
+    from ..store import header
+
+    _write_json(ctx.out / "reproduce.json", header(KIND_RUN, **record))
+    meta = {"size": size, "seed": seed, "workers": workers,
+            "wall time": f"{wall / 60:.1f} min", "command": record["command"]}
+    path = write_report(sections, ctx.out / "report.html",
+                        title="tokensde: token dynamics of deep random Transformers", meta=meta)
+    return path, sections, record
+
+
+def reproduce_cmd(
+    out: Path = typer.Option(..., "--out", help="Results directory; DIR/report.html is written."),
+    quick: bool = typer.Option(False, "--quick", help="Quick size: under 20 min on 2 cores."),
+    full: bool = typer.Option(False, "--full", help="Full size (hours; see docs/report.md)."),
+    size: str = typer.Option(None, "--size", help="tiny | quick | full (overrides the flags)."),
+    seed: int = typer.Option(0, "--seed", help="Root seed (>= 0)."),
+    workers: int = typer.Option(2, "--workers", help="Processes for the heavy parts."),
+    only: str = typer.Option(None, "--only", help="Comma-separated figures (default: all)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the run record as JSON."),
+) -> None:
+    """Run every figure (reusing saved results) and write DIR/report.html."""
+    with user_errors():
+        if quick and full:
+            raise ParameterError("choose one of --quick and --full")
+        chosen = size or ("full" if full else "quick")
+        if chosen not in SIZES:
+            raise ParameterError(f"size must be one of {', '.join(SIZES)}; got {chosen!r}")
+        names = [s.strip() for s in only.split(",")] if only else None
+        path, sections, record = reproduce(out, chosen, seed, workers, names,
+                                           log=lambda s: typer.echo(s, err=True))
+    if json_out:
+        emit_json({**record, "report": str(path)})
+        return
+    width = max(len(s.key) for s in sections)
+    for s in sections:
+        typer.echo(f"{s.key:<{width}}  {s.status:<8} {s.provenance.get('wall_s', 0):7.1f} s"
+                   + (f"  {s.note}" if s.status != "ok" else ""))
+    typer.echo(f"report: {path}  ({record['wall_s'] / 60:.1f} min)")
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add `tokensde reproduce` to `app`."""
+    app.command("reproduce")(reproduce_cmd)

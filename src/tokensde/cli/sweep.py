@@ -1,7 +1,107 @@
-"""Placeholder: commands are registered here by the module's owner."""
+"""`tokensde sweep run|status|table|kinds`: parameter sweeps that resume and never lose a cell."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
 
 import typer
+from tqdm import tqdm
+
+from ._common import emit_json, fail, user_errors
+
+sweep_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                        help="Run TOML parameter sweeps (local process pool or Ray) into a "
+                             "resumable Parquet table.")
+
+
+class _Bar:
+    """A tqdm bar of cells with the failure count; tqdm supplies the ETA."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.bar = enabled, None
+
+    def start(self, counts: dict[str, int]) -> None:
+        if self.enabled:
+            self.bar = tqdm(total=counts["total"], initial=counts["skipped"], desc="cells",
+                            unit="cell", file=sys.stderr, dynamic_ncols=True, disable=None)
+            self.bar.set_postfix(failed=0)
+
+    def cell(self, row: dict[str, Any], counts: dict[str, int]) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(failed=counts["failed"], refresh=False)
+            self.bar.update(1)
+            if row["status"] != "ok":
+                self.bar.write(f"cell {row['index']} ({row['cell']}) failed: {row['error']}",
+                               file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@sweep_app.command("run")
+def run_cmd(
+    config: Path = typer.Argument(..., help="TOML sweep file."),
+    out: Path = typer.Option(..., "--out", help="Output directory (resumed if it exists)."),
+    workers: int = typer.Option(1, "--workers", help="Parallel cells (1: in this process)."),
+    backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
+    address: str = typer.Option(None, "--address", help="Ray cluster address (backend ray)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Run or resume CONFIG into --out; print a JSON summary (exit 1 if some cells failed)."""
+    from ..sweep import run_sweep
+
+    bar = _Bar(not quiet)
+    with user_errors():
+        try:
+            summary = run_sweep(config, out, workers=workers, backend=backend, address=address,
+                                on_start=bar.start, on_cell=bar.cell)
+        except KeyboardInterrupt:
+            bar.close()
+            fail(f"interrupted; finished cells are saved in {out}: run again to resume", 130)
+        finally:
+            bar.close()
+    emit_json(summary)
+    if summary["failed"]:
+        raise typer.Exit(1)
+
+
+@sweep_app.command("status")
+def status_cmd(out: Path = typer.Argument(..., help="Sweep output directory.")) -> None:
+    """Cells done, failed and pending (JSON); checks every stored file."""
+    from ..sweep import sweep_status
+
+    with user_errors():
+        emit_json(sweep_status(out))
+
+
+@sweep_app.command("table")
+def table_cmd(
+    out: Path = typer.Argument(..., help="Sweep output directory."),
+    fmt: str = typer.Option("parquet", "--format", help="parquet, csv or json."),
+    output: str = typer.Option(None, "--output",
+                               help="Where to write (default DIR/table.<format>; '-' = stdout)."),
+) -> None:
+    """Consolidate the finished cells into one table (one row per cell); print where it went."""
+    from ..sweep import export_table, render_table
+
+    with user_errors():
+        if output == "-":
+            typer.echo(render_table(out, fmt), nl=False)
+            return
+        emit_json(export_table(out, fmt, output))
+
+
+@sweep_app.command("kinds")
+def kinds_cmd() -> None:
+    """List the registered experiment kinds and their parameters (JSON)."""
+    from ..experiments import KINDS, describe
+
+    emit_json([describe(name) for name in sorted(KINDS)])
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add the `sweep` command group to `app`."""
+    app.add_typer(sweep_app, name="sweep")

@@ -1,7 +1,182 @@
-"""Placeholder: commands are registered here by the module's owner."""
+"""`tokensde two-token ...`: exact antipodal probabilities, beta_c, and Monte Carlo (spec §5-§6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 import typer
 
+from ._common import emit_json, progress_bar, to_jsonable, user_errors
+
+two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                            help="Two tokens: exact antipodal probability, phase boundary, "
+                                 "Monte Carlo of the full network (spec §5-§6).")
+
+KIND_MC = "tokensde.two_token_mc"
+
+JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+RHO0 = typer.Option("0", "--rho0", help="Initial <x1, x2> in [-1, 1], or 'uniform'.")
+RUNS = typer.Option(1000, "--runs", help="Independent runs (>= 1).")
+SEED = typer.Option(0, "--seed", help="Root seed (>= 0).")
+OUT = typer.Option(None, "--out", help="Also save the result (JSON with parameters, version).")
+QUIET = typer.Option(False, "--no-progress", help="No progress bar on stderr.")
+ENGINE = typer.Option("network", "--engine",
+                      help="network (full d-dimensional network) | reduced (1-D rho diffusion).")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _save(result: dict[str, Any], out: Path) -> str:
+    from ..store import atomic_write, header
+
+    doc = header(KIND_MC, **result)
+    atomic_write(out, lambda tmp: tmp.write_text(json.dumps(to_jsonable(doc), indent=2)))
+    return str(out)
+
+
+def _run(fn: Any, steps: int, quiet: bool, json_out: bool, **kwargs: Any) -> dict[str, Any]:
+    with progress_bar(steps, "layers", not (quiet or json_out)) as bar:
+        return fn(progress=bar, **kwargs).to_dict()
+
+
+def _show_outcome(r: dict[str, Any]) -> None:
+    lo, hi = r["ci"]
+    pct = round(100 * r["level"])
+    typer.echo(f"{r['model']} model, {r['engine']}: {r['counts']['runs']} runs to T = "
+               f"{_fmt(r['T'])} ({r['steps']} layers, dt = {_fmt(r['dt'])}), seed {r['seed']}")
+    typer.echo(f"  antipodal  {_fmt(r['p_anti'])}  [{_fmt(lo)}, {_fmt(hi)}] ({pct}% Wilson)")
+    typer.echo(f"  merged     {_fmt(r['p_merged'])}")
+    typer.echo(f"  undecided  {_fmt(r['undecided'])}  (tol {_fmt(r['tol'])})")
+    typer.echo(f"  theory     {_fmt(r['theory'])}")
+
+
+@two_token_app.command("prob")
+def prob_cmd(
+    beta: float = typer.Option(..., "--beta", help="Interaction strength (>= 0)."),
+    d: float = typer.Option(..., "--d", help="Dimension (any real >= 2)."),
+    rho0: str = RHO0,
+    json_out: bool = JSON,
+) -> None:
+    """Exact probability that the pair ends antipodal (scale function of spec §5)."""
+    from .. import two_tokens as tt
+
+    with user_errors():
+        r0 = tt.check_rho0(rho0)
+        p = tt.p_anti_uniform(beta, d) if r0 == "uniform" else tt.p_anti(beta, d, r0)
+        result = {"p_anti": p, "beta": beta, "d": d, "rho0": r0, "beta_c": tt.beta_c(d),
+                  "antipodal_attracts": tt.antipodal_attracts(beta, d)}
+    if json_out:
+        emit_json(result)
+        return
+    typer.echo(f"P_anti(beta={_fmt(beta)}, d={_fmt(d)}, rho0={r0}) = {p:.8g}")
+    side = "above" if result["antipodal_attracts"] else "not above"
+    typer.echo(f"beta_c({_fmt(d)}) = {result['beta_c']:.8g}; beta is {side} it")
+
+
+@two_token_app.command("critical")
+def critical_cmd(
+    d: float = typer.Option(..., "--d", help="Dimension (any real >= 2)."),
+    json_out: bool = JSON,
+) -> None:
+    """Critical interaction beta_c(d) = arccosh(d - 2)/2: antipodal attracts iff beta > beta_c."""
+    from .. import two_tokens as tt
+
+    with user_errors():
+        bc = tt.beta_c(d)
+    if json_out:
+        emit_json({"beta_c": bc, "d": d})
+        return
+    typer.echo(f"beta_c({_fmt(d)}) = {bc:.8g}  (antipodal pairs attract iff cosh(2 beta) > "
+               f"{_fmt(d - 2)})")
+
+
+@two_token_app.command("mc")
+def mc_cmd(
+    beta: float = typer.Option(..., "--beta", help="Interaction strength (>= 0)."),
+    d: int = typer.Option(..., "--d", help="Dimension (integer >= 2)."),
+    rho0: str = RHO0,
+    runs: int = RUNS,
+    time: float = typer.Option(40.0, "--time", help="Depth time T (horizon)."),
+    dt: float | None = typer.Option(None, "--dt", help="Layer step dt = alpha^2 (default 0.05/d)."),
+    seed: int = SEED,
+    sigma: float = typer.Option(1.0, "--sigma", help="Matrix noise scale (>= 0)."),
+    tol: float = typer.Option(1e-8, "--tol", help="Decided when 1 -+ rho < tol."),
+    sampler: str = typer.Option("auto", "--sampler", help="auto | fast | full."),
+    engine: str = ENGINE,
+    out: Path | None = OUT,
+    quiet: bool = QUIET,
+    json_out: bool = JSON,
+) -> None:
+    """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti."""
+    from .. import two_tokens as tt
+    from ..params import TimeGrid
+
+    with user_errors():
+        dt = tt.default_dt(d) if dt is None else dt
+        steps = TimeGrid.make(T=time, dt=dt).steps
+        result = _run(tt.monte_carlo, steps, quiet, json_out, beta=beta, d=d,
+                      rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
+                      sigma=sigma, tol=tol, sampler=sampler, engine=engine)
+        if out is not None:
+            result["out"] = _save(result, out)
+    if json_out:
+        emit_json(result)
+    else:
+        _show_outcome(result)
+
+
+@two_token_app.command("hybrid")
+def hybrid_cmd(
+    beta: float = typer.Option(..., "--beta", help="Interaction strength (>= 0)."),
+    eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale; runs Monte Carlo."),
+    d: int = typer.Option(3, "--d", help="Dimension (integer >= 2)."),
+    rho0: str = RHO0,
+    runs: int = RUNS,
+    time: float = typer.Option(40.0, "--time", help="Depth time T (horizon)."),
+    dt: float = typer.Option(0.01, "--dt", help="Layer step dt = alpha^2."),
+    seed: int = SEED,
+    tol: float = typer.Option(1e-6, "--tol", help="Decided when 1 -+ rho < tol."),
+    engine: str = ENGINE,
+    out: Path | None = OUT,
+    quiet: bool = QUIET,
+    json_out: bool = JSON,
+) -> None:
+    """Hybrid model of §6 (USA, M = I, scalar noise): threshold eps^2 = 2 e^-beta; MC with --eps."""
+    import math
+
+    from .. import two_tokens as tt
+    from ..params import TimeGrid
+
+    with user_errors():
+        eps2_c = tt.hybrid_eps2_c(beta)
+        result: dict[str, Any] = {"beta": beta, "eps2_c": eps2_c, "eps_c": math.sqrt(eps2_c)}
+        if eps is not None:
+            steps = TimeGrid.make(T=time, dt=dt).steps
+            lam_m, lam_p = tt.hybrid_lyapunov(beta, eps)
+            result.update(eps=eps, lyapunov_antipodal=lam_m, lyapunov_merged=lam_p,
+                          regime="antipodal" if lam_m < 0 else "merged" if lam_m > 0 else
+                          "critical")
+            result["mc"] = _run(tt.hybrid_monte_carlo, steps, quiet, json_out, beta=beta,
+                                eps=eps, d=d, rho0=tt.check_rho0(rho0), runs=runs, T=time,
+                                dt=dt, seed=seed, tol=tol, engine=engine)
+            if out is not None:
+                result["out"] = _save(result, out)
+    if json_out:
+        emit_json(result)
+        return
+    typer.echo(f"hybrid threshold at beta = {_fmt(beta)}: eps^2 = 2 e^-beta = {eps2_c:.8g} "
+               f"(eps_c = {math.sqrt(eps2_c):.8g})")
+    if eps is not None:
+        typer.echo(f"eps = {_fmt(eps)}: exponent of log(1+rho) at -1 = "
+                   f"{result['lyapunov_antipodal']:.6g}, of log(1-rho) at +1 = "
+                   f"{result['lyapunov_merged']:.6g} -> {result['regime']}")
+        _show_outcome(result["mc"])
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add the `two-token` command group to `app`."""
+    app.add_typer(two_token_app, name="two-token")

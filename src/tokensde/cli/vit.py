@@ -1,7 +1,191 @@
-"""Placeholder: commands are registered here by the module's owner."""
+"""`tokensde vit ...`: the value-noise experiment on a small Vision Transformer.
+
+    tokensde vit compare --out DIR        # arms x seeds, accuracy table and figure
+    tokensde vit geometry --out DIR       # token cosine similarity across depth at initialisation
+    tokensde vit plot --out DIR           # redraw the figures from the saved files
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
+from ..params import ParameterError, check_choice
+from ..store import atomic_write, header
+from ._common import emit_json, progress_bar, user_errors
+
+DEFAULT_ARMS = "default,suppressed:0,suppressed:0.1,identity,shared"
+# The quick default per data set: patch size, training subset (0 = all) and batch size.
+QUICK: dict[str, dict[str, int]] = {
+    "fashion-mnist": {"patch": 7, "train_subset": 10000, "batch_size": 128},
+    "cifar10": {"patch": 4, "train_subset": 10000, "batch_size": 128},
+    "digits": {"patch": 4, "train_subset": 0, "batch_size": 32},
+}
+
+Arms = Annotated[str, typer.Option(help="Comma-separated arms: default, gaussian:VAR, "
+                                        "suppressed:LAM, identity, shared.")]
+Dataset = Annotated[str, typer.Option(help="fashion-mnist, cifar10 or digits.")]
+DataDir = Annotated[Path | None, typer.Option(help="Directory of the data set files "
+                                              "(default: Debian's path for fashion-mnist).")]
+Out = Annotated[Path, typer.Option(help="Output directory (runs, tables, figures).")]
+Dim = Annotated[int, typer.Option(help="Token width D.")]
+Depth = Annotated[int, typer.Option(help="Number of blocks L.")]
+Heads = Annotated[int, typer.Option(help="Attention heads.")]
+Patch = Annotated[int | None, typer.Option(help="Patch side (default: 7, 4, 4 by data set).")]
+MlpRatio = Annotated[int, typer.Option(help="MLP hidden width / D.")]
+Norm = Annotated[str, typer.Option(help="layer or rms.")]
+Block = Annotated[str, typer.Option(help="standard (pre-norm, MLP) or attention-only (spec).")]
+ResScale = Annotated[bool, typer.Option(help="Scale residual branches by 1/sqrt(depth).")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+
+
+def _model(data: Any, dim: int, depth: int, heads: int, patch: int | None, mlp_ratio: int,
+           norm: str, block: str, residual_scale: bool) -> Any:
+    from ..vit import ViTConfig
+
+    return ViTConfig(image_size=data.image_size, channels=data.channels,
+                     patch=QUICK[data.name]["patch"] if patch is None else patch, dim=dim,
+                     depth=depth, heads=heads, mlp_ratio=mlp_ratio, classes=data.classes,
+                     norm=norm, residual_scale=residual_scale, block=block)
+
+
+def _subset(value: int | None, default: int) -> int | None:
+    value = default if value is None else value
+    if value < 0:
+        raise ParameterError(f"subset sizes must be >= 0 (0 = all); got {value!r}")
+    return value or None
+
+
+def _write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def compare_cmd(
+    arms: Arms = DEFAULT_ARMS,
+    seeds: Annotated[int, typer.Option(help="Number of seeds (seed0, seed0+1, ...).")] = 4,
+    seed0: Annotated[int, typer.Option(help="First seed.")] = 0,
+    epochs: Annotated[int, typer.Option(help="Training epochs per run.")] = 10,
+    dataset: Dataset = "fashion-mnist",
+    data_dir: DataDir = None,
+    train_subset: Annotated[int | None, typer.Option(
+        help="Train on the first N training images (0 = all; default 10000, digits all).")] = None,
+    test_subset: Annotated[int, typer.Option(help="Test on the first N (0 = all).")] = 0,
+    dim: Dim = 64, depth: Depth = 6, heads: Heads = 4, patch: Patch = None,
+    mlp_ratio: MlpRatio = 2, norm: Norm = "layer", block: Block = "standard",
+    residual_scale: ResScale = False,
+    batch_size: Annotated[int | None, typer.Option(help="Batch size (default 128, digits 32).")]
+    = None,
+    lr: Annotated[float, typer.Option(help="Peak AdamW learning rate.")] = 2e-3,
+    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay (matrices).")] = 0.05,
+    warmup: Annotated[float, typer.Option(help="Fraction of steps with linear warm-up.")] = 0.1,
+    label_smoothing: Annotated[float, typer.Option(help="Label smoothing.")] = 0.1,
+    augment: Annotated[bool, typer.Option(help="Random shifts (and flips for cifar10).")] = True,
+    threads: Annotated[int, typer.Option(help="torch threads per run.")] = 1,
+    jobs: Annotated[int, typer.Option(help="Runs trained in parallel processes.")] = 2,
+    out: Out = Path("vit-compare"),
+    json_out: Json = False,
+    progress: Annotated[bool, typer.Option(help="Progress bar on stderr.")] = True,
+) -> None:
+    """Train every arm on every seed; write the accuracy table (paired gap to default, 95 % t-CI)."""
+    from ..plots.vit import plot_accuracy
+    from ..vit import DATASETS, DataSpec, TrainConfig, compact, compare, format_table, parse_arms
+    from ..vit.train import steps_per_epoch
+
+    with user_errors():
+        arm_list = parse_arms(arms)
+        if seeds < 1:
+            raise ParameterError(f"seeds must be an integer >= 1; got {seeds!r}")
+        quick = QUICK[check_choice("dataset", dataset, DATASETS)]
+        spec = DataSpec(dataset, None if data_dir is None else str(data_dir),
+                        _subset(train_subset, quick["train_subset"]), _subset(test_subset, 0))
+        data = spec.load()
+        model_cfg = _model(data, dim, depth, heads, patch, mlp_ratio, norm, block, residual_scale)
+        train_cfg = TrainConfig(epochs=epochs, batch_size=batch_size or quick["batch_size"], lr=lr,
+                                weight_decay=weight_decay, warmup=warmup,
+                                label_smoothing=label_smoothing, augment=augment, seed=seed0)
+        seed_list = list(range(seed0, seed0 + seeds))
+        total = steps_per_epoch(data, train_cfg) * epochs * len(arm_list) * seeds
+        with progress_bar(total, f"vit compare ({len(arm_list)} arms x {seeds} seeds)",
+                          progress) as update:
+            summary = compare(spec, model_cfg, train_cfg, arm_list, seed_list, out, threads, jobs,
+                              update)
+        _write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+        table = format_table(summary)
+        _write_text(out / "table.md", table)
+        figure = plot_accuracy(out / "summary.json", out / "accuracy.png")
+    if json_out:
+        emit_json(compact(summary))
+    else:
+        typer.echo(f"{dataset}: train {data.info['train']}, test {data.info['test']}; "
+                   f"{epochs} epochs\n")
+        typer.echo(table)
+        typer.echo(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {figure}")
+
+
+def geometry_cmd(
+    arms: Arms = DEFAULT_ARMS,
+    dataset: Dataset = "fashion-mnist",
+    data_dir: DataDir = None,
+    images: Annotated[int, typer.Option(help="Test images fed to each model.")] = 64,
+    seeds: Annotated[int, typer.Option(help="Models per arm (seeds 0..S-1).")] = 3,
+    dim: Dim = 64, depth: Depth = 6, heads: Heads = 4, patch: Patch = None,
+    mlp_ratio: MlpRatio = 2, norm: Norm = "layer", block: Block = "standard",
+    residual_scale: ResScale = False,
+    bins: Annotated[int, typer.Option(help="Histogram bins on [-1, 1].")] = 40,
+    tol: Annotated[float, typer.Option(help="'Near +-1' means within tol.")] = 0.05,
+    out: Out = Path("vit-geometry"),
+    json_out: Json = False,
+) -> None:
+    """Token cosine similarity across depth at initialisation, per arm, on real test images."""
+    from ..plots.vit import plot_geometry
+    from ..vit import geometry, load_dataset, parse_arms
+    from ..vit.geometry import KIND_GEOMETRY
+
+    with user_errors():
+        arm_list = parse_arms(arms)
+        if images < 1 or seeds < 1:
+            raise ParameterError(f"images and seeds must be >= 1; got {images!r}, {seeds!r}")
+        data = load_dataset(dataset, data_dir, test_subset=images)
+        model_cfg = _model(data, dim, depth, heads, patch, mlp_ratio, norm, block, residual_scale)
+        result = geometry(model_cfg, arm_list, data.x_test, list(range(seeds)), bins, tol)
+        doc = {**header(KIND_GEOMETRY, dataset=dataset, data=data.info,
+                        model=model_cfg.to_dict()), **result}
+        _write_text(out / "geometry.json", json.dumps(doc, indent=1) + "\n")
+        figure = plot_geometry(out / "geometry.json", out / "geometry.png")
+    if json_out:
+        emit_json({"arms": {a: {k: v[k] for k in ("near_pos", "near_neg", "mean")}
+                            for a, v in result["arms"].items()},
+                   "dataset": dataset, "depths": result["depths"], "tol": tol})
+        return
+    typer.echo(f"fraction of token pairs with cosine > {1 - tol:g} (near +1) by depth "
+               f"0..{depth}:")
+    for a, v in result["arms"].items():
+        typer.echo(f"  {a:>16}: " + " ".join(f"{q:.2f}" for q in v["near_pos"]))
+    typer.echo(f"wrote {out / 'geometry.json'}, {figure}")
+
+
+def plot_cmd(out: Out = Path("vit-compare")) -> None:
+    """Redraw accuracy.png / geometry.png from summary.json / geometry.json in DIR."""
+    from ..plots.vit import plot_accuracy, plot_geometry
+
+    with user_errors():
+        done = []
+        if (out / "summary.json").is_file():
+            done.append(plot_accuracy(out / "summary.json", out / "accuracy.png"))
+        if (out / "geometry.json").is_file():
+            done.append(plot_geometry(out / "geometry.json", out / "geometry.png"))
+        if not done:
+            raise FileNotFoundError(f"{out} holds neither summary.json nor geometry.json")
+    typer.echo("wrote " + ", ".join(map(str, done)))
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to `app`."""
+    """Add the `vit` sub-app (compare, geometry, plot) to `app`."""
+    sub = typer.Typer(no_args_is_help=True, help="Value-matrix noise in a small Vision Transformer.")
+    sub.command("compare")(compare_cmd)
+    sub.command("geometry")(geometry_cmd)
+    sub.command("plot")(plot_cmd)
+    app.add_typer(sub, name="vit")

@@ -66,7 +66,7 @@ def _job(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arm: Valu
 def run_all(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[ValueInit],
             seeds: list[int], out: Path, threads: int = 1, jobs: int = 1,
             progress: Progress | None = None) -> dict[str, dict[int, dict[str, Any]]]:
-    """Train all runs (finished ones are read back, interrupted ones resume); `{arm: {seed: result}}`.
+    """Train all runs; return `{arm: {seed: result}}`. Finished runs are read back, others resume.
 
     With `jobs > 1` runs go to that many worker processes of `threads` threads each; the progress
     callback then advances once per finished run by its number of steps.
@@ -97,7 +97,7 @@ def run_all(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: 
 
 
 def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """`(mean, lo, hi)`: Student-t interval `mean +- t_{(1+level)/2, n-1} sd / sqrt(n)` (nan if n < 2)."""
+    """`(mean, lo, hi)` with `lo, hi = mean -+ t_{(1+level)/2, n-1} sd / sqrt(n)` (nan if n < 2)."""
     x = np.asarray(x, dtype=float)
     m = float(x.mean())
     if len(x) < 2:
@@ -135,8 +135,7 @@ def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: 
     """Run every arm on every seed and return the summary (with a header saying how it was made)."""
     out = Path(out)
     results = run_all(data, model_cfg, train_cfg, arms, seeds, out, threads, jobs, progress)
-    info = next(iter(next(iter(results.values())).values()))["run"]["data"]
-    meta = header(KIND_COMPARE, dataset=data.name, data=info, data_spec=asdict(data),
+    meta = header(KIND_COMPARE, dataset=data.name, data=data.load().info, data_spec=asdict(data),
                   model=model_cfg.to_dict(), train={**train_cfg.to_dict(), "seed": None},
                   epochs=train_cfg.epochs, arm_names=[a.name for a in arms], threads=threads,
                   jobs=jobs)

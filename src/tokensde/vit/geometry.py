@@ -1,7 +1,7 @@
 """Token geometry at initialisation: pairwise cosine similarity of tokens across depth, per arm.
 
 For images `x` and a freshly initialised model, the token states `X^k` (batch, n, D) after the
-embedding (k = 0) and after each block give `cos_ij^k = <x_i, x_j> / (|x_i| |x_j|)` over pairs i < j.
+embedding (k = 0) and after each block give `cos_ij^k = <x_i, x_j> / (|x_i| |x_j|)`, pairs i < j.
 Per arm and depth: a histogram of the cosines on [-1, 1], their mean, and the fractions *near +1*
 (`cos > 1 - tol`, merged, spec §7) and *near -1* (`cos < -1 + tol`, antipodal).
 """
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..params import check_int, check_real
+from ..params import ParameterError, check_int, check_real
 from .init import ValueInit, make_model
 from .model import ViTConfig
 
@@ -21,7 +21,7 @@ KIND_GEOMETRY = "tokensde.vit.geometry"
 
 
 def pair_cosines(x: torch.Tensor) -> torch.Tensor:
-    """Cosines `<x_i, x_j>/(|x_i||x_j|)` for i < j of tokens `(batch, n, D)`, flat `(batch n(n-1)/2,)`."""
+    """Cosines `<x_i, x_j>/(|x_i||x_j|)`, i < j, of tokens `(batch, n, D)`; flat, batch n(n-1)/2."""
     u = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(1e-30)
     gram = u @ u.transpose(-1, -2)
     i, j = torch.triu_indices(x.shape[1], x.shape[1], offset=1)
@@ -52,7 +52,7 @@ def geometry(cfg: ViTConfig, arms: list[ValueInit], images: torch.Tensor, seeds:
     """Per arm: histograms `(depth+1, bins)` of token cosines and the fractions near +-1."""
     check_int("bins", bins, 2)
     if not 0 < check_real("tol", tol, 0.0, strict=True) < 1:
-        raise ValueError(f"tol must be in (0, 1); got {tol!r}")
+        raise ParameterError(f"tol must be in (0, 1); got {tol!r}")
     return {"edges": np.linspace(-1.0, 1.0, bins + 1).tolist(), "tol": tol,
             "depths": list(range(cfg.depth + 1)), "seeds": list(seeds),
             "images": int(images.shape[0]),

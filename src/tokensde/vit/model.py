@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from ..params import ParameterError, check_choice, check_int
@@ -31,7 +31,7 @@ BLOCKS: tuple[str, ...] = ("standard", "attention-only")
 
 @dataclass(frozen=True)
 class ViTConfig:
-    """Shape of the ViT. Tokens: `n = 1 + (image_size / patch)^2` (class token first), width `dim`."""
+    """ViT shape: `n = 1 + (image_size / patch)^2` tokens (class token first) of width `dim`."""
 
     image_size: int = 28
     channels: int = 1
@@ -57,7 +57,8 @@ class ViTConfig:
         if self.dim % self.heads:
             raise ParameterError(f"heads must divide dim = {self.dim}; got {self.heads!r}")
         if not isinstance(self.residual_scale, bool):
-            raise ParameterError(f"residual_scale must be True or False; got {self.residual_scale!r}")
+            raise ParameterError("residual_scale must be True or False; "
+                                 f"got {self.residual_scale!r}")
 
     @property
     def n_tokens(self) -> int:

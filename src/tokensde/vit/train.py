@@ -1,4 +1,4 @@
-"""Train one ViT arm on one seed: AdamW, warm-up + cosine decay, label smoothing, light augmentation.
+"""Train one ViT arm on one seed: AdamW, warm-up + cosine decay, label smoothing, augmentation.
 
 A run lives in its own directory: `checkpoint.pt` (model, optimiser, history) written atomically at
 the end of every epoch, `log.jsonl` (one line per finished epoch, rewritten from the checkpoint's
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812
 
 from ..params import ParameterError, check_int, check_real
 from ..rng import derive_seed
@@ -82,8 +82,9 @@ def augment(x: torch.Tensor, shift: int, flip: bool, gen: torch.Generator) -> to
         dy, dx = (torch.randint(0, 2 * shift + 1, (2, B), generator=gen))
         rows = (dy[:, None] + torch.arange(H))[:, None, :, None]
         cols = (dx[:, None] + torch.arange(W))[:, None, None, :]
-        x = padded[torch.arange(B)[:, None, None, None], torch.arange(x.shape[1])[None, :, None, None],
-                   rows, cols]
+        batch = torch.arange(B)[:, None, None, None]
+        channel = torch.arange(x.shape[1])[None, :, None, None]
+        x = padded[batch, channel, rows, cols]
     if flip:
         mask = torch.rand(B, generator=gen) < 0.5
         x = torch.where(mask[:, None, None, None], x.flip(-1), x)
@@ -103,7 +104,7 @@ def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
 
 
 def make_optimizer(model: ViT, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices only (not on norms, biases, class token, positions)."""
+    """AdamW, weight decay on the matrices only (not on norms, biases, class token, positions)."""
     decay, rest = [], []
     for name, p in model.named_parameters():
         (decay if p.ndim >= 2 and name not in ("pos", "cls_token") else rest).append(p)
@@ -162,6 +163,15 @@ def _write_log(path: Path, history: list[dict[str, Any]]) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
+def check_same_run(found: dict[str, Any], spec: dict[str, Any], path: Path) -> None:
+    """Raise ParameterError if the run stored in `path` (`found`) is not the run `spec`."""
+    want = json.loads(json.dumps(spec))
+    if found != want:
+        keys = sorted(k for k in want if found.get(k) != want[k])
+        raise ParameterError(f"{path} belongs to a different run (differs in {', '.join(keys)}); "
+                             "use another output directory or delete it")
+
+
 def load_checkpoint(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
     """Read a checkpoint and check it belongs to the run `spec`."""
     try:
@@ -171,10 +181,7 @@ def load_checkpoint(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
                          ) from err
     meta = check_meta(state.get("meta") if isinstance(state, dict) else None, KIND_CHECKPOINT,
                       str(path))
-    if meta["run"] != json.loads(json.dumps(spec)):
-        keys = sorted(k for k in spec if meta["run"].get(k) != json.loads(json.dumps(spec[k])))
-        raise ParameterError(f"{path} is a checkpoint of a different run (differs in "
-                             f"{', '.join(keys)}); use another output directory or delete it")
+    check_same_run(meta["run"], spec, path)
     return state
 
 
@@ -188,12 +195,11 @@ def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
     spec = run_spec(data, model_cfg, train_cfg, arm)
     result_path, ckpt_path = run_dir / RESULT, run_dir / CHECKPOINT
     if result_path.is_file():
-        result = json.loads(result_path.read_text())
-        check_meta(result, KIND_RUN, str(result_path))
-        if result["run"] == json.loads(json.dumps(spec)):
-            if progress is not None:
-                progress(steps_per_epoch(data, train_cfg) * train_cfg.epochs)
-            return result
+        result = check_meta(json.loads(result_path.read_text()), KIND_RUN, str(result_path))
+        check_same_run(result["run"], spec, result_path)
+        if progress is not None:
+            progress(steps_per_epoch(data, train_cfg) * train_cfg.epochs)
+        return result
     model = make_model(model_cfg, arm, train_cfg.seed)
     opt = make_optimizer(model, train_cfg)
     history: list[dict[str, Any]] = []

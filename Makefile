@@ -1,0 +1,23 @@
+# tokensde: `make demo` (install + quick reproduction), `make test` (install + whole test suite).
+PY ?= python3
+OUT ?= results/quick
+
+.PHONY: setup demo test test-quick lint bench
+
+setup:
+	./scripts/setup.sh
+
+demo: setup
+	tokensde reproduce --quick --out $(OUT)
+
+test: setup
+	$(PY) -m pytest -q
+
+test-quick: setup
+	$(PY) -m pytest -q -m "not slow and not browser and not ray"
+
+lint:
+	ruff check src tests benchmarks diagnostics
+
+bench:
+	$(PY) benchmarks/bench_samplers.py

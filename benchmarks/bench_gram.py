@@ -1,0 +1,157 @@
+"""Gram-space sampler vs fast vs full, side by side in one run: time per layer and throughput.
+
+    python benchmarks/bench_gram.py             # full table, d in {16..4096}, n in {2, 8, 32}
+    python benchmarks/bench_gram.py --quick     # a smaller table, for a smoke run
+
+Times only the layer loop (`model.run_batch`, `gram.run_batch_gram`) on a prepared batch, network
+scheme, float64, CPU unless `--device`. Columns: microseconds per run and layer (`us/rl`, i.e. the
+time per layer divided by the batch size), runs*layers per second, and the ratios fast/gram,
+full/gram and gram(d)/gram(d=16). `full` runs few runs at large d so that memory stays < 4 GB.
+Targets (issue 5): gram(d=4096)/gram(d=16) <= 1.5; fast/gram >= 100 at (n, d) = (8, 1024).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+import torch
+
+import tokensde
+from tokensde import ModelParams, TimeGrid
+from tokensde.gram import recompress, run_batch_gram
+from tokensde.layers import normalize
+from tokensde.model import run_batch
+from tokensde.rng import RunStreams
+
+FULL_BYTES = 4 * 2**30
+NOTHING = np.array([], dtype=int)
+
+
+def _layers_for(seconds_per_layer: float, budget: float, most: int) -> int:
+    return int(max(1, min(most, budget / max(seconds_per_layer, 1e-9))))
+
+
+def time_sampler(sampler: str, x: torch.Tensor, p: ModelParams, budget: float, device: str,
+                 most: int = 400) -> float:
+    """Seconds per layer for this batch (best of a probe and a run of about `budget` seconds)."""
+
+    def once(steps: int, seed: int) -> float:
+        rs = RunStreams(seed, x.shape[0], device=device)
+        grid = TimeGrid(steps, 1e-3)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        if sampler == "gram":
+            run_batch_gram(x, p, grid, rs, "network", NOTHING, lambda c, xc: None)
+        else:
+            run_batch(x, p, grid, rs, sampler, "network", NOTHING, lambda c, xc: None)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / steps
+
+    probe = once(2, 1)
+    return min(probe, once(_layers_for(probe, budget, most), 2))
+
+
+def runs_for(sampler: str, n: int, d: int, runs: int) -> int:
+    """Batch size: `runs`, fewer for `full` (memory < 4 GB, bounded time) and for `fast` at large nd."""
+    if sampler == "full":
+        fit = FULL_BYTES // (4 * 8 * d * d)
+        return int(max(1, min(runs, fit, 2**26 // (d * d))))
+    if sampler == "fast":
+        return int(max(8, min(runs, 2**24 // (n * d))))
+    return runs
+
+
+def bench(ns: list[int], ds: list[int], runs: dict[int, int], budget: float, device: str,
+          samplers: tuple[str, ...]) -> list[dict[str, float]]:
+    """One row per (n, d): microseconds per run-layer of each sampler."""
+    rows = []
+    for n in ns:
+        for d in ds:
+            p = ModelParams(n=n, d=d, beta=1.0)
+            g = torch.Generator(device=device).manual_seed(n * 100_003 + d)
+            x = normalize(torch.randn(runs[n], n, d, generator=g, dtype=torch.float64,
+                                      device=device))
+            row: dict[str, float] = {"n": n, "d": d}
+            for s in samplers:
+                r = runs_for(s, n, d, runs[n])
+                xs = recompress(x[:r]) if s == "gram" else x[:r]
+                row[f"{s}_runs"] = r
+                row[s] = 1e6 * time_sampler(s, xs, p, budget, device) / r
+            rows.append(row)
+            print(_line(row, rows, samplers), flush=True)
+    return rows
+
+
+def _line(row: dict[str, float], rows: list[dict[str, float]], samplers: tuple[str, ...]) -> str:
+    base = next(r for r in rows if r["n"] == row["n"])
+    cells = [f"{int(row['n']):>3} {int(row['d']):>5}"]
+    for s in samplers:
+        cells.append(f"{row[s]:>11.2f} {1e6 / row[s]:>11.0f} ({int(row[s + '_runs']):>4})")
+    if "gram" in samplers:
+        for s in samplers:
+            if s != "gram":
+                cells.append(f"{row[s] / row['gram']:>10.1f}")
+        cells.append(f"{row['gram'] / base['gram']:>9.2f}")
+    return " ".join(cells)
+
+
+def _header(samplers: tuple[str, ...]) -> str:
+    cells = ["  n     d"]
+    for s in samplers:
+        cells.append(f"{s + ' us/rl':>11} {s + ' rl/s':>11} (runs)")
+    if "gram" in samplers:
+        cells += [f"{s + '/gram':>10}" for s in samplers if s != "gram"]
+        cells.append(f"{'gram/d16':>9}")
+    return " ".join(cells)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="n in {2, 8}, d in {16, 1024}")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    ap.add_argument("--budget", type=float, default=0.4, help="seconds per measurement")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--samplers", default="gram,fast,full")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    samplers = tuple(args.samplers.split(","))
+    ns, ds = ([2, 8], [16, 1024]) if args.quick else ([2, 8, 32], [16, 64, 256, 1024, 4096])
+    runs = {2: 4096, 8: 2048, 32: 256}
+    load0 = os.getloadavg()
+    cpu = platform.processor() or platform.machine()
+    print(f"tokensde {tokensde.__version__}, torch {torch.__version__}, {cpu}, "
+          f"device {args.device}, threads {args.threads}, float64, network scheme, beta 1")
+    print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} "
+          f"(cores: {os.cpu_count()})")
+    print("us/rl = microseconds per run and layer; rl/s = runs*layers per second\n")
+    print(_header(samplers))
+    t0 = time.perf_counter()
+    rows = bench(ns, ds, runs, args.budget, args.device, samplers)
+    load1 = os.getloadavg()
+    print(f"\nwall {time.perf_counter() - t0:.0f} s; load average after: "
+          f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    if "gram" in samplers and "fast" in samplers:
+        _targets(rows)
+
+
+def _targets(rows: list[dict[str, float]]) -> None:
+    by = {(int(r["n"]), int(r["d"])): r for r in rows}
+    for n in sorted({k[0] for k in by}):
+        if (n, 16) in by and (n, 4096) in by:
+            ratio = by[(n, 4096)]["gram"] / by[(n, 16)]["gram"]
+            print(f"target gram(d=4096)/gram(d=16) <= 1.5 at n={n}: {ratio:.2f} "
+                  f"{'met' if ratio <= 1.5 else 'NOT met'}")
+    if (8, 1024) in by:
+        r = by[(8, 1024)]["fast"] / by[(8, 1024)]["gram"]
+        print(f"target fast/gram >= 100 at (n, d) = (8, 1024): {r:.0f} "
+              f"{'met' if r >= 100 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""CPU vs CUDA for the fast, full and Gram samplers: throughput ratios, and the same law on CUDA.
+
+    python benchmarks/gpu_check.py          # about 2 minutes on one H200; prints, exits 1 on a failure
+    python benchmarks/gpu_check.py --device cpu   # dry run of this script without a GPU
+
+Without CUDA (and no --device) it runs nothing and says so. Throughput: runs*layers per second of
+the layer loop (as in bench_gram.py), CPU with all its threads vs the device, float64. Law: two tokens
+(d = 4, beta = 2, rho0 = -0.5, T = 6, dt = 0.02) simulated on CUDA and on the CPU with each sampler;
+a KS test on rho at t = 1 and a two-proportion test on the merged fraction at T must not reject.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import torch
+from scipy import stats
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_gram import time_sampler
+
+from tokensde import ModelParams, simulate
+from tokensde.gram import recompress
+from tokensde.layers import normalize
+
+# (sampler, n, d, runs on CPU, runs on CUDA)
+SPEED = [
+    ("fast", 8, 1024, 256, 4096),
+    ("full", 8, 256, 64, 1024),
+    ("gram", 8, 1024, 2048, 65536),
+    ("gram", 32, 4096, 256, 16384),
+]
+LAW_RUNS = 4000
+
+
+def throughput(sampler: str, n: int, d: int, runs: int, device: str) -> float:
+    """Runs*layers per second of `sampler` on `device`."""
+    p = ModelParams(n=n, d=d, beta=1.0)
+    g = torch.Generator(device=device).manual_seed(0)
+    x = normalize(torch.randn(runs, n, d, generator=g, dtype=torch.float64, device=device))
+    if sampler == "gram":
+        x = recompress(x)
+    return runs / time_sampler(sampler, x, p, budget=1.5, device=device)
+
+
+def outcome(sampler: str, device: str, seed: int) -> tuple[torch.Tensor, int]:
+    """rho at t = 1 `(runs,)` and the number of merged pairs at T = 6."""
+    res = simulate(ModelParams(n=2, d=4, beta=2.0), T=6.0, dt=0.02, runs=LAW_RUNS, init="pair",
+                   rho0=-0.5, seed=seed, sampler=sampler, device=device, checkpoints=[50, 300])
+    rho = res.rho()
+    return rho[:, 0], int((rho[:, 1] > 1 - 1e-3).sum())
+
+
+def law_ok(sampler: str, device: str) -> bool:
+    """`device` vs CPU two-sample tests for one sampler; prints the p-values."""
+    rc, mc = outcome(sampler, device, seed=1)
+    rp, mp = outcome(sampler, "cpu", seed=2)
+    ks = stats.ks_2samp(rc.numpy(), rp.numpy()).pvalue
+    pool = (mc + mp) / (2 * LAW_RUNS)
+    z = (mc - mp) / LAW_RUNS / math.sqrt(2 * pool * (1 - pool) / LAW_RUNS)
+    pz = 2 * stats.norm.sf(abs(z))
+    ok = ks > 1e-3 and pz > 1e-3
+    print(f"  {sampler:>4}: merged device {mc / LAW_RUNS:.3f} CPU {mp / LAW_RUNS:.3f} (p = {pz:.3f}); "
+          f"KS on rho(t=1) p = {ks:.3f}  {'ok' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda", help="device compared with the CPU (default cuda)")
+    dev = ap.parse_args().device
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        print("no CUDA device here: nothing run (gpu_check needs a GPU)")
+        return 0
+    t0 = time.perf_counter()
+    name = torch.cuda.get_device_name(dev) if dev.startswith("cuda") else dev
+    print(f"device: {name}; CPU threads: {torch.get_num_threads()}; "
+          f"torch {torch.__version__}; float64")
+    print(f"{'sampler':>7} {'n':>3} {'d':>5} {'CPU rl/s':>12} {'dev rl/s':>12} {'dev/CPU':>9}")
+    failures = 0
+    for sampler, n, d, runs_cpu, runs_gpu in SPEED:
+        try:
+            cpu = throughput(sampler, n, d, runs_cpu, "cpu")
+            gpu = throughput(sampler, n, d, runs_gpu, dev)
+            print(f"{sampler:>7} {n:>3} {d:>5} {cpu:>12.0f} {gpu:>12.0f} {gpu / cpu:>9.1f}",
+                  flush=True)
+        except Exception as err:  # report and go on: one run should say everything it can
+            failures += 1
+            print(f"{sampler:>7} {n:>3} {d:>5} FAILED: {type(err).__name__}: {err}", flush=True)
+    print("same law on the device as on the CPU (two tokens, d = 4, beta = 2, rho0 = -0.5):")
+    for sampler in ("fast", "full", "gram"):
+        try:
+            failures += not law_ok(sampler, dev)
+        except Exception as err:
+            failures += 1
+            print(f"  {sampler:>4}: FAILED: {type(err).__name__}: {err}", flush=True)
+    print(f"wall {time.perf_counter() - t0:.0f} s; {failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Exact Gram-space sampler for rotation-invariant attention (spec §4): cost per layer set by n, not d.
+
+When `Q^T K = c I` and `M = a I`, a layer's law depends on the tokens only through their Gram
+matrix. The tokens are kept as coordinates `u` `(runs, n, m)` in an orthonormal frame `B` (d x m) of
+an m-dimensional subspace that contains them, `m = min(n, d)`. The layer noise `V y_i = V B w_i`
+splits into the in-frame block `G = B^T V B` (an m x m Gaussian matrix) and the out-of-frame block
+`B_perp^T V B`, which enters the Gram matrix only through `W = (B_perp^T V B)^T (B_perp^T V B)`, a
+Wishart matrix with `d - m` degrees of freedom. `W` is drawn as `T^T T` with `T` its Bartlett factor
+(chi variates with `d - m - i` dof on the diagonal, i = 0, 1, ..., standard normals above it).
+The new tokens have `m + min(m, d - m)` coordinates; a QR factorisation brings them back to m.
+
+Any frame that contains the tokens gives an exact sampler (the dof is `d - frame dimension`), so
+rank-deficient configurations (merged tokens, n > d) need no numerical rank decision: the frame
+dimension is always `m = min(n, d)` and the QR tolerates rank deficiency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .layers import normalize, tangent
+from .params import ModelParams, ParameterError, TimeGrid
+from .rng import RunStreams
+from .sde import ito_correction
+
+Progress = Callable[[int], None]
+
+
+def frame_dim(n: int, d: int) -> int:
+    """Dimension `m = min(n, d)` of the frame the Gram sampler keeps the tokens in."""
+    return min(n, d)
+
+
+def iso_scales(p: ModelParams) -> tuple[float, float]:
+    """`(a, c)` with `M = a I` (a = 0 for no mean part) and `Q^T K = c I`."""
+    a = 0.0 if p.M is None else float(np.trace(p.M)) / p.d
+    qk = p.qk()
+    c = 1.0 if qk is None else float(np.trace(qk)) / p.d
+    return a, c
+
+
+def recompress(z: torch.Tensor) -> torch.Tensor:
+    """Rows of `z` `(runs, n, c)` as unit vectors in `min(n, c)` coordinates: `u = N(R^T)` with
+    `z^T = Q R` (Householder QR, so rank-deficient `z` is fine and distances keep full precision)."""
+    n, c = z.shape[-2:]
+    if c <= n:
+        return normalize(z)
+    a, _ = torch.geqrf(z.transpose(-1, -2))  # R is the upper triangle (faster than linalg.qr)
+    return normalize(a[..., :n, :].triu().transpose(-1, -2))
+
+
+def pad(u: torch.Tensor, width: int) -> torch.Tensor:
+    """Append zero coordinates so that `u` has `width` columns (same Gram matrix)."""
+    extra = width - u.shape[-1]
+    return u if extra <= 0 else torch.nn.functional.pad(u, (0, extra))
+
+
+def chi(rs: RunStreams, dof: torch.Tensor) -> torch.Tensor:
+    """Chi variates `(runs, len(dof))`, entry `i` with `dof[i]` degrees of freedom:
+    `sqrt(2 Gamma(dof/2))`, one generator per run block."""
+    half = 0.5 * dof
+    parts = [torch._standard_gamma(half.expand(s, -1).contiguous(), generator=g)
+             for s, g in zip(rs.sizes, rs.gens, strict=True)]
+    return (2.0 * (parts[0] if len(parts) == 1 else torch.cat(parts))).sqrt()
+
+
+def noise_factor(rs: RunStreams, lead: int, dof: int, cols: int,
+                 dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """`(runs, lead + k, cols)`: `lead` rows of standard normals on top of the Bartlett factor `T`
+    `(k, cols)`, `k = min(dof, cols)`, of a `Wishart_cols(dof, I)` (`T^T T` has that law).
+
+    `T` is upper trapezoidal with `T_ii ~ chi_{dof - i}` and `T_ij ~ N(0, 1)` for `j > i`.
+    All normals come from one draw.
+    """
+    k = min(dof, cols)
+    iu = torch.triu_indices(k, cols, offset=1, device=rs.device)
+    upper = (lead + iu[0]) * cols + iu[1]
+    diag = torch.arange(k, device=rs.device)
+    z = rs.normal(lead * cols + upper.numel(), dtype=dtype)
+    h = torch.zeros(rs.runs, (lead + k) * cols, dtype=dtype, device=rs.device)
+    h[:, : lead * cols] = z[:, : lead * cols]
+    h.index_copy_(1, upper, z[:, lead * cols:])
+    h.index_copy_(1, (lead + diag) * (cols + 1) - lead, chi(rs, (dof - diag).to(dtype)))
+    return h.view(rs.runs, lead + k, cols)
+
+
+def bartlett(rs: RunStreams, dof: int, cols: int, dtype: torch.dtype = torch.float64
+             ) -> torch.Tensor:
+    """Bartlett factor `T` `(runs, min(dof, cols), cols)` with `T^T T ~ Wishart_cols(dof, I)`."""
+    return noise_factor(rs, 0, dof, cols, dtype)
+
+
+def frame_weights(u: torch.Tensor, p: ModelParams, c: float) -> torch.Tensor:
+    """Attention weights from frame coordinates: logits `beta c <u_i, u_j>` (spec §1)."""
+    logits = (p.beta * c) * (u @ u.transpose(-1, -2))
+    n = u.shape[-2]
+    if p.causal:
+        mask = torch.ones(n, n, dtype=torch.bool, device=u.device).triu(1)
+        logits = logits.masked_fill(mask, float("-inf"))
+    if p.attention == "usa":
+        return torch.exp(logits) / n
+    # written out: torch.softmax is several times slower on tiny (n x n) rows
+    e = torch.exp(logits - logits.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def advance(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float,
+            a: float, scheme: str) -> torch.Tensor:
+    """Un-normalised next tokens, as `layers.network_step` / `sde.sde_step` with `M = a I`:
+    `x + dt a y + sqrt(dt) xi`, or `x + dt (ito + a P_x y) + sqrt(dt) P_x xi`."""
+    if scheme == "sde":
+        z = x + dt * ito_correction(x, y, p) + dt**0.5 * tangent(x, xi)
+        my = tangent(x, y)
+    else:
+        z = x + dt**0.5 * xi
+        my = y
+    return z if a == 0.0 else z + (dt * a) * my
+
+
+def frame_layer(u: torch.Tensor, p: ModelParams, dt: float, scheme: str,
+                h: torch.Tensor | None, scales: tuple[float, float] | None = None
+                ) -> torch.Tensor:
+    """One layer in frame coordinates, `(runs, n, m) -> (runs, n, m)`.
+
+    `h` `(runs, m + k, m)` is the unit-variance noise factor: the in-frame block `G` on top of the
+    Bartlett factor `T` (None: no noise). Token `i` gets the noise `sigma h w_i`, whose last `k`
+    coordinates lie outside the frame; tokens and attention outputs have no component there, so
+    the step acts on the first m coordinates and the rest is `sqrt(dt) sigma T w_i`.
+    `scales` is `iso_scales(p)`, passed in to skip recomputing it.
+    """
+    a, c = iso_scales(p) if scales is None else scales
+    w = frame_weights(u, p, c) @ u
+    m = u.shape[-1]
+    if h is None:
+        return recompress(advance(u, w, torch.zeros_like(w), p, dt, a, scheme))
+    xi = p.sigma * (w @ h.transpose(-1, -2))
+    z = dt**0.5 * xi
+    z[..., :m] = advance(u, w, xi[..., :m], p, dt, a, scheme)
+    return recompress(z)
+
+
+def run_batch_gram(
+    x: torch.Tensor,
+    p: ModelParams,
+    grid: TimeGrid,
+    rs: RunStreams,
+    scheme: str,
+    checkpoints: np.ndarray,
+    record: Callable[[int, torch.Tensor], None],
+    progress: Progress | None = None,
+    *,
+    _dof_shift: int = 0,
+) -> torch.Tensor:
+    """Advance one batch through `grid.steps` layers in Gram space, calling `record(c, xc)` at
+    checkpoint number `c` with `xc` `(runs, n, n)` in an isometric frame (`xc xc^T` = Gram
+    matrix); return the final tokens in that frame.
+
+    `x` is `(runs, n, d)` in R^d, or `(runs, n, w)` coordinates in any isometric frame, w <= d (a
+    previous result's tokens). `_dof_shift` adds to the Wishart degrees of freedom `d - m` (tests
+    only: a wrong count must show).
+    """
+    n, d = p.n, p.d
+    if x.shape[-1] > d:
+        raise ParameterError(f"tokens must have at most d = {d} coordinates; got {x.shape[-1]}")
+    u = recompress(x)
+    silent = p.sigma == 0.0
+    scales = iso_scales(p)
+    ck = {int(k): c for c, k in enumerate(checkpoints)}
+    if 0 in ck:
+        record(ck[0], pad(u, n))
+    for k in range(1, grid.steps + 1):
+        m = u.shape[-1]
+        h = None if silent else noise_factor(rs, m, d - m + _dof_shift, m, u.dtype)
+        u = frame_layer(u, p, grid.dt, scheme, h, scales)
+        if k in ck:
+            record(ck[k], pad(u, n))
+        if progress is not None:
+            progress(1)
+    return pad(u, n)

@@ -1,0 +1,78 @@
+"""The law of pairwise inner products `<x_i, x_j>` across depth, from recorded Gram matrices.
+
+One row per result (a model), one column per depth time; each cell is the fraction of token pairs
+(over all runs) per bin on a log scale, so both the mass piling up at +1 (merged) and -1
+(antipodal) and the spread in between stay visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .style import COLORS, new_figure, save, styled
+
+Panel = tuple[str, Any]  # (row title, SimResult with gram recorded)
+
+
+def pair_products(gram: np.ndarray) -> np.ndarray:
+    """Upper-triangle entries `<x_i, x_j>`, i < j, of Gram matrices `(..., n, n)` -> `(..., pairs)`."""
+    n = gram.shape[-1]
+    iu = np.triu_indices(n, 1)
+    return gram[..., iu[0], iu[1]]
+
+
+def pick_checkpoints(times: np.ndarray, count: int = 5) -> list[int]:
+    """Indices of `count` checkpoints spread over depth: t = 0, the end, and geometric between."""
+    K = len(times)
+    if K <= count:
+        return list(range(K))
+    t_end = times[-1]
+    first = times[1] if times[1] > 0 else t_end / K
+    targets = [0.0, *np.geomspace(first, t_end, count - 1)]
+    idx = sorted({int(np.argmin(np.abs(times - t))) for t in targets})
+    return idx
+
+
+def pair_fractions(rho: np.ndarray, tol: float = 1e-3) -> tuple[float, float]:
+    """Fractions of pairs merged (`rho > 1 - tol`) and antipodal (`rho < -1 + tol`)."""
+    return float((rho > 1 - tol).mean()), float((rho < -1 + tol).mean())
+
+
+def plot_histograms(panels: Sequence[Panel], path: str | Path, columns: int = 5,
+                    bins: int = 40, tol: float = 1e-3) -> Path:
+    """Histograms of pairwise inner products at `columns` depth times for each result."""
+    edges = np.linspace(-1, 1, bins + 1)
+    with styled():
+        fig = new_figure(2.1 * columns, 1.9 * len(panels) + 0.4)
+        axes = fig.subplots(len(panels), columns, squeeze=False, sharex=True, sharey=True)
+        for r, (title, res) in enumerate(panels):
+            if res.gram is None:
+                raise ValueError(f"histogram panel {title!r} needs a result with 'gram' recorded")
+            rho = pair_products(np.asarray(res.gram))  # (runs, K, pairs)
+            idx = pick_checkpoints(res.times, columns)
+            for c in range(columns):
+                ax = axes[r][c]
+                if c >= len(idx):
+                    ax.set_visible(False)
+                    continue
+                vals = rho[:, idx[c]].ravel()
+                frac = np.histogram(vals, bins=edges)[0] / max(vals.size, 1)
+                ax.stairs(frac, edges, fill=True, color=COLORS["noise"], alpha=0.8)
+                merged, anti = pair_fractions(vals, tol)
+                ax.text(0.03, 0.95, f"merged {merged:.0%}\nantipodal {anti:.0%}",
+                        transform=ax.transAxes, va="top", fontsize=7)
+                ax.set_yscale("log")
+                ax.set_ylim(1e-4, 1.0)
+                if r == 0:
+                    ax.set_title(f"t = {res.times[idx[c]]:.2g}", fontsize=9)
+                if r == len(panels) - 1:
+                    ax.set_xlabel(r"$\langle x_i, x_j\rangle$")
+                if c == 0:
+                    ax.set_ylabel(f"{title}\nfraction of pairs", fontsize=8)
+        fig.suptitle(f"Pairwise inner products across depth (all runs pooled; merged/antipodal: "
+                     f"within tol = {tol:g} of +1/-1)", fontsize=9)
+    return save(fig, path)

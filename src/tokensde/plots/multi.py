@@ -1,0 +1,224 @@
+"""Multi-token figures and tables from a saved `multi_token` sweep table (never re-simulates).
+
+- `plot_outcomes`: P(single-cluster / bipolar / other / undecided) vs beta, one panel per (n, d),
+  95% Wilson bars, the two-token threshold beta_c(d) = arccosh(d - 2)/2 marked;
+- `plot_hybrid`: the same probabilities vs the noise scale sigma of the hybrid model;
+- `plot_minority`: law of the minority side of bipolar states, with the law it would have if
+  every token picked its side by a fair coin (reference, not a prediction);
+- `markdown_table`: one statistic with its interval as an (n, d) x beta table for the README.
+
+    python -m tokensde.plots.multi SWEEP_DIR_OR_TABLE OUT_DIR [--prefix multi_token]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import MaxNLocator
+from scipy.special import comb
+
+OUTCOMES = (("single", "#c0392b", "o"), ("bipolar", "#2c7a4b", "s"),
+            ("other", "#8e44ad", "^"), ("undecided", "#7f8c8d", "x"))
+
+
+def beta_c(d: int) -> float:
+    """Two-token threshold (spec §5): antipodal pairs can persist iff beta > arccosh(d-2)/2."""
+    return 0.0 if d <= 3 else 0.5 * math.acosh(d - 2)
+
+
+def load(source: str | Path | pd.DataFrame) -> pd.DataFrame:
+    """The ok rows of a saved sweep table (a sweep directory, a table file or a DataFrame)."""
+    if isinstance(source, pd.DataFrame):
+        df = source
+    else:
+        from ..sweep import read_table
+
+        df = read_table(source)
+    return df[df["status"] == "ok"].copy()
+
+
+def _errorbar(ax: Any, x: np.ndarray, rows: pd.DataFrame, name: str, color: str,
+              marker: str) -> None:
+    p = rows[f"p_{name}"].to_numpy()
+    err = np.vstack([p - rows[f"p_{name}_lo"].to_numpy(), rows[f"p_{name}_hi"].to_numpy() - p])
+    ax.errorbar(x, p, yerr=np.clip(err, 0, None), color=color, marker=marker, ms=4, lw=1.2,
+                capsize=2, label=name)
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _caption(rows: pd.DataFrame) -> str:
+    r = rows.iloc[0]
+    return (f"runs={int(r['runs'])}, horizon T={r['horizon']:g}, dt={r['dt']}, tol={r['tol']:g}, "
+            f"motion window={r['window']:g}T, attention={r['attention']}")
+
+
+def plot_outcomes(source: Any, path: str | Path, model: str = "noise") -> Path:
+    """Outcome probabilities vs beta, one panel per (n, d), for one `model`."""
+    df = load(source)
+    df = df[df["model"] == model]
+    if df.empty:
+        raise ValueError(f"the table has no finished cells of model {model!r}")
+    if model == "hybrid":
+        df = df[df["sigma"] == df["sigma"].max()]
+    ns, ds = sorted(df["n"].unique()), sorted(df["d"].unique())
+    fig, axes = plt.subplots(len(ns), len(ds), figsize=(2.7 * len(ds) + 1, 2.1 * len(ns) + 1),
+                             sharex=True, sharey=True, squeeze=False, constrained_layout=True)
+    for (i, n), (j, d) in ((a, b) for a in enumerate(ns) for b in enumerate(ds)):
+        ax = axes[i, j]
+        rows = df[(df["n"] == n) & (df["d"] == d)].sort_values("beta")
+        if rows.empty:
+            ax.set_axis_off()
+            continue
+        for name, color, marker in OUTCOMES:
+            _errorbar(ax, rows["beta"].to_numpy(), rows, name, color, marker)
+        if model != "flow" and beta_c(d) > 0:
+            ax.axvline(beta_c(d), color="k", ls=":", lw=1)
+        ax.set_title(f"n={n}, d={d}", fontsize=9)
+        ax.set_ylim(-0.03, 1.03)
+        if (df["beta"] > 0).all():
+            ax.set_xscale("log", base=2)
+    for ax in axes[-1]:
+        ax.set_xlabel(r"$\beta$")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("probability")
+    axes[0, 0].legend(fontsize=7, loc="center left")
+    label = {"noise": "pure-noise model (M = 0, sigma = {s:g})", "flow": "deterministic flow "
+             "(sigma = 0, M = I)", "hybrid": "hybrid model (M = I, sigma = {s:g})"}[model]
+    fig.suptitle(f"Outcome at the horizon: {label.format(s=df['sigma'].max())}; "
+                 f"dotted: two-token beta_c(d)\n{_caption(df)}", fontsize=9)
+    return _save(fig, path)
+
+
+def plot_hybrid(source: Any, path: str | Path) -> Path:
+    """Hybrid model: outcome probabilities vs sigma, one panel per (n, d, beta)."""
+    df = load(source)
+    df = df[df["model"] == "hybrid"]
+    if df.empty:
+        raise ValueError("the table has no finished cells of model 'hybrid'")
+    keys = sorted({(int(r.n), int(r.d), float(r.beta)) for r in df.itertuples()})
+    fig, axes = plt.subplots(1, len(keys), figsize=(max(6.0, 3.2 * len(keys) + 0.5), 3.4),
+                             sharey=True,
+                             squeeze=False, constrained_layout=True)
+    for ax, (n, d, b) in zip(axes[0], keys, strict=True):
+        rows = df[(df["n"] == n) & (df["d"] == d) & (df["beta"] == b)].sort_values("sigma")
+        for name, color, marker in OUTCOMES:
+            _errorbar(ax, rows["sigma"].to_numpy(), rows, name, color, marker)
+        ax.set(title=f"n={n}, d={d}, beta={b:g}", xlabel=r"noise scale $\sigma$",
+               ylim=(-0.03, 1.03))
+    axes[0, 0].set_ylabel("probability")
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(f"Hybrid model (M = I): noise turned down to the deterministic flow at "
+                 f"sigma = 0\n{_caption(df)}", fontsize=9)
+    return _save(fig, path)
+
+
+def coin_minority_law(n: int) -> np.ndarray:
+    """P(minority = m), m = 1..n//2, if each of n tokens picks a side by a fair coin, given
+    both sides non-empty."""
+    m = np.arange(1, n // 2 + 1)
+    w = comb(n, m) * np.where(2 * m == n, 1.0, 2.0)
+    return w / w.sum()
+
+
+def plot_minority(source: Any, path: str | Path, model: str = "noise", min_bipolar: int = 20
+                  ) -> Path:
+    """Law of the minority side size of bipolar states at the largest beta, one panel per n."""
+    df = load(source)
+    df = df[(df["model"] == model) & (df["n"] >= 4)]
+    df = df[df["beta"] == df["beta"].max()]
+    ns = sorted(df["n"].unique())
+    if not ns:
+        raise ValueError(f"the table has no {model!r} cells with n >= 4")
+    fig, axes = plt.subplots(1, len(ns), figsize=(max(6.0, 3.0 * len(ns) + 0.5), 3.2),
+                             squeeze=False,
+                             constrained_layout=True)
+    for ax, n in zip(axes[0], ns, strict=True):
+        m = np.arange(1, n // 2 + 1)
+        for r in df[df["n"] == n].sort_values("d").itertuples():
+            counts = np.asarray(r.minority, dtype=float)
+            if counts.sum() >= min_bipolar:
+                ax.plot(m, counts / counts.sum(), "o-", ms=3, lw=1,
+                        label=f"d={r.d} ({int(counts.sum())})")
+        ax.plot(m, coin_minority_law(n), "k--", lw=1, label="fair coins")
+        ax.set(title=f"n={n}", xlabel="minority side size m", ylim=(0, None))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=7)
+    axes[0, 0].set_ylabel("P(m | bipolar)")
+    fig.suptitle(f"Minority side of bipolar states, {model} model, beta={df['beta'].max():g} "
+                 f"(legend: bipolar runs)\n{_caption(df)}", fontsize=9)
+    return _save(fig, path)
+
+
+def markdown_table(source: Any, stat: str = "bipolar", model: str = "noise",
+                   keys: tuple[str, ...] = ("n", "d")) -> str:
+    """`P(stat)` with its 95% Wilson interval and `u` = P(undecided); a row per value of `keys`,
+    a column per beta."""
+    df = load(source)
+    df = df[df["model"] == model]
+    betas = sorted(df["beta"].unique())
+    head = "| " + " | ".join(keys) + " | " + " | ".join(f"beta={b:g}" for b in betas) + " |"
+    lines = [head, "|" + "---|" * (len(betas) + len(keys))]
+    for key, rows in df.groupby(list(keys)):
+        cells = []
+        for b in betas:
+            r = rows[rows["beta"] == b]
+            if r.empty:
+                cells.append("")
+                continue
+            r = r.iloc[0]
+            cells.append(f"{r[f'p_{stat}']:.2f} [{r[f'p_{stat}_lo']:.2f}, "
+                         f"{r[f'p_{stat}_hi']:.2f}] u{r['p_undecided']:.2f}")
+        lines.append("| " + " | ".join(f"{k:g}" for k in key) + " | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def make_all(source: Any, out_dir: str | Path, prefix: str = "multi_token") -> list[Path]:
+    """Every multi-token figure the table supports, as `OUT_DIR/<prefix>_<what>.png`."""
+    df = load(source)
+    out = Path(out_dir)
+    made = []
+    for model in ("noise", "flow"):
+        if (df["model"] == model).any():
+            made.append(plot_outcomes(df, out / f"{prefix}_{model}.png", model))
+    if (df["model"] == "hybrid").any():
+        made.append(plot_hybrid(df, out / f"{prefix}_hybrid.png"))
+    if ((df["model"] == "noise") & (df["n"] >= 4)).any():
+        made.append(plot_minority(df, out / f"{prefix}_minority.png"))
+    return made
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: figures and the README tables from a saved sweep table."""
+    ap = argparse.ArgumentParser(description="Multi-token figures from a saved sweep table.")
+    ap.add_argument("table", help="sweep directory or table.parquet")
+    ap.add_argument("out_dir")
+    ap.add_argument("--prefix", default="multi_token")
+    args = ap.parse_args(argv)
+    for p in make_all(args.table, args.out_dir, args.prefix):
+        print(p)
+    df = load(args.table)
+    for model, stat, keys in (("noise", "bipolar", ("n", "d")), ("flow", "single", ("n", "d")),
+                              ("hybrid", "bipolar", ("n", "d", "sigma"))):
+        if (df["model"] == model).any():
+            print(f"\nP({stat}) [95% Wilson interval] u = P(undecided); model = {model}\n")
+            print(markdown_table(df, stat, model, keys), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""The two-token phase diagram (spec §5): Monte Carlo P_anti over (beta, d) against the theory.
+
+`mc_grid` computes the table (one `two_tokens.monte_carlo` cell per (beta, d)); the plotting
+functions only read such a table (a DataFrame, e.g. loaded from a saved file) and evaluate the
+exact theory, which costs milliseconds. They never simulate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import two_tokens as tt
+from ..rng import derive_seed
+from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
+
+COLUMNS: tuple[str, ...] = (
+    "beta", "d", "init", "rho0", "runs", "T", "dt", "steps", "seed", "tol", "antipodal",
+    "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "p_merged", "p_undecided", "theory",
+    "beta_c", "wall_s", "version")
+
+
+def cell_seed(seed: int, beta: float, d: int, rho0: float | str) -> int:
+    """Seed of one grid cell, from the root seed and the cell's own values (not its position)."""
+    r = 3_000_000 if rho0 == "uniform" else round((float(rho0) + 1.0) * 1e6)
+    return derive_seed(seed, round(beta * 1e6), int(d), r)
+
+
+def _row(out: tt.PairOutcome, beta: float, d: int) -> dict[str, Any]:
+    r = out.to_dict()
+    return {
+        "beta": beta, "d": d, "init": "uniform" if out.rho0 == "uniform" else "pair",
+        "rho0": math.nan if out.rho0 == "uniform" else float(out.rho0), "runs": out.runs,
+        "T": out.T, "dt": out.dt, "steps": out.steps, "seed": out.seed, "tol": out.tol,
+        "antipodal": out.antipodal, "merged": out.merged, "undecided": out.undecided,
+        "p_anti": out.p_anti, "ci_lo": r["ci"][0], "ci_hi": r["ci"][1],
+        "p_merged": r["p_merged"], "p_undecided": r["undecided"], "theory": out.theory,
+        "beta_c": tt.beta_c(d), "wall_s": out.wall_s, "version": r["version"],
+    }
+
+
+def mc_grid(betas: Iterable[float], ds: Iterable[int], rho0: float | str = "uniform", *,
+            runs: int = 400, T: float = 40.0, dt: float | Callable[[int], float] | None = None,
+            seed: int = 0, tol: float = 1e-8, engine: str = "network", sampler: str = "auto",
+            done: pd.DataFrame | None = None,
+            on_row: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
+    """Monte Carlo `P_anti` for every (beta, d) cell, one row per cell (columns `COLUMNS`).
+
+    `dt` may be a function of d; the default is `two_tokens.default_dt(d)` (the network's step
+    error grows with d). Cells already in
+    `done` (same beta and d) are kept, not recomputed; `on_row(row)` is called after each new
+    cell, so an interrupted grid loses nothing already computed.
+    """
+    rho0 = tt.check_rho0(rho0)
+    rows = [] if done is None else done.to_dict("records")
+    have = {(float(r["beta"]), int(r["d"])) for r in rows}
+    for d in ds:
+        step = tt.default_dt(int(d)) if dt is None else dt(int(d)) if callable(dt) else dt
+        for beta in betas:
+            if (float(beta), int(d)) in have:
+                continue
+            out = tt.monte_carlo(float(beta), int(d), rho0, runs=runs, T=T, dt=step,
+                                 seed=cell_seed(seed, beta, d, rho0), tol=tol, engine=engine,
+                                 sampler=sampler)
+            row = _row(out, float(beta), int(d))
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    return pd.DataFrame(rows, columns=list(COLUMNS)).sort_values(["d", "beta"],
+                                                                 ignore_index=True)
+
+
+def theory_of(df: pd.DataFrame, beta: np.ndarray, d: float) -> np.ndarray:
+    """Exact `P_anti` at `beta` for dimension `d`, for the initial condition used in `df`."""
+    if (df["init"] == "uniform").all():
+        return np.asarray(tt.p_anti_uniform(beta, d))
+    rho0 = df["rho0"].unique()
+    if len(rho0) != 1:
+        raise ValueError("the table mixes initial conditions; plot one rho0 at a time")
+    return np.asarray(tt.p_anti(beta, d, float(rho0[0])))
+
+
+def _edges(centres: np.ndarray) -> np.ndarray:
+    c = np.asarray(centres, dtype=float)
+    if c.size == 1:
+        return np.array([c[0] - 0.5, c[0] + 0.5])
+    mid = (c[1:] + c[:-1]) / 2
+    return np.concatenate([[2 * c[0] - mid[0]], mid, [2 * c[-1] - mid[-1]]])
+
+
+def _init_label(df: pd.DataFrame) -> str:
+    if (df["init"] == "uniform").all():
+        return "uniform random pair"
+    return f"rho0 = {df['rho0'].iloc[0]:g}"
+
+
+def draw_heatmap(ax: Any, df: pd.DataFrame) -> Any:
+    """MC `P_anti` over the (beta, d) grid, the critical curve `beta_c(d)` and theory contours."""
+    table = df.pivot_table(index="d", columns="beta", values="p_anti")
+    undecided = df.pivot_table(index="d", columns="beta", values="p_undecided")
+    betas, ds = table.columns.to_numpy(float), table.index.to_numpy(float)
+    vmax = max(0.5, float(np.nanmax(table.to_numpy())))
+    mesh = ax.pcolormesh(_edges(betas), _edges(ds), table.to_numpy(), vmin=0, vmax=vmax,
+                         cmap="viridis", shading="flat")
+    fine_d = np.linspace(_edges(ds)[0], _edges(ds)[-1], 200)
+    ax.plot(tt.beta_c(np.maximum(fine_d, 2.0)), fine_d, color="white", lw=2.2,
+            label=r"$\beta_c(d) = \frac{1}{2}\,\mathrm{arccosh}(d-2)$")
+    fb = np.linspace(_edges(betas)[0], _edges(betas)[-1], 120)
+    grid = np.array([theory_of(df, np.maximum(fb, 0.0), dd) for dd in fine_d])
+    cs = ax.contour(fb, fine_d, grid, levels=[0.05, 0.1, 0.2, 0.3, 0.4], colors="white",
+                    linewidths=0.7, linestyles="dashed")
+    ax.clabel(cs, fontsize=6, fmt="%.2g")
+    if betas.size * ds.size <= 160:
+        for i, dd in enumerate(ds):
+            for j, b in enumerate(betas):
+                v, u = table.iat[i, j], undecided.iat[i, j]
+                if np.isfinite(v):
+                    mark = "*" if u > 0.01 else ""
+                    ax.text(b, dd, f"{v:.2f}{mark}", ha="center", va="center", fontsize=5.5,
+                            color="white" if v < 0.6 * vmax else "black")
+    ax.set(xlabel=r"$\beta$", ylabel="d", xlim=(_edges(betas)[0], _edges(betas)[-1]),
+           ylim=(_edges(ds)[0], _edges(ds)[-1]),
+           title=f"Monte Carlo $P_{{anti}}$ ({_init_label(df)}); dashed: theory")
+    ax.grid(False)
+    ax.legend(loc="upper left", fontsize=7, labelcolor="white")
+    return mesh
+
+
+def draw_curves(ax: Any, df: pd.DataFrame, ds: Sequence[int] | None = None) -> None:
+    """Theory curves `P_anti(beta)` at fixed d with the Monte Carlo points and Wilson bars."""
+    ds = _pick_ds(df) if ds is None else list(ds)
+    betas = df["beta"].to_numpy(float)
+    fb = np.linspace(0.0, betas.max() * 1.05, 300)
+    for i, d in enumerate(ds):
+        colour = TOKEN_COLORS[i % len(TOKEN_COLORS)]
+        sub = df[df["d"] == d].sort_values("beta")
+        ax.plot(fb, theory_of(df, fb, d), color=colour, lw=1.3, label=f"d = {d}")
+        yerr = np.vstack([sub["p_anti"] - sub["ci_lo"], sub["ci_hi"] - sub["p_anti"]])
+        ax.errorbar(sub["beta"], sub["p_anti"], yerr=yerr, fmt="o", color=colour, ms=3.5,
+                    capsize=2, lw=1)
+        ax.axvline(tt.beta_c(d), color=colour, lw=0.8, ls=":")
+    ax.plot([], [], color=COLORS["theory"], lw=1.3, label="theory (scale function)")
+    ax.errorbar([], [], yerr=[], fmt="o", color=COLORS["theory"], label="network MC, 95% Wilson")
+    ax.set(xlabel=r"$\beta$", ylabel=r"$P_{anti}$", ylim=(-0.01, None),
+           title=r"theory vs simulation at fixed d (dotted: $\beta_c$)")
+    ax.legend(fontsize=7)
+
+
+def _pick_ds(df: pd.DataFrame, k: int = 3) -> list[int]:
+    ds = sorted(df["d"].unique())
+    idx = np.unique(np.round(np.linspace(0, len(ds) - 1, min(k, len(ds)))).astype(int))
+    return [int(ds[i]) for i in idx]
+
+
+def _caption(df: pd.DataFrame) -> str:
+    first = df.iloc[0]
+    dts = ", ".join(f"{x:g}" for x in sorted(df["dt"].unique()))
+    return (f"full network (softmax, Gaussian matrix noise, sigma=1), {int(first['runs'])} runs "
+            f"per cell, T = {first['T']:g}, dt = {dts}, tol = {first['tol']:g}, root seed "
+            f"{int(df['seed'].iloc[0]) if df['seed'].nunique() == 1 else 'per cell'}; "
+            f"* = more than 1% undecided at T; tokensde {first['version']}")
+
+
+def plot_phase_diagram(df: pd.DataFrame, path: str | Path, *, ds: Sequence[int] | None = None,
+                       caption: str | None = None) -> Path:
+    """Two panels from a saved `mc_grid` table: the heatmap with `beta_c(d)`, and the curves."""
+    with styled():
+        fig = new_figure(11.0, 4.4)
+        ax0, ax1 = fig.subplots(1, 2, width_ratios=[1.15, 1])
+        mesh = draw_heatmap(ax0, df)
+        fig.colorbar(mesh, ax=ax0, label=r"$P_{anti}$ (Monte Carlo)")
+        draw_curves(ax1, df, ds)
+        fig.suptitle(caption or _caption(df), fontsize=7.5)
+    return save(fig, path)
+
+
+def plot_phase_heatmap(df: pd.DataFrame, path: str | Path) -> Path:
+    """The heatmap panel alone."""
+    with styled():
+        fig = new_figure(6.0, 4.4)
+        ax = fig.subplots()
+        fig.colorbar(draw_heatmap(ax, df), ax=ax, label=r"$P_{anti}$ (Monte Carlo)")
+    return save(fig, path)
+
+
+def plot_theory_vs_mc(df: pd.DataFrame, path: str | Path, ds: Sequence[int] | None = None
+                      ) -> Path:
+    """The theory-vs-simulation panel alone."""
+    with styled():
+        fig = new_figure(5.5, 4.0)
+        draw_curves(fig.subplots(), df, ds)
+    return save(fig, path)

@@ -1,0 +1,94 @@
+"""The shared look of every tokensde figure: palette, fonts, figure factory and atomic saving.
+
+Figures are built on `matplotlib.figure.Figure` directly (no pyplot state, no GUI backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import matplotlib as mpl
+from matplotlib.figure import Figure
+
+from ..store import atomic_write
+
+COLORS: dict[str, str] = {
+    "gaussian": "#1f5a99",
+    "uniform": "#d9822b",
+    "theory": "#222222",
+    "noise": "#1f5a99",
+    "deterministic": "#8c8c8c",
+    "merged": "#b03a2e",
+    "antipodal": "#2c7a4b",
+    "undecided": "#b8a200",
+    "accent": "#6b3fa0",
+    "grid": "#e4e4e4",
+}
+# qualitative colours for tokens (colour-blind friendly, Okabe-Ito order)
+TOKEN_COLORS: tuple[str, ...] = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9",
+                                 "#d55e00", "#f0e442", "#000000")
+SEQUENTIAL = "viridis"
+
+RC: dict[str, Any] = {
+    "font.family": "DejaVu Sans",
+    "font.size": 9.0,
+    "axes.titlesize": 10.0,
+    "axes.labelsize": 9.0,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": COLORS["grid"],
+    "grid.linewidth": 0.6,
+    "axes.edgecolor": "#555555",
+    "axes.axisbelow": True,
+    "legend.frameon": False,
+    "legend.fontsize": 8.0,
+    "xtick.labelsize": 8.0,
+    "ytick.labelsize": 8.0,
+    "lines.linewidth": 1.6,
+    "lines.markersize": 4.5,
+    "figure.dpi": 110,
+    "savefig.dpi": 130,
+    "savefig.bbox": "tight",
+    "image.cmap": SEQUENTIAL,
+}
+
+
+def token_color(i: int) -> str:
+    """Colour of token `i` (cycles)."""
+    return TOKEN_COLORS[i % len(TOKEN_COLORS)]
+
+
+@contextmanager
+def styled() -> Iterator[None]:
+    """Apply the tokensde rcParams inside the block."""
+    with mpl.rc_context(RC):
+        yield
+
+
+def new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
+    """A blank figure of `width x height` inches with constrained layout and the tokensde look.
+
+    Build it inside `styled()` so that axes added later pick up the rcParams too.
+    """
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def save(fig: Figure, path: str | Path, dpi: int | None = None) -> Path:
+    """Write `fig` to `path` (format from the suffix) atomically; return the path."""
+    path = Path(path)
+    fmt = path.suffix.lstrip(".") or "png"
+    with styled():
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=dpi or RC[
+            "savefig.dpi"]))
+
+
+def params_line(p: Any, **extra: Any) -> str:
+    """One-line parameter summary of a ModelParams for figure footers."""
+    parts = [f"n={p.n}", f"d={p.d}", f"beta={p.beta:g}", f"noise={p.noise}/{p.law}",
+             f"sigma={p.noise_scale:g}", f"mean={p.mean_kind}", f"attention={p.attention}"]
+    parts += [f"{k}={v}" for k, v in extra.items()]
+    return ", ".join(parts)

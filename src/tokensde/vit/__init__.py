@@ -1,0 +1,45 @@
+"""The ViT experiment: does suppressing the value-matrix noise at initialisation cost accuracy?
+
+- `model`: a small readable ViT (standard pre-norm blocks, or the attention-only layer of spec §2);
+- `init`: value-matrix initialisation arms (`default`, `gaussian:VAR`, `suppressed:LAM`,
+  `identity`, `shared`) that touch the value matrices only;
+- `data`: Fashion-MNIST (Debian package), CIFAR-10 (local pickles), scikit-learn digits;
+- `train`: one run with per-epoch checkpoints, resume and a JSONL log;
+- `compare`: arms x seeds and the accuracy table with paired t-intervals;
+- `geometry`: token cosine similarity across depth at initialisation.
+"""
+
+from .compare import DataSpec, compact, compare, format_table, summarize, t_interval
+from .data import DATASETS, DatasetError, ImageData, MissingDatasetError, load_dataset
+from .geometry import geometry, pair_cosines
+from .init import ARM_KINDS, ValueInit, apply_value_init, make_model, parse_arms, value_weights
+from .model import ViT, ViTConfig, build_vit
+from .train import TrainConfig, lr_at, train_run
+
+__all__ = [
+    "ARM_KINDS",
+    "DATASETS",
+    "DataSpec",
+    "DatasetError",
+    "ImageData",
+    "MissingDatasetError",
+    "TrainConfig",
+    "ValueInit",
+    "ViT",
+    "ViTConfig",
+    "apply_value_init",
+    "build_vit",
+    "compact",
+    "compare",
+    "format_table",
+    "geometry",
+    "load_dataset",
+    "lr_at",
+    "make_model",
+    "pair_cosines",
+    "parse_arms",
+    "summarize",
+    "t_interval",
+    "train_run",
+    "value_weights",
+]

@@ -1,0 +1,83 @@
+"""`tokensde simulate` and the results file it writes."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tokensde import __version__
+from tokensde.cli import app
+from tokensde.store import StoreError, load_result, save_result
+
+runner = CliRunner()
+
+
+def test_version():
+    out = runner.invoke(app, ["--version"])
+    assert out.exit_code == 0 and out.output.strip() == f"tokensde {__version__}"
+
+
+def test_simulate_json_and_results_file(tmp_path):
+    path = tmp_path / "run.npz"
+    args = ["simulate", "--n", "2", "--d", "4", "--beta", "2", "--init", "pair", "--rho0", "-0.5",
+            "--time", "30", "--dt", "0.05", "--runs", "300", "--seed", "4", "--json",
+            "--out", str(path)]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output)
+    assert summary["layers"] == 600 and summary["sampler"] == "fast" and summary["seed"] == 4
+    # spec §5: P_anti(beta=2, d=4, rho0=-0.5) = 0.46624; the rest merge (T = 30 decides nearly all)
+    anti = summary["frac_pairs_antipodal"]
+    assert abs(anti - 0.46624) < 4 * (0.25 / 300) ** 0.5
+    assert anti + summary["frac_pairs_merged"] > 0.97
+    res = load_result(path)
+    meta = res.metadata()
+    assert meta["version"] == __version__ and meta["seed"] == 4 and meta["params"]["beta"] == 2.0
+    assert res.gram.shape == (300, 11, 2, 2)
+    # the saved file reproduces the printed numbers
+    assert float((res.gram[:, -1, 0, 1] < -1 + 1e-3).double().mean()) == pytest.approx(anti)
+
+
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        (["--d", "-2"], "d must be an integer >= 2"),
+        (["--beta", "nan"], "beta must be a finite number >= 0"),
+        (["--sampler", "magic"], "sampler must be one of"),
+        (["--noise", "scalar", "--law", "uniform"], "law (for noise=scalar) must be one of"),
+        (["--mean", "nofile.npy"], "mean must be 'none', 'identity' or a .npy file"),
+        (["--time", "1"], "time must be given as (layers, alpha) or (T, dt)"),
+    ],
+)
+def test_simulate_bad_input_names_the_parameter(args, msg):
+    out = runner.invoke(app, ["simulate", "--runs", "2", "--layers", "3", *args]
+                        if "--time" not in args else ["simulate", "--runs", "2", *args])
+    assert out.exit_code == 2
+    assert msg in out.output
+
+
+def test_store_round_trip_and_bad_files(tmp_path):
+    from tokensde import ModelParams, simulate
+
+    res = simulate(ModelParams(n=3, d=4, mean="identity"), layers=5, runs=3, seed=2,
+                   record=("gram", "tokens"))
+    path = save_result(res, tmp_path / "r.npz")
+    back = load_result(path)
+    assert torch.equal(back.gram, res.gram) and torch.equal(back.tokens, res.tokens)
+    assert back.params.to_dict() == res.params.to_dict() and back.seed == 2
+    corrupt = tmp_path / "corrupt.npz"
+    corrupt.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(StoreError, match="not a readable tokensde results file"):
+        load_result(corrupt)
+    foreign = tmp_path / "foreign.npz"
+    np.savez(foreign, meta=np.array(json.dumps({"kind": "other"})))
+    with pytest.raises(StoreError, match=r"is not a tokensde\.simulation file"):
+        load_result(foreign)
+    newer = tmp_path / "newer.npz"
+    np.savez(newer, meta=np.array(json.dumps({"kind": "tokensde.simulation", "schema": 99})))
+    with pytest.raises(StoreError, match=r"schema 99"):
+        load_result(newer)
+    with pytest.raises(FileNotFoundError):
+        load_result(tmp_path / "missing.npz")

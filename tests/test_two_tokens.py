@@ -1,0 +1,333 @@
+"""Two tokens (spec §5-§6): exact P_anti against closed forms and limits, the reduced diffusion
+against the spec coefficients, and the full network against the theory."""
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import typer
+from scipy import integrate
+from typer.testing import CliRunner
+
+from tokensde import ModelParams, ParameterError
+from tokensde import two_tokens as tt
+from tokensde.layers import attention_weights, network_step
+from tokensde.plots import phase
+from tokensde.rng import RunStreams
+from tokensde.samplers import full_noise
+from tokensde.stats import wilson
+
+SPEC_VALUES = [((1.0, 3, 0.0), 0.22242), ((2.0, 4, -0.5), 0.46624), ((1.5, 6, -0.5), 0.21707),
+               ((2.5, 10, 0.0), 0.12202)]
+
+
+def spec_coefficients(rho, d, beta, sigma=1.0):
+    """Spec §5 drift and squared diffusion of rho, written with p = e^b / (e^b + e^{b rho})."""
+    p = np.exp(beta) / (np.exp(beta) + np.exp(beta * rho))
+    q = 1 - p
+    s, m = p * p + q * q, 2 * p * q
+    return sigma**2 * (1 - rho**2) * ((d - 2) * m - s * rho), 2 * s * sigma**2 * (1 - rho**2) ** 2
+
+
+# ---------------------------------------------------------------------------------------------
+# exact P_anti
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("point", "value"), SPEC_VALUES)
+def test_spec_reference_values(point, value):
+    assert tt.p_anti(*point) == pytest.approx(value, abs=1e-5)
+
+
+@pytest.mark.parametrize("point", [(1.0, 3, 0.0), (2.0, 4, -0.5), (0.9, 5, 0.7), (1.2, 5, -0.999),
+                                   (tt.beta_c(6) + 1e-3, 6, 0.0), (3.0, 40, -0.2), (0.4, 2.5, 0.3)])
+def test_agrees_with_adaptive_quadrature(point):
+    assert tt.p_anti(*point) == pytest.approx(tt.p_anti_reference(*point), rel=1e-8, abs=1e-12)
+
+
+def test_d2_is_arccos_over_pi():
+    rho0 = np.linspace(-0.999, 0.999, 41)
+    for beta in (0.0, 0.3, 2.0, 50.0):
+        assert np.max(np.abs(tt.p_anti(beta, 2, rho0) - np.arccos(rho0) / np.pi)) < 1e-12
+
+
+@pytest.mark.parametrize("d", [4, 6, 10])
+def test_zero_below_positive_above_and_continuous_at_beta_c(d):
+    bc = tt.beta_c(d)
+    assert math.cosh(2 * bc) == pytest.approx(d - 2)
+    below = tt.p_anti(np.linspace(0, bc, 20), d, np.linspace(-0.99, 0.99, 20))
+    assert np.all(below == 0.0)
+    assert tt.p_anti(bc + 1e-3, d, 0.0) > 0
+    # continuous: linear onset, P(beta_c + delta) ~ c delta
+    small = tt.p_anti(bc + np.array([1e-9, 2e-9, 1e-6]), d, -0.5)
+    assert 0 < small[0] < 1e-7 and small[1] / small[0] == pytest.approx(2.0, rel=1e-3)
+    assert small[2] < 1e-4
+
+
+def test_increasing_in_beta_towards_arccos_limit():
+    rho0 = -0.3
+    limit = math.acos(rho0) / math.pi
+    for d in (3, 5, 12):
+        beta = tt.beta_c(d) + np.geomspace(1e-3, 50, 80)
+        p = tt.p_anti(beta, d, rho0)
+        assert np.all(np.diff(p) > 0) and np.all(p < limit)
+    # the gap closes like beta^{-1/2} (the boundary layer of width 1/beta at rho = 1)
+    big = np.array([50.0, 1e3, 1e4])
+    gap = limit - tt.p_anti(big, 4, rho0)
+    assert np.all(gap > 0) and gap[-1] < 2e-3
+    scaled = gap * np.sqrt(big)
+    assert np.ptp(scaled) < 0.1 * scaled[0]
+
+
+def test_vectorised_grid_is_finite_and_equals_pointwise():
+    beta, d = np.meshgrid(np.linspace(0, 50, 12), np.arange(2, 62, 5), indexing="ij")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grid = tt.p_anti(beta, d, -0.2)
+        uni = tt.p_anti_uniform(beta, d)
+    assert grid.shape == beta.shape and np.all(np.isfinite(grid)) and np.all(np.isfinite(uni))
+    assert np.all((grid >= 0) & (grid <= 1)) and np.all((uni >= 0) & (uni <= 1))
+    for i, j in [(3, 2), (11, 11), (6, 0), (1, 7)]:
+        assert grid[i, j] == pytest.approx(tt.p_anti(beta[i, j], d[i, j], -0.2), abs=1e-13)
+    assert tt.p_anti(1.0, 3, [-1.0, 1.0]).tolist() == [1.0, 0.0]
+
+
+def test_uniform_pair_density_and_average():
+    for d in (2, 3, 7):  # rho = cos(theta): a probability density with E rho^2 = 1/d
+        def moment(k, d=d):
+            return integrate.quad(lambda th: math.cos(th) ** k * math.sin(th)
+                                  * tt.uniform_pair_density(math.cos(th), d), 0, math.pi)[0]
+
+        assert moment(0) == pytest.approx(1.0, abs=1e-9)
+        assert moment(2) == pytest.approx(1 / d, abs=1e-9)
+    assert tt.p_anti_uniform(0.7, 2) == pytest.approx(0.5, abs=1e-13)
+    for beta, d in [(1.0, 3), (2.0, 6)]:
+        a = (d - 3) / 2
+        direct = integrate.quad(lambda r, b=beta, d=d: tt.p_anti(b, d, r), -1, 1, weight="alg",
+                                wvar=(a, a), epsabs=1e-12)[0]
+        norm = integrate.quad(lambda r: 1.0, -1, 1, weight="alg", wvar=(a, a))[0]
+        assert tt.p_anti_uniform(beta, d) == pytest.approx(direct / norm, abs=1e-8)
+    assert tt.p_anti_uniform(0.5, 8) == 0.0
+
+
+def test_lyapunov_exponents_are_the_endpoint_limits_of_the_drift():
+    for beta, d in [(0.4, 5), (1.0, 3), (2.0, 8), (30.0, 6)]:
+        w = 1e-7
+        b, a = spec_coefficients(-1 + w, d, beta)
+        assert tt.lyapunov_antipodal(beta, d) == pytest.approx(b / w - a / (2 * w * w), rel=1e-5)
+        b, a = spec_coefficients(1 - w, d, beta)
+        assert tt.lyapunov_merged(d) == pytest.approx(-b / w - a / (2 * w * w), rel=1e-5)
+    # the antipodal exponent changes sign exactly at beta_c
+    bc = tt.beta_c(7)
+    assert tt.lyapunov_antipodal(bc - 1e-6, 7) > 0 > tt.lyapunov_antipodal(bc + 1e-6, 7)
+    assert tt.antipodal_attracts(bc + 1e-6, 7) and not tt.antipodal_attracts(bc - 1e-6, 7)
+    assert tt.beta_c(np.array([2.0, 3.0, 4.0])).tolist() == [0.0, 0.0, pytest.approx(
+        math.acosh(2) / 2)]
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda: tt.p_anti(-1.0, 3, 0.0), "beta"),
+    (lambda: tt.p_anti(1.0, 1.5, 0.0), "d"),
+    (lambda: tt.p_anti(1.0, 3, 1.2), "rho0"),
+    (lambda: tt.monte_carlo(1.0, 3, "sideways", runs=4, T=1, dt=0.1), "rho0"),
+    (lambda: tt.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, tol=0.0), "tol"),
+    (lambda: tt.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, engine="sde"), "engine"),
+    (lambda: tt.reduced_diffusion(1.0, 3, 0.0, T=1.0, dt=2.0, runs=3), "dt"),
+])
+def test_bad_input_names_the_parameter(call, name):
+    with pytest.raises(ParameterError, match=name):
+        call()
+
+
+# ---------------------------------------------------------------------------------------------
+# the reduced diffusion
+# ---------------------------------------------------------------------------------------------
+
+
+def _one_step_moments(dt, runs, **kwargs):
+    paths = tt.reduced_diffusion(T=dt, dt=dt, runs=runs, seed=11, **kwargs)
+    step = paths.rho[:, -1] - paths.rho[:, 0]
+    mean, second = step.mean() / dt, (step * step).mean() / dt
+    return mean, second, step.std() / math.sqrt(runs) / dt
+
+
+@pytest.mark.parametrize(("beta", "d", "rho"), [(1.0, 4, -0.3), (2.0, 8, 0.4), (0.5, 3, -0.8)])
+def test_reduced_one_layer_moments_match_spec(beta, d, rho):
+    mean, second, se = _one_step_moments(3e-3, 2_000_000, beta=beta, d=d, rho0=rho)
+    b, a = spec_coefficients(rho, d, beta)
+    assert tt.rho_drift_diffusion(rho, beta, d) == pytest.approx((b, a), rel=1e-12)
+    assert 4 * se < 0.08 * abs(b)  # sharp enough to see a missing Ito term (~ 2 s rho dt)
+    assert abs(mean - b) < 4 * se + 0.01 * abs(b)
+    assert second == pytest.approx(a, rel=0.02)  # O(dt) bias ~ 1 %
+
+
+def test_reduced_hybrid_moments_match_the_network():
+    """The §6 rho-coefficients (derived from spec §3) against one layer of the network."""
+    beta, eps, rho, dt, runs = 0.8, 0.6, -0.4, 1e-3, 200_000
+    b, a = tt.hybrid_drift_diffusion(rho, beta, eps)
+    mean, second, se = _one_step_moments(3e-3, 2_000_000, beta=beta, d=3, rho0=rho, eps=eps)
+    assert 4 * se < 0.1 * abs(b)
+    assert abs(mean - b) < 4 * se + 0.01 * abs(b) and second == pytest.approx(a, rel=0.02)
+    p = ModelParams(n=2, d=3, beta=beta, attention="usa", mean="identity", noise="scalar", eps=eps)
+    x = torch.zeros(runs, 2, 3, dtype=torch.float64)
+    x[:, 0, 0], x[:, 1, 0], x[:, 1, 1] = 1.0, rho, math.sqrt(1 - rho * rho)
+    y = attention_weights(x, p) @ x
+    xi = full_noise(y, p, RunStreams(seed=5, runs=runs))
+    steps = []
+    for sign in (1.0, -1.0):  # antithetic pair
+        z = network_step(x, y, sign * xi, p, dt)
+        steps.append((z[:, 0] * z[:, 1]).sum(-1) - rho)
+    drift = (0.5 * (steps[0] + steps[1]) / dt).numpy()
+    sq = (0.5 * (steps[0] ** 2 + steps[1] ** 2) / dt).numpy()
+    se_b = drift.std() / math.sqrt(runs)
+    assert abs(drift.mean() - b) < 4 * se_b + 0.01 * abs(b)
+    assert sq.mean() == pytest.approx(a, rel=0.01)
+
+
+def test_hybrid_threshold_and_exponents():
+    beta = np.array([0.0, 0.5, 3.0])
+    assert np.allclose(tt.hybrid_eps2_c(beta), 2 * np.exp(-beta))
+    for b in beta:
+        e = math.sqrt(2 * math.exp(-b))
+        for f in (0.6, 1.5):
+            lam_m, lam_p = tt.hybrid_lyapunov(b, f * e)
+            assert np.sign(lam_m) == -np.sign(lam_p) == np.sign(1 - f)
+            assert lam_p == pytest.approx(-math.exp(2 * b) * lam_m)
+            # exponents are the endpoint limits of the derived rho-coefficients
+            w = 1e-7
+            dr, df = tt.hybrid_drift_diffusion(-1 + w, b, f * e)
+            assert lam_m == pytest.approx(dr / w - df / (2 * w * w), rel=1e-4)
+            dr, df = tt.hybrid_drift_diffusion(1 - w, b, f * e)
+            assert lam_p == pytest.approx(-dr / w - df / (2 * w * w), rel=1e-4)
+    assert tt.hybrid_p_anti(0.5, 2.0) == 1.0 and tt.hybrid_p_anti(0.5, 0.1) == 0.0
+
+
+def test_reduced_diffusion_is_seeded_and_ends_match_theory():
+    kw = {"beta": 2.0, "d": 4, "rho0": -0.5, "T": 40.0, "dt": 0.02, "runs": 20_000}
+    a, b = tt.reduced_diffusion(seed=1, **kw), tt.reduced_diffusion(seed=1, **kw)
+    assert np.array_equal(a.z, b.z)
+    anti, merged = tt.classify(*(g[:, -1] for g in a.log_gaps()), 1e-8)
+    assert (anti | merged).mean() > 0.995
+    lo, hi = wilson(anti.sum(), kw["runs"], 0.99)
+    assert lo <= tt.p_anti(2.0, 4, -0.5) <= hi
+
+
+# ---------------------------------------------------------------------------------------------
+# Monte Carlo of the full network
+# ---------------------------------------------------------------------------------------------
+
+# (beta, d, rho0, T): supercritical points well above beta_c (relaxation at -1 is fast there)
+# and subcritical ones well below it; dt = default_dt(d) = 0.05/d.
+MC_GRID = [
+    (1.0, 3, 0.0, 40), (2.0, 4, -0.5, 40), (2.5, 10, 0.0, 30), (3.0, 3, 0.5, 30),
+    (2.0, 5, 0.0, 30), (1.5, 4, -0.8, 40), (3.0, 8, -0.3, 30), (1.2, 3, -0.2, 40),
+    (0.3, 5, -0.8, 20), (0.5, 8, -0.5, 15), (0.2, 4, -0.9, 25), (1.0, 10, -0.95, 15),
+]
+
+
+def _check_mc(beta, d, rho0, T, runs, seed):
+    out = tt.monte_carlo(beta, d, rho0, runs=runs, T=T, seed=seed)
+    lo, hi = wilson(out.antipodal, out.runs, 0.99)
+    assert out.undecided / out.runs < 0.01, out.to_dict()
+    assert lo <= out.theory <= hi, out.to_dict()
+    return out
+
+
+@pytest.mark.parametrize(("beta", "d", "rho0", "T"), [(2.0, 4, -0.5, 30), (0.3, 5, -0.8, 20)])
+def test_network_monte_carlo_quick(beta, d, rho0, T):
+    out = _check_mc(beta, d, rho0, T, runs=400, seed=21)
+    assert out.theory == pytest.approx(tt.p_anti(beta, d, rho0))
+    if out.theory == 0:
+        assert out.antipodal == 0
+
+
+@pytest.mark.slow
+def test_network_monte_carlo_grid_matches_theory():
+    for i, (beta, d, rho0, T) in enumerate(MC_GRID):
+        _check_mc(beta, d, rho0, T, runs=2000, seed=100 + i)
+
+
+def test_monte_carlo_result_is_reproducible_and_reports_horizon():
+    kw = {"runs": 40, "T": 2.0, "dt": 0.05, "seed": 3}
+    a, b = tt.monte_carlo(1.0, 3, "uniform", **kw), tt.monte_carlo(1.0, 3, "uniform", **kw)
+    assert a.to_dict() | {"wall_s": 0} == b.to_dict() | {"wall_s": 0}
+    r = a.to_dict()
+    assert r["steps"] == 40 and r["T"] == 2.0 and r["theory"] == tt.p_anti_uniform(1.0, 3)
+    assert r["counts"]["runs"] == 40 and r["p_anti"] + r["p_merged"] + r["undecided"] == 1.0
+    assert r["ci"][0] <= r["p_anti"] <= r["ci"][1] and r["version"]
+
+
+def test_hybrid_merges_below_and_ends_antipodal_above_threshold():
+    beta = 0.5
+    eps_c = math.sqrt(tt.hybrid_eps2_c(beta))
+    for f in (0.5, 0.7, 1.4, 2.0):
+        out = tt.hybrid_monte_carlo(beta, f * eps_c, rho0=0.0, runs=200, T=60.0, dt=0.01,
+                                    seed=4)
+        wrong, right = (out.antipodal, out.merged) if f < 1 else (out.merged, out.antipodal)
+        assert out.theory == (0.0 if f < 1 else 1.0)
+        assert wrong == 0 and right >= 196, out.to_dict()
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI and figures
+# ---------------------------------------------------------------------------------------------
+
+
+def _cli():
+    from tokensde.cli import two_token
+
+    app = typer.Typer()
+    two_token.register(app)
+    app.callback()(lambda: None)
+    return app
+
+
+def _invoke(*args):
+    return CliRunner().invoke(_cli(), ["two-token", *args])
+
+
+def test_cli_prob_critical_and_errors():
+    out = _invoke("prob", "--beta", "2", "--d", "4", "--rho0", "-0.5", "--json")
+    assert out.exit_code == 0 and json.loads(out.output)["p_anti"] == pytest.approx(0.46624,
+                                                                                      abs=1e-5)
+    out = _invoke("prob", "--beta", "1", "--d", "2", "--rho0", "uniform", "--json")
+    assert json.loads(out.output)["p_anti"] == pytest.approx(0.5)
+    out = _invoke("critical", "--d", "6", "--json")
+    assert json.loads(out.output)["beta_c"] == pytest.approx(math.acosh(4) / 2)
+    assert "beta_c(6) = 1.0317185" in _invoke("critical", "--d", "6").output
+    bad = _invoke("prob", "--beta", "1", "--d", "3", "--rho0", "1.5")
+    assert bad.exit_code == 2 and "rho0 must be a number in [-1, 1]" in bad.output
+
+
+def test_cli_mc_and_hybrid_json(tmp_path):
+    path = tmp_path / "mc.json"
+    out = _invoke("mc", "--beta", "2", "--d", "4", "--rho0", "-0.5", "--runs", "50", "--time",
+                  "5", "--dt", "0.05", "--seed", "2", "--json", "--out", str(path))
+    assert out.exit_code == 0, out.output
+    r = json.loads(out.output)
+    assert set(r) >= {"p_anti", "ci", "p_merged", "undecided", "theory"}
+    assert r["steps"] == 100 and r["theory"] == pytest.approx(0.46624, abs=1e-5)
+    saved = json.loads(path.read_text())
+    assert saved["kind"] == "tokensde.two_token_mc" and saved["p_anti"] == r["p_anti"]
+    out = _invoke("hybrid", "--beta", "1", "--eps", "1.5", "--runs", "20", "--time", "2",
+                  "--dt", "0.05", "--json")
+    r = json.loads(out.output)
+    assert r["eps2_c"] == pytest.approx(2 * math.exp(-1)) and r["regime"] == "antipodal"
+    assert r["mc"]["theory"] == 1.0 and r["mc"]["counts"]["runs"] == 20
+
+
+def test_mc_grid_resumes_and_phase_figure_is_written(tmp_path):
+    seen = []
+    kw = {"runs": 30, "T": 3.0, "dt": 0.05, "seed": 1, "engine": "reduced", "on_row": seen.append}
+    first = phase.mc_grid([0.5, 2.0], [4], **kw)
+    df = phase.mc_grid([0.5, 2.0, 3.0], [4, 6], done=first, **kw)
+    assert len(seen) == 2 + 4 and len(df) == 6 and list(df.columns) == list(phase.COLUMNS)
+    kept = df[(df.beta <= 2.0) & (df.d == 4)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept, first)
+    assert np.allclose(df["theory"], tt.p_anti_uniform(df["beta"], df["d"]))
+    path = phase.plot_phase_diagram(pd.DataFrame(df), tmp_path / "phase.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
