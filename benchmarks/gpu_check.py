@@ -86,7 +86,8 @@ def main() -> int:
     for sampler, n, d, runs_cpu, runs_gpu in SPEED:
         try:
             cpu = throughput(sampler, n, d, runs_cpu, "cpu")
-            gpu = throughput(sampler, n, d, runs_gpu, dev)
+            gpu = throughput(sampler, n, d, runs_gpu if dev.startswith("cuda") else runs_cpu,
+                             dev)
             print(f"{sampler:>7} {n:>3} {d:>5} {cpu:>12.0f} {gpu:>12.0f} {gpu / cpu:>9.1f}",
                   flush=True)
         except Exception as err:  # report and go on: one run should say everything it can

@@ -101,7 +101,9 @@ def test_simulate_rejects_bad_arguments(kwargs, msg):
 
 
 def test_sampler_choice():
-    assert choose_sampler(ModelParams(n=2, d=64)) == "fast"
+    assert choose_sampler(ModelParams(n=2, d=6)) == "fast"
+    assert choose_sampler(ModelParams(n=2, d=64)) == "gram"
+    assert choose_sampler(ModelParams(n=2, d=64, Q=2 * np.eye(64) + 0.1)) == "fast"
     assert choose_sampler(ModelParams(n=16, d=3)) == "full"
     assert choose_sampler(ModelParams(n=2, d=64, law="uniform")) == "full"
     with pytest.raises(ParameterError, match="sampler='fast' needs noise='matrix'"):

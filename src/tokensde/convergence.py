@@ -19,6 +19,8 @@ Pure: tensors in, arrays and dicts out, explicit seed. Shapes: tokens `(runs, n,
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -275,6 +277,24 @@ def concat_samples(parts: Sequence[CoupledSamples]) -> CoupledSamples:
                           cat("ref_half"), cat("sq_err"), first.strong_at)
 
 
+SAMPLE_ARRAYS: tuple[str, ...] = ("net", "ref_fine", "ref_half", "sq_err")
+
+
+def samples_to_arrays(s: CoupledSamples) -> dict[str, np.ndarray]:
+    """Arrays (and a JSON `meta` entry) from which `samples_from_arrays` rebuilds `s`."""
+    meta = {"levels": list(s.levels), "laws": list(s.laws), "stats": list(s.stats),
+            "strong_at": list(s.strong_at)}
+    return {"meta": np.array(json.dumps(meta)), **{k: getattr(s, k) for k in SAMPLE_ARRAYS}}
+
+
+def samples_from_arrays(data: Any) -> CoupledSamples:
+    """Inverse of `samples_to_arrays` (a dict or an open .npz)."""
+    meta = json.loads(str(data["meta"]))
+    return CoupledSamples(tuple(meta["levels"]), tuple(meta["laws"]), tuple(meta["stats"]),
+                          *(np.asarray(data[k]) for k in SAMPLE_ARRAYS),
+                          tuple(meta["strong_at"]))
+
+
 def _strong_steps(strong_at: Sequence[float], levels: tuple[int, ...], ref_steps: int
                   ) -> dict[int, int]:
     """Fine-step index -> position, for each time fraction in `strong_at`."""
@@ -520,6 +540,13 @@ Task = tuple[Problem, tuple[int, ...], int, int, int, tuple[str, ...], int, int,
              tuple[float, ...]]
 
 
+def task_key(args: Task) -> str:
+    """A stable digest of one chunk of work: its numbers depend on nothing else."""
+    prob, *rest = args
+    text = json.dumps([prob.to_dict(), *rest], sort_keys=True, default=list)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
 def _task(args: Task) -> CoupledSamples:
     prob, lv, ref, runs, seed, laws, lo, hi, at = args
     return coupled_samples(prob, lv, ref, runs, seed, laws, lo, hi, at)
@@ -543,8 +570,9 @@ def run_convergence(
 ) -> ConvergenceResult:
     """The whole diagnostic: weak and strong passes for each problem, summarised and fitted.
 
-    Work is cut into run chunks and handed to `map_fn` (the builtin `map`, or a process pool's
-    `map`); numbers depend only on `seed`: problem `k` uses seeds `derive_seed(seed, k, pass)`.
+    Work is cut into run chunks (`Task`s, identified by `task_key`) and handed to `map_fn` (the
+    builtin `map`, a process pool's `map`, or a caching map that keeps finished chunks); numbers
+    depend only on `seed`: problem `k` uses seeds `derive_seed(seed, k, pass)`.
     `progress(runs)` is called as each chunk finishes.
     """
     sz = SIZES[size] if isinstance(size, str) else size

@@ -246,7 +246,7 @@ register(ExperimentKind(
         "tol": Param(lambda k, v: clusters.check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
         "window": fraction(0.1, "motion test over the last window*T"),
         "attention": choice(("softmax", "usa"), "softmax"),
-        "sampler": choice(("auto", "fast", "full"), "auto"),
+        "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
         "scheme": choice(("network", "sde"), "network"),
     },
     "n tokens from uniform positions: outcome law at the horizon (spec §7)",

@@ -21,17 +21,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .layers import normalize, tangent
+from .layers import normalize, tangent, weights_from_logits
 from .params import ModelParams, ParameterError, TimeGrid
 from .rng import RunStreams
 from .sde import ito_correction
 
 Progress = Callable[[int], None]
-
-
-def frame_dim(n: int, d: int) -> int:
-    """Dimension `m = min(n, d)` of the frame the Gram sampler keeps the tokens in."""
-    return min(n, d)
 
 
 def iso_scales(p: ModelParams) -> tuple[float, float]:
@@ -49,7 +44,8 @@ def recompress(z: torch.Tensor) -> torch.Tensor:
     if c <= n:
         return normalize(z)
     a, _ = torch.geqrf(z.transpose(-1, -2))  # R is the upper triangle (faster than linalg.qr)
-    return normalize(a[..., :n, :].triu().transpose(-1, -2))
+    # a is column-major, so a^T is row-major and so is its lower triangle R^T
+    return normalize(a.transpose(-1, -2)[..., :n].tril())
 
 
 def pad(u: torch.Tensor, width: int) -> torch.Tensor:
@@ -95,16 +91,7 @@ def bartlett(rs: RunStreams, dof: int, cols: int, dtype: torch.dtype = torch.flo
 
 def frame_weights(u: torch.Tensor, p: ModelParams, c: float) -> torch.Tensor:
     """Attention weights from frame coordinates: logits `beta c <u_i, u_j>` (spec §1)."""
-    logits = (p.beta * c) * (u @ u.transpose(-1, -2))
-    n = u.shape[-2]
-    if p.causal:
-        mask = torch.ones(n, n, dtype=torch.bool, device=u.device).triu(1)
-        logits = logits.masked_fill(mask, float("-inf"))
-    if p.attention == "usa":
-        return torch.exp(logits) / n
-    # written out: torch.softmax is several times slower on tiny (n x n) rows
-    e = torch.exp(logits - logits.amax(-1, keepdim=True))
-    return e / e.sum(-1, keepdim=True)
+    return weights_from_logits((p.beta * c) * (u @ u.transpose(-1, -2)), p)
 
 
 def advance(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float,

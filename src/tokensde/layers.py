@@ -22,23 +22,29 @@ def _as(a, like: torch.Tensor) -> torch.Tensor:
 
 
 def attention_logits(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
-    """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)`; causal entries j > i set to -inf."""
+    """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)` (no mask)."""
     qk = p.qk()
     xt = x.transpose(-1, -2)
-    logits = p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
+    return p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
+
+
+def weights_from_logits(logits: torch.Tensor, p: ModelParams) -> torch.Tensor:
+    """Softmax `A_ij = exp(l_ij) / sum_l exp(l_il)` (max-shifted, safe for beta up to 1e4) or USA
+    `exp(l_ij) / n`; with `p.causal` the entries j > i are zero."""
+    n = logits.shape[-1]
     if p.causal:
-        n = x.shape[-2]
-        mask = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
+        mask = torch.ones(n, n, dtype=torch.bool, device=logits.device).triu(1)
         logits = logits.masked_fill(mask, float("-inf"))
-    return logits
+    if p.attention == "usa":
+        return torch.exp(logits) / n
+    # written out: torch.softmax is several times slower on tiny (n x n) rows
+    e = torch.exp(logits - logits.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
 
 
 def attention_weights(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
-    """Softmax `A_ij = exp(l_ij) / sum_l exp(l_il)` (max-shifted) or USA `exp(l_ij) / n`."""
-    logits = attention_logits(x, p)
-    if p.attention == "softmax":
-        return torch.softmax(logits, dim=-1)
-    return torch.exp(logits) / x.shape[-2]
+    """Attention weights `(runs, n, n)` of tokens `x` (spec §1)."""
+    return weights_from_logits(attention_logits(x, p), p)
 
 
 def attention_output(x: torch.Tensor, p: ModelParams) -> torch.Tensor:

@@ -190,7 +190,8 @@ def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str
 
 def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype) -> int:
     """Runs per batch: all of them unless the noise workspace passes BATCH_BYTES."""
-    per_run = (p.d * p.d if sampler == "full" else p.n * max(p.n, p.d)) * 4 + 2 * p.n * p.n
+    width = {"full": p.d * p.d, "fast": p.n * max(p.n, p.d), "gram": p.n * p.n}[sampler]
+    per_run = (width + p.n * p.d) * 4 + 2 * p.n * p.n
     per_run *= torch.finfo(dtype).bits // 8
     fit = max(1, BATCH_BYTES // per_run)
     return runs if fit >= runs else max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK)

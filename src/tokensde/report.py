@@ -139,7 +139,8 @@ figure { margin:16px 0; text-align:center; }
 figure img { max-width:100%; height:auto; border:1px solid var(--line); border-radius:6px;
              background:#fff; }
 figcaption { color:var(--muted); font-size:13px; margin-top:6px; text-align:left; }
-.tablewrap { overflow-x:auto; margin:8px 0 4px; }
+.tablewrap { overflow:auto; max-height:460px; margin:8px 0 4px; border:1px solid var(--line);
+             border-radius:6px; }
 table { border-collapse:collapse; font-size:13px; width:100%; }
 caption { caption-side:top; text-align:left; color:var(--muted); padding:4px 0; }
 th, td { padding:5px 9px; border-bottom:1px solid var(--line); text-align:left;

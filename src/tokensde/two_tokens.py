@@ -573,7 +573,8 @@ def default_dt(d: int) -> float:
     """Layer step for two-token Monte Carlo: `0.05 / d`.
 
     The network's error per layer in `P_anti` grows like `d^2 dt^2` (the noise `sqrt(dt) V y`
-    has norm `~ sqrt(d dt)`); with this step the bias of `P_anti` stays near 0.003 up to d = 10.
+    has norm `~ sqrt(d dt)`); with this step the bias of `P_anti` stays below ~0.01 up to
+    d = 10 (measured in docs/two-tokens.md).
     """
     return 0.05 / check_int("d", d, 2)
 

@@ -18,6 +18,7 @@ import importlib
 import json
 import math
 import os
+import shutil
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -130,11 +131,16 @@ def _write_json(path: Path, doc: dict[str, Any]) -> Path:
 
 
 def _saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
-              save: Callable[[Any, Path], Any], ctx: Context) -> tuple[Any, bool]:
-    """`(load(path), True)` when the result is saved, else `(make(), False)` after saving it."""
+              save: Callable[[Any, Path], Any], ctx: Context,
+              fresh: Callable[[Any], bool] = lambda obj: True) -> tuple[Any, bool]:
+    """`(load(path), True)` when the result is saved (and `fresh(saved)`: made with the same
+    settings), else `(make(), False)` after saving it."""
     if path.exists():
-        ctx.log(f"reusing {path}")
-        return load(path), True
+        saved = load(path)
+        if fresh(saved):
+            ctx.log(f"reusing {path}")
+            return saved, True
+        ctx.log(f"{path} was made with other settings; recomputing it")
     ctx.log(f"computing {path.name}")
     obj = make()
     save(obj, path)
@@ -143,22 +149,69 @@ def _saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
 
 # ------------------------------------------------------------------------------- convergence
 
+def cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
+    """A `map` for `run_convergence` that keeps each finished chunk in `cache/<task_key>.npz`
+    and reuses it, so an interrupted diagnostic resumes where it stopped."""
+    from ..convergence import samples_from_arrays, samples_to_arrays, task_key
+    from ..store import atomic_write
+
+    def load(path: Path) -> Any:
+        with np.load(path, allow_pickle=False) as z:
+            return samples_from_arrays(z)
+
+    def save(path: Path, part: Any) -> None:
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:  # a handle: savez would append .npz to the name
+                np.savez(fh, **samples_to_arrays(part))
+
+        atomic_write(path, write)
+
+    def map_fn(fn: Callable[..., Any], jobs: Any) -> Iterator[Any]:
+        jobs = list(jobs)
+        paths = [cache / f"{task_key(j)}.npz" for j in jobs]
+        todo = [j for j, p in zip(jobs, paths, strict=True) if not p.exists()]
+        fresh = iter(inner(fn, todo))
+        for path in paths:
+            if path.exists():
+                yield load(path)
+                continue
+            part = next(fresh)
+            save(path, part)
+            yield part
+
+    return map_fn
+
+
 def convergence_data(ctx: Context) -> tuple[Any, bool]:
-    """The saved convergence result of this size (computed and saved if absent)."""
-    from ..convergence import ConvergenceResult, run_convergence
+    """The saved convergence result of this size (computed and saved if absent; finished chunks
+    of an interrupted computation are kept under `data/convergence-<size>.parts/`)."""
+    from ..convergence import SIZES, ConvergenceResult, run_convergence
+    from ._common import progress_bar
+
+    size = SIZES[ctx.size]
+    parts = ctx.data_path("convergence", ".parts")
 
     def make() -> Any:
-        with _pool(ctx.workers) as map_fn:
-            return run_convergence(ctx.size, seed=ctx.seed, map_fn=map_fn)
+        total = sum(size.weak_runs.values()) + sum(size.strong_runs.values())
+        with _pool(ctx.workers) as pool, progress_bar(total, "convergence runs",
+                                                       ctx.progress) as bar:
+            res = run_convergence(ctx.size, seed=ctx.seed, map_fn=cached_map(parts, pool),
+                                  progress=bar)
+        return res
 
     def save(res: Any, path: Path) -> None:
         _write_json(path, res.to_dict())
         write_points_csv(res, path.with_suffix(".csv"))
+        shutil.rmtree(parts, ignore_errors=True)
 
     def load(path: Path) -> Any:
         return ConvergenceResult.from_dict(json.loads(path.read_text()), str(path))
 
-    return _saved_or(ctx.data_path("convergence", ".json"), load, make, save, ctx)
+    def fresh(res: Any) -> bool:
+        want = json.loads(json.dumps(size.to_dict()))
+        return res.settings.get("size") == want and res.settings.get("seed") == ctx.seed
+
+    return _saved_or(ctx.data_path("convergence", ".json"), load, make, save, ctx, fresh)
 
 
 def write_points_csv(res: Any, path: Path) -> Path:
@@ -223,11 +276,11 @@ def build_convergence(ctx: Context) -> Section:
     res, reused = convergence_data(ctx)
     png = plot_convergence(res, ctx.figures / "convergence.png")
     spec = FIGURES["convergence"]
-    weak = [f for f in res.fits if f["kind"] == "weak" and f["order"] is not None]
-    strong = [f for f in res.fits if f["kind"] == "strong" and f["law"] == "gaussian"]
-    note = "; ".join(f"{f['problem']} {f['law']} {f['label']}: weak order {f['order']:.2f}"
-                     for f in weak)
-    note += "; " + "; ".join(f"{f['problem']}: strong order {f['order']:.2f}" for f in strong)
+    from ..plots.convergence import fit_label
+
+    note = "Fitted orders, Gaussian law (95% bootstrap intervals):\n" + "\n".join(
+        f"  {f['problem']}, {f['kind']} {f['label']}: {fit_label(f)}"
+        for f in res.fits if f["law"] == "gaussian")
     return Section(
         "convergence", spec.title, spec.claim, note=note,
         images=[Image(png, "Weak errors (per statistic) and strong error vs layers L; filled "
@@ -264,15 +317,25 @@ def trajectory_setups(seed: int) -> list[tuple[str, str, ModelParams, np.ndarray
 
 
 def _sim_results(ctx: Context, name: str, setups: list[tuple[str, str, ModelParams, Any]],
-                 run: Callable[[ModelParams, Any, int], Any]) -> tuple[list[tuple[str, Any]],
-                                                                        bool]:
+                 run: Callable[[ModelParams, Any, int], Any], settings: dict[str, Any]
+                 ) -> tuple[list[tuple[str, Any]], bool]:
+    """Load or simulate (and save) each panel's result; `settings` (horizon, runs, ...) and the
+    panel's parameters and seed are stored with the result and must match for it to be reused."""
     from ..store import load_result, save_result
 
     panels, all_reused = [], True
     for k, (key, title, p, init) in enumerate(setups):
         path = ctx.data_path(name) / f"{key}.npz"
-        res, reused = _saved_or(path, load_result, lambda p=p, init=init, k=k: run(p, init, k),
-                                save_result, ctx)
+        spec = json.loads(json.dumps({"figure": name, "panel": key, "seed": ctx.seed,
+                                      "params": p.to_dict(), **settings}))
+
+        def make(p: ModelParams = p, init: Any = init, k: int = k, spec: Any = spec) -> Any:
+            res = run(p, init, k)
+            res.extra["figure_spec"] = spec
+            return res
+
+        res, reused = _saved_or(path, load_result, make, save_result, ctx,
+                                lambda r, spec=spec: r.extra.get("figure_spec") == spec)
         all_reused &= reused
         panels.append((title, res))
     return panels, all_reused
@@ -300,7 +363,8 @@ def build_trajectories(ctx: Context) -> Section:
         return simulate(p, T=T, dt=dt, runs=1, init=init, seed=derive_seed(ctx.seed, 8, k),
                         checkpoints=121, record=("gram", "tokens"), sampler="full")
 
-    panels, reused = _sim_results(ctx, "trajectories", trajectory_setups(ctx.seed), run)
+    panels, reused = _sim_results(ctx, "trajectories", trajectory_setups(ctx.seed), run,
+                                  {"T": T, "dt": dt, "checkpoints": 121})
     png = plot_trajectories(panels, ctx.figures / "trajectories.png")
     gif = animate_trajectories(panels, ctx.figures / "trajectories.gif",
                                max_frames={"tiny": 12, "quick": 60, "full": 121}[ctx.size])
@@ -341,7 +405,9 @@ def build_histograms(ctx: Context) -> Section:
         return simulate(p, T=T, dt=dt, runs=HIST_RUNS[ctx.size], init=init,
                         seed=derive_seed(ctx.seed, 9, k), checkpoints=ck)
 
-    panels, reused = _sim_results(ctx, "histograms", histogram_setups(), run)
+    panels, reused = _sim_results(ctx, "histograms", histogram_setups(), run,
+                                  {"T": T, "dt": dt, "runs": HIST_RUNS[ctx.size],
+                                   "checkpoints": ck})
     png = plot_histograms(panels, ctx.figures / "histograms.png", columns=5)
     rows = []
     for title, r in panels:
@@ -376,13 +442,13 @@ def _wilson(p: float, n: int) -> tuple[float, float]:
 
 # ----------------------------------------------------------- two tokens (issue 3's modules)
 
+# dt "default": tokensde.two_tokens.default_dt(d) = 0.05 / d (network bias in P_anti ~ 0.003)
 PHASE_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"betas": (0.25, 1.0, 2.0), "ds": (3, 5), "runs": 40, "T": 10.0, "dt": 0.05},
     "quick": {"betas": tuple(np.round(np.linspace(0.1, 2.5, 9), 3)), "ds": (3, 4, 6, 10),
-              "runs": 300, "T": 30.0, "dt": 0.02},
-    "full": {"betas": tuple(np.round(np.linspace(0.05, 3.0, 16), 3)), "ds": (3, 4, 5, 6, 8, 10,
-                                                                               16),
-             "runs": 2000, "T": 40.0, "dt": 0.01},
+              "runs": 300, "T": 30.0, "dt": "default"},
+    "full": {"betas": tuple(np.round(np.linspace(0.05, 3.0, 16), 3)),
+             "ds": (3, 4, 5, 6, 8, 10, 16), "runs": 2000, "T": 40.0, "dt": "default"},
 }
 KIND_PHASE = "tokensde.phase-grid"
 
@@ -396,25 +462,33 @@ def phase_data(ctx: Context) -> tuple[Any, bool]:
     phase = _need("tokensde.plots.phase", "mc_grid", issue="issue 3")
     path = ctx.data_path("phase", ".parquet")
     cfg = PHASE_SIZES[ctx.size]
+    settings = json.loads(json.dumps({"size": ctx.size, "seed": ctx.seed, "rho0": "uniform",
+                                      **{k: list(v) if isinstance(v, tuple) else v
+                                         for k, v in cfg.items()}}))
     done = None
     if path.exists():
         table, meta = read_parquet(path, KIND_PHASE)
-        done = table.to_pandas()
-        want = len(cfg["betas"]) * len(cfg["ds"])
-        if len(done) >= want:
-            ctx.log(f"reusing {path}")
-            return done, True
-        ctx.log(f"resuming {path}: {len(done)} of {want} cells saved")
-    meta = header(KIND_PHASE, size=ctx.size, seed=ctx.seed, rho0="uniform",
-                  **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()})
+        if {k: meta.get(k) for k in settings} == settings:
+            done = table.to_pandas()
+            want = len(cfg["betas"]) * len(cfg["ds"])
+            if len(done) >= want:
+                ctx.log(f"reusing {path}")
+                return done, True
+            ctx.log(f"resuming {path}: {len(done)} of {want} cells saved")
+        else:
+            ctx.log(f"{path} was made with other settings; recomputing it")
+    meta = header(KIND_PHASE, **settings)
     rows = [] if done is None else done.to_dict("records")
 
     def on_row(row: dict[str, Any]) -> None:
         rows.append(row)
         write_parquet(pd.DataFrame(rows), path, meta)
 
+    dt = cfg["dt"]
+    if dt == "default":
+        dt = _need("tokensde.two_tokens", "default_dt", issue="issue 3").default_dt
     df = phase.mc_grid(cfg["betas"], cfg["ds"], "uniform", runs=cfg["runs"], T=cfg["T"],
-                       dt=cfg["dt"], seed=ctx.seed, done=done, on_row=on_row)
+                       dt=dt, seed=ctx.seed, done=done, on_row=on_row)
     write_parquet(df, path, meta)
     return df, False
 
@@ -467,23 +541,25 @@ def build_theory(ctx: Context) -> Section:
 
 # ------------------------------------------------------------- multi-token (issue 4's sweep)
 
-SWEEPS = {"tiny": "smoke", "quick": "quick", "full": "full"}
+# sweep files tried for each size, in order (issue 4 ships examples/sweeps/*.toml)
+SWEEPS: dict[str, tuple[str, ...]] = {
+    "tiny": ("smoke",),
+    "quick": ("multi-token-quick", "quick", "smoke"),
+    "full": ("multi-token-full", "multi-token", "full", "multi-token-quick"),
+}
 
 
 def sweep_config(ctx: Context) -> Path:
-    """The sweep file of this size: examples/sweeps/<name>.toml (smoke for the tiny size)."""
+    """The sweep file of this size: the first of `SWEEPS[size]` in examples/sweeps/ (or in
+    $TOKENSDE_SWEEPS)."""
     root = Path(os.environ.get("TOKENSDE_SWEEPS", Path.cwd() / "examples" / "sweeps"))
-    name = SWEEPS[ctx.size]
-    path = root / f"{name}.toml"
-    if not path.exists() and ctx.size != "tiny":
-        alt = root / "smoke.toml"
-        if alt.exists():
-            ctx.log(f"{path} not found; using {alt}")
-            return alt
-    if not path.exists():
-        raise MissingError(f"sweep file {path} not found (issue 4 ships examples/sweeps/*.toml; set "
-                      "TOKENSDE_SWEEPS to their directory)")
-    return path
+    for name in SWEEPS[ctx.size]:
+        path = root / f"{name}.toml"
+        if path.exists():
+            return path
+    raise MissingError(f"no sweep file among {', '.join(n + '.toml' for n in SWEEPS[ctx.size])} "
+                       f"in {root} (issue 4 ships examples/sweeps/*.toml; run from the "
+                       "repository root or set TOKENSDE_SWEEPS)")
 
 
 def build_multi(ctx: Context) -> Section:
@@ -507,7 +583,9 @@ def build_multi(ctx: Context) -> Section:
         images.append(Image(multi.plot_hybrid(df, ctx.figures / "multi-token-hybrid.png"),
                             "Hybrid model: outcome probabilities vs noise scale."))
     spec = FIGURES["multi-token"]
-    return Section("multi-token", spec.title, spec.claim, images=images,
+    note = "" if cfg.stem == SWEEPS[ctx.size][0] else (
+        f"Sweep file {SWEEPS[ctx.size][0]}.toml not found; used {cfg.name} instead.")
+    return Section("multi-token", spec.title, spec.claim, images=images, note=note,
                    tables=[_multi_table(df)],
                    provenance={"sweep": str(cfg), "dir": str(out), "wall_s": round(wall, 1),
                                "command": f"tokensde sweep run {cfg} --out {out} "
@@ -589,19 +667,20 @@ def run_vit(ctx: Context, out: Path) -> None:
 
 
 def _vit_table(s: dict[str, Any]) -> Table:
+    from ..vit.compare import t_interval
+
     rows = []
     for name, arm in s.get("arms", {}).items():
-        final = arm.get("final", {})
-        paired = s.get("paired", {}).get(name) or {}
-        gap = paired.get("final", {})
-        rows.append([name, _num(final.get("mean")), _num(final.get("sd")),
-                     interval(final.get("lo"), final.get("hi")), _num(gap.get("mean")),
-                     interval(gap.get("lo"), gap.get("hi")), len(s.get("seeds", [])),
-                     json.dumps(s.get("seeds", [])), s.get("version")])
+        _, lo, hi = t_interval(np.asarray(arm.get("runs", []), dtype=float))
+        gap = s.get("paired", {}).get(name) or {}
+        rows.append([name, _num(arm.get("mean")), _num(arm.get("sd")), interval(lo, hi),
+                     _num(gap.get("mean")), interval(gap.get("lo"), gap.get("hi")),
+                     len(s.get("seeds", [])), json.dumps(s.get("seeds", [])), s.get("epochs"),
+                     s.get("dataset"), s.get("version")])
     return Table("vit", "Final test accuracy per arm (mean, sd, 95% t-interval over seeds) and "
-                 "the paired gap to the default initialisation",
+                 "the paired gap to the default initialisation (95% t-interval)",
                  ["arm", "accuracy", "sd", "95%", "gap to default", "95%", "seeds", "seed list",
-                  "version"], rows)
+                  "epochs", "dataset", "version"], rows)
 
 
 def _num(v: Any) -> Any:

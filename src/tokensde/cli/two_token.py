@@ -73,8 +73,9 @@ def prob_cmd(
         emit_json(result)
         return
     typer.echo(f"P_anti(beta={_fmt(beta)}, d={_fmt(d)}, rho0={r0}) = {p:.8g}")
-    side = "above" if result["antipodal_attracts"] else "not above"
-    typer.echo(f"beta_c({_fmt(d)}) = {result['beta_c']:.8g}; beta is {side} it")
+    verdict = ("antipodal pairs attract (beta > beta_c)" if result["antipodal_attracts"] else
+               "pairs merge almost surely (beta <= beta_c)")
+    typer.echo(f"beta_c({_fmt(d)}) = {result['beta_c']:.8g}: {verdict}")
 
 
 @two_token_app.command("critical")

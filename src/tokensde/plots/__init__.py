@@ -1,1 +1,15 @@
-"""Figures. Each module plots saved results (tables, arrays); none re-runs a simulation."""
+"""Figures. Each module plots saved results (tables, arrays); none re-runs a simulation.
+
+- `style`: the shared look (palette, rcParams, `new_figure`, atomic `save`);
+- `convergence`: log-log weak/strong errors of the network against the SDE;
+- `trajectories`: tokens on the circle and the sphere, PNG and animated GIF;
+- `histograms`: the law of pairwise inner products across depth;
+- `phase`, `multi`, `vit`, `simulation`: two-token phase diagram, multi-token sweeps, ViT runs,
+  one `simulate` result.
+
+Submodules are imported on use (`from tokensde.plots.convergence import plot_convergence`), so
+importing the package does not load matplotlib.
+"""
+
+__all__ = ["convergence", "histograms", "multi", "phase", "simulation", "style", "trajectories",
+           "vit"]

@@ -20,7 +20,8 @@ from ..rng import derive_seed
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
 
 COLUMNS: tuple[str, ...] = (
-    "beta", "d", "init", "rho0", "runs", "T", "dt", "steps", "seed", "tol", "antipodal",
+    "beta", "d", "init", "rho0", "engine", "runs", "T", "dt", "steps", "root_seed", "seed",
+    "tol", "antipodal",
     "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "p_merged", "p_undecided", "theory",
     "beta_c", "wall_s", "version")
 
@@ -31,12 +32,13 @@ def cell_seed(seed: int, beta: float, d: int, rho0: float | str) -> int:
     return derive_seed(seed, round(beta * 1e6), int(d), r)
 
 
-def _row(out: tt.PairOutcome, beta: float, d: int) -> dict[str, Any]:
+def _row(out: tt.PairOutcome, beta: float, d: int, root_seed: int) -> dict[str, Any]:
     r = out.to_dict()
     return {
         "beta": beta, "d": d, "init": "uniform" if out.rho0 == "uniform" else "pair",
-        "rho0": math.nan if out.rho0 == "uniform" else float(out.rho0), "runs": out.runs,
-        "T": out.T, "dt": out.dt, "steps": out.steps, "seed": out.seed, "tol": out.tol,
+        "rho0": math.nan if out.rho0 == "uniform" else float(out.rho0), "engine": out.engine,
+        "runs": out.runs, "T": out.T, "dt": out.dt, "steps": out.steps, "root_seed": root_seed,
+        "seed": out.seed, "tol": out.tol,
         "antipodal": out.antipodal, "merged": out.merged, "undecided": out.undecided,
         "p_anti": out.p_anti, "ci_lo": r["ci"][0], "ci_hi": r["ci"][1],
         "p_merged": r["p_merged"], "p_undecided": r["undecided"], "theory": out.theory,
@@ -67,7 +69,7 @@ def mc_grid(betas: Iterable[float], ds: Iterable[int], rho0: float | str = "unif
             out = tt.monte_carlo(float(beta), int(d), rho0, runs=runs, T=T, dt=step,
                                  seed=cell_seed(seed, beta, d, rho0), tol=tol, engine=engine,
                                  sampler=sampler)
-            row = _row(out, float(beta), int(d))
+            row = _row(out, float(beta), int(d), seed)
             rows.append(row)
             if on_row is not None:
                 on_row(row)
@@ -159,11 +161,13 @@ def _pick_ds(df: pd.DataFrame, k: int = 3) -> list[int]:
 
 def _caption(df: pd.DataFrame) -> str:
     first = df.iloc[0]
-    dts = ", ".join(f"{x:g}" for x in sorted(df["dt"].unique()))
-    return (f"full network (softmax, Gaussian matrix noise, sigma=1), {int(first['runs'])} runs "
-            f"per cell, T = {first['T']:g}, dt = {dts}, tol = {first['tol']:g}, root seed "
-            f"{int(df['seed'].iloc[0]) if df['seed'].nunique() == 1 else 'per cell'}; "
-            f"* = more than 1% undecided at T; tokensde {first['version']}")
+    default = np.allclose(df["dt"], [tt.default_dt(int(d)) for d in df["d"]])
+    dts = "0.05/d" if default else ", ".join(f"{x:g}" for x in sorted(df["dt"].unique()))
+    what = "full d-dim network" if first["engine"] == "network" else "reduced 1-D diffusion"
+    return (f"{what} (softmax, Gaussian matrix noise, sigma=1), {int(first['runs'])} runs per "
+            f"cell, T = {first['T']:g}, dt = {dts}, tol = {first['tol']:g}, root seed "
+            f"{int(first['root_seed'])}; * = more than 1% undecided at T; tokensde "
+            f"{first['version']}")
 
 
 def plot_phase_diagram(df: pd.DataFrame, path: str | Path, *, ds: Sequence[int] | None = None,
@@ -195,3 +199,42 @@ def plot_theory_vs_mc(df: pd.DataFrame, path: str | Path, ds: Sequence[int] | No
         fig = new_figure(5.5, 4.0)
         draw_curves(fig.subplots(), df, ds)
     return save(fig, path)
+
+
+def _save_table(df: pd.DataFrame, path: Path) -> None:
+    from ..store import atomic_write
+
+    atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m tokensde.plots.phase --table T.csv --out F.png`: compute (or resume) the grid
+    into the table, saved after every cell, then draw the figure from the saved table."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=(main.__doc__ or "").splitlines()[0])
+    ap.add_argument("--table", type=Path, required=True, help="CSV table (resumed if present)")
+    ap.add_argument("--out", type=Path, required=True, help="PNG figure")
+    ap.add_argument("--betas", type=float, nargs="+", default=[round(0.3 * k, 2)
+                                                               for k in range(1, 11)])
+    ap.add_argument("--ds", type=int, nargs="+", default=[3, 4, 5, 6, 8, 10])
+    ap.add_argument("--rho0", default="uniform")
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--T", type=float, default=30.0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    done = pd.read_csv(args.table) if args.table.exists() else None
+    rows: list[dict[str, Any]] = [] if done is None else done.to_dict("records")
+
+    def keep(row: dict[str, Any]) -> None:
+        rows.append(row)
+        _save_table(pd.DataFrame(rows, columns=list(COLUMNS)), args.table)
+
+    df = mc_grid(args.betas, args.ds, args.rho0, runs=args.runs, T=args.T, seed=args.seed,
+                 done=done, on_row=keep)
+    _save_table(df, args.table)
+    print(plot_phase_diagram(pd.read_csv(args.table), args.out))
+
+
+if __name__ == "__main__":
+    main()
