@@ -14,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import typer
-from scipy import integrate
 from typer.testing import CliRunner
 
 from tokensde.cli.sweep import register
@@ -355,36 +354,12 @@ def test_pure_noise_large_beta_is_often_bipolar_and_never_below_beta_c():
     assert s["k_bipolar"] == 0 and s["k_single"] == 100
 
 
-def _p_anti_uniform(beta: float, d: int, rho0: float | None = None) -> float:
-    """Spec §5 scale function, two tokens: P_anti(rho0), or its mean over uniform rho0 (d = 3).
-
-    S' = (1+r)^a (1-r)^b exp(-(d-2) J(r)) with J smooth; the endpoint powers go to quad weights.
-    """
-    c = np.cosh(2 * beta)
-
-    def j(rho: float) -> float:
-        f = lambda r: (1 / ((1 - r * r) * np.cosh(beta * (1 - r))) - 1 / (2 * (1 + r) * c)  # noqa: E731
-                       - 1 / (2 * (1 - r)))
-        return integrate.quad(f, 0.0, rho, epsabs=1e-13, epsrel=1e-12)[0]
-
-    smooth = lambda r: np.exp(-(d - 2) * j(r))  # noqa: E731
-    a, b = -0.5 - (d - 2) / (2 * c), -0.5 + (d - 2) / 2
-    z = integrate.quad(smooth, -1, 1, weight="alg", wvar=(a, b))[0]
-    if rho0 is not None:
-        return integrate.quad(lambda r: smooth(r) * (1 + r) ** a, rho0, 1, weight="alg",
-                              wvar=(0, b))[0] / z
-    return integrate.quad(smooth, -1, 1, weight="alg", wvar=(a + 1, b))[0] / (2 * z)
-
-
-def test_scale_function_quadrature_matches_spec_reference_values():
-    assert _p_anti_uniform(1.0, 3, 0.0) == pytest.approx(0.22242, abs=2e-5)
-    assert _p_anti_uniform(2.0, 4, -0.5) == pytest.approx(0.46624, abs=2e-5)
-
-
 @pytest.mark.slow
 def test_two_tokens_bipolar_probability_matches_scale_function():
     # d = 3: rho0 = <x1, x2> of uniform tokens is uniform on [-1, 1]
-    truth = _p_anti_uniform(1.5, 3)
+    from tokensde.two_tokens import p_anti_uniform
+
+    truth = p_anti_uniform(1.5, 3)
     assert truth == pytest.approx(0.3296, abs=1e-3)
     s = multi(seed=11, n=2, d=3, beta=1.5, runs=2000, T=30.0, dt=0.01, tol=1e-6)
     assert s["p_undecided"] < 0.01

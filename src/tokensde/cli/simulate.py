@@ -12,21 +12,14 @@ from ..params import ModelParams, ParameterError, TimeGrid
 from ._common import emit_json, progress_bar, user_errors
 
 
-def _mean(mean: str) -> str | np.ndarray:
-    if mean in ("none", "identity"):
-        return mean
-    path = Path(mean)
+def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.ndarray:
+    """`value` if it is one of `names`, else the array in the .npy file it names."""
+    if value in names:
+        return value
+    path = Path(value)
     if not path.exists():
-        raise ParameterError(f"mean must be 'none', 'identity' or a .npy file; got {mean!r}")
-    return np.load(path)
-
-
-def _init(init: str) -> str | np.ndarray:
-    if init in ("uniform", "pair"):
-        return init
-    path = Path(init)
-    if not path.exists():
-        raise ParameterError(f"init must be 'uniform', 'pair' or a .npy file; got {init!r}")
+        allowed = ", ".join(f"'{n}'" for n in names)
+        raise ParameterError(f"{param} must be {allowed} or a .npy file; got {value!r}")
     return np.load(path)
 
 
@@ -93,12 +86,13 @@ def simulate_cmd(
         if layers is None and time is None:
             layers = 1000
         p = ModelParams(n=n, d=d, beta=beta, attention=attention, causal=causal, noise=noise,
-                        law=law, sigma=sigma, eps=eps, mean=_mean(mean))
+                        law=law, sigma=sigma, eps=eps,
+                        mean=_name_or_npy("mean", mean, ("none", "identity")))
         grid = TimeGrid.make(layers, alpha, time, dt)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
-            res = simulate(p, grid, runs=runs, init=_init(init), rho0=rho0, seed=seed,
-                           sampler=sampler, scheme=scheme, device=device, dtype=dtype,
-                           checkpoints=checkpoints, progress=bar)
+            x0 = _name_or_npy("init", init, ("uniform", "pair"))
+            res = simulate(p, grid, runs=runs, init=x0, rho0=rho0, seed=seed, sampler=sampler,
+                           scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints, progress=bar)
         gram = res.gram[:, -1].numpy()
         summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
                    "dt": grid.dt, "T": grid.T, "sampler": res.sampler, "scheme": scheme,
