@@ -52,12 +52,13 @@ def user_errors() -> Iterator[None]:
 
 
 @contextmanager
-def progress_bar(total: int, desc: str, enabled: bool = True) -> Iterator[Callable[[int], None]]:
-    """A tqdm bar on stderr (none when disabled or total is small); yields `update(k)`."""
+def progress_bar(total: int, desc: str, enabled: bool = True, unit: str = ""
+                 ) -> Iterator[Callable[[int], None]]:
+    """A tqdm bar on stderr (hidden when disabled or stderr is not a terminal); yields `update(k)`."""
     if not enabled:
         yield lambda k: None
         return
-    bar = tqdm(total=total, desc=desc, file=sys.stderr, unit="", unit_scale=True, leave=False,
+    bar = tqdm(total=total, desc=desc, file=sys.stderr, unit=unit, unit_scale=True, leave=False,
                mininterval=0.5, disable=None)
     try:
         yield bar.update

@@ -549,17 +549,22 @@ SWEEPS: dict[str, tuple[str, ...]] = {
 }
 
 
+# examples/sweeps of the source tree this package runs from (an editable install)
+SOURCE_SWEEPS = Path(__file__).resolve().parents[3] / "examples" / "sweeps"
+
+
 def sweep_config(ctx: Context) -> Path:
-    """The sweep file of this size: the first of `SWEEPS[size]` in examples/sweeps/ (or in
-    $TOKENSDE_SWEEPS)."""
-    root = Path(os.environ.get("TOKENSDE_SWEEPS", Path.cwd() / "examples" / "sweeps"))
+    """The sweep file of this size: the first of `SWEEPS[size]` in $TOKENSDE_SWEEPS, else in
+    ./examples/sweeps or the source tree's examples/sweeps."""
+    env = os.environ.get("TOKENSDE_SWEEPS")
+    roots = [Path(env)] if env else [Path.cwd() / "examples" / "sweeps", SOURCE_SWEEPS]
     for name in SWEEPS[ctx.size]:
-        path = root / f"{name}.toml"
-        if path.exists():
-            return path
+        for root in roots:
+            if (root / f"{name}.toml").exists():
+                return root / f"{name}.toml"
     raise MissingError(f"no sweep file among {', '.join(n + '.toml' for n in SWEEPS[ctx.size])} "
-                       f"in {root} (issue 4 ships examples/sweeps/*.toml; run from the "
-                       "repository root or set TOKENSDE_SWEEPS)")
+                       f"in {' or '.join(map(str, roots))} (issue 4 ships examples/sweeps/*.toml; "
+                       "run from the repository root or set TOKENSDE_SWEEPS)")
 
 
 def build_multi(ctx: Context) -> Section:

@@ -52,7 +52,7 @@ RC: dict[str, Any] = {
     "lines.markersize": 4.5,
     "figure.dpi": 110,
     "savefig.dpi": 130,
-    "savefig.bbox": "tight",
+    "savefig.bbox": "standard",  # constrained layout already fits; "tight" redraws
     "image.cmap": SEQUENTIAL,
 }
 
