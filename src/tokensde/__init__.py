@@ -10,7 +10,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+unknown"
 
-from .params import ModelParams, ParameterError, TimeGrid  # noqa: E402
-from .model import SimResult, simulate  # noqa: E402
+from .model import SimResult, simulate
+from .params import ModelParams, ParameterError, TimeGrid
 
 __all__ = ["ModelParams", "ParameterError", "SimResult", "TimeGrid", "__version__", "simulate"]

@@ -142,7 +142,7 @@ figcaption { color:var(--muted); font-size:13px; margin-top:6px; text-align:left
 .tablewrap { overflow:auto; max-height:460px; margin:8px 0 4px; border:1px solid var(--line);
              border-radius:6px; }
 table { border-collapse:collapse; font-size:13px; width:100%; }
-caption { caption-side:top; text-align:left; color:var(--muted); padding:4px 0; }
+.tcap { color:var(--muted); font-size:13px; margin:14px 0 4px; }
 th, td { padding:5px 9px; border-bottom:1px solid var(--line); text-align:left;
          vertical-align:top; }
 th { background:#f4f6f9; font-weight:600; position:sticky; top:0; }
@@ -167,8 +167,9 @@ def _table(t: Table) -> str:
                         f"<td>{e(fmt(v))}</td>" for v in row)
         body.append(f"<tr>{cells}</tr>")
     note = f'<p class="note">{e(t.note)}</p>' if t.note else ""
-    return (f'<div class="tablewrap"><table id="table-{e(t.key)}" data-rows="{len(t.rows)}">'
-            f"<caption>{e(t.caption)}</caption><thead><tr>{head}</tr></thead>"
+    return (f'<p class="tcap">{e(t.caption)}</p>'
+            f'<div class="tablewrap"><table id="table-{e(t.key)}" data-rows="{len(t.rows)}">'
+            f"<thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>{note}")
 
 

@@ -574,7 +574,7 @@ def build_multi(ctx: Context) -> Section:
     cfg = sweep_config(ctx)
     out = ctx.out / "sweeps" / cfg.stem
     t0 = time.perf_counter()
-    sweep.run_sweep(cfg, out, workers=ctx.workers)
+    summary = sweep.run_sweep(cfg, out, workers=ctx.workers)
     wall = time.perf_counter() - t0
     df = multi.load(out)
     images = []
@@ -592,7 +592,9 @@ def build_multi(ctx: Context) -> Section:
         f"Sweep file {SWEEPS[ctx.size][0]}.toml not found; used {cfg.name} instead.")
     return Section("multi-token", spec.title, spec.claim, images=images, note=note,
                    tables=[_multi_table(df)],
-                   provenance={"sweep": str(cfg), "dir": str(out), "wall_s": round(wall, 1),
+                   provenance={"sweep": str(cfg), "dir": str(out), "sweep_wall_s": round(wall, 1),
+                               "reused": summary.get("ran", 1) == 0,
+                               "cells": {k: summary.get(k) for k in ("total", "ran", "skipped")},
                                "command": f"tokensde sweep run {cfg} --out {out} "
                                           f"--workers {ctx.workers}"})
 
@@ -633,7 +635,8 @@ def build_vit(ctx: Context) -> Section:
     """ViT accuracy by value-matrix initialisation, read from a saved comparison."""
     plots = _need("tokensde.plots.vit", "plot_accuracy", issue="issue 6")
     path = vit_summary_path(ctx)
-    if not path.exists():
+    reused = path.exists()
+    if not reused:
         run_vit(ctx, path.parent)
     summary = json.loads(path.read_text())
     png = plots.plot_accuracy(summary, ctx.figures / "vit.png")
@@ -642,7 +645,8 @@ def build_vit(ctx: Context) -> Section:
                    images=[Image(png, "Test accuracy per epoch by value initialisation, and the "
                                       "paired gap to the default (95% t-interval).")],
                    tables=[_vit_table(summary)],
-                   provenance={"summary": str(path), "model": summary.get("model"),
+                   provenance={"summary": str(path), "reused": reused,
+                               "model": summary.get("model"),
                                "train": summary.get("train"), "seeds": summary.get("seeds")})
 
 

@@ -23,6 +23,7 @@ import typer
 from .. import __version__
 from ..params import ParameterError
 from ..report import Section, write_report
+from ..store import header
 from ._common import emit_json, user_errors
 from .figure import FIGURES, SIZES, Context, _write_json, build_section
 
@@ -49,19 +50,22 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
         log(f"[{name}] {sec.status} in {sec.provenance.get('wall_s', 0):.1f} s")
         sections.append(sec)
     wall = time.perf_counter() - t0
+    reused = sum(bool(s.provenance.get("reused")) for s in sections)
     record = {
         "size": size, "seed": seed, "workers": workers, "wall_s": round(wall, 1),
         "cpus": os.cpu_count(), "python": platform.python_version(), "version": __version__,
         "command": f"tokensde reproduce --{size} --out {out}" if size != "tiny" else
         f"tokensde reproduce --size tiny --out {out}",
+        "reused_sections": reused,
         "sections": {s.key: {"status": s.status, "wall_s": s.provenance.get("wall_s"),
+                             "reused": s.provenance.get("reused"),
                              "note": s.note if s.status != "ok" else ""} for s in sections},
     }
-    from ..store import header
-
     _write_json(ctx.out / "reproduce.json", header(KIND_RUN, **record))
     meta = {"size": size, "seed": seed, "workers": workers,
-            "wall time": f"{wall / 60:.1f} min", "command": record["command"]}
+            "wall time": f"{wall / 60:.1f} min",
+            "saved results reused": f"{reused} of {len(sections)} sections",
+            "command": record["command"]}
     path = write_report(sections, ctx.out / "report.html",
                         title="tokensde: token dynamics of deep random Transformers", meta=meta)
     return path, sections, record
