@@ -18,7 +18,7 @@ def normalize(z: torch.Tensor) -> torch.Tensor:
 
 
 def _as(a, like: torch.Tensor) -> torch.Tensor:
-    return torch.as_tensor(a, dtype=like.dtype, device=like.device)
+    return torch.tensor(a, dtype=like.dtype, device=like.device)  # params arrays are read-only
 
 
 def attention_logits(x: torch.Tensor, p: ModelParams) -> torch.Tensor:

@@ -62,9 +62,12 @@ class RunStreams:
         return sum(self.sizes)
 
     def _draw(self, fn, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        parts = [fn((s, *shape), generator=g, dtype=dtype, device=self.device)
-                 for s, g in zip(self.sizes, self.gens, strict=True)]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        out = torch.empty((self.runs, *shape), dtype=dtype, device=self.device)
+        lo = 0
+        for size, gen in zip(self.sizes, self.gens, strict=True):
+            fn((size, *shape), generator=gen, dtype=dtype, device=self.device, out=out[lo:lo + size])
+            lo += size
+        return out
 
     def normal(self, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Standard normals of shape `(runs, *shape)`."""

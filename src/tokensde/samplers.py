@@ -53,15 +53,23 @@ def gram_factor(y: torch.Tensor) -> torch.Tensor:
     Cholesky where it succeeds; for the runs where it fails (merged or antipodal tokens make
     `Y Y^T` singular) `C = R^T` from the QR factorisation `Y^T = Q R`, which always exists.
     """
-    g = y @ y.transpose(-1, -2)
-    c, info = torch.linalg.cholesky_ex(g)
+    c, info = torch.linalg.cholesky_ex(y @ y.transpose(-1, -2))
     bad = info != 0
-    if bool(bad.any()):
-        r = torch.linalg.qr(y[bad].transpose(-1, -2), mode="r")[1]
-        c = c.clone()
-        c[bad] = 0.0
-        c[bad, :, : r.shape[-2]] = r.transpose(-1, -2)
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return c
+    if 2 * n_bad > bad.numel():  # most runs singular: one QR for all, no gather/scatter
+        r = torch.linalg.qr(y.transpose(-1, -2), mode="r")[1]
+        return _pad_columns(r.transpose(-1, -2), y.shape[-2])
+    r = torch.linalg.qr(y[bad].transpose(-1, -2), mode="r")[1]
+    c[bad] = _pad_columns(r.transpose(-1, -2), y.shape[-2])
     return c
+
+
+def _pad_columns(c: torch.Tensor, n: int) -> torch.Tensor:
+    """Zero-pad `(runs, n, k)` factors to `(runs, n, n)` (k = min(n, d) < n when n > d)."""
+    k = c.shape[-1]
+    return c if k == n else torch.nn.functional.pad(c, (0, n - k))
 
 
 def fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
