@@ -40,6 +40,15 @@ def test_simulate_json_and_results_file(tmp_path):
     assert float((res.gram[:, -1, 0, 1] < -1 + 1e-3).double().mean()) == pytest.approx(anti)
 
 
+def test_simulate_plot_writes_a_png(tmp_path):
+    png = tmp_path / "fig.png"
+    out = runner.invoke(app, ["simulate", "--n", "4", "--d", "3", "--runs", "20", "--layers", "50",
+                              "--plot", str(png), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["plot"] == str(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.parametrize(
     ("args", "msg"),
     [
