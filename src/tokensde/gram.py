@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .layers import normalize, tangent, weights_from_logits
+from .model import march
 from .params import ModelParams, ParameterError, TimeGrid
 from .rng import RunStreams
 from .sde import ito_correction
@@ -155,15 +156,11 @@ def run_batch_gram(
     u = recompress(x)
     silent = p.sigma == 0.0
     scales = iso_scales(p)
-    ck = {int(k): c for c, k in enumerate(checkpoints)}
-    if 0 in ck:
-        record(ck[0], pad(u, n))
-    for k in range(1, grid.steps + 1):
-        m = u.shape[-1]
-        h = None if silent else noise_factor(rs, m, d - m + _dof_shift, m, u.dtype)
-        u = frame_layer(u, p, grid.dt, scheme, h, scales)
-        if k in ck:
-            record(ck[k], pad(u, n))
-        if progress is not None:
-            progress(1)
+
+    def layer(uk: torch.Tensor) -> torch.Tensor:
+        m = uk.shape[-1]
+        h = None if silent else noise_factor(rs, m, d - m + _dof_shift, m, uk.dtype)
+        return frame_layer(uk, p, grid.dt, scheme, h, scales)
+
+    u = march(u, grid.steps, layer, checkpoints, record, progress, view=lambda t: pad(t, n))
     return pad(u, n)

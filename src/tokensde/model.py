@@ -197,6 +197,29 @@ def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype) -
     return runs if fit >= runs else max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK)
 
 
+def march(
+    x: torch.Tensor,
+    steps: int,
+    layer: Callable[[torch.Tensor], torch.Tensor],
+    checkpoints: np.ndarray,
+    record: Callable[[int, torch.Tensor], None],
+    progress: Progress | None = None,
+    view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
+) -> torch.Tensor:
+    """Apply `layer` `steps` times to `x`, calling `record(c, view(x))` at checkpoint number `c`
+    (layer indices `checkpoints`, 0 = the start) and `progress(runs)` after each layer."""
+    ck = {int(k): c for c, k in enumerate(checkpoints)}
+    if 0 in ck:
+        record(ck[0], view(x))
+    for k in range(1, steps + 1):
+        x = layer(x)
+        if k in ck:
+            record(ck[k], view(x))
+        if progress is not None:
+            progress(x.shape[0])
+    return x
+
+
 def run_batch(
     x: torch.Tensor,
     p: ModelParams,
@@ -213,18 +236,13 @@ def run_batch(
     step = SCHEMES[scheme]
     noise = NOISE_SAMPLERS[sampler]
     silent = p.noise_scale == 0.0
-    ck = {int(k): c for c, k in enumerate(checkpoints)}
-    if 0 in ck:
-        record(ck[0], x)
-    for k in range(1, grid.steps + 1):
-        y = attention_output(x, p)
+
+    def layer(xk: torch.Tensor) -> torch.Tensor:
+        y = attention_output(xk, p)
         xi = torch.zeros_like(y) if silent else noise(y, p, rs)
-        x = step(x, y, xi, p, grid.dt)
-        if k in ck:
-            record(ck[k], x)
-        if progress is not None:
-            progress(x.shape[0])
-    return x
+        return step(xk, y, xi, p, grid.dt)
+
+    return march(x, grid.steps, layer, checkpoints, record, progress)
 
 
 def simulate(
