@@ -89,11 +89,17 @@ def _unwrap(out: np.ndarray) -> Any:
 def beta_c(d: ArrayLike) -> ArrayLike:
     """Critical interaction `beta_c(d) = arccosh(d - 2) / 2` (0 for `d <= 3`)."""
     _, dd = _check_beta_d(0.0, d)
-    return _unwrap(0.5 * np.arccosh(np.maximum(dd - 2.0, 1.0)))
+    return _unwrap(_beta_c(dd))
+
+
+def _beta_c(dd: np.ndarray) -> np.ndarray:
+    return 0.5 * np.arccosh(np.maximum(dd - 2.0, 1.0))
 
 
 def _supercritical(b: np.ndarray, dd: np.ndarray) -> np.ndarray:
-    return (dd - 2.0) * _sech(2.0 * b) < 1.0
+    # `cosh 2b > d - 2`, decided against `beta_c` itself so that beta = beta_c(d) is never
+    # supercritical, whatever the rounding of arccosh on this platform
+    return (dd <= 2.0) | (b > _beta_c(dd))
 
 
 def antipodal_attracts(beta: ArrayLike, d: ArrayLike) -> Any:
