@@ -92,26 +92,31 @@ def bartlett(rs: RunStreams, dof: int, cols: int, dtype: torch.dtype = torch.flo
 
 def frame_weights(u: torch.Tensor, p: ModelParams, c: float) -> torch.Tensor:
     """Attention weights from frame coordinates: logits `beta c <u_i, u_j>` (spec §1)."""
-    return weights_from_logits((p.beta * c) * (u @ u.transpose(-1, -2)), p)
+    bc = p.beta * c
+    # unit tokens: for c > 0 each row's largest logit is its own, beta c |u_i|^2 = beta c
+    return weights_from_logits(bc * (u @ u.transpose(-1, -2)), p, top=bc if bc > 0 else None)
 
 
-def advance(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float,
-            a: float, scheme: str) -> torch.Tensor:
-    """Un-normalised next tokens, as `layers.network_step` / `sde.sde_step` with `M = a I`:
-    `x + dt a y + sqrt(dt) xi`, or `x + dt (ito + a P_x y) + sqrt(dt) P_x xi`."""
+def advance_(x: torch.Tensor, y: torch.Tensor, dn: torch.Tensor, p: ModelParams, dt: float,
+             a: float, scheme: str) -> None:
+    """Overwrite the noise increment `dn = sqrt(dt) xi` with the un-normalised next tokens, as
+    `layers.network_step` / `sde.sde_step` with `M = a I`: `x + dt a y + dn`, or
+    `x + dt (ito + a P_x y) + P_x dn`."""
     if scheme == "sde":
-        z = x + dt * ito_correction(x, y, p) + dt**0.5 * tangent(x, xi)
-        my = tangent(x, y)
-    else:
-        z = x + dt**0.5 * xi
-        my = y
-    return z if a == 0.0 else z + (dt * a) * my
+        drift = ito_correction(x, y, p)
+        if a != 0.0:
+            drift = drift + a * tangent(x, y)
+        dn.copy_(x + dt * drift + tangent(x, dn))
+        return
+    dn.add_(x)
+    if a != 0.0:
+        dn.add_(y, alpha=dt * a)
 
 
 def frame_layer(u: torch.Tensor, p: ModelParams, dt: float, scheme: str,
                 h: torch.Tensor | None, scales: tuple[float, float] | None = None
                 ) -> torch.Tensor:
-    """One layer in frame coordinates, `(runs, n, m) -> (runs, n, m)`.
+    """One layer in frame coordinates, `(runs, n, m) -> (runs, n, min(n, m + k))`.
 
     `h` `(runs, m + k, m)` is the unit-variance noise factor: the in-frame block `G` on top of the
     Bartlett factor `T` (None: no noise). Token `i` gets the noise `sigma h w_i`, whose last `k`
@@ -122,11 +127,9 @@ def frame_layer(u: torch.Tensor, p: ModelParams, dt: float, scheme: str,
     a, c = iso_scales(p) if scales is None else scales
     w = frame_weights(u, p, c) @ u
     m = u.shape[-1]
-    if h is None:
-        return recompress(advance(u, w, torch.zeros_like(w), p, dt, a, scheme))
-    xi = p.sigma * (w @ h.transpose(-1, -2))
-    z = dt**0.5 * xi
-    z[..., :m] = advance(u, w, xi[..., :m], p, dt, a, scheme)
+    # z = sqrt(dt) sigma (w h^T): the noise increment, in and out of the frame
+    z = torch.zeros_like(u) if h is None else (dt**0.5 * p.sigma * w) @ h.transpose(-1, -2)
+    advance_(u, w, z[..., :m], p, dt, a, scheme)
     return recompress(z)
 
 

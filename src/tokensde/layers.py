@@ -28,9 +28,11 @@ def attention_logits(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
     return p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
 
 
-def weights_from_logits(logits: torch.Tensor, p: ModelParams) -> torch.Tensor:
+def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None = None
+                        ) -> torch.Tensor:
     """Softmax `A_ij = exp(l_ij) / sum_l exp(l_il)` (max-shifted, safe for beta up to 1e4) or USA
-    `exp(l_ij) / n`; with `p.causal` the entries j > i are zero."""
+    `exp(l_ij) / n`; with `p.causal` the entries j > i are zero. `top`, when given, is every row's
+    largest logit, known beforehand, and replaces the row maxima."""
     n = logits.shape[-1]
     if p.causal:
         mask = torch.ones(n, n, dtype=torch.bool, device=logits.device).triu(1)
@@ -38,8 +40,8 @@ def weights_from_logits(logits: torch.Tensor, p: ModelParams) -> torch.Tensor:
     if p.attention == "usa":
         return torch.exp(logits) / n
     # written out: torch.softmax is several times slower on tiny (n x n) rows
-    e = torch.exp(logits - logits.amax(-1, keepdim=True))
-    return e / e.sum(-1, keepdim=True)
+    e = (logits - (logits.amax(-1, keepdim=True) if top is None else top)).exp_()
+    return e.div_(e.sum(-1, keepdim=True))
 
 
 def attention_weights(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
