@@ -7,6 +7,7 @@ Times only the layer loop (`model.run_batch`, `gram.run_batch_gram`) on a prepar
 scheme, float64, CPU unless `--device`. Columns: microseconds per run and layer (`us/rl`, i.e. the
 time per layer divided by the batch size), runs*layers per second, and the ratios fast/gram,
 full/gram and gram(d)/gram(d=16). `full` runs few runs at large d so that memory stays < 4 GB.
+Each measurement is the best of `--repeats` rounds (3), and a round times every sampler once.
 Targets (issue 5): gram(d=4096)/gram(d=16) <= 1.5; fast/gram >= 100 at (n, d) = (8, 1024).
 """
 
@@ -35,28 +36,40 @@ def _layers_for(seconds_per_layer: float, budget: float, most: int) -> int:
     return int(max(1, min(most, budget / max(seconds_per_layer, 1e-9))))
 
 
+def time_layers(sampler: str, x: torch.Tensor, p: ModelParams, steps: int, device: str,
+                seed: int) -> float:
+    """Seconds per layer of `steps` layers of `sampler` on the batch `x` (network scheme)."""
+    rs = RunStreams(seed, x.shape[0], device=device)
+    grid = TimeGrid(steps, 1e-3)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    if sampler == "gram":
+        run_batch_gram(x, p, grid, rs, "network", NOTHING, lambda c, xc: None)
+    else:
+        run_batch(x, p, grid, rs, sampler, "network", NOTHING, lambda c, xc: None)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / steps
+
+
+def time_interleaved(batches: dict[str, torch.Tensor], p: ModelParams, budget: float, device: str,
+                     most: int = 400, repeats: int = 3) -> dict[str, float]:
+    """Seconds per layer of each sampler on its batch: the best of a probe and `repeats` rounds of
+    about `budget / repeats` seconds each. Each round times every sampler once, so load from
+    elsewhere falls on all of them alike, and the minimum is the least disturbed."""
+    best = {s: time_layers(s, x, p, 2, device, 1) for s, x in batches.items()}
+    steps = {s: _layers_for(t, budget / repeats, most) for s, t in best.items()}
+    for r in range(repeats):
+        for s, x in batches.items():
+            best[s] = min(best[s], time_layers(s, x, p, steps[s], device, 2 + r))
+    return best
+
+
 def time_sampler(sampler: str, x: torch.Tensor, p: ModelParams, budget: float, device: str,
                  most: int = 400, repeats: int = 3) -> float:
-    """Seconds per layer for this batch: the best of a probe and `repeats` runs of about
-    `budget / repeats` seconds each (the minimum is the least disturbed by other load)."""
-
-    def once(steps: int, seed: int) -> float:
-        rs = RunStreams(seed, x.shape[0], device=device)
-        grid = TimeGrid(steps, 1e-3)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        if sampler == "gram":
-            run_batch_gram(x, p, grid, rs, "network", NOTHING, lambda c, xc: None)
-        else:
-            run_batch(x, p, grid, rs, sampler, "network", NOTHING, lambda c, xc: None)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / steps
-
-    probe = once(2, 1)
-    steps = _layers_for(probe, budget / repeats, most)
-    return min([probe] + [once(steps, 2 + r) for r in range(repeats)])
+    """Seconds per layer of one sampler on this batch (see `time_interleaved`)."""
+    return time_interleaved({sampler: x}, p, budget, device, most, repeats)[sampler]
 
 
 def runs_for(sampler: str, n: int, d: int, runs: int) -> int:
@@ -70,7 +83,7 @@ def runs_for(sampler: str, n: int, d: int, runs: int) -> int:
 
 
 def bench(ns: list[int], ds: list[int], runs: dict[int, int], budget: float, device: str,
-          samplers: tuple[str, ...]) -> list[dict[str, float]]:
+          samplers: tuple[str, ...], repeats: int = 3) -> list[dict[str, float]]:
     """One row per (n, d): microseconds per run-layer of each sampler."""
     rows = []
     for n in ns:
@@ -80,11 +93,14 @@ def bench(ns: list[int], ds: list[int], runs: dict[int, int], budget: float, dev
             x = normalize(torch.randn(runs[n], n, d, generator=g, dtype=torch.float64,
                                       device=device))
             row: dict[str, float] = {"n": n, "d": d}
+            batches = {}
             for s in samplers:
                 r = runs_for(s, n, d, runs[n])
-                xs = recompress(x[:r]) if s == "gram" else x[:r]
+                batches[s] = recompress(x[:r]) if s == "gram" else x[:r]
                 row[f"{s}_runs"] = r
-                row[s] = 1e6 * time_sampler(s, xs, p, budget, device) / r
+            for s, t in time_interleaved(batches, p, budget, device,
+                                             repeats=repeats).items():
+                row[s] = 1e6 * t / row[f"{s}_runs"]
             rows.append(row)
             print(_line(row, rows, samplers), flush=True)
     return rows
@@ -123,6 +139,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="n in {2, 8}, d in {16, 1024}")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     ap.add_argument("--budget", type=float, default=0.4, help="seconds per measurement")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--samplers", default="gram,fast,full")
     args = ap.parse_args()
@@ -139,7 +156,7 @@ def main() -> None:
     print("us/rl = microseconds per run and layer; rl/s = runs*layers per second\n")
     print(_header(samplers))
     t0 = time.perf_counter()
-    rows = bench(ns, ds, runs, args.budget, args.device, samplers)
+    rows = bench(ns, ds, runs, args.budget, args.device, samplers, args.repeats)
     load1 = os.getloadavg()
     print(f"\nwall {time.perf_counter() - t0:.0f} s; load average after: "
           f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")

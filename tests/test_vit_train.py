@@ -32,7 +32,6 @@ from tokensde.vit import (
     load_dataset,
     lr_at,
     summarize,
-    t_interval,
     train_run,
 )
 from tokensde.vit.data import FASHION_DIR, read_idx
@@ -199,13 +198,6 @@ def test_fashion_mnist_from_the_debian_package() -> None:
     assert data.info["train"] == "first 1000 of 60000" and data.info["test"] == "first 500 of 10000"
     assert set(data.y_train.tolist()) == set(range(10))
     assert abs(float(data.x_train.mean())) < 1e-4 and abs(float(data.x_train.std()) - 1) < 1e-3
-
-
-def test_t_interval_closed_form() -> None:
-    m, lo, hi = t_interval(np.array([1.0, 2.0, 3.0]))
-    half = 4.302652729911275 / math.sqrt(3)  # t_{0.975, 2} * sd(=1) / sqrt(3)
-    assert (m, lo, hi) == pytest.approx((2.0, 2.0 - half, 2.0 + half))
-    assert math.isnan(t_interval(np.array([0.5]))[1])
 
 
 def test_summary_pairs_arms_with_default() -> None:

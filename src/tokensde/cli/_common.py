@@ -15,6 +15,12 @@ from tqdm import tqdm
 
 from ..params import ParameterError
 
+# options that several commands declare alike
+JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+SEED = typer.Option(0, "--seed", help="Root seed (>= 0).")
+SIZE = typer.Option(None, "--size", help="tiny | quick | full (overrides --quick / --full).")
+WORKERS = typer.Option(2, "--workers", help="Processes for the heavy parts.")
+
 
 def to_jsonable(obj: Any) -> Any:
     """Convert numpy / torch scalars and arrays (and nan) to plain JSON values."""

@@ -35,7 +35,7 @@ from .. import __version__
 from ..params import ModelParams, ParameterError, check_choice, check_int
 from ..report import Image, Section, Table, interval
 from ..rng import derive_seed
-from ._common import emit_json, fail, user_errors
+from ._common import JSON, SEED, SIZE, WORKERS, emit_json, fail, user_errors
 
 SIZES: tuple[str, ...] = ("tiny", "quick", "full")
 DEFAULT_OUT = Path("results")
@@ -676,7 +676,7 @@ def run_vit(ctx: Context, out: Path) -> None:
 
 
 def _vit_table(s: dict[str, Any]) -> Table:
-    from ..vit.compare import t_interval
+    from ..stats import t_interval
 
     rows = []
     for name, arm in s.get("arms", {}).items():
@@ -751,11 +751,11 @@ def figure_cmd(
     name: str = typer.Argument(None, help="Figure name (see --list)."),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Results directory (data/ and figures/)."),
     quick: bool = typer.Option(False, "--quick", help="Quick size (the default is full)."),
-    size: str = typer.Option(None, "--size", help="tiny | quick | full (overrides --quick)."),
-    seed: int = typer.Option(0, "--seed", help="Root seed (>= 0)."),
-    workers: int = typer.Option(2, "--workers", help="Processes for the heavy parts."),
+    size: str = SIZE,
+    seed: int = SEED,
+    workers: int = WORKERS,
     list_: bool = typer.Option(False, "--list", help="List the figures and exit."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+    json_out: bool = JSON,
 ) -> None:
     """Draw one figure from its saved result (computing and saving the result if absent)."""
     if list_:

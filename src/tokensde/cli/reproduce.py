@@ -24,7 +24,7 @@ from .. import __version__
 from ..params import ParameterError
 from ..report import Section, write_report
 from ..store import header
-from ._common import emit_json, user_errors
+from ._common import JSON, SEED, SIZE, WORKERS, emit_json, user_errors
 from .figure import FIGURES, SIZES, Context, _write_json, build_section
 
 KIND_RUN = "tokensde.reproduce"
@@ -75,11 +75,11 @@ def reproduce_cmd(
     out: Path = typer.Option(..., "--out", help="Results directory; DIR/report.html is written."),
     quick: bool = typer.Option(False, "--quick", help="Quick size: under 20 min on 2 cores."),
     full: bool = typer.Option(False, "--full", help="Full size (hours; see docs/report.md)."),
-    size: str = typer.Option(None, "--size", help="tiny | quick | full (overrides the flags)."),
-    seed: int = typer.Option(0, "--seed", help="Root seed (>= 0)."),
-    workers: int = typer.Option(2, "--workers", help="Processes for the heavy parts."),
+    size: str = SIZE,
+    seed: int = SEED,
+    workers: int = WORKERS,
     only: str = typer.Option(None, "--only", help="Comma-separated figures (default: all)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the run record as JSON."),
+    json_out: bool = JSON,
 ) -> None:
     """Run every figure (reusing saved results) and write DIR/report.html."""
     with user_errors():

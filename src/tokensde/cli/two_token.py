@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from ._common import emit_json, progress_bar, to_jsonable, user_errors
+from ._common import JSON, SEED, emit_json, progress_bar, to_jsonable, user_errors
 
 two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="Two tokens: exact antipodal probability, phase boundary, "
@@ -16,10 +16,10 @@ two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 KIND_MC = "tokensde.two_token_mc"
 
-JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 RHO0 = typer.Option("0", "--rho0", help="Initial <x1, x2> in [-1, 1], or 'uniform'.")
 RUNS = typer.Option(1000, "--runs", help="Independent runs (>= 1).")
-SEED = typer.Option(0, "--seed", help="Root seed (>= 0).")
+BETA = typer.Option(..., "--beta", help="Interaction strength (>= 0).")
+TIME = typer.Option(40.0, "--time", help="Depth time T (horizon).")
 OUT = typer.Option(None, "--out", help="Also save the result (JSON with parameters, version).")
 QUIET = typer.Option(False, "--no-progress", help="No progress bar on stderr.")
 ENGINE = typer.Option("network", "--engine",
@@ -56,7 +56,7 @@ def _show_outcome(r: dict[str, Any]) -> None:
 
 @two_token_app.command("prob")
 def prob_cmd(
-    beta: float = typer.Option(..., "--beta", help="Interaction strength (>= 0)."),
+    beta: float = BETA,
     d: float = typer.Option(..., "--d", help="Dimension (any real >= 2)."),
     rho0: str = RHO0,
     json_out: bool = JSON,
@@ -97,11 +97,11 @@ def critical_cmd(
 
 @two_token_app.command("mc")
 def mc_cmd(
-    beta: float = typer.Option(..., "--beta", help="Interaction strength (>= 0)."),
+    beta: float = BETA,
     d: int = typer.Option(..., "--d", help="Dimension (integer >= 2)."),
     rho0: str = RHO0,
     runs: int = RUNS,
-    time: float = typer.Option(40.0, "--time", help="Depth time T (horizon)."),
+    time: float = TIME,
     dt: float | None = typer.Option(None, "--dt", help="Layer step dt = alpha^2 (default 0.05/d)."),
     seed: int = SEED,
     sigma: float = typer.Option(1.0, "--sigma", help="Matrix noise scale (>= 0)."),
@@ -132,12 +132,12 @@ def mc_cmd(
 
 @two_token_app.command("hybrid")
 def hybrid_cmd(
-    beta: float = typer.Option(..., "--beta", help="Interaction strength (>= 0)."),
+    beta: float = BETA,
     eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale; runs Monte Carlo."),
     d: int = typer.Option(3, "--d", help="Dimension (integer >= 2)."),
     rho0: str = RHO0,
     runs: int = RUNS,
-    time: float = typer.Option(40.0, "--time", help="Depth time T (horizon)."),
+    time: float = TIME,
     dt: float = typer.Option(0.01, "--dt", help="Layer step dt = alpha^2."),
     seed: int = SEED,
     tol: float = typer.Option(1e-6, "--tol", help="Decided when 1 -+ rho < tol."),

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats as st
 
 from ..params import check_int
+from ..stats import t_interval
 from ..store import header
 from .data import ImageData, load_dataset
 from .init import ValueInit
@@ -94,16 +94,6 @@ def run_all(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: 
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     return results
-
-
-def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """`(mean, lo, hi)` with `lo, hi = mean -+ t_{(1+level)/2, n-1} sd / sqrt(n)` (nan if n < 2)."""
-    x = np.asarray(x, dtype=float)
-    m = float(x.mean())
-    if len(x) < 2:
-        return m, math.nan, math.nan
-    half = float(st.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
-    return m, m - half, m + half
 
 
 def _sd(x: np.ndarray) -> float:
