@@ -11,8 +11,15 @@ import torch
 from scipy import stats
 
 from tokensde import ModelParams, ParameterError, TimeGrid, simulate
-from tokensde.gram import bartlett, frame_layer, noise_factor, recompress, run_batch_gram
-from tokensde.layers import attention_output, network_step, normalize
+from tokensde.gram import (
+    bartlett,
+    frame_layer,
+    frame_weights,
+    noise_factor,
+    recompress,
+    run_batch_gram,
+)
+from tokensde.layers import attention_output, network_step, normalize, weights_from_logits
 from tokensde.model import initial_tokens
 from tokensde.rng import RunStreams
 from tokensde.samplers import apply_matrices, choose_sampler
@@ -78,6 +85,19 @@ def test_deterministic_flow_follows_the_fast_sampler_path_exactly(scheme):
     fast, gram = simulate(p, sampler="fast", **kw), simulate(p, sampler="gram", **kw)
     np.testing.assert_allclose(gram.gram.numpy(), fast.gram.numpy(), atol=1e-11)
     assert float(fast.gram[:, -1, 0, 1].min()) < 0.99  # not trivially all merged
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("beta", [0.3, 1e4])
+def test_softmax_shifted_by_the_own_logit_equals_the_row_max_shift(beta, causal):
+    p = ModelParams(n=6, d=40, beta=beta, causal=causal)
+    u = recompress(torch.randn(50, 6, 40, generator=torch.Generator().manual_seed(9), dtype=F64))
+    u[:, 1] = u[:, 0]  # a merged pair: two rows share their largest logit
+    got = frame_weights(u, p, 1.0)
+    ref = weights_from_logits(beta * gram_of(u), p)  # shifted by the row maxima
+    assert bool(torch.isfinite(got).all())
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got.sum(-1).numpy(), 1.0, atol=1e-14)
 
 
 def test_recompress_keeps_the_gram_matrix_of_rank_deficient_tokens():
