@@ -143,8 +143,14 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--samplers", default="gram,fast,full")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    for name, value, least in (("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
+                               ("--budget", args.budget, 1e-3)):
+        if not value >= least:  # also rejects nan
+            ap.error(f"{name} must be >= {least}; got {value}")
     samplers = tuple(args.samplers.split(","))
+    if not samplers or set(samplers) - {"gram", "fast", "full"}:
+        ap.error(f"--samplers must be a comma-separated subset of gram,fast,full; got {args.samplers}")
+    torch.set_num_threads(args.threads)
     ns, ds = ([2, 8], [16, 1024]) if args.quick else ([2, 8, 32], [16, 64, 256, 1024, 4096])
     runs = {2: 4096, 8: 2048, 32: 256}
     load0 = os.getloadavg()
