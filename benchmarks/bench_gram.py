@@ -6,7 +6,8 @@
 Times only the layer loop (`model.run_batch`, `gram.run_batch_gram`) on a prepared batch, network
 scheme, float64, CPU unless `--device`. Columns: microseconds per run and layer (`us/rl`, i.e. the
 time per layer divided by the batch size), runs*layers per second, and the ratios fast/gram,
-full/gram and gram(d)/gram(d=16). `full` runs few runs at large d so that memory stays < 4 GB.
+full/gram and gram(d)/gram(d=16). Each sampler runs the batch that `simulate` would take
+(`model.default_batch`); `full` takes fewer runs at large d so that memory stays < 4 GB.
 Each measurement is the best of `--repeats` rounds (3), and a round times every sampler once.
 Targets (issue 5): gram(d=4096)/gram(d=16) <= 1.5; fast/gram >= 100 at (n, d) = (8, 1024).
 """
@@ -25,7 +26,7 @@ import tokensde
 from tokensde import ModelParams, TimeGrid
 from tokensde.gram import recompress, run_batch_gram
 from tokensde.layers import normalize
-from tokensde.model import run_batch
+from tokensde.model import default_batch, run_batch
 from tokensde.rng import RunStreams
 
 FULL_BYTES = 4 * 2**30
@@ -53,33 +54,32 @@ def time_layers(sampler: str, x: torch.Tensor, p: ModelParams, steps: int, devic
     return (time.perf_counter() - t0) / steps
 
 
-def time_interleaved(batches: dict[str, torch.Tensor], p: ModelParams, budget: float, device: str,
-                     most: int = 400, repeats: int = 3) -> dict[str, float]:
-    """Seconds per layer of each sampler on its batch: the best of a probe and `repeats` rounds of
-    about `budget / repeats` seconds each. Each round times every sampler once, so load from
+def time_interleaved(cases: dict[str, tuple[str, torch.Tensor]], p: ModelParams, budget: float,
+                     device: str, most: int = 400, repeats: int = 3) -> dict[str, float]:
+    """Seconds per layer of each case `label: (sampler, batch)`: the best of a probe and `repeats`
+    rounds of about `budget / repeats` seconds each. Each round times every case once, so load from
     elsewhere falls on all of them alike, and the minimum is the least disturbed."""
-    best = {s: time_layers(s, x, p, 2, device, 1) for s, x in batches.items()}
-    steps = {s: _layers_for(t, budget / repeats, most) for s, t in best.items()}
+    best = {k: time_layers(s, x, p, 2, device, 1) for k, (s, x) in cases.items()}
+    steps = {k: _layers_for(t, budget / repeats, most) for k, t in best.items()}
     for r in range(repeats):
-        for s, x in batches.items():
-            best[s] = min(best[s], time_layers(s, x, p, steps[s], device, 2 + r))
+        for k, (s, x) in cases.items():
+            best[k] = min(best[k], time_layers(s, x, p, steps[k], device, 2 + r))
     return best
 
 
 def time_sampler(sampler: str, x: torch.Tensor, p: ModelParams, budget: float, device: str,
                  most: int = 400, repeats: int = 3) -> float:
     """Seconds per layer of one sampler on this batch (see `time_interleaved`)."""
-    return time_interleaved({sampler: x}, p, budget, device, most, repeats)[sampler]
+    return time_interleaved({sampler: (sampler, x)}, p, budget, device, most, repeats)[sampler]
 
 
-def runs_for(sampler: str, n: int, d: int, runs: int) -> int:
-    """Batch size: `runs`, fewer for `full` (memory < 4 GB, bounded time) and for `fast` at large nd."""
+def runs_for(sampler: str, p: ModelParams, runs: int, device: str) -> int:
+    """Batch size: what `simulate` would take for `runs` runs, and for `full` few enough runs
+    that V stays < 4 GB and a layer takes bounded time."""
     if sampler == "full":
-        fit = FULL_BYTES // (4 * 8 * d * d)
-        return int(max(1, min(runs, fit, 2**26 // (d * d))))
-    if sampler == "fast":
-        return int(max(8, min(runs, 2**24 // (n * d))))
-    return runs
+        fit = FULL_BYTES // (4 * 8 * p.d * p.d)
+        return int(max(1, min(runs, fit, 2**26 // (p.d * p.d))))
+    return default_batch(runs, p, sampler, torch.float64, device)
 
 
 def bench(ns: list[int], ds: list[int], runs: dict[int, int], budget: float, device: str,
@@ -89,17 +89,17 @@ def bench(ns: list[int], ds: list[int], runs: dict[int, int], budget: float, dev
     for n in ns:
         for d in ds:
             p = ModelParams(n=n, d=d, beta=1.0)
-            g = torch.Generator(device=device).manual_seed(n * 100_003 + d)
-            x = normalize(torch.randn(runs[n], n, d, generator=g, dtype=torch.float64,
-                                      device=device))
             row: dict[str, float] = {"n": n, "d": d}
-            batches = {}
             for s in samplers:
-                r = runs_for(s, n, d, runs[n])
-                batches[s] = recompress(x[:r]) if s == "gram" else x[:r]
-                row[f"{s}_runs"] = r
-            for s, t in time_interleaved(batches, p, budget, device,
-                                             repeats=repeats).items():
+                row[f"{s}_runs"] = runs_for(s, p, runs[n], device)
+            g = torch.Generator(device=device).manual_seed(n * 100_003 + d)
+            x = normalize(torch.randn(max(int(row[f"{s}_runs"]) for s in samplers), n, d,
+                                      generator=g, dtype=torch.float64, device=device))
+            cases = {}
+            for s in samplers:
+                xs = x[: int(row[f"{s}_runs"])]
+                cases[s] = (s, recompress(xs) if s == "gram" else xs)
+            for s, t in time_interleaved(cases, p, budget, device, repeats=repeats).items():
                 row[s] = 1e6 * t / row[f"{s}_runs"]
             rows.append(row)
             print(_line(row, rows, samplers), flush=True)
@@ -115,7 +115,7 @@ def _line(row: dict[str, float], rows: list[dict[str, float]], samplers: tuple[s
     base = _base(row, rows)
     cells = [f"{int(row['n']):>3} {int(row['d']):>5}"]
     for s in samplers:
-        cells.append(f"{row[s]:>11.2f} {1e6 / row[s]:>11.0f} ({int(row[s + '_runs']):>4})")
+        cells.append(f"{row[s]:>11.2f} {1e6 / row[s]:>11.0f} ({int(row[s + '_runs']):>5})")
     if "gram" in samplers:
         for s in samplers:
             if s != "gram":
@@ -127,7 +127,7 @@ def _line(row: dict[str, float], rows: list[dict[str, float]], samplers: tuple[s
 def _header(samplers: tuple[str, ...]) -> str:
     cells = ["  n     d"]
     for s in samplers:
-        cells.append(f"{s + ' us/rl':>11} {s + ' rl/s':>11} (runs)")
+        cells.append(f"{s + ' us/rl':>11} {s + ' rl/s':>11} ( runs)")
     if "gram" in samplers:
         cells += [f"{s + '/gram':>10}" for s in samplers if s != "gram"]
         cells.append(f"{'gram/d16':>9}")
@@ -152,7 +152,7 @@ def main() -> None:
         ap.error(f"--samplers must be a comma-separated subset of gram,fast,full; got {args.samplers}")
     torch.set_num_threads(args.threads)
     ns, ds = ([2, 8], [16, 1024]) if args.quick else ([2, 8, 32], [16, 64, 256, 1024, 4096])
-    runs = {2: 4096, 8: 2048, 32: 256}
+    runs = {2: 16384, 8: 4096, 32: 1024}  # at most; each sampler takes simulate's batch
     load0 = os.getloadavg()
     cpu = platform.processor() or platform.machine()
     print(f"tokensde {tokensde.__version__}, torch {torch.__version__}, {cpu}, "

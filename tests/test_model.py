@@ -5,11 +5,14 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from tokensde import ModelParams, ParameterError, simulate
 from tokensde.layers import attention_weights, network_step
-from tokensde.rng import RunStreams
+from tokensde.model import CACHE_BYTES, default_batch
+from tokensde.rng import RUN_BLOCK, RunStreams
 from tokensde.samplers import choose_sampler, fast_noise, full_noise
 from tokensde.stats import wilson
 
@@ -65,6 +68,32 @@ def test_same_seed_same_numbers_whatever_the_batching():
         other = simulate(p, layers=40, runs=600, seed=11, checkpoints=4, batch_size=bs)
         assert torch.equal(ref.gram, other.gram), bs
     assert not torch.equal(ref.gram, simulate(p, layers=40, runs=600, seed=12, checkpoints=4).gram)
+
+
+@pytest.mark.parametrize(("sampler", "n", "d", "dtype", "device", "expected"), [
+    ("fast", 2, 16, torch.float64, "cpu", 16384),   # 4 MiB / (2 * 16 * 8 B)
+    ("fast", 2, 16, torch.float32, "cpu", 32768),   # 4-byte items: twice the runs
+    ("gram", 8, 1024, torch.float64, "cpu", 4096),  # factor 2n x n, whatever d
+    ("fast", 8, 1024, torch.float64, "cpu", 256),   # 64 runs fit: one whole block instead
+    ("full", 2, 64, torch.float64, "cpu", 256),     # 128 runs fit
+    ("fast", 8, 1024, torch.float64, "cuda", 1792),  # 1 GiB / (8 * 1024 * 8 * 8 B + 1 KiB)
+])
+def test_default_batch_fills_the_cache_on_cpu_and_the_memory_budget_on_cuda(
+        sampler, n, d, dtype, device, expected):
+    p = ModelParams(n=n, d=d, beta=1.0)
+    assert default_batch(100_000, p, sampler, dtype, device) == expected
+    assert default_batch(100, p, sampler, dtype, device) == 100
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 64), d=st.integers(2, 8192), runs=st.integers(1, 10**6),
+       sampler=st.sampled_from(["fast", "full", "gram"]))
+def test_default_batch_is_all_runs_or_whole_blocks_within_the_cache(n, d, runs, sampler):
+    p = ModelParams(n=n, d=d, beta=1.0)
+    bs = default_batch(runs, p, sampler, torch.float64)
+    width = {"full": d * d, "fast": n * max(n, d), "gram": 2 * n * n}[sampler]
+    assert bs == runs or (bs % RUN_BLOCK == 0 and 0 < bs < runs)
+    assert bs <= RUN_BLOCK or bs * width * 8 <= CACHE_BYTES
 
 
 def test_two_token_pair_init_and_result_fields():

@@ -29,7 +29,8 @@ from .sde import sde_step
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
 RECORDS: tuple[str, ...] = ("gram", "tokens")
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
-BATCH_BYTES = 1 << 30
+BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
+CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
 
 # Called after each layer with the number of runs just advanced (total: runs * steps).
 Progress = Callable[[int], None]
@@ -188,13 +189,23 @@ def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str
     return "array"
 
 
-def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype) -> int:
-    """Runs per batch: all of them unless the noise workspace passes BATCH_BYTES."""
-    width = {"full": p.d * p.d, "fast": p.n * max(p.n, p.d), "gram": p.n * p.n}[sampler]
-    per_run = (width + p.n * p.d) * 4 + 2 * p.n * p.n
-    per_run *= torch.finfo(dtype).bits // 8
-    fit = max(1, BATCH_BYTES // per_run)
-    return runs if fit >= runs else max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK)
+def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
+                  device: torch.device | str = "cpu") -> int:
+    """Runs per batch: all of them unless a batch passes the memory budget, else whole blocks.
+
+    On CPU a layer is memory-bound once its largest tensor (`full`: V, d x d per run; `fast`: the
+    noise, n x d; `gram`: the noise factor, 2n x n) leaves the cache, so the budget is
+    CACHE_BYTES for that tensor. On CUDA, where a batch must be large to fill the device, it is
+    BATCH_BYTES for the whole noise workspace.
+    """
+    n, d = p.n, p.d
+    width = {"full": d * d, "fast": n * max(n, d), "gram": 2 * n * n}[sampler]
+    if torch.device(device).type == "cuda":
+        per_run, budget = (width + n * d) * 4 + 2 * n * n, BATCH_BYTES
+    else:
+        per_run, budget = width, CACHE_BYTES
+    fit = max(1, budget // (per_run * (torch.finfo(dtype).bits // 8)))
+    return min(runs, max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK))
 
 
 def march(
@@ -283,7 +294,7 @@ def simulate(
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
     used = choose_sampler(params, sampler)
     ck = resolve_checkpoints(checkpoints, grid.steps)
-    bs = default_batch(runs, params, used, tdtype) if batch_size is None else check_int(
+    bs = default_batch(runs, params, used, tdtype, dev) if batch_size is None else check_int(
         "batch_size", batch_size, 1)
     bs = runs if bs >= runs else math.ceil(bs / RUN_BLOCK) * RUN_BLOCK
     n, d, K = params.n, params.d, len(ck)
