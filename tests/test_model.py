@@ -61,6 +61,18 @@ def test_query_key_matrices_enter_as_bilinear_form():
     assert torch.allclose(a, ref)
 
 
+@pytest.mark.parametrize("mean", ["none", "identity"])
+def test_network_step_is_the_formula_and_leaves_its_inputs_alone(mean):
+    g = torch.Generator().manual_seed(5)
+    x, y, xi = (torch.randn(3, 4, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    x = x / x.norm(dim=-1, keepdim=True)
+    before = [t.clone() for t in (x, y, xi)]
+    z = x + 0.1 * xi + (0.01 * y if mean == "identity" else 0.0)
+    out = network_step(x, y, xi, ModelParams(n=4, d=6, mean=mean), 0.01)
+    torch.testing.assert_close(out, z / z.norm(dim=-1, keepdim=True), rtol=0, atol=1e-15)
+    assert all(torch.equal(a, b) for a, b in zip((x, y, xi), before, strict=True))
+
+
 def test_same_seed_same_numbers_whatever_the_batching():
     p = ModelParams(n=3, d=6, beta=1.5)
     ref = simulate(p, layers=40, runs=600, seed=11, checkpoints=4)

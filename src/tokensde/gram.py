@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .layers import normalize, tangent, weights_from_logits
+from .layers import normalize, normalize_, tangent, weights_from_logits
 from .model import march
 from .params import ModelParams, ParameterError, TimeGrid
 from .rng import RunStreams
@@ -46,7 +46,7 @@ def recompress(z: torch.Tensor) -> torch.Tensor:
         return normalize(z)
     a, _ = torch.geqrf(z.transpose(-1, -2))  # R is the upper triangle (faster than linalg.qr)
     # a is column-major, so a^T is row-major and so is its lower triangle R^T
-    return normalize(a.transpose(-1, -2)[..., :n].tril())
+    return normalize_(a.transpose(-1, -2)[..., :n].tril())
 
 
 def pad(u: torch.Tensor, width: int) -> torch.Tensor:

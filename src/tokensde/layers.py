@@ -17,6 +17,11 @@ def normalize(z: torch.Tensor) -> torch.Tensor:
     return z / torch.linalg.vector_norm(z, dim=-1, keepdim=True)
 
 
+def normalize_(z: torch.Tensor) -> torch.Tensor:
+    """`normalize` in place (for a temporary the caller owns); returns `z`."""
+    return z.div_(torch.linalg.vector_norm(z, dim=-1, keepdim=True))
+
+
 def _as(a, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(a, dtype=like.dtype, device=like.device)  # params arrays are read-only
 
@@ -72,8 +77,8 @@ def network_step(
     x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
 ) -> torch.Tensor:
     """Discrete layer `x <- N(x + dt M y + sqrt(dt) xi)` with `xi = V y` (spec §2)."""
-    z = x + dt**0.5 * xi
+    z = torch.add(x, xi, alpha=dt**0.5)  # one batch-sized temporary, reused to the end
     my = mean_part(y, p)
     if my is not None:
-        z = z + dt * my
-    return normalize(z)
+        z.add_(my, alpha=dt)
+    return normalize_(z)

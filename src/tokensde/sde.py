@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from .layers import attention_output, mean_part, network_step, normalize, tangent
+from .layers import attention_output, mean_part, network_step, normalize_, tangent
 from .params import ModelParams, TimeGrid
 from .samplers import apply_matrices
 
@@ -44,7 +44,7 @@ def sde_step(
     my = mean_part(y, p)
     if my is not None:
         drift = drift + tangent(x, my)
-    return normalize(x + dt * drift + dt**0.5 * tangent(x, xi))
+    return normalize_(x + dt * drift + dt**0.5 * tangent(x, xi))
 
 
 
