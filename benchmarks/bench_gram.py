@@ -24,7 +24,7 @@ import torch
 
 import tokensde
 from tokensde import ModelParams, TimeGrid
-from tokensde.gram import recompress, run_batch_gram
+from tokensde.gram import noise_factor, recompress, run_batch_gram
 from tokensde.layers import normalize
 from tokensde.model import default_batch, run_batch
 from tokensde.rng import RunStreams
@@ -168,6 +168,8 @@ def main() -> None:
           f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     if "gram" in samplers and "fast" in samplers:
         _targets(rows)
+        if (8, 1024) in {(int(r["n"]), int(r["d"])) for r in rows}:
+            _draw_ceiling(rows, args.device)
 
 
 def _targets(rows: list[dict[str, float]]) -> None:
@@ -183,6 +185,39 @@ def _targets(rows: list[dict[str, float]]) -> None:
         r = by[(8, 1024)]["fast"] / by[(8, 1024)]["gram"]
         print(f"target fast/gram >= 100 at (n, d) = (8, 1024): {r:.0f} "
               f"{'met' if r >= 100 else 'NOT met'}")
+
+
+def time_draws(n: int, d: int, runs: dict[str, int], device: str, repeats: int = 5
+               ) -> dict[str, float]:
+    """Seconds per run of one layer's random numbers alone, for batches of `runs[sampler]` runs:
+    `fast` draws `n d` normals, `gram` its noise factor (`m^2 + m(m-1)/2` normals and `m` chi
+    variates, m = min(n, d))."""
+    rf, rg = (RunStreams(0, runs[s], device=device) for s in ("fast", "gram"))
+    m = min(n, d)
+    draws = {"fast": lambda: rf.normal(n, d), "gram": lambda: noise_factor(rg, m, d - m, m)}
+    best = {}
+    for name, draw in draws.items():
+        draw()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(10):
+                draw()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) / 10)
+        best[name] = min(times) / runs[name]
+    return best
+
+
+def _draw_ceiling(rows: list[dict[str, float]], device: str) -> None:
+    """What the random numbers alone allow at (8, 1024): fast's whole layer over gram's draws."""
+    row = next(r for r in rows if (r["n"], r["d"]) == (8, 1024))
+    t = time_draws(8, 1024, {s: int(row[f"{s}_runs"]) for s in ("fast", "gram")}, device)
+    print(f"at (8, 1024), random numbers alone: fast {1e6 * t['fast']:.1f} us/rl (8192 normals), "
+          f"gram {1e6 * t['gram']:.2f} us/rl (92 normals, 8 chi); draws-only ratio "
+          f"{t['fast'] / t['gram']:.0f}, fast/gram ceiling with gram's other work free "
+          f"{row['fast'] / (1e6 * t['gram']):.0f}")
 
 
 if __name__ == "__main__":

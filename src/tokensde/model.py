@@ -281,6 +281,7 @@ def simulate(
 
     `sampler`: 'auto' | 'fast' | 'full' | 'gram' (see `samplers.choose_sampler`). `scheme`:
     'network' (the discrete model) or 'sde' (its depth limit). `record`: any of 'gram', 'tokens'.
+    `batch_size`: runs advanced together (default `default_batch`); the numbers never depend on it.
     """
     grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt)
     runs = check_int("runs", runs, 1)
