@@ -77,8 +77,8 @@ def network_step(
     x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
 ) -> torch.Tensor:
     """Discrete layer `x <- N(x + dt M y + sqrt(dt) xi)` with `xi = V y` (spec §2)."""
-    z = torch.add(x, xi, alpha=dt**0.5)  # one batch-sized temporary, reused to the end
+    z = (dt**0.5 * xi).add_(x)  # one batch-sized temporary, reused to the end
     my = mean_part(y, p)
     if my is not None:
-        z.add_(my, alpha=dt)
+        z.add_(dt * my)
     return normalize_(z)

@@ -75,7 +75,7 @@ def _pad_columns(c: torch.Tensor, n: int) -> torch.Tensor:
 def fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
     """Exact-in-law Gaussian matrix noise `sigma C Z`, `Z` standard normal `(runs, n, d)`."""
     z = rs.normal(y.shape[-2], p.d, dtype=y.dtype)
-    return (p.sigma * gram_factor(y)) @ z  # scaling the n x n factor, not the n x d product
+    return (gram_factor(y) @ z).mul_(p.sigma)
 
 
 def fast_applicable(p: ModelParams) -> bool:
