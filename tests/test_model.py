@@ -100,12 +100,13 @@ def test_default_batch_fills_the_cache_on_cpu_and_the_memory_budget_on_cuda(
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 64), d=st.integers(2, 8192), runs=st.integers(1, 10**6),
        sampler=st.sampled_from(["fast", "full", "gram"]))
-def test_default_batch_is_all_runs_or_whole_blocks_within_the_cache(n, d, runs, sampler):
+def test_default_batch_is_all_runs_or_the_most_whole_blocks_within_the_cache(n, d, runs, sampler):
     p = ModelParams(n=n, d=d, beta=1.0)
     bs = default_batch(runs, p, sampler, torch.float64)
     width = {"full": d * d, "fast": n * max(n, d), "gram": 2 * n * n}[sampler]
     assert bs == runs or (bs % RUN_BLOCK == 0 and 0 < bs < runs)
     assert bs <= RUN_BLOCK or bs * width * 8 <= CACHE_BYTES
+    assert bs == runs or bs == RUN_BLOCK or (bs + RUN_BLOCK) * width * 8 > CACHE_BYTES  # largest
 
 
 def test_two_token_pair_init_and_result_fields():
