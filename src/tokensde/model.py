@@ -204,7 +204,7 @@ def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
         per_run, budget = (width + n * d) * 4 + 2 * n * n, BATCH_BYTES
     else:
         per_run, budget = width, CACHE_BYTES
-    fit = max(1, budget // (per_run * (torch.finfo(dtype).bits // 8)))
+    fit = budget // (per_run * (torch.finfo(dtype).bits // 8))
     return min(runs, max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK))
 
 
