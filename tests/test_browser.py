@@ -76,8 +76,13 @@ def test_tables_hold_the_expected_rows(page, report):
         assert {k: (r, c) for k, _, r, c in shown} == expected
         # the two-token tables must show the horizon and the fraction still undecided
         heads = page.eval_on_selector_all("#table-phase-grid th", "hs => hs.map(h => h.textContent)")
-        if any(s.key == "phase-diagram" and s.status == "ok" for s in sections):
-            assert "horizon T" in heads and "undecided at T" in heads
+        if any(s.key == "phase-diagram" and s.status in ("ok", "disagrees") for s in sections):
+            assert "max T" in heads and "undecided at T" in heads and "theory at tol" in heads
+            # rows whose interval excludes the theory are marked, and only those
+            marks = page.eval_on_selector_all(
+                "#table-phase-grid tbody tr",
+                "rs => rs.map(r => [r.classList.contains('outside'), r.textContent.includes('outside')])")
+            assert marks and all(a == b for a, b in marks)
 
 
 def test_sections_and_screenshot(page, report, tmp_path):

@@ -28,7 +28,7 @@ import numpy as np
 
 from . import clusters
 from .params import ParameterError, check_choice, check_int, check_real
-from .stats import wilson
+from .stats import censored_quantiles, wilson
 
 Stats = dict[str, Any]
 RunFn = Callable[[dict[str, Any], int], Stats]
@@ -197,25 +197,43 @@ def model_params(cell: dict[str, Any]) -> Any:
                        mean=mean, sigma=cell["sigma"])
 
 
+def decision_stats(decided_at: np.ndarray | None, steps: int, dt: float, runs: int) -> Stats:
+    """Run-layers stepped, and the time to decision: fraction decided, median and 90 % quantile
+    over all runs (undecided runs count as later than the horizon: nan past it)."""
+    if decided_at is None:
+        return {"run_layers": runs * steps}
+    done = decided_at >= 0
+    t = np.where(done, decided_at * dt, np.nan)
+    q = censored_quantiles(t, [0.5, 0.9])
+    return {"run_layers": int(np.where(done, decided_at, steps).sum()),
+            "p_decided": float(done.mean()), "t_decided_median": q[0], "t_decided_q90": q[1],
+            "t_decided_max": float(np.nanmax(t)) if done.any() else math.nan}
+
+
 def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
-    """Simulate `runs` systems of n uniform tokens to depth time T and classify the outcomes at
-    tolerance `tol`, the motion test over the last `window * T`."""
+    """Simulate `runs` systems of n uniform tokens, each until decided (every pair within `tol`
+    of +-1) or to the horizon T (`until='horizon'`: every run to T), and classify the outcomes
+    at `tol`; a run still undecided at T gets the motion test over the last `window * T`."""
     from .model import simulate
     from .params import TimeGrid
 
     p = model_params(cell)
     grid = TimeGrid.make(T=cell["T"], dt=auto_dt(p.d, cell["dt"]))
     before = min(grid.steps - 1, round(grid.steps * (1.0 - cell["window"])))
-    res = simulate(p, grid, runs=cell["runs"], seed=seed, sampler=cell["sampler"],
-                   scheme=cell["scheme"], checkpoints=[before, grid.steps])
-    g_end, g_before = res.gram[:, -1].numpy(), res.gram[:, 0].numpy()
     tol = cell["tol"]
+    stop = {"until": "decided", "tol": tol} if cell["until"] == "decided" else {}
+    res = simulate(p, grid, runs=cell["runs"], seed=seed, sampler=cell["sampler"],
+                   scheme=cell["scheme"], checkpoints=[before, grid.steps], **stop)
+    g_end, g_before = res.gram[:, -1].numpy(), res.gram[:, 0].numpy()
     report = clusters.analyze(g_end, tol, before=g_before)
     robust = clusters.tolerance_report(g_end, tol, before=g_before)
     return {
         "horizon": grid.T, "steps": grid.steps, "layer_dt": grid.dt, "sampler_used": res.sampler,
         **outcome_stats(report, p.n), **summary_stats(report),
-        "tol_changed_down": robust["changed_down"], "tol_changed_up": robust["changed_up"],
+        **decision_stats(res.decided_at, grid.steps, grid.dt, cell["runs"]),
+        # a run stopped at tol is by construction not yet within tol / 10: not measurable
+        "tol_changed_down": robust["changed_down"] if cell["until"] == "horizon" else math.nan,
+        "tol_changed_up": robust["changed_up"],
     }
 
 
@@ -248,8 +266,10 @@ register(ExperimentKind(
         "attention": choice(("softmax", "usa"), "softmax"),
         "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
         "scheme": choice(("network", "sde"), "network"),
+        "until": choice(("decided", "horizon"), "decided",
+                        "decided: each run stops once decided, T is the maximum; horizon: all to T"),
     },
-    "n tokens from uniform positions: outcome law at the horizon (spec §7)",
+    "n tokens from uniform positions: outcome law at absorption (spec §7)",
     finalize=_check_model,
 ))
 

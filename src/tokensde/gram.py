@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .layers import normalize, normalize_, tangent, weights_from_logits
-from .model import march
+from .model import Stop, march
 from .params import ModelParams, ParameterError, TimeGrid
 from .rng import RunStreams
 from .sde import ito_correction
@@ -58,10 +58,7 @@ def pad(u: torch.Tensor, width: int) -> torch.Tensor:
 def chi(rs: RunStreams, dof: torch.Tensor) -> torch.Tensor:
     """Chi variates `(runs, len(dof))`, entry `i` with `dof[i]` degrees of freedom:
     `sqrt(2 Gamma(dof/2))`, one generator per run block."""
-    half = 0.5 * dof
-    parts = [torch._standard_gamma(half.expand(s, -1).contiguous(), generator=g)
-             for s, g in zip(rs.sizes, rs.gens, strict=True)]
-    return (2.0 * (parts[0] if len(parts) == 1 else torch.cat(parts))).sqrt()
+    return (2.0 * rs.standard_gamma(0.5 * dof)).sqrt()
 
 
 def noise_factor(rs: RunStreams, lead: int, dof: int, cols: int,
@@ -88,6 +85,14 @@ def bartlett(rs: RunStreams, dof: int, cols: int, dtype: torch.dtype = torch.flo
              ) -> torch.Tensor:
     """Bartlett factor `T` `(runs, min(dof, cols), cols)` with `T^T T ~ Wishart_cols(dof, I)`."""
     return noise_factor(rs, 0, dof, cols, dtype)
+
+
+def uniform_frame(rs: RunStreams, n: int, d: int, dtype: torch.dtype = torch.float64
+                  ) -> torch.Tensor:
+    """`n` tokens uniform on the sphere of R^d, in an isometric frame of `min(n, d)` coordinates,
+    `(runs, n, min(n, d))`: Gaussian tokens `Z` `(n, d)` have `Z Z^T ~ Wishart_n(d, I) = T^T T`
+    (Bartlett), so the rows of `T^T` are `Z` in a frame; nothing of size d is drawn."""
+    return normalize_(bartlett(rs, d, n, dtype).transpose(-1, -2).contiguous())
 
 
 def frame_weights(u: torch.Tensor, p: ModelParams, c: float) -> torch.Tensor:
@@ -143,6 +148,7 @@ def run_batch_gram(
     record: Callable[[int, torch.Tensor], None],
     progress: Progress | None = None,
     *,
+    stop: Stop | None = None,
     _dof_shift: int = 0,
 ) -> torch.Tensor:
     """Advance one batch through `grid.steps` layers in Gram space, calling `record(c, xc)` at
@@ -165,5 +171,6 @@ def run_batch_gram(
         h = None if silent else noise_factor(rs, m, d - m + _dof_shift, m, uk.dtype)
         return frame_layer(uk, p, grid.dt, scheme, h, scales)
 
-    u = march(u, grid.steps, layer, checkpoints, record, progress, view=lambda t: pad(t, n))
+    u = march(u, grid.steps, layer, checkpoints, record, progress, view=lambda t: pad(t, n),
+              stop=stop)
     return pad(u, n)

@@ -60,6 +60,7 @@ class SimResult:
     device: str = "cpu"
     wall_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    decided_at: np.ndarray | None = None
 
     @property
     def times(self) -> np.ndarray:
@@ -71,6 +72,13 @@ class SimResult:
         if self.gram is None:
             raise ValueError("this result did not record 'gram'")
         return self.gram[:, :, i, j]
+
+    def decision_times(self) -> np.ndarray:
+        """Depth time at which each run was decided (`until='decided'`), nan where it was still
+        undecided at the horizon, `(runs,)`."""
+        if self.decided_at is None:
+            raise ValueError("this result was not run with until='decided'")
+        return np.where(self.decided_at >= 0, self.decided_at * self.grid.dt, np.nan)
 
     def final_gram(self) -> torch.Tensor:
         """Gram matrices `X X^T` of the final state, `(runs, n, n)`."""
@@ -95,6 +103,7 @@ class SimResult:
             "device": self.device,
             "checkpoints": self.checkpoints.tolist(),
             "wall_s": self.wall_s,
+            "until": "horizon" if self.decided_at is None else "decided",
             **self.extra,
         }
 
@@ -208,27 +217,82 @@ def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
     return min(runs, max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK))
 
 
+class Stop:
+    """Take each run out of its batch once it is decided: every pair of tokens within `tol` of
+    +1 or -1 (`1 - |<x_i, x_j>| < tol`), tested every `every` layers and at the last.
+
+    `layer` `(runs,)` holds the layer at which each run of the batch was decided (-1: never) and
+    `final` its state then (or at the horizon); `retain` drops runs from the random streams.
+    """
+
+    def __init__(self, tol: float, every: int, runs: int, retain: Callable[[torch.Tensor], None]
+                 ) -> None:
+        self.tol, self.every, self.retain = tol, every, retain
+        self.layer = np.full(runs, -1, dtype=np.int64)
+        self.final: torch.Tensor | None = None
+
+    def decided(self, x: torch.Tensor) -> torch.Tensor:
+        """Boolean `(runs,)`: every pair `i != j` has `1 - |<x_i, x_j>| < tol`."""
+        gap = 1.0 - (x @ x.transpose(-1, -2)).abs()
+        gap.diagonal(dim1=-2, dim2=-1).fill_(0.0)
+        return (gap < self.tol).flatten(1).all(-1)
+
+    def keep(self, rows: torch.Tensor, x: torch.Tensor) -> None:
+        """Store the states `x` of batch rows `rows`."""
+        if self.final is None:
+            self.final = torch.empty((len(self.layer), *x.shape[1:]), dtype=x.dtype,
+                                     device=x.device)
+        self.final[rows] = x
+
+
 def march(
     x: torch.Tensor,
     steps: int,
     layer: Callable[[torch.Tensor], torch.Tensor],
     checkpoints: np.ndarray,
-    record: Callable[[int, torch.Tensor], None],
+    record: Callable[..., None],
     progress: Progress | None = None,
     view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
+    stop: Stop | None = None,
 ) -> torch.Tensor:
     """Apply `layer` `steps` times to `x`, calling `record(c, view(x))` at checkpoint number `c`
-    (layer indices `checkpoints`, 0 = the start) and `progress(runs)` after each layer."""
+    (layer indices `checkpoints`, 0 = the start) and `progress(runs)` after each layer.
+
+    With `stop`, decided runs leave the batch; `record(c, xc, rows)` then gets the batch rows of
+    `xc`, and a decided run's later checkpoints record its state at decision. Returns the final
+    state, `view`ed and in batch order when `stop` is given.
+    """
     ck = {int(k): c for c, k in enumerate(checkpoints)}
+    rows = torch.arange(x.shape[0])
+    rec = record if stop is None else (lambda c, xc: record(c, xc, rows))
     if 0 in ck:
-        record(ck[0], view(x))
+        rec(ck[0], view(x))
     for k in range(1, steps + 1):
         x = layer(x)
         if k in ck:
-            record(ck[k], view(x))
+            rec(ck[k], view(x))
         if progress is not None:
             progress(x.shape[0])
-    return x
+        if stop is not None and (k % stop.every == 0 or k == steps):
+            v = view(x)
+            done = stop.decided(v)
+            if bool(done.any()):
+                gone, vd = rows[done.cpu()], v[done]
+                stop.layer[gone.numpy()] = k
+                stop.keep(gone, vd)
+                for later, c in ck.items():
+                    if later > k:
+                        record(c, vd, gone)
+                live = ~done
+                x, rows = x[live], rows[live.cpu()]
+                stop.retain(live)
+                if x.shape[0] == 0:
+                    break
+    if stop is None:
+        return x
+    if x.shape[0]:
+        stop.keep(rows, view(x))
+    return stop.final
 
 
 def run_batch(
@@ -239,11 +303,12 @@ def run_batch(
     sampler: str,
     scheme: str,
     checkpoints: np.ndarray,
-    record: Callable[[int, torch.Tensor], None],
+    record: Callable[..., None],
     progress: Progress | None = None,
+    stop: Stop | None = None,
 ) -> torch.Tensor:
     """Advance one batch `x` `(runs, n, d)` through `grid.steps` layers, calling `record(c, x)` at
-    checkpoint number `c`; return the final state."""
+    checkpoint number `c`; return the final state (see `march` for `stop`)."""
     step = SCHEMES[scheme]
     noise = NOISE_SAMPLERS[sampler]
     silent = p.noise_scale == 0.0
@@ -253,7 +318,33 @@ def run_batch(
         xi = torch.zeros_like(y) if silent else noise(y, p, rs)
         return step(xk, y, xi, p, grid.dt)
 
-    return march(x, grid.steps, layer, checkpoints, record, progress)
+    return march(x, grid.steps, layer, checkpoints, record, progress, stop=stop)
+
+
+UNTIL: tuple[str, ...] = ("horizon", "decided")
+DECIDE_DT = 0.05  # default test interval for until='decided', in depth time
+
+
+def decide_every(dt: float) -> int:
+    """Layers between two decision tests: the most that stay within depth time `DECIDE_DT`."""
+    return max(1, int(DECIDE_DT / dt + 1e-9))
+
+
+def _check_until(until: str, tol: float | None, every: int | None, dt: float
+                 ) -> tuple[float, int] | None:
+    if until not in UNTIL:
+        raise ParameterError(f"until must be one of {', '.join(UNTIL)}; got {until!r}")
+    if until == "horizon":
+        if tol is not None or every is not None:
+            raise ParameterError("tol and decide_every are only used with until='decided'")
+        return None
+    from .clusters import check_tol
+
+    t = check_tol(DECIDE_TOL if tol is None else tol)
+    return t, decide_every(dt) if every is None else check_int("decide_every", every, 1)
+
+
+DECIDE_TOL = 1e-6
 
 
 def simulate(
@@ -276,12 +367,19 @@ def simulate(
     record: Sequence[str] = ("gram",),
     batch_size: int | None = None,
     progress: Progress | None = None,
+    until: str = "horizon",
+    tol: float | None = None,
+    decide_every: int | None = None,
 ) -> SimResult:
     """Simulate `runs` independent systems; the horizon is `grid`, `(layers, alpha)` or `(T, dt)`.
 
     `sampler`: 'auto' | 'fast' | 'full' | 'gram' (see `samplers.choose_sampler`). `scheme`:
     'network' (the discrete model) or 'sde' (its depth limit). `record`: any of 'gram', 'tokens'.
     `batch_size`: runs advanced together (default `default_batch`); the numbers never depend on it.
+    `until='decided'`: the horizon is a maximum; each run stops at the first test (every
+    `decide_every` layers, default `decide_every(dt)`) at which every pair of tokens is within
+    `tol` (default 1e-6) of +1 or -1, and `SimResult.decided_at` holds that layer (-1: never).
+    A run's numbers up to its decision are those of the fixed-horizon run with the same seed.
     """
     grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt)
     runs = check_int("runs", runs, 1)
@@ -291,6 +389,7 @@ def simulate(
     bad = set(record) - set(RECORDS)
     if bad:
         raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
+    stopping = _check_until(until, tol, decide_every, grid.dt)
     init_kind = _check_init(init, params, runs, rho0)
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
     used = choose_sampler(params, sampler)
@@ -303,33 +402,48 @@ def simulate(
     gram = torch.empty(runs, K, n, n, dtype=tdtype) if "gram" in record else None
     toks = torch.empty(runs, K, n, width, dtype=tdtype) if "tokens" in record else None
     finals = []
+    layer_of = np.full(runs, -1, dtype=np.int64) if stopping else None
     t0 = time.perf_counter()
     for start in range(0, runs, bs):
         stop = min(start + bs, runs)
         rs = RunStreams(seed, runs, start, stop, dev)
-        x = initial_tokens(init, params, rs, start, tdtype, rho0)
+        if used == "gram" and isinstance(init, str) and init == "uniform":
+            from .gram import uniform_frame
 
-        def rec(c: int, xc: torch.Tensor, lo: int = start, hi: int = stop) -> None:
+            x = uniform_frame(rs, n, d, tdtype)
+        else:
+            x = initial_tokens(init, params, rs, start, tdtype, rho0)
+
+        def rec(c: int, xc: torch.Tensor, rows: torch.Tensor | None = None, lo: int = start,
+                hi: int = stop) -> None:
             if not bool(torch.isfinite(xc).all()):
                 raise FloatingPointError(
                     f"non-finite tokens at checkpoint {c} (beta={params.beta}, dtype={tdtype}); "
                     "lower beta or use float64")
+            at = slice(lo, hi) if rows is None else rows + lo
             if gram is not None:
-                gram[lo:hi, c] = (xc @ xc.transpose(-1, -2)).cpu()
+                gram[at, c] = (xc @ xc.transpose(-1, -2)).cpu()
             if toks is not None:
-                toks[lo:hi, c] = xc.cpu()
+                toks[at, c] = xc.cpu()
 
+        halt = None if stopping is None else Stop(*stopping, stop - start, rs.retain)
         if used == "gram":
             from .gram import run_batch_gram
 
-            xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress)
+            xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt)
         else:
-            xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress)
+            xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt)
+        if halt is not None:
+            layer_of[start:stop] = halt.layer
+            if progress is not None:  # the layers that decided runs did not need
+                progress(int(np.where(halt.layer >= 0, grid.steps - halt.layer, 0).sum()))
         finals.append(xf.cpu())
+    extra = {} if stopping is None else {"tol": stopping[0], "decide_every": stopping[1],
+                                         "max_T": grid.T}
     return SimResult(
         params=params, grid=grid, runs=runs, seed=seed, sampler=used, scheme=scheme,
         init=init_kind if init_kind != "pair" else f"pair(rho0={rho0})", checkpoints=ck,
         x=torch.cat(finals), gram=gram, tokens=toks,
         dtype=str(tdtype).removeprefix("torch."), device=str(dev),
-        wall_s=time.perf_counter() - t0,
+        wall_s=time.perf_counter() - t0, extra=extra, decided_at=layer_of,
     )

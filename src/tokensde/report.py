@@ -22,7 +22,7 @@ from typing import Any
 from . import __version__
 from .store import atomic_write
 
-STATUSES: tuple[str, ...] = ("ok", "partial", "missing", "failed")
+STATUSES: tuple[str, ...] = ("ok", "partial", "disagrees", "missing", "failed")
 MIME = {".png": "image/png", ".gif": "image/gif", ".svg": "image/svg+xml", ".jpg": "image/jpeg"}
 
 
@@ -51,6 +51,7 @@ class Table:
     columns: list[str]
     rows: list[list[Any]]
     note: str = ""
+    flagged: list[int] = field(default_factory=list)  # rows to mark (interval excludes theory)
 
     def __post_init__(self) -> None:
         bad = [i for i, r in enumerate(self.rows) if len(r) != len(self.columns)]
@@ -63,7 +64,8 @@ class Table:
 class Section:
     """One claim of the study with its evidence.
 
-    `status`: 'ok', 'partial' (some evidence missing), 'missing' (no evidence: say what is
+    `status`: 'ok', 'partial' (some evidence missing), 'disagrees' (more intervals exclude the
+    theory than chance explains, `stats.chance_explains`), 'missing' (no evidence: say what is
     needed in `note`) or 'failed' (an error while producing it: `note` holds the message).
     `provenance`: parameters, seeds, sizes and commands behind the section (rendered as JSON).
     """
@@ -132,9 +134,10 @@ section { background:#fff; border:1px solid var(--line); border-radius:10px;
          letter-spacing:.05em; padding:1px 8px; border-radius:4px; color:#fff; margin-left:8px;
          vertical-align:middle; }
 .badge.ok { background:var(--ok); } .badge.partial { background:var(--partial); }
-.badge.missing, .badge.failed { background:var(--missing); }
+.badge.missing, .badge.failed, .badge.disagrees { background:var(--missing); }
+tr.outside td { background:#fbe9e7; }
 .note { color:var(--muted); white-space:pre-wrap; }
-.note.missing, .note.failed { color:var(--missing); }
+.note.missing, .note.failed, .note.disagrees { color:var(--missing); }
 figure { margin:16px 0; text-align:center; }
 figure img { max-width:100%; height:auto; border:1px solid var(--line); border-radius:6px;
              background:#fff; }
@@ -162,10 +165,12 @@ def _table(t: Table) -> str:
     e = html.escape
     head = "".join(f"<th>{e(c)}</th>" for c in t.columns)
     body = []
-    for row in t.rows:
+    flagged = set(t.flagged)
+    for i, row in enumerate(t.rows):
         cells = "".join(f'<td class="num">{e(fmt(v))}</td>' if _is_num(v) else
                         f"<td>{e(fmt(v))}</td>" for v in row)
-        body.append(f"<tr>{cells}</tr>")
+        mark = ' class="outside"' if i in flagged else ""
+        body.append(f"<tr{mark}>{cells}</tr>")
     note = f'<p class="note">{e(t.note)}</p>' if t.note else ""
     return (f'<p class="tcap">{e(t.caption)}</p>'
             f'<div class="tablewrap"><table id="table-{e(t.key)}" data-rows="{len(t.rows)}">'

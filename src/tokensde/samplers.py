@@ -52,13 +52,14 @@ def gram_factor(y: torch.Tensor) -> torch.Tensor:
 
     Cholesky where it succeeds; for the runs where it fails (merged or antipodal tokens make
     `Y Y^T` singular) `C = R^T` from the QR factorisation `Y^T = Q R`, which always exists.
+    Each run's factor depends on that run alone, never on the others in its batch.
     """
     c, info = torch.linalg.cholesky_ex(y @ y.transpose(-1, -2))
     bad = info != 0
     n_bad = int(bad.sum())
     if n_bad == 0:
         return c
-    if 2 * n_bad > bad.numel():  # most runs singular: one QR for all, no gather/scatter
+    if n_bad == bad.numel():
         r = torch.linalg.qr(y.transpose(-1, -2), mode="r")[1]
         return _pad_columns(r.transpose(-1, -2), y.shape[-2])
     r = torch.linalg.qr(y[bad].transpose(-1, -2), mode="r")[1]

@@ -33,3 +33,29 @@ def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]
         return m, math.nan, math.nan
     half = float(_st.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
     return m, m - half, m + half
+
+
+def chance_excess(outside: int, cells: int, level: float = 0.95) -> float:
+    """P-value of seeing at least `outside` of `cells` independent `level` intervals miss their
+    true values: `P(X >= outside)`, `X ~ Binomial(cells, 1 - level)`."""
+    if not 0 <= outside <= cells:
+        raise ValueError("chance_excess needs 0 <= outside <= cells")
+    return float(_st.binom.sf(outside - 1, cells, 1.0 - level)) if outside else 1.0
+
+
+AGREE_ALPHA = 0.01
+
+
+def chance_explains(outside: int, cells: int, level: float = 0.95, alpha: float = AGREE_ALPHA
+                    ) -> bool:
+    """True when `outside` misses in `cells` intervals are what chance gives: `chance_excess`
+    is at least `alpha` (so a correct theory is flagged wrongly in at most 1 % of sections)."""
+    return chance_excess(outside, cells, level) >= alpha
+
+
+def censored_quantiles(times: np.ndarray, qs: list[float]) -> list[float]:
+    """Quantiles of times with `nan` for runs censored at the horizon (counted as later than
+    every observed time); a quantile that falls among the censored runs is nan."""
+    t = np.where(np.isnan(np.asarray(times, dtype=float)), np.inf, times)
+    out = np.quantile(t, qs, method="inverted_cdf")
+    return [float(v) if np.isfinite(v) else math.nan for v in out]

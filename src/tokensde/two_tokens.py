@@ -36,7 +36,7 @@ from scipy import integrate, special
 from . import __version__
 from .model import simulate
 from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
-from .stats import wilson
+from .stats import censored_quantiles, wilson
 
 ArrayLike = float | np.ndarray
 Weight = Callable[[np.ndarray], np.ndarray]
@@ -503,6 +503,7 @@ class PairOutcome:
     engine: str = "network"
     wall_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    times: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def undecided(self) -> int:
@@ -524,6 +525,17 @@ class PairOutcome:
         """Wilson interval of `p_anti`."""
         return self.fraction(self.antipodal)[1]
 
+    def decision_summary(self) -> dict[str, Any]:
+        """Time to decision: median and 10/90 % quantiles over all runs (undecided runs count as
+        later than the horizon, so a quantile past it is nan), and the mean over decided runs."""
+        if self.times is None:
+            return {"until": "horizon"}
+        q = censored_quantiles(self.times, [0.1, 0.5, 0.9])
+        done = ~np.isnan(self.times)
+        return {"until": "decided", "t_decided_q10": q[0], "t_decided_median": q[1],
+                "t_decided_q90": q[2],
+                "t_decided_mean": float(self.times[done].mean()) if done.any() else math.nan}
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary, with horizon, seed and package version."""
         p_m, ci_m = self.fraction(self.merged)
@@ -536,7 +548,8 @@ class PairOutcome:
             "level": self.level, "model": self.model, "engine": self.engine,
             "params": self.params, "rho0": self.rho0, "T": self.T, "dt": self.dt,
             "steps": self.steps, "seed": self.seed, "tol": self.tol, "wall_s": self.wall_s,
-            "package": "tokensde", "version": __version__, **self.extra,
+            "package": "tokensde", "version": __version__, **self.decision_summary(),
+            **self.extra,
         }
 
 
@@ -554,13 +567,17 @@ def _check_common(runs: int, T: float, dt: float, seed: int, tol: float, level: 
 
 
 def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int, seed: int,
-                     tol: float, **sim: Any) -> tuple[int, int, float]:
-    """Antipodal and merged counts of the full network after `grid`, and the wall time."""
+                     tol: float, until: str = "horizon", **sim: Any
+                     ) -> tuple[int, int, float, np.ndarray | None]:
+    """Antipodal and merged counts of the full network after `grid` (or at decision), the wall
+    time and the decision times."""
     init: dict[str, Any] = {"init": "uniform"} if rho0 == "uniform" else {
         "init": "pair", "rho0": float(rho0)}
-    res = simulate(p, grid, runs=runs, seed=seed, **init, **sim)
+    stop = {} if until == "horizon" else {"until": "decided", "tol": tol}
+    res = simulate(p, grid, runs=runs, seed=seed, **init, **stop, **sim)
     anti, merged = classify(*pair_log_gaps(res.x), tol)
-    return int(anti.sum()), int(merged.sum()), res.wall_s
+    times = None if until == "horizon" else res.decision_times()
+    return int(anti.sum()), int(merged.sum()), res.wall_s, times
 
 
 def _reduced_outcome(beta: float, d: float, rho0: float | str, grid: TimeGrid, runs: int,
@@ -573,6 +590,13 @@ def _reduced_outcome(beta: float, d: float, rho0: float | str, grid: TimeGrid, r
 
 
 ENGINES: tuple[str, ...] = ("network", "reduced")
+UNTIL: tuple[str, ...] = ("decided", "horizon")
+
+
+def _check_until(until: str) -> str:
+    if until not in UNTIL:
+        raise ParameterError(f"until must be one of {', '.join(UNTIL)}; got {until!r}")
+    return until
 
 
 def default_dt(d: int) -> float:
@@ -586,15 +610,18 @@ def default_dt(d: int) -> float:
 
 
 def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 1000,
-                T: float = 40.0, dt: float | None = None, seed: int = 0, sigma: float = 1.0,
+                T: float = 200.0, dt: float | None = None, seed: int = 0, sigma: float = 1.0,
                 tol: float = 1e-8, level: float = 0.95, engine: str = "network",
                 sampler: str = "auto", law: str = "gaussian", batch_size: int | None = None,
+                until: str = "decided",
                 progress: Callable[[int], None] | None = None) -> PairOutcome:
     """Fractions of two-token runs (§5: softmax, matrix noise) that end antipodal / merged.
 
     `engine='network'` runs the full d-dimensional discrete network (`simulate`, `init='pair'`
-    at `rho0`, or `'uniform'`) for depth time `T` with layer step `dt` (default `default_dt(d)`);
-    `'reduced'` runs the 1-D diffusion instead. Theory: `p_anti` (or `p_anti_uniform`).
+    at `rho0`, or `'uniform'`) with layer step `dt` (default `default_dt(d)`), each run until
+    it is decided (`1 - |rho| < tol`) or depth time `T` (`until='decided'`, the default), or
+    every run to `T` (`until='horizon'`); `'reduced'` runs the 1-D diffusion to `T` instead.
+    Theory: `p_anti` (or `p_anti_uniform`).
     """
     if dt is None:
         dt = default_dt(check_int("d", d, 2))
@@ -604,15 +631,16 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
     p = ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law)
     rho0 = check_rho0(rho0)
     theory = p_anti_uniform(p.beta, p.d) if rho0 == "uniform" else p_anti(p.beta, p.d, rho0)
-    wall = 0.0
+    wall, times = 0.0, None
     if engine == "network":
-        anti, merged, wall = _network_outcome(p, rho0, grid, runs, seed, tol, sampler=sampler,
-                                              batch_size=batch_size, progress=progress)
+        anti, merged, wall, times = _network_outcome(
+            p, rho0, grid, runs, seed, tol, _check_until(until), sampler=sampler,
+            batch_size=batch_size, progress=progress)
     else:
         anti, merged = _reduced_outcome(p.beta, p.d, rho0, grid, runs, seed, tol, p.sigma, None)
     return PairOutcome("softmax", p.to_dict(), rho0, runs, anti, merged, grid.T, grid.dt,
                        grid.steps, seed, tol, float(theory), level, engine, wall,
-                       {"beta_c": beta_c(p.d)})
+                       {"beta_c": beta_c(p.d)}, times)
 
 
 def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str = 0.0,
@@ -633,7 +661,8 @@ def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str
     theory = hybrid_p_anti(p.beta, p.eps, 0.0 if rho0 == "uniform" else rho0)
     wall = 0.0
     if engine == "network":
-        anti, merged, wall = _network_outcome(p, rho0, grid, runs, seed, tol, progress=progress)
+        anti, merged, wall, _ = _network_outcome(p, rho0, grid, runs, seed, tol,
+                                                 progress=progress)
     else:
         anti, merged = _reduced_outcome(p.beta, p.d, rho0, grid, runs, seed, tol, 0.0, p.eps)
     lam_minus, lam_plus = hybrid_lyapunov(p.beta, p.eps)

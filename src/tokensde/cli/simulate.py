@@ -41,6 +41,28 @@ def pair_summary(gram: np.ndarray, tol: float) -> dict[str, Any]:
     }
 
 
+def _max_time(time: float | None, max_time: float | None) -> float | None:
+    if max_time is not None and time is not None:
+        raise ParameterError(f"give --time or --max-time, not both; got {time} and {max_time}")
+    return time if max_time is None else max_time
+
+
+def _stopping(until: str, tol: float) -> dict[str, Any]:
+    return {"until": "decided", "tol": tol} if until == "decided" else {"until": until}
+
+
+def decision_summary(res: Any) -> dict[str, Any]:
+    """Fraction of runs decided, and the median and 90 % quantile of the time to decision
+    (nan past the horizon), for a result run with until='decided'."""
+    if res.decided_at is None:
+        return {}
+    from ..experiments import decision_stats
+
+    st = decision_stats(res.decided_at, res.grid.steps, res.grid.dt, res.runs)
+    return {"until": "decided", **{k: st[k] for k in ("p_decided", "t_decided_median",
+                                                      "t_decided_q90", "run_layers")}}
+
+
 def _print_table(summary: dict[str, Any]) -> None:
     width = max(map(len, summary))
     for key, value in summary.items():
@@ -74,6 +96,10 @@ def simulate_cmd(
     device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N."),
     checkpoints: int = typer.Option(11, "--checkpoints", help="Evenly spaced records (>= 2)."),
     tol: float = typer.Option(1e-3, "--tol", help="Merged/antipodal tolerance on inner products."),
+    until: str = typer.Option("horizon", "--until", help="horizon (every run to the end) | "
+                              "decided (each run stops once every pair is within --tol of +-1)."),
+    max_time: float | None = typer.Option(None, "--max-time", help="Maximum depth time for "
+                                          "--until decided (with --dt; same as --time)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     out: Path | None = typer.Option(None, "--out", help="Save results (.npz) with parameters."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a summary figure (PNG)."),
@@ -83,6 +109,7 @@ def simulate_cmd(
     from ..store import save_result
 
     with user_errors():
+        time = _max_time(time, max_time)
         if layers is None and time is None:
             layers = 1000
         p = ModelParams(n=n, d=d, beta=beta, attention=attention, causal=causal, noise=noise,
@@ -92,11 +119,13 @@ def simulate_cmd(
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
             x0 = _name_or_npy("init", init, ("uniform", "pair"))
             res = simulate(p, grid, runs=runs, init=x0, rho0=rho0, seed=seed, sampler=sampler,
-                           scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints, progress=bar)
+                           scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints,
+                           progress=bar, **_stopping(until, tol))
         gram = res.gram[:, -1].numpy()
         summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
                    "dt": grid.dt, "T": grid.T, "sampler": res.sampler, "scheme": scheme,
-                   "seed": seed, **pair_summary(gram, tol), "wall_s": res.wall_s}
+                   "seed": seed, **pair_summary(gram, tol), **decision_summary(res),
+                   "wall_s": res.wall_s}
         if out is not None:
             summary["out"] = str(save_result(res, out))
         if plot is not None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import absorption
 from .. import two_tokens as tt
 from ..rng import derive_seed
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
@@ -23,6 +24,7 @@ COLUMNS: tuple[str, ...] = (
     "beta", "d", "init", "rho0", "engine", "runs", "T", "dt", "steps", "root_seed", "seed",
     "tol", "antipodal",
     "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "p_merged", "p_undecided", "theory",
+    "theory_tol", "outside", "until", "t_decided_median", "t_decided_q90", "decision_rate",
     "beta_c", "wall_s", "version")
 
 
@@ -34,6 +36,7 @@ def cell_seed(seed: int, beta: float, d: int, rho0: float | str) -> int:
 
 def _row(out: tt.PairOutcome, beta: float, d: int, root_seed: int) -> dict[str, Any]:
     r = out.to_dict()
+    at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, out.tol)
     return {
         "beta": beta, "d": d, "init": "uniform" if out.rho0 == "uniform" else "pair",
         "rho0": math.nan if out.rho0 == "uniform" else float(out.rho0), "engine": out.engine,
@@ -42,19 +45,25 @@ def _row(out: tt.PairOutcome, beta: float, d: int, root_seed: int) -> dict[str, 
         "antipodal": out.antipodal, "merged": out.merged, "undecided": out.undecided,
         "p_anti": out.p_anti, "ci_lo": r["ci"][0], "ci_hi": r["ci"][1],
         "p_merged": r["p_merged"], "p_undecided": r["undecided"], "theory": out.theory,
+        "theory_tol": at_tol, "outside": not r["ci"][0] <= at_tol <= r["ci"][1],
+        "until": r["until"], "t_decided_median": r.get("t_decided_median", math.nan),
+        "t_decided_q90": r.get("t_decided_q90", math.nan),
+        "decision_rate": absorption.decision_rate(beta, d, out.tol) if d <= 64 else math.nan,
         "beta_c": tt.beta_c(d), "wall_s": out.wall_s, "version": r["version"],
     }
 
 
-def mc_grid(betas: Iterable[float], ds: Iterable[int], rho0: float | str = "uniform", *,
-            runs: int = 400, T: float = 40.0, dt: float | Callable[[int], float] | None = None,
+def mc_grid(betas: Iterable[float] | Callable[[int], Iterable[float]], ds: Iterable[int],
+            rho0: float | str = "uniform", *,
+            runs: int = 400, T: float = 200.0, dt: float | Callable[[int], float] | None = None,
             seed: int = 0, tol: float = 1e-8, engine: str = "network", sampler: str = "auto",
+            until: str = "decided",
             done: pd.DataFrame | None = None,
             on_row: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
     """Monte Carlo `P_anti` for every (beta, d) cell, one row per cell (columns `COLUMNS`).
 
-    `dt` may be a function of d; the default is `two_tokens.default_dt(d)` (the network's step
-    error grows with d). Cells already in
+    `betas` and `dt` may be functions of d; the default `dt` is `two_tokens.default_dt(d)` (the
+    network's step error grows with d). Cells already in
     `done` (same beta and d) are kept, not recomputed; `on_row(row)` is called after each new
     cell, so an interrupted grid loses nothing already computed.
     """
@@ -63,12 +72,12 @@ def mc_grid(betas: Iterable[float], ds: Iterable[int], rho0: float | str = "unif
     have = {(float(r["beta"]), int(r["d"])) for r in rows}
     for d in ds:
         step = tt.default_dt(int(d)) if dt is None else dt(int(d)) if callable(dt) else dt
-        for beta in betas:
+        for beta in betas(int(d)) if callable(betas) else betas:
             if (float(beta), int(d)) in have:
                 continue
             out = tt.monte_carlo(float(beta), int(d), rho0, runs=runs, T=T, dt=step,
                                  seed=cell_seed(seed, beta, d, rho0), tol=tol, engine=engine,
-                                 sampler=sampler)
+                                 sampler=sampler, until=until)
             row = _row(out, float(beta), int(d), seed)
             rows.append(row)
             if on_row is not None:
@@ -180,6 +189,48 @@ def plot_phase_diagram(df: pd.DataFrame, path: str | Path, *, ds: Sequence[int] 
         fig.colorbar(mesh, ax=ax0, label=r"$P_{anti}$ (Monte Carlo)")
         draw_curves(ax1, df, ds)
         fig.suptitle(caption or _caption(df), fontsize=7.5)
+    return save(fig, path)
+
+
+def plot_phase_over_d(df: pd.DataFrame, path: str | Path) -> Path:
+    """A `mc_grid` table whose betas sit at offsets from `beta_c(d)`, d on a log scale: left, the
+    Monte Carlo `P_anti` over `(beta, d)` with `beta_c(d)`; right, `P_anti` against
+    `beta - beta_c(d)` for every d with the exact curves (theory at the tolerance, dashed)."""
+    df = df.assign(offset=np.round(df["beta"] - df["beta_c"], 6))
+    rho0 = float(df["rho0"].iloc[0])
+    ds = sorted(int(d) for d in df["d"].unique())
+    with styled():
+        fig = new_figure(11.0, 4.4)
+        ax0, ax1 = fig.subplots(1, 2, width_ratios=[1.0, 1.1])
+        sc = ax0.scatter(df["beta"], df["d"], c=df["p_anti"], cmap="viridis", vmin=0, vmax=1,
+                         s=90, marker="s", edgecolors="none")
+        fine = np.geomspace(min(ds), max(ds), 200)
+        ax0.plot(tt.beta_c(fine), fine, color=COLORS["theory"], lw=1.5,
+                 label=r"$\beta_c(d)$")
+        ax0.set(xscale="linear", yscale="log", xlabel=r"$\beta$", ylabel="d (log scale)",
+                title=f"Monte Carlo $P_{{anti}}$, $\\rho_0 = {rho0:g}$")
+        ax0.legend(fontsize=7, loc="upper left")
+        fig.colorbar(sc, ax=ax0, label=r"$P_{anti}$")
+        off = np.linspace(df["offset"].min() - 0.1, df["offset"].max() + 0.1, 200)
+        for i, d in enumerate(ds):
+            colour = TOKEN_COLORS[i % len(TOKEN_COLORS)]
+            sub = df[df["d"] == d].sort_values("offset")
+            bc = tt.beta_c(d)
+            ax1.plot(off, tt.p_anti(np.maximum(off + bc, 0.0), d, rho0), color=colour, lw=1.1,
+                     label=f"d = {d}")
+            yerr = np.vstack([sub["p_anti"] - sub["ci_lo"], sub["ci_hi"] - sub["p_anti"]])
+            ax1.errorbar(sub["offset"], sub["p_anti"], yerr=yerr, fmt="o", color=colour, ms=3,
+                         capsize=2, lw=1)
+            bad = sub[sub["outside"].astype(bool)]
+            ax1.scatter(bad["offset"], bad["p_anti"], s=80, facecolors="none",
+                        edgecolors="red", lw=1.2)
+        ax1.scatter([], [], s=80, facecolors="none", edgecolors="red",
+                    label="interval excludes theory at tol")
+        ax1.axvline(0.0, color="black", lw=0.8, ls=":")
+        ax1.set(xlabel=r"$\beta - \beta_c(d)$", ylabel=r"$P_{anti}$",
+                title="theory (lines) vs network (95% Wilson)")
+        ax1.legend(fontsize=6.5, ncol=2)
+        fig.suptitle(_caption(df), fontsize=7.5)
     return save(fig, path)
 
 
