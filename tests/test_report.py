@@ -126,7 +126,8 @@ def test_figure_list():
     res = CliRunner().invoke(_app(), ["figure", "--list", "--json"])
     assert res.exit_code == 0, res.output
     names = json.loads(res.output)
-    assert list(names) == ["phase-diagram", "theory-vs-simulation", "phase-over-d", "trajectories",
+    assert list(names) == ["phase-diagram", "theory-vs-simulation", "phase-over-d", "decision-times",
+                           "trajectories",
                            "histograms", "multi-token", "convergence", "vit"]
 
 

@@ -608,6 +608,107 @@ def build_phase_d(ctx: Context) -> Section:
                           "curves.", data=phase_d_data, name="phase-d")
 
 
+DECISION_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"two": ((1.0, 4),), "many": ((8, 3, 4.0),), "runs": 60, "T2": 40.0, "Tn": 20.0},
+    "quick": {"two": ((0.4, 3), (1.0, 4), (2.0, 4), (2.5, 10)),
+              "many": ((8, 3, 1.0), (8, 3, 4.0), (16, 3, 2.0), (8, 8, 4.0)), "runs": 400,
+              "T2": 200.0, "Tn": 100.0},
+    "full": {"two": ((0.4, 3), (1.0, 4), (2.0, 4), (1.6, 10), (2.5, 10)),
+             "many": ((8, 3, 1.0), (8, 3, 4.0), (16, 3, 2.0), (8, 8, 4.0), (32, 3, 4.0)),
+             "runs": 2000, "T2": 300.0, "Tn": 300.0},
+}
+DECISION_TOL = {"two": 1e-8, "many": 1e-8}
+
+
+def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]:
+    """Decision times of two-token cells (uniform pairs) and of multi-token cells, saved."""
+    from ..experiments import auto_dt
+    from ..model import simulate
+    from ..two_tokens import default_dt
+
+    cfg = DECISION_SIZES[ctx.size]
+    path = ctx.data_path("decision-times", ".npz")
+    stamp = json.dumps({"cfg": cfg, "tol": DECISION_TOL, "seed": ctx.seed}, sort_keys=True)
+
+    def make() -> dict[str, dict[str, np.ndarray]]:
+        _one_thread()
+        out: dict[str, dict[str, np.ndarray]] = {"two": {}, "many": {}}
+        for k, (beta, d) in enumerate(cfg["two"]):
+            res = simulate(ModelParams(n=2, d=d, beta=beta), T=cfg["T2"], dt=default_dt(d),
+                           runs=cfg["runs"], seed=derive_seed(ctx.seed, 13, k),
+                           until="decided", tol=DECISION_TOL["two"])
+            out["two"][f"{beta:g},{d}"] = res.decision_times()
+        for k, (n, d, beta) in enumerate(cfg["many"]):
+            res = simulate(ModelParams(n=n, d=d, beta=beta), T=cfg["Tn"], dt=auto_dt(d, "auto"),
+                           runs=cfg["runs"], seed=derive_seed(ctx.seed, 14, k),
+                           until="decided", tol=DECISION_TOL["many"])
+            out["many"][f"{n},{d},{beta:g}"] = res.decision_times()
+        return out
+
+    def save(obj: dict[str, dict[str, np.ndarray]], where: Path) -> None:
+        from ..store import atomic_write
+
+        arrays = {f"{g}|{k}": v for g, part in obj.items() for k, v in part.items()}
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, stamp=np.array(stamp), **arrays)
+
+        atomic_write(where, write)
+
+    def load(where: Path) -> dict[str, Any]:
+        with np.load(where, allow_pickle=False) as z:
+            obj: dict[str, Any] = {"two": {}, "many": {}, "stamp": str(z["stamp"])}
+            for key in z.files:
+                if "|" in key:
+                    g, k = key.split("|")
+                    obj[g][k] = z[key]
+        return obj
+
+    return _saved_or(path, load, make, save, ctx, lambda o: o.get("stamp") == stamp)
+
+
+def build_decisions(ctx: Context) -> Section:
+    """How long runs stay undecided: two tokens against the exact survival, many tokens."""
+    from .. import absorption
+    from ..stats import censored_quantiles
+
+    phase = _need("tokensde.plots.phase", "plot_decision_times", issue="issue 13")
+    data, reused = decision_data(ctx)
+    cfg = DECISION_SIZES[ctx.size]
+    png = phase.plot_decision_times(data["two"], data["many"],
+                                    ctx.figures / "decision-times.png", DECISION_TOL["two"],
+                                    DECISION_TOL["many"], (cfg["T2"], cfg["Tn"]))
+    rows = []
+    for key, t in sorted(data["two"].items()):
+        beta, d = (float(v) for v in key.split(","))
+        q = censored_quantiles(t, [0.5, 0.9])
+        th = absorption.median_time(beta, d, "uniform", DECISION_TOL["two"])
+        rows.append(["2", d, beta, len(t), float(np.isnan(t).mean()), q[0], th, q[1],
+                     absorption.decision_rate(beta, d, DECISION_TOL["two"]),
+                     absorption.boundary_rates(beta, d)["antipodal"]])
+    for key, t in sorted(data["many"].items()):
+        n, d, beta = key.split(",")
+        q = censored_quantiles(t, [0.5, 0.9])
+        rows.append([n, float(d), float(beta), len(t), float(np.isnan(t).mean()), q[0], None,
+                     q[1], None, None])
+    table = Table("decision-times", "Time to decision (every pair within tol of +-1): median "
+                  "and 90% quantile over runs (blank when past the maximum horizon), the exact "
+                  "median and tail rate kappa_0 of the two-token diffusion at this tol, and the "
+                  "tol -> 0 antipodal rate mu^2/(2 s^2), which vanishes at beta_c",
+                  ["n", "d", "beta", "runs", "undecided at T", "median t", "median (theory)",
+                   "90% t", "tail rate (theory)", "antipodal rate, tol -> 0"], rows)
+    spec = FIGURES["decision-times"]
+    return Section("decision-times", spec.title, spec.claim, images=[Image(
+        png, "Fraction of runs still undecided at depth time t. Left: two tokens from a uniform "
+             "pair, network (steps) and the exact survival of the §5 diffusion (dashed). Right: "
+             "many tokens (pure noise).")], tables=[table],
+        provenance={"reused": reused, "size": cfg, "tol": DECISION_TOL,
+                    "data": str(ctx.data_path("decision-times", ".npz")),
+                    "command": f"tokensde figure decision-times --out {ctx.out}"
+                               + _size_flag(ctx)})
+
+
 def build_theory(ctx: Context) -> Section:
     """Exact P_anti(beta) curves against the Monte Carlo points."""
     phase = _need("tokensde.plots.phase", "plot_theory_vs_mc", issue="issue 3")
@@ -792,6 +893,11 @@ FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
                "P_anti is positive exactly above beta_c(d) = arccosh(d - 2)/2 for every d, and "
                "the network matches the exact probability at d up to 4096 (Gram sampler).",
                build_phase_d, "tokensde.gram + tokensde.plots.phase (issue 13)"),
+    FigureSpec("decision-times", "How long runs stay undecided",
+               "Each run is followed until it is absorbed. For two tokens the time to decision "
+               "follows the exact survival law of the rho diffusion, whose tail slows down as "
+               "beta approaches beta_c; many tokens can take far longer.", build_decisions,
+               "tokensde.absorption (issue 13)"),
     FigureSpec("trajectories", "Tokens on the circle and the sphere",
                "Under the random network tokens cluster, and may split into antipodal groups; "
                "under the deterministic flow the same tokens merge into one cluster.",

@@ -46,12 +46,21 @@ def _run(fn: Any, steps: int, quiet: bool, json_out: bool, **kwargs: Any) -> dic
 def _show_outcome(r: dict[str, Any]) -> None:
     lo, hi = r["ci"]
     pct = round(100 * r["level"])
-    typer.echo(f"{r['model']} model, {r['engine']}: {r['counts']['runs']} runs to T = "
+    decided = r.get("until") == "decided"
+    to = "until decided, at most to" if decided else "to"
+    typer.echo(f"{r['model']} model, {r['engine']}: {r['counts']['runs']} runs {to} T = "
                f"{_fmt(r['T'])} ({r['steps']} layers, dt = {_fmt(r['dt'])}), seed {r['seed']}")
     typer.echo(f"  antipodal  {_fmt(r['p_anti'])}  [{_fmt(lo)}, {_fmt(hi)}] ({pct}% Wilson)")
     typer.echo(f"  merged     {_fmt(r['p_merged'])}")
     typer.echo(f"  undecided  {_fmt(r['undecided'])}  (tol {_fmt(r['tol'])})")
-    typer.echo(f"  theory     {_fmt(r['theory'])}")
+    if decided:
+        typer.echo(f"  t_decided  median {_fmt(r['t_decided_median'])}, 90% "
+                   f"{_fmt(r['t_decided_q90'])}")
+    if "theory_at_tol" in r:
+        typer.echo(f"  theory     {_fmt(r['theory_at_tol'])} at tol, {_fmt(r['theory'])} as "
+                   "tol -> 0")
+    else:
+        typer.echo(f"  theory     {_fmt(r['theory'])}")
 
 
 @two_token_app.command("prob")
@@ -101,7 +110,10 @@ def mc_cmd(
     d: int = typer.Option(..., "--d", help="Dimension (integer >= 2)."),
     rho0: str = RHO0,
     runs: int = RUNS,
-    time: float = TIME,
+    time: float = typer.Option(200.0, "--time", help="Maximum depth time (--until decided) or "
+                               "the horizon (--until horizon)."),
+    until: str = typer.Option("decided", "--until", help="decided (each run stops once "
+                              "1 - |rho| < tol) | horizon (every run to --time)."),
     dt: float | None = typer.Option(None, "--dt", help="Layer step dt = alpha^2 (default 0.05/d)."),
     seed: int = SEED,
     sigma: float = typer.Option(1.0, "--sigma", help="Matrix noise scale (>= 0)."),
@@ -121,7 +133,11 @@ def mc_cmd(
         steps = TimeGrid.make(T=time, dt=dt).steps
         result = _run(tt.monte_carlo, steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
-                      sigma=sigma, tol=tol, sampler=sampler, engine=engine)
+                      sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until)
+        if sigma == 1.0:
+            from ..absorption import p_anti_at_tol
+
+            result["theory_at_tol"] = p_anti_at_tol(beta, d, tt.check_rho0(rho0), tol)
         if out is not None:
             result["out"] = _save(result, out)
     if json_out:

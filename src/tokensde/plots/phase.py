@@ -289,3 +289,52 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def plot_decision_times(two: dict[str, np.ndarray], many: dict[str, np.ndarray],
+                        path: str | Path, tol2: float, tol_n: float,
+                        horizons: tuple[float, float] = (math.inf, math.inf)) -> Path:
+    """Survival `P(still undecided at t)`: two-token cells (steps) against the exact survival
+    (dashed); many-token cells (steps). Keys: `'beta,d'` and `'n,d,beta'`; values are
+    decision times (nan: undecided at the horizon) and, for two tokens, `'theory:...'` curves
+    on the grid `'t'`."""
+    from .. import absorption
+
+    with styled():
+        fig = new_figure(11.0, 4.2)
+        ax0, ax1 = fig.subplots(1, 2)
+        for i, (key, times) in enumerate(sorted((k, v) for k, v in two.items() if "," in k
+                                                and not k.startswith("t"))):
+            beta, d = (float(v) for v in key.split(","))
+            colour = TOKEN_COLORS[i % len(TOKEN_COLORS)]
+            _survival_steps(ax0, times, colour, f"beta={beta:g}, d={d:g}", horizons[0])
+            grid = np.linspace(0.0, float(np.nanmax(times)) if np.isfinite(times).any() else 1.0,
+                               200)
+            ax0.plot(grid, absorption.survival(grid, beta, d, "uniform", tol2), color=colour,
+                     ls="--", lw=1)
+        ax0.plot([], [], color=COLORS["theory"], ls="--", label="exact survival (§5 diffusion)")
+        ax0.set(yscale="log", ylim=(1e-3, 1.2), xlabel="depth time t",
+                ylabel="P(undecided at t)",
+                title=f"two tokens, uniform pair, tol = {tol2:g}: network vs theory")
+        ax0.legend(fontsize=7)
+        for i, (key, times) in enumerate(sorted(many.items())):
+            _survival_steps(ax1, times, TOKEN_COLORS[i % len(TOKEN_COLORS)],
+                            "n={}, d={}, beta={}".format(*key.split(",")), horizons[1])
+        ax1.set(yscale="log", ylim=(1e-3, 1.2), xlabel="depth time t",
+                ylabel="P(undecided at t)",
+                title=f"many tokens, tol = {tol_n:g} (the curve ends at the maximum horizon)")
+        ax1.legend(fontsize=7)
+    return save(fig, path)
+
+
+def _survival_steps(ax: Any, times: np.ndarray, colour: str, label: str,
+                    horizon: float = math.inf) -> None:
+    """Empirical survival as steps; runs undecided at `horizon` hold the last level up to it."""
+    t = np.sort(np.where(np.isnan(times), np.inf, times))
+    n = len(t)
+    done = t[np.isfinite(t)]
+    x = np.concatenate([[0.0], done])
+    y = 1.0 - np.arange(len(x)) / n
+    if len(done) < n and math.isfinite(horizon):
+        x, y = np.append(x, horizon), np.append(y, y[-1])
+    ax.step(x, np.maximum(y, 0.5 / n), where="post", color=colour, lw=1.4, label=label)
