@@ -216,7 +216,7 @@ def test_corrupt_manifest_and_foreign_directory(finished, tmp_path):
     cfg, out = finished
     (out / "sweep.json").write_text('{"kind": "tokensde.sweep", "sch')
     with pytest.raises(StoreError, match=r"sweep\.json is not a readable sweep manifest"):
-        run_sweep(cfg, out)
+        sweep_status(out)
     other = tmp_path / "other"
     other.mkdir()
     (other / "data.csv").write_text("1,2\n")

@@ -39,8 +39,8 @@ def check_output(path: str | os.PathLike, name: str, directory: bool = False) ->
     for above in path.parents:
         if above.exists():
             if not above.is_dir():
-                raise ParameterError(f"{name} must be {want} under a directory; {path} sits "
-                                     f"under {above}, which is a file")
+                raise ParameterError(f"{name} must be {want}; {path} sits under {above}, "
+                                     "which is a file")
             if not os.access(above, os.W_OK | os.X_OK):
                 raise ParameterError(f"{name}: cannot write under {above} (permission denied)")
             break
