@@ -75,19 +75,16 @@ def check_usa_beta(beta: float, dtype: str = "float64") -> float:
 
 def real_array(name: str, value: Any) -> np.ndarray:
     """`value` as a float64 array; ParameterError naming `name` if it is ragged, complex or not
-    numeric (numpy would raise a bare error or drop the imaginary part)."""
+    numeric (numpy would raise a bare error, or drop the imaginary part)."""
     try:
         raw = np.asarray(value)
-        ok = raw.dtype.kind in "biuf"
-        a = np.array(raw, dtype=np.float64) if ok else raw
     except (TypeError, ValueError):
-        ok, raw = False, None
-    if not ok:
-        what = ("complex entries" if raw is not None and raw.dtype.kind == "c" else
-                f"entries of type {raw.dtype}" if raw is not None else "a ragged or non-numeric "
-                "value")
-        _require(False, name, "an array of real numbers", what)
-    return a
+        raise ParameterError(f"{name} must be an array of real numbers; got a ragged or "
+                             "non-numeric value") from None
+    if raw.dtype.kind not in "biuf":
+        what = "complex entries" if raw.dtype.kind == "c" else f"entries of type {raw.dtype}"
+        raise ParameterError(f"{name} must be an array of real numbers; got {what}")
+    return np.array(raw, dtype=np.float64)
 
 
 def _matrix(name: str, value: Any, d: int) -> np.ndarray | None:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from . import __version__
-from .params import ParameterError
+from .params import ModelParams, ParameterError, TimeGrid
 
 SCHEMA = 1
 KIND_SIM = "tokensde.simulation"
@@ -138,7 +138,6 @@ def load_result(path: str | os.PathLike) -> Any:
 
 def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> Any:
     from .model import SimResult
-    from .params import ModelParams, TimeGrid
 
     t = lambda k: torch.from_numpy(data[k]) if k in data else None  # noqa: E731
     known = {"params", "steps", "dt", "runs", "seed", "sampler", "scheme", "init", "dtype",

@@ -538,14 +538,15 @@ class SweepDir:
         if self.path.is_dir() and not self.exists():
             other = sorted(p.name for p in self.path.iterdir()
                            if p.name not in ours and not _is_tmp(p))
-            if fp is not None and not set(other) - {TABLE} and self.orphans_of(fp):
+            ours_only = fp is not None and not set(other) - {TABLE}
+            if ours_only and self.orphans_of(fp):
                 return
             if other or self._has_cells():
                 raise SweepError(f"{self.path} is not empty and is not a sweep directory (no "
                                  f"{MANIFEST}; found {', '.join(other) or CELLS + '/'}); "
                                  "refusing to write there: choose another --out"
-                                 + ("" if fp is None else " (its cells/ are not all cells of "
-                                    "this sweep)"))
+                                 + (" (its cells/ are not all cells of this sweep)" if ours_only
+                                    else ""))
 
     def prepare(self, config: SweepConfig, cells: list[Cell]) -> dict[str, Any]:
         """Create the manifest, or check that the existing one describes the same sweep."""
