@@ -26,7 +26,7 @@ from tokensde import ModelParams, ParameterError, TimeGrid
         ({"mean": "zero"}, "mean must be one of none, identity"),
         ({"Q": np.eye(4)}, "Q must be a 3x3 matrix"),
         ({"mean": np.ones((2, 2))}, "mean must be a 3x3 matrix"),
-        ({"attention": "usa", "beta": 1e4}, "beta (attention=usa) must be <= 700"),
+        ({"attention": "usa", "beta": 1e4}, "beta (attention=usa, float64) must be <= 345"),
     ],
 )
 def test_invalid_parameters_name_themselves(kwargs, name):

@@ -217,7 +217,7 @@ def test_corrupt_manifest_and_foreign_directory(finished, tmp_path):
     cfg, out = finished
     (out / "sweep.json").write_text('{"kind": "tokensde.sweep", "sch')
     with pytest.raises(StoreError, match=r"sweep\.json is not a readable sweep manifest"):
-        run_sweep(cfg, out)
+        sweep_status(out)
     other = tmp_path / "other"
     other.mkdir()
     (other / "data.csv").write_text("1,2\n")
@@ -262,7 +262,7 @@ def test_failing_cell_is_recorded_and_retried_on_resume(tmp_path):
     assert (s["done"], s["failed"]) == (2, 1)
     df = load_table(tmp_path / "out")
     bad = df[df["beta"] == 800.0].iloc[0]
-    assert bad["status"] == "error" and "beta (attention=usa) must be <= 700" in bad["error"]
+    assert bad["status"] == "error" and "beta (attention=usa, float64) must be <= 345" in bad["error"]
     assert df[df["beta"] == 1.0].iloc[0]["status"] == "ok"
     st = sweep_status(tmp_path / "out")
     assert (st["failed"], st["pending"], st["failures"][0]["params"]["beta"]) == (1, 0, 800.0)

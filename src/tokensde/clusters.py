@@ -31,6 +31,8 @@ from .params import ParameterError, check_real
 
 TOL_MIN = 1e-12
 TOL_MAX = 0.5
+# The smallest tol in machine epsilons of the Gram dtype (float32: 1.2e-4; float64 uses TOL_MIN).
+TOL_EPS = 1000.0
 # Floor of the log-gap scale: a float64 Gram cannot resolve 1 - G below ~1e-16.
 LOG_GAP_FLOOR = -16.0
 
@@ -47,12 +49,15 @@ class Outcome(IntEnum):
 OUTCOME_NAMES: tuple[str, ...] = tuple(o.name.lower() for o in Outcome)
 
 
-def check_tol(tol: float, name: str = "tol") -> float:
-    """Validate a clustering tolerance in [TOL_MIN, TOL_MAX]."""
+def check_tol(tol: float, name: str = "tol", dtype: str = "float64") -> float:
+    """Validate a clustering tolerance in [TOL_MIN, TOL_MAX] for float64 Gram matrices; for
+    another `dtype` the floor is TOL_EPS times its machine epsilon."""
     t = check_real(name, tol, 0.0, strict=True)
-    if not TOL_MIN <= t <= TOL_MAX:
-        raise ParameterError(f"{name} must be a number in [{TOL_MIN:g}, {TOL_MAX:g}] (float64 "
-                             f"Gram entries resolve gaps only down to ~1e-16); got {tol!r}")
+    eps = float(np.finfo(dtype).eps)
+    low = max(TOL_MIN, TOL_EPS * eps)
+    if not low <= t <= TOL_MAX:
+        raise ParameterError(f"{name} must be a number in [{low:g}, {TOL_MAX:g}] ({dtype} Gram "
+                             f"entries resolve gaps only down to ~{eps:.0e}); got {tol!r}")
     return t
 
 

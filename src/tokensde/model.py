@@ -11,8 +11,9 @@ optionally tokens) at chosen checkpoints. Numbers depend only on `seed`, never o
 from __future__ import annotations
 
 import math
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,7 @@ import torch
 
 from . import __version__
 from .layers import attention_output, network_step, normalize
-from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
+from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real, check_usa_beta
 from .rng import RUN_BLOCK, RunStreams
 from .samplers import NOISE_SAMPLERS, choose_sampler
 from .sde import sde_step
@@ -131,16 +132,65 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> np.ndarray:
-    """Layer indices to record: None -> [0, steps]; an int K -> K evenly spaced (ends included)."""
+    """Layer indices to record: None -> [0, steps]; an int K >= 2 -> K evenly spaced (both ends
+    included); a sequence -> those layer indices (whole numbers in [0, steps])."""
     if checkpoints is None:
         return np.array([0, steps])
-    if isinstance(checkpoints, int | np.integer):
-        k = check_int("checkpoints", checkpoints, 1)
-        return np.unique(np.round(np.linspace(0, steps, max(k, 1))).astype(int))
-    ck = np.unique(np.asarray(list(checkpoints), dtype=int))
-    if ck.size == 0 or ck.min() < 0 or ck.max() > steps:
-        raise ParameterError(f"checkpoints must be layer indices in [0, {steps}]; got {checkpoints}")
-    return ck
+    if isinstance(checkpoints, int | np.integer) and not isinstance(checkpoints, bool):
+        if checkpoints < 2:
+            raise ParameterError("checkpoints (a count K of evenly spaced records, the start and "
+                                 f"the end included) must be an integer >= 2; got {checkpoints!r}")
+        return np.unique(np.round(np.linspace(0, steps, int(checkpoints))).astype(int))
+    bad = ParameterError(f"checkpoints must be layer indices in [0, {steps}] (whole numbers), a "
+                         f"count K >= 2 or None; got {checkpoints!r}")
+    if isinstance(checkpoints, str | bytes | bool) or not isinstance(checkpoints, Iterable):
+        raise bad
+    try:
+        a = np.asarray(list(checkpoints), dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise bad from err
+    if a.ndim != 1 or a.size == 0 or not np.all(np.isfinite(a)) or np.any(a != np.round(a)) \
+            or a.min() < 0 or a.max() > steps:
+        raise bad
+    return np.unique(a.astype(int))
+
+
+def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | torch.device,
+               dtype: str | torch.dtype, checkpoints: Any, record: Sequence[str],
+               progress: Any) -> None:
+    """The checks of `simulate` that come before any work: argument types, USA beta for the
+    dtype, and a lower bound on the memory the run needs (kept records + one block of layer
+    workspace) against the machine's."""
+    if not isinstance(params, ModelParams):
+        raise TypeError(f"params must be a ModelParams (e.g. ModelParams(**d)); got "
+                        f"{type(params).__name__}")
+    if not isinstance(grid, TimeGrid):
+        raise TypeError(f"grid (the second positional argument) must be a TimeGrid or None; got "
+                        f"{grid!r}: give the horizon by keyword, layers=... or T=..., dt=...")
+    if progress is not None and not callable(progress):
+        raise TypeError("progress must be None or a callable taking the number of runs "
+                        f"advanced; got {progress!r}")
+    runs = check_int("runs", runs, 1)
+    tdtype, dev = resolve_dtype(dtype), resolve_device(device)
+    name = str(tdtype).removeprefix("torch.")
+    if params.attention == "usa":
+        check_usa_beta(params.beta, name)
+    k = len(resolve_checkpoints(checkpoints, grid.steps))
+    used = choose_sampler(params, sampler)
+    n, d = params.n, params.d
+    kept = runs * (n * d + k * n * n * ("gram" in record)
+                   + k * n * (n if used == "gram" else d) * ("tokens" in record))
+    layer = min(runs, RUN_BLOCK) * (4 * n * d + n * n + (d * d if used == "full" else
+                                                         2 * n * max(n, d)))
+    size = torch.finfo(tdtype).bits // 8
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for need, where in ((kept + layer, "cpu"), (layer, dev.type)):
+        have = host if where == "cpu" else torch.cuda.get_device_properties(dev).total_memory
+        if need * size > have:
+            raise ParameterError(
+                f"this simulation needs at least {need * size / 2**30:.3g} GiB of {where} memory "
+                f"({runs} runs, n = {n}, d = {d}, {k} checkpoints, sampler {used}, {name}), more "
+                f"than the {have / 2**30:.3g} GiB there: lower runs, n, d or checkpoints")
 
 
 def pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -330,8 +380,8 @@ def decide_every(dt: float) -> int:
     return max(1, int(DECIDE_DT / dt + 1e-9))
 
 
-def _check_until(until: str, tol: float | None, every: int | None, dt: float
-                 ) -> tuple[float, int] | None:
+def _check_until(until: str, tol: float | None, every: int | None, dt: float,
+                 dtype: str | torch.dtype = "float64") -> tuple[float, int] | None:
     if until not in UNTIL:
         raise ParameterError(f"until must be one of {', '.join(UNTIL)}; got {until!r}")
     if until == "horizon":
@@ -340,7 +390,8 @@ def _check_until(until: str, tol: float | None, every: int | None, dt: float
         return None
     from .clusters import check_tol
 
-    t = check_tol(DECIDE_TOL if tol is None else tol)
+    name = str(resolve_dtype(dtype)).removeprefix("torch.")
+    t = check_tol(DECIDE_TOL if tol is None else tol, "tol", name)
     return t, decide_every(dt) if every is None else check_int("decide_every", every, 1)
 
 
@@ -382,6 +433,7 @@ def simulate(
     A run's numbers up to its decision are those of the fixed-horizon run with the same seed.
     """
     grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt)
+    _check_call(params, grid, runs, sampler, device, dtype, checkpoints, record, progress)
     runs = check_int("runs", runs, 1)
     seed = check_int("seed", seed, 0)
     if scheme not in SCHEMES:
@@ -389,7 +441,7 @@ def simulate(
     bad = set(record) - set(RECORDS)
     if bad:
         raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
-    stopping = _check_until(until, tol, decide_every, grid.dt)
+    stopping = _check_until(until, tol, decide_every, grid.dt, dtype)
     init_kind = _check_init(init, params, runs, rho0)
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
     used = choose_sampler(params, sampler)
@@ -417,9 +469,11 @@ def simulate(
         def rec(c: int, xc: torch.Tensor, rows: torch.Tensor | None = None, lo: int = start,
                 hi: int = stop) -> None:
             if not bool(torch.isfinite(xc).all()):
+                hint = "lower beta or sigma" + (" or use float64" if tdtype != torch.float64
+                                                else "")
                 raise FloatingPointError(
-                    f"non-finite tokens at checkpoint {c} (beta={params.beta}, dtype={tdtype}); "
-                    "lower beta or use float64")
+                    f"non-finite tokens at checkpoint {c} (beta={params.beta}, sigma="
+                    f"{params.noise_scale}, dtype={tdtype}): the step overflowed; {hint}")
             at = slice(lo, hi) if rows is None else rows + lo
             if gram is not None:
                 gram[at, c] = (xc @ xc.transpose(-1, -2)).cpu()

@@ -23,8 +23,10 @@ LAWS: dict[str, tuple[str, ...]] = {
     "scalar": ("gaussian", "rademacher"),
     "symmetric": ("gaussian",),
 }
-# exp(beta) must stay finite for unnormalised attention in float64.
-USA_BETA_MAX = 700.0
+# Unnormalised (USA) attention weighs tokens by exp(beta <x_i, x_j>), so a layer's |z|^2 overflows
+# once beta passes log(largest float) / 2: about 354.9 in float64 and 44.4 in float32. The bounds
+# keep a margin of about 5 (noise scales up to ~100).
+USA_BETA_MAX: dict[str, float] = {"float64": 345.0, "float32": 39.0}
 
 
 class ParameterError(ValueError):
@@ -61,10 +63,34 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     return str(value)
 
 
+def check_usa_beta(beta: float, dtype: str = "float64") -> float:
+    """`beta` if USA attention stays finite in `dtype` ('float64' or 'float32'), else raise."""
+    top = USA_BETA_MAX[dtype]
+    wider = "" if dtype == "float64" else f"; float64 allows <= {USA_BETA_MAX['float64']:g}"
+    _require(beta <= top, f"beta (attention=usa, {dtype})", f"<= {top:g} (exp(beta) makes the "
+             f"tokens overflow {dtype} from about beta = {math.log(np.finfo(dtype).max) / 2:.0f}"
+             f"{wider})", beta)
+    return beta
+
+
+def real_array(name: str, value: Any) -> np.ndarray:
+    """`value` as a float64 array; ParameterError naming `name` if it is ragged, complex or not
+    numeric (numpy would raise a bare error, or drop the imaginary part)."""
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name} must be an array of real numbers; got a ragged or "
+                             "non-numeric value") from None
+    if raw.dtype.kind not in "biuf":
+        what = "complex entries" if raw.dtype.kind == "c" else f"entries of type {raw.dtype}"
+        raise ParameterError(f"{name} must be an array of real numbers; got {what}")
+    return np.array(raw, dtype=np.float64)
+
+
 def _matrix(name: str, value: Any, d: int) -> np.ndarray | None:
     if value is None:
         return None
-    a = np.array(value, dtype=np.float64)
+    a = real_array(name, value)
     _require(a.shape == (d, d), name, f"a {d}x{d} matrix (d = {d})", f"shape {a.shape}")
     _require(bool(np.all(np.isfinite(a))), name, "finite", "non-finite entries")
     a.setflags(write=False)
@@ -106,10 +132,11 @@ class ModelParams:
         set_(self, "law", check_choice(f"law (for noise={self.noise})", self.law, LAWS[self.noise]))
         set_(self, "sigma", check_real("sigma", self.sigma, 0.0))
         if self.eps is not None:
+            _require(self.noise == "scalar", "eps", "given only with noise='scalar' (sigma scales "
+                     f"{self.noise} noise)", self.eps)
             set_(self, "eps", check_real("eps", self.eps, 0.0))
         if self.attention == "usa":
-            _require(self.beta <= USA_BETA_MAX, "beta (attention=usa)",
-                     f"<= {USA_BETA_MAX:g} (exp(beta) overflows float64)", self.beta)
+            check_usa_beta(self.beta)
         set_(self, "Q", _matrix("Q", self.Q, self.d))
         set_(self, "K", _matrix("K", self.K, self.d))
         set_(self, "M", self._mean_matrix())
@@ -202,11 +229,12 @@ class TimeGrid:
         alpha: float | None = None,
         T: float | None = None,
         dt: float | None = None,
+        exact: bool = False,
     ) -> TimeGrid:
         """Build from `(layers, alpha)` (alpha defaults to 1/sqrt(layers)) or from `(T, dt)`.
 
         With `(T, dt)` the number of layers is `ceil(T/dt)` (up to rounding), so the horizon
-        reached is at least T.
+        reached is at least T; with `exact`, a T that is not a whole number of steps is an error.
         """
         if layers is not None:
             _require(T is None and dt is None, "time", "given as (layers, alpha) or (T, dt), not both",
@@ -215,10 +243,18 @@ class TimeGrid:
             a = 1.0 / math.sqrt(L) if alpha is None else check_real("alpha", alpha, 0.0, True)
             return cls(L, a * a)
         _require(alpha is None, "alpha", "given together with layers", alpha)
+        given = {k: v for k, v in (("T", T), ("dt", dt)) if v is not None}
         _require(T is not None and dt is not None, "time", "given as (layers, alpha) or (T, dt)",
-                 {"T": T, "dt": dt})
+                 given or "neither")
         t = check_real("T", T, 0.0, True)
         h = check_real("dt", dt, 0.0, True)
         _require(h <= t, "dt", f"<= T = {t:g}", h)
-        steps = max(1, math.ceil(t / h - 1e-9))
+        r = t / h
+        if exact and abs(r - round(r)) > 1e-9:
+            k = max(1, math.floor(r))
+            raise ParameterError(f"T must be a whole number of layer steps dt; got T = {t:g}, "
+                                 f"dt = {h:g} (T/dt = {r:.6g}, which would run to T = "
+                                 f"{math.ceil(r) * h:g}): choose dt = T/k, e.g. "
+                                 f"{t / k:.6g} ({k} layers) or {t / (k + 1):.6g} ({k + 1} layers)")
+        steps = max(1, math.ceil(r - 1e-9))
         return cls(steps, h)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from . import __version__
+from .params import ModelParams, ParameterError, TimeGrid
 
 SCHEMA = 1
 KIND_SIM = "tokensde.simulation"
@@ -27,9 +28,28 @@ class StoreError(ValueError):
     """A results file that cannot be read: corrupt, foreign, or written by a newer schema."""
 
 
+def check_output(path: str | os.PathLike, name: str, directory: bool = False) -> Path:
+    """`path` if a file (or, with `directory`, a directory) can be written there: it is not the
+    other kind of thing, and no part of it above is a file. Raise ParameterError naming `name`."""
+    path = Path(path)
+    want = "a directory" if directory else "a file path"
+    if path.exists() and path.is_dir() != directory:
+        what = "a directory" if path.is_dir() else "a file"
+        raise ParameterError(f"{name} must be {want}; {path} is {what}")
+    for above in path.parents:
+        if above.exists():
+            if not above.is_dir():
+                raise ParameterError(f"{name} must be {want}; {path} sits under {above}, "
+                                     "which is a file")
+            if not os.access(above, os.W_OK | os.X_OK):
+                raise ParameterError(f"{name}: cannot write under {above} (permission denied)")
+            break
+    return path
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
     """Call `write(tmp)` on a temporary file next to `path`, then rename it over `path`."""
-    path = Path(path)
+    path = check_output(path, "output path")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -59,6 +79,23 @@ def check_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
     return meta
 
 
+def read_json(path: str | os.PathLike, kind: str, remedy: str) -> dict[str, Any]:
+    """A JSON document of `kind` (see `header`); StoreError naming the file and `remedy` when it
+    is truncated, corrupt or foreign."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise StoreError(f"{path} is not readable JSON (truncated or corrupt?): {err}; "
+                         f"{remedy}") from err
+    try:
+        return check_meta(doc, kind, str(path))
+    except StoreError as err:
+        raise StoreError(f"{err}; {remedy}") from err
+
+
 def header(kind: str, **fields: Any) -> dict[str, Any]:
     """A metadata header with kind, schema and package version."""
     return {"kind": kind, "schema": SCHEMA, "package": "tokensde", "version": __version__, **fields}
@@ -82,9 +119,6 @@ def save_result(result: Any, path: str | os.PathLike) -> Path:
 
 def load_result(path: str | os.PathLike) -> Any:
     """Read a `SimResult` written by `save_result`; raise StoreError on a bad file."""
-    from .model import SimResult
-    from .params import ModelParams, TimeGrid
-
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {path} does not exist")
@@ -95,6 +129,16 @@ def load_result(path: str | os.PathLike) -> Any:
     except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError) as err:
         raise StoreError(f"{path} is not a readable tokensde results file: {err}") from err
     check_meta(meta, KIND_SIM, str(path))
+    try:
+        return _sim_result(meta, data)
+    except KeyError as err:
+        raise StoreError(f"{path} lacks the field {err.args[0]!r} of a tokensde results file "
+                         "(damaged, or not written by save_result); re-run the simulation") from err
+
+
+def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> Any:
+    from .model import SimResult
+
     t = lambda k: torch.from_numpy(data[k]) if k in data else None  # noqa: E731
     known = {"params", "steps", "dt", "runs", "seed", "sampler", "scheme", "init", "dtype",
              "device", "wall_s", "checkpoints", "alpha", "T", "kind", "schema", "package",

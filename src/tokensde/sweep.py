@@ -35,16 +35,19 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import itertools
 import json
 import multiprocessing as mp
 import os
+import signal
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +55,7 @@ from typing import Any
 from . import __version__
 from .params import ParameterError, check_choice, check_int
 from .rng import derive_seed
-from .store import StoreError, atomic_write, check_meta, header, read_parquet, write_parquet
+from .store import StoreError, atomic_write, check_meta, check_output, header, read_parquet, write_parquet
 
 KIND_SWEEP = "tokensde.sweep"
 KIND_CELL = "tokensde.sweep-cell"
@@ -65,6 +68,7 @@ TAIL_COLUMNS = ("status", "error", "seed", "version", "wall_s")
 # Columns that legitimately differ between two runs of the same sweep.
 TIMING_COLUMNS = ("wall_s",)
 PRELOAD = ["tokensde.sweep", "tokensde.experiments"]
+WATCH_S = 0.5  # how often a pool worker checks that the sweep process still runs
 
 Row = dict[str, Any]
 OnCell = Callable[[Row, dict[str, int]], None]
@@ -72,6 +76,17 @@ OnCell = Callable[[Row, dict[str, int]], None]
 
 class SweepError(ValueError):
     """A sweep config or output directory that cannot be used; the message says why."""
+
+
+class ManifestReadError(StoreError):
+    """DIR/sweep.json exists but is not JSON (truncated or corrupt)."""
+
+
+REBUILD = ("its finished cells in cells/ are kept: run `tokensde sweep run CONFIG --out {dir}` "
+           "with the sweep's TOML file to rebuild the manifest (the cells are checked against "
+           "it and skipped)")
+TABLE_REMEDY = ("delete it: `tokensde sweep table {dir}` rebuilds it from the cells (cells/), "
+                "which are kept")
 
 
 # ----------------------------------------------------------------------------- config and cells
@@ -141,7 +156,11 @@ class SweepConfig:
         for key in ("kind", "seed", "grid"):
             if key not in data:
                 raise SweepError(f"{where}: missing required key {key!r}")
-        params = dict(data.get("params", {}))
+        params = data.get("params", {})
+        if not isinstance(params, dict):
+            raise SweepError(f"{where}: params must be a table ([params]) of fixed parameters; "
+                             f"got {params!r}")
+        params = dict(params)
         for key in ("runs", "T"):
             if key in data:
                 if key in params:
@@ -163,6 +182,9 @@ class SweepConfig:
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"sweep config {path} does not exist")
+        if not path.is_file():
+            raise SweepError(f"sweep config {path} is a directory; give the sweep's TOML file "
+                             "(to resume a sweep, pass its TOML and the directory as --out)")
         try:
             data = tomllib.loads(path.read_text())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
@@ -270,26 +292,105 @@ def _window(workers: int) -> int:
     return 2 * workers
 
 
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped, counts as dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+
+
+def _worker_init(parent: int) -> None:
+    """In each pool worker: leave SIGINT to the parent, and exit as soon as the parent is gone
+    (SIGKILL, or SIGTERM from `timeout` or a batch scheduler), so no worker, forkserver or
+    resource tracker outlives the sweep. The worker's own parent is the forkserver, so
+    PR_SET_PDEATHSIG would not fire; a daemon thread polls the sweep process instead."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while _alive(parent):
+            time.sleep(WATCH_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tokensde-parent-watch", daemon=True).start()
+
+
+def _forkserver() -> Any:
+    """The forkserver context, its server started with SIGINT ignored, so that it and every
+    worker it forks leave Ctrl-C to the sweep process (no KeyboardInterrupt tracebacks from
+    workers starting up)."""
+    from multiprocessing import forkserver
+
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        forkserver.ensure_running()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
+    return ctx
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends (a worker half started when the pool is
+    stopped would print a traceback), then deliver them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old = {s: signal.signal(s, lambda n, _: held.append(n)) for s in (signal.SIGINT,
+                                                                      signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for n in held:
+            signal.raise_signal(n)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Kill the workers of `pool` at once (their cells in flight are dropped and rerun later)."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.kill()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 def run_local(tasks: list[Row], workers: int) -> Iterator[Row]:
     """Rows as cells finish, on a process pool of `workers` (in this process when 1).
 
     A worker that dies fails the cells in flight (recorded as errors) and the pool is restarted.
+    Closed early (an interrupt, an error in the caller), it kills the workers at once; workers
+    also exit by themselves when this process dies.
     """
     if workers == 1:
         yield from map(execute_cell, tasks)
         return
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx = _forkserver()
     pending = list(reversed(tasks))
     while pending:
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                                   initargs=(os.getpid(),))
         inflight: dict[Any, Row] = {}
         broken = False
         try:
             while pending or inflight:
                 while pending and not broken and len(inflight) < _window(workers):
                     task = pending.pop()
-                    inflight[pool.submit(execute_cell, task)] = task
+                    with _signals_held():  # submit may start a worker
+                        inflight[pool.submit(execute_cell, task)] = task
                 if not inflight:
                     break
                 done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
@@ -301,6 +402,9 @@ def run_local(tasks: list[Row], workers: int) -> Iterator[Row]:
                         broken = True
                         yield error_row(task, f"worker process died with this cell in flight: "
                                               f"{err}")
+        except BaseException:
+            _stop(pool)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -382,41 +486,80 @@ class SweepDir:
         """True when the directory holds a manifest."""
         return self.manifest_path.exists()
 
+    def _has_cells(self) -> bool:
+        return self.cells_dir.is_dir() and any(not _is_tmp(p) for p in self.cells_dir.iterdir())
+
+    def _hint(self) -> str:
+        return "; " + REBUILD.format(dir=self.path) if self._has_cells() else ""
+
     def manifest(self) -> dict[str, Any]:
-        """The manifest; StoreError if unreadable or foreign."""
+        """The manifest; StoreError if unreadable or foreign (saying how to rebuild it when
+        finished cells are there)."""
         if not self.path.is_dir():
             raise FileNotFoundError(f"sweep directory {self.path} does not exist")
         if not self.exists():
-            raise SweepError(f"{self.path} is not a sweep directory (no {MANIFEST})")
+            raise SweepError(f"{self.path} is not a sweep directory (no {MANIFEST})"
+                             + self._hint())
         try:
             meta = json.loads(self.manifest_path.read_text())
         except (ValueError, UnicodeDecodeError) as err:
-            raise StoreError(f"{self.manifest_path} is not a readable sweep manifest (truncated "
-                             f"or corrupt?): {err}") from err
+            raise ManifestReadError(f"{self.manifest_path} is not a readable sweep manifest "
+                                     f"(truncated or corrupt?): {err}{self._hint()}") from err
         meta = check_meta(meta, KIND_SWEEP, str(self.manifest_path))
         if not isinstance(meta.get("cells"), list) or "fingerprint" not in meta:
             raise StoreError(f"{self.manifest_path} lacks the cell list or fingerprint")
         return meta
 
-    def check_foreign(self) -> None:
+    def orphans_of(self, fp: str) -> bool:
+        """True when cells/ holds only finished cells of the sweep with fingerprint `fp` (so a
+        lost manifest can be rebuilt from that sweep's config); an unreadable cell is an error
+        naming it."""
+        if not self.cells_dir.is_dir():
+            return True
+        for p in self.cells_dir.iterdir():
+            if _is_tmp(p):
+                continue
+            if p.suffix != ".parquet":
+                return False
+            try:
+                _, head = read_parquet(p, KIND_CELL)
+            except StoreError as err:
+                raise StoreError(f"{err}; delete {p} to recompute that cell") from err
+            if head.get("fingerprint") != fp or head.get("cell") != p.stem:
+                return False
+        return True
+
+    def check_foreign(self, fp: str | None = None) -> None:
         """Refuse a non-empty directory that holds no manifest (files of interrupted writes of
-        ours, `.*.tmp`, do not count)."""
+        ours, `.*.tmp`, do not count), unless it holds only cells (and table) of the sweep with
+        fingerprint `fp`, whose manifest was lost."""
         ours = {LOCK, CELLS}
+        check_output(self.path, "--out", directory=True)
         if self.path.is_dir() and not self.exists():
             other = sorted(p.name for p in self.path.iterdir()
                            if p.name not in ours and not _is_tmp(p))
-            stray = self.cells_dir.is_dir() and any(self.cells_dir.iterdir())
-            if other or stray:
+            ours_only = fp is not None and not set(other) - {TABLE}
+            if ours_only and self.orphans_of(fp):
+                return
+            if other or self._has_cells():
                 raise SweepError(f"{self.path} is not empty and is not a sweep directory (no "
                                  f"{MANIFEST}; found {', '.join(other) or CELLS + '/'}); "
-                                 "refusing to write there: choose another --out")
+                                 "refusing to write there: choose another --out"
+                                 + (" (its cells/ are not all cells of this sweep)" if ours_only
+                                    else ""))
 
     def prepare(self, config: SweepConfig, cells: list[Cell]) -> dict[str, Any]:
         """Create the manifest, or check that the existing one describes the same sweep."""
-        self.check_foreign()
         fp = fingerprint(config, cells)
+        self.check_foreign(fp)
+        meta = None
         if self.exists():
-            meta = self.manifest()
+            try:
+                meta = self.manifest()
+            except ManifestReadError:
+                if not self.orphans_of(fp):
+                    raise
+        if meta is not None:
             if meta["fingerprint"] != fp:
                 raise SweepError(
                     f"{self.path} holds a different sweep (kind {meta.get('config', {}).get('kind')!r},"
@@ -520,10 +663,17 @@ class SweepDir:
         stats = [n for n in table.column_names if n not in head and n not in TAIL_COLUMNS]
         return table.select([*head, *stats, *TAIL_COLUMNS])
 
+    def read_table(self) -> tuple[Any, dict[str, Any]]:
+        """DIR/table.parquet and its header; StoreError naming the file and the remedy."""
+        try:
+            return read_parquet(self.table_path, KIND_TABLE)
+        except StoreError as err:
+            raise StoreError(f"{err}; {TABLE_REMEDY.format(dir=self.path)}") from err
+
     def write_table(self, meta: dict[str, Any], parts: dict[str, Any] | None = None) -> Path:
         """Rebuild DIR/table.parquet from the parts (refusing to replace a foreign file there)."""
         if self.table_path.exists():
-            read_parquet(self.table_path, KIND_TABLE)
+            self.read_table()
         table = self.consolidate(meta, parts)
         head = header(KIND_TABLE, fingerprint=meta["fingerprint"], config=meta["config"],
                       cells=len(meta["cells"]), rows=table.num_rows)
@@ -537,11 +687,21 @@ def _tasks(config: SweepConfig, cells: Iterable[Cell]) -> list[Row]:
              "params": c.params, "seed": c.seed} for c in cells]
 
 
+def check_backend(backend: str, address: str | None) -> str:
+    """`backend` if it can run here: one of BACKENDS, an address only with 'ray', and Ray
+    installed for 'ray'."""
+    backend = check_choice("backend", backend, BACKENDS)
+    if address and backend != "ray":
+        raise ParameterError(f"address is only used with backend='ray'; got backend={backend!r}")
+    if backend == "ray" and importlib.util.find_spec("ray") is None:
+        raise SweepError("backend 'ray' needs Ray, which is not installed: pip install "
+                         "'tokensde[ray]'")
+    return backend
+
+
 def _rows(tasks: list[Row], workers: int, backend: str, address: str | None) -> Iterator[Row]:
     if backend == "ray":
         return run_ray(tasks, workers, address)
-    if address:
-        raise ParameterError("address is only used with backend='ray'")
     return run_local(tasks, workers)
 
 
@@ -556,10 +716,10 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
     """
     cfg = config if isinstance(config, SweepConfig) else SweepConfig.load(config)
     workers = check_int("workers", workers, 1)
-    backend = check_choice("backend", backend, BACKENDS)
+    backend = check_backend(backend, address)
     cells = cfg.cells()
     sd = SweepDir(out)
-    sd.check_foreign()
+    sd.check_foreign(fingerprint(cfg, cells))
     t0 = time.perf_counter()
     with sd.lock():
         meta = sd.prepare(cfg, cells)
@@ -571,13 +731,15 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
                   "ran": 0}
         if on_start is not None:
             on_start(dict(counts))
-        for row in _rows(_tasks(cfg, todo), workers, backend, address):
-            sd.write_row(row, meta)
-            counts["done"] += 1
-            counts["ran"] += 1
-            counts["failed"] += row["status"] != "ok"
-            if on_cell is not None:
-                on_cell(row, dict(counts))
+        # closing: an interrupt stops the workers at once, not when the generator is collected
+        with closing(_rows(_tasks(cfg, todo), workers, backend, address)) as rows:
+            for row in rows:
+                sd.write_row(row, meta)
+                counts["done"] += 1
+                counts["ran"] += 1
+                counts["failed"] += row["status"] != "ok"
+                if on_cell is not None:
+                    on_cell(row, dict(counts))
         table = sd.write_table(meta)
     return {**counts, "dir": str(sd.path), "table": str(table), "backend": backend,
             "workers": workers, "wall_s": time.perf_counter() - t0}
@@ -611,7 +773,12 @@ def load_table(out: str | os.PathLike) -> Any:
 def read_table(path: str | os.PathLike) -> Any:
     """A saved consolidated table (DIR or DIR/table.parquet) as a pandas DataFrame."""
     p = Path(path)
-    table, _ = read_parquet(p / TABLE if p.is_dir() else p, KIND_TABLE)
+    if p.is_dir():
+        return SweepDir(p).read_table()[0].to_pandas()
+    try:
+        table, _ = read_parquet(p, KIND_TABLE)
+    except StoreError as err:
+        raise StoreError(f"{err}; {TABLE_REMEDY.format(dir=p.parent)}") from err
     return table.to_pandas()
 
 
@@ -631,6 +798,8 @@ def export_table(out: str | os.PathLike, fmt: str = "parquet",
     """Rebuild DIR/table.parquet and, for csv/json or another `path`, write that file too
     (atomically); return where it went and how many cells it holds."""
     fmt = check_choice("format", fmt, FORMATS)
+    if path is not None:
+        check_output(path, "path")
     sd = SweepDir(out)
     meta = sd.manifest()
     parts = sd.parts(meta)
@@ -639,7 +808,7 @@ def export_table(out: str | os.PathLike, fmt: str = "parquet",
         target = Path(path) if path is not None else sd.path / f"table.{fmt}"
         if fmt == "parquet":
             if target.resolve() != sd.table_path.resolve():
-                table, head = read_parquet(sd.table_path, KIND_TABLE)
+                table, head = sd.read_table()
                 write_parquet(table, target, head)
         else:
             text = render_table(out, fmt)

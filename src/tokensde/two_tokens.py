@@ -102,6 +102,12 @@ def _supercritical(b: np.ndarray, dd: np.ndarray) -> np.ndarray:
     return (dd <= 2.0) | (b > _beta_c(dd))
 
 
+def _live(b: np.ndarray, dd: np.ndarray) -> np.ndarray:
+    # supercritical, and the exponent a_- of S' at -1 above -1 in floating point too: within an
+    # ulp or so of beta_c it rounds to -1, S' is then not integrable and P_anti is 0 to rounding
+    return _supercritical(b, dd) & (0.5 + 0.5 * (dd - 2.0) * _sech(2.0 * b) < 1.0)
+
+
 def antipodal_attracts(beta: ArrayLike, d: ArrayLike) -> Any:
     """True where antipodal pairs attract with positive probability: `cosh(2 beta) > d - 2`."""
     return _unwrap(_supercritical(*_check_beta_d(beta, d)))
@@ -222,7 +228,7 @@ def p_anti(beta: ArrayLike, d: ArrayLike, rho0: ArrayLike) -> ArrayLike:
     b, dd = _check_beta_d(beta, d)
     shape, (b, dd, r) = _points(b, dd, _check_rho("rho0", rho0))
     out = np.where(r == -1.0, 1.0, 0.0)
-    live = _supercritical(b, dd) & (np.abs(r) < 1.0)
+    live = _live(b, dd) & (np.abs(r) < 1.0)
     if live.any():
         out[live] = _p_anti_live(b[live], dd[live], r[live])
     return _unwrap(out.reshape(shape))
@@ -262,7 +268,7 @@ def p_anti_uniform(beta: ArrayLike, d: ArrayLike) -> ArrayLike:
     b, dd = _check_beta_d(beta, d)
     shape, (b, dd) = _points(b, dd)
     out = np.zeros_like(b)
-    live = _supercritical(b, dd)
+    live = _live(b, dd)
     if live.any():
         out[live] = _p_uniform_live(b[live], dd[live])
     return _unwrap(out.reshape(shape))

@@ -50,11 +50,20 @@ def fail(message: str, code: int = 2) -> None:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn ParameterError / ValueError / FileNotFoundError into a one-line error and exit 2."""
+    """Turn ParameterError / ValueError / OSError (a path that cannot be read or written) and
+    allocation failures into a one-line error and exit 2."""
     try:
         yield
-    except (ParameterError, ValueError, FileNotFoundError, FloatingPointError) as err:
+    except typer.Exit:
+        raise
+    except (ParameterError, ValueError, OSError, FloatingPointError) as err:
         fail(str(err))
+    except (MemoryError, RuntimeError) as err:
+        # torch reports a failed allocation as a RuntimeError (CPU) or OutOfMemoryError (CUDA)
+        if not isinstance(err, MemoryError) and "memory" not in str(err).lower():
+            raise
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        fail(f"out of memory: {first}; lower runs, n or d")
 
 
 @contextmanager

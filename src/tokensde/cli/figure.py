@@ -957,6 +957,9 @@ def figure_cmd(
         if name is None:
             raise ParameterError("NAME is required: one of " + ", ".join(FIGURES))
         check_choice("NAME", name, tuple(FIGURES))
+        from ..store import check_output
+
+        check_output(out, "--out", directory=True)
         ctx = Context(out, size or ("quick" if quick else "full"), seed, workers,
                       log=lambda s: typer.echo(s, err=True))
         t0 = time.perf_counter()

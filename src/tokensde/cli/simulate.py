@@ -8,19 +8,29 @@ from typing import Any
 import numpy as np
 import typer
 
-from ..params import ModelParams, ParameterError, TimeGrid
+from ..clusters import check_tol
+from ..params import ModelParams, ParameterError, TimeGrid, real_array
 from ._common import emit_json, progress_bar, user_errors
 
 
 def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.ndarray:
-    """`value` if it is one of `names`, else the array in the .npy file it names."""
+    """`value` if it is one of `names`, else the real array in the .npy file it names."""
     if value in names:
         return value
     path = Path(value)
-    if not path.exists():
-        allowed = ", ".join(f"'{n}'" for n in names)
-        raise ParameterError(f"{param} must be {allowed} or a .npy file; got {value!r}")
-    return np.load(path)
+    allowed = ", ".join(f"'{n}'" for n in names) + " or a .npy file holding one real array"
+    if not path.is_file():
+        raise ParameterError(f"{param} must be {allowed}; got {value!r}")
+    try:
+        a = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise ParameterError(f"{param} must be {allowed}; {path} is not a readable .npy file "
+                             "(not an array file, or one holding Python objects)") from err
+    if not isinstance(a, np.ndarray):
+        a.close()
+        raise ParameterError(f"{param} must be {allowed}; {path} is an .npz archive (save one "
+                             "array with numpy.save)")
+    return real_array(f"{param} (from {path})", a)
 
 
 def pair_summary(gram: np.ndarray, tol: float) -> dict[str, Any]:
@@ -80,11 +90,13 @@ def simulate_cmd(
     law: str = typer.Option("gaussian", "--law", help="gaussian | uniform (matrix) | rademacher "
                             "(scalar)."),
     sigma: float = typer.Option(1.0, "--sigma", help="Noise scale of matrix/symmetric noise."),
-    eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale (default sigma)."),
+    eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale (--noise scalar only; "
+                                     "default sigma)."),
     mean: str = typer.Option("none", "--mean", help="Mean value part M: none | identity | FILE.npy"),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers L."),
-    alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (default 1/sqrt(L))."),
-    time: float | None = typer.Option(None, "--time", help="Depth time T (with --dt)."),
+    alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (with --layers; "
+                                        "default 1/sqrt(L))."),
+    time: float | None = typer.Option(None, "--time", help="Depth time T (with --dt; T/dt must be whole)."),
     dt: float | None = typer.Option(None, "--dt", help="Layer step dt = alpha^2 (with --time)."),
     init: str = typer.Option("uniform", "--init", help="uniform | pair | FILE.npy"),
     rho0: float | None = typer.Option(None, "--rho0", help="Initial <x1,x2> for --init pair."),
@@ -94,8 +106,10 @@ def simulate_cmd(
     scheme: str = typer.Option("network", "--scheme", help="network (discrete) | sde (limit)."),
     dtype: str = typer.Option("float64", "--dtype", help="float64 | float32."),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N."),
-    checkpoints: int = typer.Option(11, "--checkpoints", help="Evenly spaced records (>= 2)."),
-    tol: float = typer.Option(1e-3, "--tol", help="Merged/antipodal tolerance on inner products."),
+    checkpoints: int = typer.Option(11, "--checkpoints", help="Evenly spaced records, ends "
+                                     "included (>= 2)."),
+    tol: float = typer.Option(1e-3, "--tol", help="Merged/antipodal tolerance on inner "
+                              "products, in [1e-12, 0.5] (float32: >= 1.2e-4)."),
     until: str = typer.Option("horizon", "--until", help="horizon (every run to the end) | "
                               "decided (each run stops once every pair is within --tol of +-1)."),
     max_time: float | None = typer.Option(None, "--max-time", help="Maximum depth time for "
@@ -106,16 +120,20 @@ def simulate_cmd(
 ) -> None:
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
     from ..model import simulate
-    from ..store import save_result
+    from ..store import check_output, save_result
 
     with user_errors():
         time = _max_time(time, max_time)
-        if layers is None and time is None:
+        if layers is None and alpha is None and time is None and dt is None:
             layers = 1000
+        check_tol(tol, "tol", dtype)
+        for name, path in (("--out", out), ("--plot", plot)):
+            if path is not None:
+                check_output(path, name)
         p = ModelParams(n=n, d=d, beta=beta, attention=attention, causal=causal, noise=noise,
                         law=law, sigma=sigma, eps=eps,
                         mean=_name_or_npy("mean", mean, ("none", "identity")))
-        grid = TimeGrid.make(layers, alpha, time, dt)
+        grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
             x0 = _name_or_npy("init", init, ("uniform", "pair"))
             res = simulate(p, grid, runs=runs, init=x0, rho0=rho0, seed=seed, sampler=sampler,

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,26 @@ class _Bar:
             self.bar.close()
 
 
+@contextmanager
+def _term_as_interrupt() -> Iterator[dict[str, Any]]:
+    """Turn SIGTERM (from `timeout` or a batch scheduler) into KeyboardInterrupt while the sweep
+    runs, so the pool is shut down and the workers stopped; yields which signal came."""
+    got: dict[str, Any] = {"signal": "SIGINT", "number": signal.SIGINT}
+
+    def on_term(signum: int, frame: Any) -> None:
+        got.update(signal="SIGTERM", number=signum)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield got
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 @sweep_app.command("run")
 def run_cmd(
     config: Path = typer.Argument(..., help="TOML sweep file."),
@@ -51,16 +75,19 @@ def run_cmd(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Run or resume CONFIG into --out; print a JSON summary (exit 1 if some cells failed)."""
-    from ..sweep import run_sweep
+    from ..sweep import SweepDir, run_sweep
 
     bar = _Bar(not quiet)
-    with user_errors():
+    with user_errors(), _term_as_interrupt() as got:
         try:
             summary = run_sweep(config, out, workers=workers, backend=backend, address=address,
                                 on_start=bar.start, on_cell=bar.cell)
         except KeyboardInterrupt:
             bar.close()
-            fail(f"interrupted; finished cells are saved in {out}: run again to resume", 130)
+            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))  # counts may lag a write
+            saved = "no cell had finished" if not done else f"{done} finished cells are saved"
+            fail(f"interrupted by {got['signal']}: {saved} in {out}; cells in progress were "
+                 "stopped: run the same command again to resume", 128 + got["number"])
         finally:
             bar.close()
     emit_json(summary)
@@ -85,12 +112,15 @@ def table_cmd(
                                help="Where to write (default DIR/table.<format>; '-' = stdout)."),
 ) -> None:
     """Consolidate the finished cells into one table (one row per cell); print where it went."""
+    from ..store import check_output
     from ..sweep import export_table, render_table
 
     with user_errors():
         if output == "-":
             typer.echo(render_table(out, fmt), nl=False)
             return
+        if output is not None:
+            check_output(output, "--output")
         emit_json(export_table(out, fmt, output))
 
 

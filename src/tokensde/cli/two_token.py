@@ -76,6 +76,7 @@ def prob_cmd(
     with user_errors():
         r0 = tt.check_rho0(rho0)
         p = tt.p_anti_uniform(beta, d) if r0 == "uniform" else tt.p_anti(beta, d, r0)
+        p = float(p) + 0.0  # no -0.0 (P_anti just above beta_c underflows to -0)
         result = {"p_anti": p, "beta": beta, "d": d, "rho0": r0, "beta_c": tt.beta_c(d),
                   "antipodal_attracts": tt.antipodal_attracts(beta, d)}
     if json_out:
@@ -83,7 +84,10 @@ def prob_cmd(
         return
     typer.echo(f"P_anti(beta={_fmt(beta)}, d={_fmt(d)}, rho0={r0}) = {p:.8g}")
     verdict = ("antipodal pairs attract (beta > beta_c)" if result["antipodal_attracts"] else
-               "pairs merge almost surely (beta <= beta_c)")
+               "pairs that do not start antipodal merge almost surely (beta <= beta_c)")
+    if r0 in (-1.0, 1.0):
+        verdict += f"; rho0 = {r0:g} is a fixed point: the pair stays " + (
+            "antipodal" if r0 == -1.0 else "merged")
     typer.echo(f"beta_c({_fmt(d)}) = {result['beta_c']:.8g}: {verdict}")
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from ..params import ParameterError, check_choice
-from ..store import atomic_write, header
+from ..store import atomic_write, check_output, header
 from ._common import emit_json, progress_bar, user_errors
 
 DEFAULT_ARMS = "default,suppressed:0,suppressed:0.1,identity,shared"
@@ -95,17 +95,19 @@ def compare_cmd(
     from ..vit.train import steps_per_epoch
 
     with user_errors():
+        check_output(out, "--out", directory=True)
         arm_list = parse_arms(arms)
         if seeds < 1:
             raise ParameterError(f"seeds must be an integer >= 1; got {seeds!r}")
         quick = QUICK[check_choice("dataset", dataset, DATASETS)]
         spec = DataSpec(dataset, None if data_dir is None else str(data_dir),
                         _subset(train_subset, quick["train_subset"]), _subset(test_subset, 0))
-        data = spec.load()
-        model_cfg = _model(data, dim, depth, heads, patch, mlp_ratio, norm, block, residual_scale)
-        train_cfg = TrainConfig(epochs=epochs, batch_size=batch_size or quick["batch_size"], lr=lr,
+        batch = quick["batch_size"] if batch_size is None else batch_size
+        train_cfg = TrainConfig(epochs=epochs, batch_size=batch, lr=lr,
                                 weight_decay=weight_decay, warmup=warmup,
                                 label_smoothing=label_smoothing, augment=augment, seed=seed0)
+        data = spec.load()
+        model_cfg = _model(data, dim, depth, heads, patch, mlp_ratio, norm, block, residual_scale)
         seed_list = list(range(seed0, seed0 + seeds))
         total = steps_per_epoch(data, train_cfg) * epochs * len(arm_list) * seeds
         with progress_bar(total, f"vit compare ({len(arm_list)} arms x {seeds} seeds)",
@@ -145,6 +147,7 @@ def geometry_cmd(
     from ..vit.geometry import KIND_GEOMETRY
 
     with user_errors():
+        check_output(out, "--out", directory=True)
         arm_list = parse_arms(arms)
         if images < 1 or seeds < 1:
             raise ParameterError(f"images and seeds must be >= 1; got {images!r}, {seeds!r}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -12,16 +11,16 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..store import atomic_write, check_meta
+from ..store import atomic_write, check_meta, read_json
 
 
 def _read(source: str | os.PathLike | dict[str, Any], kind: str) -> dict[str, Any]:
     if isinstance(source, dict):
         return check_meta(source, kind, "summary")
     path = Path(source)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    return check_meta(json.loads(path.read_text()), kind, str(path))
+    cmd = "compare" if kind.endswith("compare") else "geometry"
+    return read_json(path, kind, f"re-run `tokensde vit {cmd} --out {path.parent}` to rewrite it"
+                     + (" (finished runs are reused)" if cmd == "compare" else ""))
 
 
 def _save(fig: Figure, out: str | os.PathLike) -> Path:
