@@ -190,3 +190,18 @@ def test_censored_quantiles_are_nan_past_the_horizon():
     assert censored_quantiles(t, [0.2, 0.6])[0] == 1.0
     assert censored_quantiles(t, [0.6])[0] == 3.0
     assert math.isnan(censored_quantiles(t, [0.9])[0])
+
+
+def test_unequal_bipolar_formations_hover_instead_of_closing():
+    # n = 8, d = 8, beta = 4: many bipolar formations keep antipodal gaps of ~1e-5, so they are
+    # undecided at tol = 1e-8 yet bipolar at 1e-3 over the whole last window
+    from tokensde.experiments import get_kind
+
+    kind = get_kind("multi_token")
+    cell = {"n": 8, "d": 8, "beta": 4.0, "runs": 100, "T": 50.0, "dt": "auto"}
+    tight = kind({**cell, "tol": 1e-8}, 3)
+    assert 0 < tight["k_hovering"] <= tight["k_undecided"]
+    assert tight["p_hovering_lo"] > 0.15
+    loose = kind({**cell, "tol": 1e-3}, 3)
+    assert loose["k_hovering"] == 0 and loose["k_undecided"] <= 5
+    assert loose["p_bipolar"] > tight["p_bipolar"] + 0.2

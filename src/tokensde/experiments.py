@@ -210,6 +210,23 @@ def decision_stats(decided_at: np.ndarray | None, steps: int, dt: float, runs: i
             "t_decided_max": float(np.nanmax(t)) if done.any() else math.nan}
 
 
+def hovering_stats(report: clusters.ClusterReport, g_end: np.ndarray, g_before: np.ndarray,
+                   loose_tol: float) -> Stats:
+    """Runs not decided at `tol` that are bipolar at `loose_tol` at both checkpoints (the start
+    and the end of the motion window): formations whose antipodal gaps hover between the two
+    tolerances instead of closing. Count, fraction and 95 % Wilson interval."""
+    und = report.outcome == clusters.Outcome.UNDECIDED
+    k = 0
+    if und.any():
+        end = clusters.analyze(g_end[und], loose_tol).bipolar
+        start = clusters.analyze(g_before[und], loose_tol).bipolar
+        k = int((end & start).sum())
+    runs = len(report.outcome)
+    lo, hi = wilson(k, runs)
+    return {"k_hovering": k, "p_hovering": k / runs, "p_hovering_lo": float(lo),
+            "p_hovering_hi": float(hi)}
+
+
 def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     """Simulate `runs` systems of n uniform tokens, each until decided (every pair within `tol`
     of +-1) or to the horizon T (`until='horizon'`: every run to T), and classify the outcomes
@@ -230,6 +247,7 @@ def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     return {
         "horizon": grid.T, "steps": grid.steps, "layer_dt": grid.dt, "sampler_used": res.sampler,
         **outcome_stats(report, p.n), **summary_stats(report),
+        **hovering_stats(report, g_end, g_before, cell["loose_tol"]),
         **decision_stats(res.decided_at, grid.steps, grid.dt, cell["runs"]),
         # a run stopped at tol is by construction not yet within tol / 10: not measurable
         "tol_changed_down": robust["changed_down"] if cell["until"] == "horizon" else math.nan,
@@ -263,6 +281,9 @@ register(ExperimentKind(
         "dt": real_or_auto(doc="layer step alpha^2 ('auto': min(0.02, 0.2/d))"),
         "tol": Param(lambda k, v: clusters.check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
         "window": fraction(0.1, "motion test over the last window*T"),
+        "loose_tol": Param(lambda k, v: clusters.check_tol(v, k), 1e-3,
+                           "undecided runs bipolar at this looser tolerance over the whole "
+                           "window are counted as hovering"),
         "attention": choice(("softmax", "usa"), "softmax"),
         "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
         "scheme": choice(("network", "sde"), "network"),

@@ -779,7 +779,8 @@ def build_multi(ctx: Context) -> Section:
 
 def _multi_table(df: Any) -> Table:
     keys = [c for c in ("model", "n", "d", "beta", "sigma") if c in df.columns]
-    stats = [s for s in ("single", "bipolar", "other", "undecided") if f"p_{s}" in df.columns]
+    stats = [s for s in ("single", "bipolar", "hovering", "other", "undecided")
+             if f"p_{s}" in df.columns]
     cols = [*keys, "runs"]
     for s in stats:
         cols += [f"P({s})", "95%"]
@@ -796,8 +797,10 @@ def _multi_table(df: Any) -> Table:
         rows.append([_plain(v) for v in row])
     return Table("multi-token", "Outcome probabilities per sweep cell (95% Wilson). Each run stops "
                  "once decided (every pair within tol of +-1) or at the maximum horizon; "
-                 "'undecided' runs were still moving there, and the decision-time quantiles "
-                 "count them as later than the horizon (blank when past it)", cols, rows)
+                 "'undecided' runs were still moving there ('hovering': those of them that stay "
+                 "bipolar at the looser tolerance over the last window, antipodal gaps that "
+                 "hover instead of closing), and the decision-time quantiles count them as "
+                 "later than the horizon (blank when past it)", cols, rows)
 
 
 def _plain(v: Any) -> Any:

@@ -27,7 +27,8 @@ from matplotlib.ticker import MaxNLocator
 from scipy.special import comb
 
 OUTCOMES = (("single", "#c0392b", "o"), ("bipolar", "#2c7a4b", "s"),
-            ("other", "#8e44ad", "^"), ("undecided", "#7f8c8d", "x"))
+            ("hovering", "#76b07a", "D"), ("other", "#8e44ad", "^"),
+            ("undecided", "#7f8c8d", "x"))
 
 
 def beta_c(d: int) -> float:
@@ -48,6 +49,8 @@ def load(source: str | Path | pd.DataFrame) -> pd.DataFrame:
 
 def _errorbar(ax: Any, x: np.ndarray, rows: pd.DataFrame, name: str, color: str,
               marker: str) -> None:
+    if f"p_{name}" not in rows.columns:  # tables made before 'hovering' existed
+        return
     p = rows[f"p_{name}"].to_numpy()
     err = np.vstack([p - rows[f"p_{name}_lo"].to_numpy(), rows[f"p_{name}_hi"].to_numpy() - p])
     ax.errorbar(x, p, yerr=np.clip(err, 0, None), color=color, marker=marker, ms=4, lw=1.2,
@@ -100,8 +103,9 @@ def plot_outcomes(source: Any, path: str | Path, model: str = "noise") -> Path:
     axes[0, 0].legend(fontsize=7, loc="center left")
     label = {"noise": "pure-noise model (M = 0, sigma = {s:g})", "flow": "deterministic flow "
              "(sigma = 0, M = I)", "hybrid": "hybrid model (M = I, sigma = {s:g})"}[model]
-    fig.suptitle(f"Outcome at the horizon: {label.format(s=df['sigma'].max())}; "
-                 f"dotted: two-token beta_c(d)\n{_caption(df)}", fontsize=9)
+    fig.suptitle(f"Outcome at absorption: {label.format(s=df['sigma'].max())}; "
+                 f"dotted: two-token beta_c(d); hovering: undecided runs that stay bipolar at "
+                 f"the looser tolerance (a subset of undecided)\n{_caption(df)}", fontsize=9)
     return _save(fig, path)
 
 
