@@ -130,12 +130,14 @@ def test_survival_matches_the_reduced_diffusion():
     assert np.all(np.abs(emp - theory) < 4 * se), (emp, theory)
 
 
-def test_network_decision_times_follow_the_theory():
-    beta, d, tol = 1.0, 4, 1e-8
+@pytest.mark.parametrize(("beta", "d", "times"), [(1.0, 4, (4.0, 8.0, 16.0)),
+                                                  (2.5, 10, (1.5, 3.0, 6.0))])
+def test_network_decision_times_follow_the_theory(beta, d, times):
+    tol = 1e-8
     res = simulate(ModelParams(n=2, d=d, beta=beta), T=40.0, dt=0.05 / d, runs=2000, seed=9,
                    until="decided", tol=tol)
     t = res.decision_times()
-    times = np.array([4.0, 8.0, 16.0])
+    times = np.array(times)
     theory = ab.survival(times, beta, d, "uniform", tol)
     emp = np.array([np.mean(~(t <= s)) for s in times])
     se = np.sqrt(theory * (1 - theory) / 2000) + 0.005
