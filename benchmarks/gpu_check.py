@@ -7,6 +7,9 @@ Without CUDA (and no --device) it runs nothing and says so. Throughput: runs*lay
 the layer loop (as in bench_gram.py), CPU with all its threads vs the device, float64. Law: two tokens
 (d = 4, beta = 2, rho0 = -0.5, T = 6, dt = 0.02) simulated on CUDA and on the CPU with each sampler;
 a KS test on rho at t = 1 and a two-proportion test on the merged fraction at T must not reject.
+Until decided: the same pair run on the device until `1 - |rho| < 1e-8`: P(antipodal) against the
+exact first-passage value, and each decided run equal to the device's fixed-horizon run at its
+decision layer.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import torch
 from scipy import stats
 
@@ -70,6 +74,30 @@ def law_ok(sampler: str, device: str) -> bool:
     return ok
 
 
+def until_ok(sampler: str, device: str) -> bool:
+    """Runs stopped at decision on `device`: P(antipodal) against the exact value at tol, and
+    every decided run's state equal to the fixed-horizon run's at its decision layer."""
+    from tokensde.absorption import p_anti_at_tol
+
+    kw = dict(T=20.0, dt=0.02, runs=LAW_RUNS, init="pair", rho0=-0.5, seed=3, sampler=sampler,
+              device=device)
+    p = ModelParams(n=2, d=4, beta=2.0)
+    stop = simulate(p, until="decided", tol=1e-8, decide_every=5, **kw)
+    full = simulate(p, checkpoints=list(range(0, 1001, 5)), **kw)
+    at = stop.decided_at
+    done = np.flatnonzero(at >= 0)
+    same = torch.equal(full.gram[done, at[done] // 5], stop.final_gram()[done])
+    anti = int((stop.final_gram()[:, 0, 1] < 0).sum())
+    theory = p_anti_at_tol(2.0, 4, -0.5, 1e-8)
+    z = (anti / LAW_RUNS - theory) / math.sqrt(theory * (1 - theory) / LAW_RUNS)
+    pz = 2 * stats.norm.sf(abs(z))
+    ok = same and pz > 1e-3 and len(done) > 0.9 * LAW_RUNS
+    print(f"  {sampler:>4}: until decided: antipodal {anti / LAW_RUNS:.3f} theory {theory:.3f} "
+          f"(p = {pz:.3f}), decided {len(done) / LAW_RUNS:.3f}, equal to the fixed-horizon run "
+          f"at decision: {same}  {'ok' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", help="device compared with the CPU (default cuda)")
@@ -97,6 +125,13 @@ def main() -> int:
     for sampler in ("fast", "full", "gram"):
         try:
             failures += not law_ok(sampler, dev)
+        except Exception as err:
+            failures += 1
+            print(f"  {sampler:>4}: FAILED: {type(err).__name__}: {err}", flush=True)
+    print("runs stopped at decision on the device (same pair, tol = 1e-8, dt = 0.02):")
+    for sampler in ("fast", "full", "gram"):
+        try:
+            failures += not until_ok(sampler, dev)
         except Exception as err:
             failures += 1
             print(f"  {sampler:>4}: FAILED: {type(err).__name__}: {err}", flush=True)
