@@ -465,7 +465,7 @@ def phase_data(ctx: Context) -> tuple[Any, bool]:
 PHASE_D_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"offsets": (-0.5, 1.0), "ds": (3, 16), "runs": 40, "T": 40.0, "dt": "default",
              "rho0": -0.9},
-    "quick": {"offsets": (-0.5, 0.25, 1.0), "ds": (3, 32, 256), "runs": 200, "T": 60.0,
+    "quick": {"offsets": (-0.5, 0.25, 1.0), "ds": (3, 16, 128), "runs": 200, "T": 60.0,
               "dt": "default", "rho0": -0.9},
     "full": {"offsets": (-0.5, -0.25, 0.25, 0.5, 1.0), "ds": (3, 16, 64, 256, 1024, 4096),
              "runs": 1000, "T": 60.0, "dt": "default", "rho0": -0.9},
