@@ -9,7 +9,8 @@ the layer loop (as in bench_gram.py), CPU with all its threads vs the device, fl
 a KS test on rho at t = 1 and a two-proportion test on the merged fraction at T must not reject.
 Until decided: the same pair run on the device until `1 - |rho| < 1e-8`: P(antipodal) against the
 exact first-passage value, and each decided run equal to the device's fixed-horizon run at its
-decision layer.
+decision layer. ViT depth sweep: two digits cells (attention-only, depth 4) trained on the device
+(TOKENSDE_VIT_DEVICE) and on the CPU: the geometry at initialisation equal, the accuracies close.
 """
 
 from __future__ import annotations
@@ -98,6 +99,29 @@ def until_ok(sampler: str, device: str) -> bool:
     return ok
 
 
+def vit_depth_ok(device: str) -> bool:
+    """The sweep kind vit_depth on `device`: geometry at init (measured on the CPU) identical,
+    test accuracy within 5 points of the CPU run's (float32 training differs in rounding)."""
+    from tokensde.experiments import KINDS
+    from tokensde.vit.depth import DEVICE_ENV, KIND
+
+    cell = {"block": "attention-only", "arm": "default", "depth": 4, "train_seed": 0,
+            "dataset": "digits", "dim": 32, "train_subset": 0, "test_subset": 0,
+            "batch_size": 32, "epochs": 3}
+    rows = {}
+    for dev in ("cpu", device.split(":")[0]):
+        os.environ[DEVICE_ENV] = dev
+        rows[dev] = KINDS[KIND](cell, 0)
+    os.environ.pop(DEVICE_ENV)
+    cpu, gpu = rows["cpu"], rows[device.split(":")[0]]
+    same_geo = all(cpu[k] == gpu[k] for k in cpu if k.startswith("init_"))
+    ok = same_geo and abs(cpu["acc"] - gpu["acc"]) < 0.05 and gpu["device"] == device.split(":")[0]
+    print(f"  vit_depth: accuracy CPU {cpu['acc']:.3f} device {gpu['acc']:.3f} "
+          f"({gpu['train_s']:.1f} s), geometry at init equal: {same_geo}  "
+          f"{'ok' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", help="device compared with the CPU (default cuda)")
@@ -135,6 +159,12 @@ def main() -> int:
         except Exception as err:
             failures += 1
             print(f"  {sampler:>4}: FAILED: {type(err).__name__}: {err}", flush=True)
+    print("ViT depth sweep cell trained on the device (digits, attention-only, depth 4):")
+    try:
+        failures += not vit_depth_ok(dev)
+    except Exception as err:
+        failures += 1
+        print(f"  vit_depth: FAILED: {type(err).__name__}: {err}", flush=True)
     print(f"wall {time.perf_counter() - t0:.0f} s; {failures} failure(s)")
     return 1 if failures else 0
 

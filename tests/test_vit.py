@@ -14,7 +14,8 @@ from tokensde.vit import ValueInit, ViTConfig, build_vit, make_model, pair_cosin
 from tokensde.vit.geometry import geometry
 
 SMALL = ViTConfig(image_size=8, patch=4, dim=16, depth=3, heads=2)
-ARMS = ["default", "gaussian:2", "suppressed:0", "suppressed:0.1", "identity", "shared"]
+ARMS = ["default", "gaussian:2", "noise:0", "noise:0.1", "noise:2", "hybrid:0", "hybrid:0.5",
+        "identity", "shared"]
 VALUE_KEYS = {f"blocks.{k}.attn.v.weight" for k in range(SMALL.depth)}
 
 
@@ -34,10 +35,14 @@ def test_arm_changes_only_value_matrices(arm: str, block: str) -> None:
     eye = torch.eye(cfg.dim)
     if arm == "default":
         assert not changed
-    elif arm == "suppressed:0":
+    elif arm == "noise:0":
         assert all(torch.equal(w, torch.zeros_like(w)) for w in v)
-    elif arm == "suppressed:0.1":
-        assert all(torch.equal(w, 0.1 * w0) for w, w0 in zip(v, v0, strict=True))
+    elif arm.startswith("noise:"):
+        lam = float(arm.split(":")[1])
+        assert all(torch.equal(w, lam * w0) for w, w0 in zip(v, v0, strict=True))
+    elif arm.startswith("hybrid:"):  # V = r I + LAM V_default, r = 1/sqrt(L) or 1
+        lam, r = float(arm.split(":")[1]), cfg.branch_scale
+        assert all(torch.equal(w, lam * w0 + r * eye) for w, w0 in zip(v, v0, strict=True))
     elif arm == "identity":
         assert all(torch.equal(w, eye) for w in v)
     elif arm == "shared":
@@ -63,14 +68,18 @@ def test_gaussian_arm_depends_on_the_seed_only() -> None:
 
 
 def test_arm_parsing() -> None:
-    assert ValueInit.parse(" suppressed:0.10 ").name == "suppressed:0.1"
+    assert ValueInit.parse(" suppressed:0.10 ").name == "noise:0.1"  # the old name of noise
+    assert ValueInit.parse("hybrid:2").noise_factor == 2.0
+    assert ValueInit.parse("default").noise_factor == 1.0
+    assert ValueInit.parse("shared").noise_factor is None
     assert [a.name for a in parse_arms("default,identity,gaussian:0.5")] == [
         "default", "identity", "gaussian:0.5"]
-    for bad in ("suppressed", "suppressed:-1", "gaussian:x", "identity:1", "foo", "shared:"):
+    for bad in ("suppressed", "suppressed:-1", "gaussian:x", "identity:1", "foo", "shared:",
+                "hybrid", "noise:nan", "hybrid:-0.5"):
         with pytest.raises(ParameterError, match="arm"):
             ValueInit.parse(bad)
     with pytest.raises(ParameterError, match="distinct"):
-        parse_arms("default,suppressed:0,suppressed:0.0")
+        parse_arms("default,noise:0,suppressed:0.0")
 
 
 def test_config_errors_name_the_parameter() -> None:
@@ -120,8 +129,8 @@ def test_geometry_invariants() -> None:
     """V = 0 in the spec layer leaves tokens fixed; V = I (deterministic flow) merges them."""
     cfg = ViTConfig(image_size=8, patch=2, dim=16, depth=12, heads=1, block="attention-only")
     images = torch.randn(8, 1, 8, 8, generator=torch.Generator().manual_seed(0))
-    g = geometry(cfg, parse_arms("suppressed:0,identity"), images, seeds=[0, 1], bins=20)
-    frozen, flow = g["arms"]["suppressed:0"], g["arms"]["identity"]
+    g = geometry(cfg, parse_arms("noise:0,identity"), images, seeds=[0, 1], bins=20)
+    frozen, flow = g["arms"]["noise:0"], g["arms"]["identity"]
     assert all(h == frozen["hist"][0] for h in frozen["hist"])
     assert len(frozen["hist"]) == cfg.depth + 1 and sum(frozen["hist"][0]) == 2 * 8 * 16 * 17 // 2
     assert np.all(np.diff(flow["mean"]) > 0)

@@ -234,7 +234,7 @@ def test_cli_compare_json_shape_and_figure(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert set(doc) == {"arms", "dataset", "epochs"} and doc["dataset"] == "digits"
-    assert list(doc["arms"]) == ["default", "suppressed:0"] and doc["epochs"] == 1
+    assert list(doc["arms"]) == ["default", "noise:0"] and doc["epochs"] == 1
     for arm in doc["arms"].values():
         assert set(arm) == {"mean", "sd", "runs"} and len(arm["runs"]) == 2
         assert arm["mean"] == pytest.approx(np.mean(arm["runs"]))
@@ -248,7 +248,7 @@ def test_cli_compare_json_shape_and_figure(tmp_path: Path) -> None:
 
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
-    res = CliRunner().invoke(_app(), ["vit", "compare", "--arms", "default,noise:1",
+    res = CliRunner().invoke(_app(), ["vit", "compare", "--arms", "default,bogus:1",
                                       "--out", str(tmp_path)])
     assert res.exit_code == 2 and "error: arm must be one of" in res.output
     res = CliRunner().invoke(_app(), ["vit", "compare", "--dataset", "fashion-mnist",

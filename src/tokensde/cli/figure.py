@@ -836,29 +836,30 @@ def build_vit(ctx: Context) -> Section:
                                "train": summary.get("train"), "seeds": summary.get("seeds")})
 
 
-VIT_SIZES: dict[str, list[str]] = {
-    "tiny": ["--dataset", "digits", "--seeds", "2", "--epochs", "1", "--depth", "2",
-             "--dim", "16"],
-    "quick": ["--dataset", "digits", "--seeds", "3", "--epochs", "6"],
-    "full": ["--dataset", "fashion-mnist", "--seeds", "4", "--epochs", "10"],
+# Per size: data set, seeds, epochs and the model fields that differ from ViTConfig's defaults.
+VIT_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"dataset": "digits", "seeds": 2, "epochs": 1, "model": {"depth": 2, "dim": 16}},
+    "quick": {"dataset": "digits", "seeds": 3, "epochs": 6, "model": {}},
+    "full": {"dataset": "fashion-mnist", "seeds": 4, "epochs": 10, "model": {}},
 }
+VIT_ARMS = "default,noise:0,noise:0.1,identity,shared"
 
 
 def run_vit(ctx: Context, out: Path) -> None:
-    """Run issue 6's `tokensde vit compare` at this size into `out` (its own results dir)."""
-    from typer.testing import CliRunner
+    """Train the ViT comparison of this size (standard ViT, arms x seeds) into `out`."""
+    from ..vit import DataSpec, TrainConfig, compare, parse_arms
+    from ..vit.compare import DATA_DEFAULTS, model_config, save_summary
 
-    from . import vit as vit_cli
-
-    app = typer.Typer()
-    vit_cli.register(app)
-    args = ["vit", "compare", "--out", str(out), "--jobs", str(ctx.workers), "--no-progress",
-            *VIT_SIZES[ctx.size]]
-    ctx.log("running: tokensde " + " ".join(args))
-    res = CliRunner().invoke(app, args)
-    if res.exit_code != 0:
-        raise MissingError(f"`tokensde {' '.join(args)}` failed (exit {res.exit_code}): "
-                      f"{(res.output or '')[-400:]}")
+    size = VIT_SIZES[ctx.size]
+    defaults = DATA_DEFAULTS[size["dataset"]]
+    spec = DataSpec(size["dataset"], None, defaults["train_subset"] or None, None)
+    model_cfg = model_config(spec.load(), **size["model"])
+    train_cfg = TrainConfig(epochs=size["epochs"], batch_size=defaults["batch_size"])
+    ctx.log(f"training the ViT comparison: {size['dataset']}, {size['seeds']} seeds, "
+            f"{size['epochs']} epochs")
+    summary = compare(spec, model_cfg, train_cfg, parse_arms(VIT_ARMS),
+                      list(range(size["seeds"])), out, jobs=ctx.workers)
+    save_summary(summary, out)
 
 
 def _vit_table(s: dict[str, Any]) -> Table:
@@ -876,6 +877,46 @@ def _vit_table(s: dict[str, Any]) -> Table:
                  "the paired gap to the default initialisation (95% t-interval)",
                  ["arm", "accuracy", "sd", "95%", "gap to default", "95%", "seeds", "seed list",
                   "epochs", "dataset", "version"], rows)
+
+
+def build_vit_depth(ctx: Context) -> Section:
+    """The ViT depth sweep (sweep kind vit_depth) of this size: gaps to default against depth."""
+    from ..vit.depth import depth_config, run_depth
+
+    out = ctx.out / "sweeps" / f"vit-depth-{ctx.size}"
+    summary = run_depth(depth_config(ctx.size), out, workers=ctx.workers)
+    figs = summary["report"]
+    gaps = _need("tokensde.vit.depth", "read_gaps").read_gaps(out)
+    images = [Image(Path(figs["depth_gaps"]), "Paired gap to the default initialisation against "
+                    "depth, per arm and block (95% t-interval; open markers: the interval "
+                    "contains 0)."),
+              Image(Path(figs["collapse"]), "The gap against the fraction of token pairs merged "
+                    "(within tol of +1) after the last block of the untrained model."),
+              Image(Path(figs["curves"]), "Test accuracy of the default arm after each epoch: "
+                    "whether training had levelled off.")]
+    if "lambda" in figs:
+        images.insert(1, Image(Path(figs["lambda"]), "The gap against the noise amplitude λ at "
+                               "fixed depth, without (pure noise) and with the mean part M = I."))
+    spec = FIGURES["vit-depth"]
+    return Section("vit-depth", spec.title, spec.claim, images=images,
+                   tables=[_vit_depth_table(gaps)],
+                   provenance={"dir": str(out), "reused": summary["ran"] == 0,
+                               "cells": {k: summary[k] for k in ("total", "ran", "skipped")},
+                               "sweep_wall_s": round(summary["wall_s"], 1),
+                               "command": f"tokensde vit depth --size {ctx.size} --out {out} "
+                                          f"--workers {ctx.workers}"})
+
+
+def _vit_depth_table(gaps: Any) -> Table:
+    cols = ["block", "depth", "arm", "seeds", "accuracy %", "gap to default (points)", "95%",
+            "merged at init", "antipodal at init", "effective rank at init", "model"]
+    rows = [[r["block"], r["depth"], r["arm"], r["seeds"], r["acc"], _num(r["gap"]),
+             interval(r["gap_lo"], r["gap_hi"]), r["init_near_pos"], r["init_near_neg"],
+             r["init_rank"], r["model"]] for r in gaps.to_dict("records")]
+    return Table("vit-depth", "Per block, depth and arm: mean test accuracy, the paired gap to "
+                 "the default arm over training seeds (95% t-interval), and the token geometry of "
+                 "the untrained model after its last block (pairs within tol of +1 / -1, "
+                 "participation-ratio rank)", cols, rows)
 
 
 def _num(v: Any) -> Any:
@@ -920,6 +961,11 @@ FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
                "How the value-matrix initialisation (the noise law of the theory) affects a "
                "trained ViT's accuracy.", build_vit,
                "tokensde.vit + tokensde.plots.vit (issue 6)"),
+    FigureSpec("vit-depth", "ViT: value noise against depth, in the network of the theory",
+               "Suppressing the value-matrix noise at initialisation costs accuracy in the "
+               "attention-only network of spec §2 (1/sqrt(L) residual scale, RMS "
+               "re-normalisation), and the cost depends on depth; the standard pre-norm block "
+               "is the contrast.", build_vit_depth, "tokensde.vit.depth (issue 12)"),
 )}
 
 

@@ -3,6 +3,8 @@
     tokensde vit compare --out DIR        # arms x seeds, accuracy table and figure
     tokensde vit geometry --out DIR       # token cosine similarity across depth at initialisation
     tokensde vit plot --out DIR           # redraw the figures from the saved files
+    tokensde vit depth --size quick --out DIR   # the depth sweep (sweep kind vit_depth), report
+    tokensde vit depth-report DIR         # redraw the depth sweep's tables and figures
 """
 
 from __future__ import annotations
@@ -15,18 +17,12 @@ import typer
 
 from ..params import ParameterError, check_choice
 from ..store import atomic_write, check_output, header
-from ._common import emit_json, progress_bar, user_errors
+from ._common import emit_json, fail, progress_bar, user_errors
 
-DEFAULT_ARMS = "default,suppressed:0,suppressed:0.1,identity,shared"
-# The quick default per data set: patch size, training subset (0 = all) and batch size.
-QUICK: dict[str, dict[str, int]] = {
-    "fashion-mnist": {"patch": 7, "train_subset": 10000, "batch_size": 128},
-    "cifar10": {"patch": 4, "train_subset": 10000, "batch_size": 128},
-    "digits": {"patch": 4, "train_subset": 0, "batch_size": 32},
-}
+DEFAULT_ARMS = "default,noise:0,noise:0.1,identity,shared"
 
-Arms = Annotated[str, typer.Option(help="Comma-separated arms: default, gaussian:VAR, "
-                                        "suppressed:LAM, identity, shared.")]
+Arms = Annotated[str, typer.Option(help="Comma-separated arms: default, noise:LAM, hybrid:LAM, "
+                                        "gaussian:VAR, identity, shared.")]
 Dataset = Annotated[str, typer.Option(help="fashion-mnist, cifar10 or digits.")]
 DataDir = Annotated[Path | None, typer.Option(help="Directory of the data set files "
                                               "(default: Debian's path for fashion-mnist).")]
@@ -44,12 +40,10 @@ Json = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 
 def _model(data: Any, dim: int, depth: int, heads: int, patch: int | None, mlp_ratio: int,
            norm: str, block: str, residual_scale: bool) -> Any:
-    from ..vit import ViTConfig
+    from ..vit.compare import model_config
 
-    return ViTConfig(image_size=data.image_size, channels=data.channels,
-                     patch=QUICK[data.name]["patch"] if patch is None else patch, dim=dim,
-                     depth=depth, heads=heads, mlp_ratio=mlp_ratio, classes=data.classes,
-                     norm=norm, residual_scale=residual_scale, block=block)
+    return model_config(data, patch, dim=dim, depth=depth, heads=heads, mlp_ratio=mlp_ratio,
+                        norm=norm, residual_scale=residual_scale, block=block)
 
 
 def _subset(value: int | None, default: int) -> int | None:
@@ -92,6 +86,7 @@ def compare_cmd(
     """Train every arm on every seed; write the accuracy table (paired gap to default, 95 % t-CI)."""
     from ..plots.vit import plot_accuracy
     from ..vit import DATASETS, DataSpec, TrainConfig, compact, compare, format_table, parse_arms
+    from ..vit.compare import DATA_DEFAULTS, save_summary
     from ..vit.train import steps_per_epoch
 
     with user_errors():
@@ -99,7 +94,7 @@ def compare_cmd(
         arm_list = parse_arms(arms)
         if seeds < 1:
             raise ParameterError(f"seeds must be an integer >= 1; got {seeds!r}")
-        quick = QUICK[check_choice("dataset", dataset, DATASETS)]
+        quick = DATA_DEFAULTS[check_choice("dataset", dataset, DATASETS)]
         spec = DataSpec(dataset, None if data_dir is None else str(data_dir),
                         _subset(train_subset, quick["train_subset"]), _subset(test_subset, 0))
         batch = quick["batch_size"] if batch_size is None else batch_size
@@ -114,9 +109,8 @@ def compare_cmd(
                           progress) as update:
             summary = compare(spec, model_cfg, train_cfg, arm_list, seed_list, out, threads, jobs,
                               update)
-        _write_text(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+        save_summary(summary, out)
         table = format_table(summary)
-        _write_text(out / "table.md", table)
         figure = plot_accuracy(out / "summary.json", out / "accuracy.png")
     if json_out:
         emit_json(compact(summary))
@@ -185,10 +179,70 @@ def plot_cmd(out: Out = Path("vit-compare")) -> None:
     typer.echo("wrote " + ", ".join(map(str, done)))
 
 
+def depth_cmd(
+    size: Annotated[str, typer.Option(help="quick, full, or a TOML sweep file of kind "
+                                           "vit_depth.")] = "quick",
+    out: Out = Path("vit-depth"),
+    workers: Annotated[int, typer.Option(help="Cells (training runs) in parallel.")] = 2,
+    backend: Annotated[str, typer.Option(help="local (process pool) or ray.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (backend ray).")]
+    = None,
+    dataset: Annotated[str | None, typer.Option(help="Replace the sweep's data set: "
+                                                     "fashion-mnist, cifar10 or digits.")] = None,
+    data_dir: DataDir = None,
+    epochs: Annotated[int | None, typer.Option(help="Replace the epochs per run.")] = None,
+    train_subset: Annotated[int | None, typer.Option(
+        help="Replace the training subset (0 = all).")] = None,
+    test_subset: Annotated[int | None, typer.Option(help="Replace the test subset (0 = all).")]
+    = None,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+) -> None:
+    """Run (or resume) the ViT depth sweep: arms x depths x seeds x blocks, one training run a
+    cell; then write gaps.json, gaps.md and the figures into --out."""
+    from ..sweep import SweepDir
+    from ..vit.depth import depth_config, run_depth
+    from .sweep import _Bar, _term_as_interrupt
+
+    bar = _Bar(not quiet)
+    with user_errors(), _term_as_interrupt() as got:
+        check_output(out, "--out", directory=True)
+        cfg = depth_config(size, dataset=dataset,
+                           data_dir=None if data_dir is None else str(data_dir), epochs=epochs,
+                           train_subset=train_subset, test_subset=test_subset)
+        try:
+            summary = run_depth(cfg, out, workers, backend, address, bar.cell, bar.start)
+        except KeyboardInterrupt:
+            bar.close()
+            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))
+            fail(f"interrupted by {got['signal']}: {done} finished runs are saved in {out}; run "
+                 "the same command again to resume", 128 + got["number"])
+        finally:
+            bar.close()
+    typer.echo((out / "gaps.md").read_text())
+    typer.echo(f"{summary['ran']} runs trained, {summary['skipped']} reused, "
+               f"{summary['failed']} failed in {summary['wall_s']:.0f} s; wrote "
+               + ", ".join(summary["report"].values()))
+    if summary["failed"]:
+        raise typer.Exit(1)
+
+
+def depth_report_cmd(out: Annotated[Path, typer.Argument(help="Depth sweep directory.")]
+                     ) -> None:
+    """Rebuild gaps.json, gaps.md and the figures of a (finished or partial) depth sweep."""
+    from ..vit.depth import depth_report
+
+    with user_errors():
+        files = depth_report(out)
+    typer.echo((out / "gaps.md").read_text())
+    typer.echo("wrote " + ", ".join(files.values()))
+
+
 def register(app: typer.Typer) -> None:
     """Add the `vit` sub-app (compare, geometry, plot) to `app`."""
     sub = typer.Typer(no_args_is_help=True, help="Value-matrix noise in a small Vision Transformer.")
     sub.command("compare")(compare_cmd)
     sub.command("geometry")(geometry_cmd)
     sub.command("plot")(plot_cmd)
+    sub.command("depth")(depth_cmd)
+    sub.command("depth-report")(depth_report_cmd)
     app.add_typer(sub, name="vit")

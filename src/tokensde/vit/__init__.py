@@ -1,8 +1,9 @@
 """The ViT experiment: does suppressing the value-matrix noise at initialisation cost accuracy?
 
 - `model`: a small readable ViT (standard pre-norm blocks, or the attention-only layer of spec §2);
-- `init`: value-matrix initialisation arms (`default`, `gaussian:VAR`, `suppressed:LAM`,
+- `init`: value-matrix initialisation arms (`default`, `noise:LAM`, `hybrid:LAM`, `gaussian:VAR`,
   `identity`, `shared`) that touch the value matrices only;
+- `depth`: the depth sweep (arms x depths x seeds x blocks) as the sweep kind `vit_depth`;
 - `data`: Fashion-MNIST (Debian package), CIFAR-10 (local pickles), scikit-learn digits;
 - `train`: one run with per-epoch checkpoints, resume and a JSONL log;
 - `compare`: arms x seeds and the accuracy table with paired t-intervals;

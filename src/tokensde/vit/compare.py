@@ -9,6 +9,7 @@ every epoch, to show how the gap moves.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import multiprocessing as mp
 from collections.abc import Callable
@@ -21,15 +22,21 @@ import numpy as np
 
 from ..params import check_int
 from ..stats import t_interval
-from ..store import header
+from ..store import atomic_write, header
 from .data import ImageData, load_dataset
 from .init import ValueInit
 from .model import ViTConfig
 from .train import TrainConfig, steps_per_epoch, train_run
 
 KIND_COMPARE = "tokensde.vit.compare"
-SUMMARY = "summary.json"
+SUMMARY, TABLE = "summary.json", "table.md"
 BASELINE = "default"
+# The defaults per data set: patch size, training subset (0 = all) and batch size.
+DATA_DEFAULTS: dict[str, dict[str, int]] = {
+    "fashion-mnist": {"patch": 7, "train_subset": 10000, "batch_size": 128},
+    "cifar10": {"patch": 4, "train_subset": 10000, "batch_size": 128},
+    "digits": {"patch": 4, "train_subset": 0, "batch_size": 32},
+}
 
 Progress = Callable[[int], None]
 
@@ -130,6 +137,21 @@ def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: 
                   epochs=train_cfg.epochs, arm_names=[a.name for a in arms], threads=threads,
                   jobs=jobs)
     return {**meta, **summarize(results, seeds)}
+
+
+def model_config(data: ImageData, patch: int | None = None, **fields: Any) -> ViTConfig:
+    """The ViTConfig for images of `data` (shape, classes; patch by data set unless given)."""
+    patch = DATA_DEFAULTS[data.name]["patch"] if patch is None else patch
+    return ViTConfig(image_size=data.image_size, channels=data.channels, patch=patch,
+                     classes=data.classes, **fields)
+
+
+def save_summary(summary: dict[str, Any], out: str | Path) -> dict[str, Path]:
+    """Write `summary.json` and the markdown `table.md` into `out`; return their paths."""
+    out = Path(out)
+    text = json.dumps(summary, indent=1) + "\n"
+    return {"summary": atomic_write(out / SUMMARY, lambda tmp: tmp.write_text(text)),
+            "table": atomic_write(out / TABLE, lambda tmp: tmp.write_text(format_table(summary)))}
 
 
 def compact(summary: dict[str, Any]) -> dict[str, Any]:

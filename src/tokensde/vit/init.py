@@ -1,12 +1,17 @@
 """Value-matrix initialisation arms. Each arm rewrites the value matrices `V_k` and nothing else.
 
 PyTorch's default `nn.Linear` init draws `V_ab ~ U(-b, b)`, `b = 1/sqrt(D)`: a centred random
-matrix of entry variance `1/(3D)`, the "intrinsic noise" of spec §2. The arms:
+matrix of entry variance `1/(3D)`, the "intrinsic noise" of spec §2. A block adds `r V_k y` to its
+residual stream (`y = A(x) x`, `r` the branch scale, 1/sqrt(L) with residual scaling). The arms,
+each with the model of the theory it is (`ARM_MODELS`):
 
-- `default`: that draw, untouched;
+- `default`: that draw, untouched (= `noise:1`);
+- `noise:LAM`: the default draw times `LAM` (`noise:0` gives V = 0); `suppressed:LAM` is read as
+  the same arm;
+- `hybrid:LAM`: `V_k = r I + LAM V_k^default`, so the block adds `r^2 y + r LAM V y`: the mean part
+  M = I at the drift scale plus the noise (spec §2, hybrid model);
 - `gaussian:VAR`: `V_ab ~ N(0, VAR / D)` (`gaussian:0.3333` matches the default's variance);
-- `suppressed:LAM`: the default draw times `LAM` (`suppressed:0` gives V = 0);
-- `identity`: `V = I`, no noise (the deterministic attention flow, M = I);
+- `identity`: `V = I`, no noise: the deterministic attention flow at the branch scale;
 - `shared`: layer 0's default draw copied into every layer (one random matrix for all depths).
 """
 
@@ -22,34 +27,57 @@ from ..params import ParameterError, check_real
 from ..rng import derive_seed
 from .model import ViT, ViTConfig, build_vit
 
-ARM_KINDS: tuple[str, ...] = ("default", "gaussian", "suppressed", "identity", "shared")
-_WITH_VALUE = ("gaussian", "suppressed")
+ARM_KINDS: tuple[str, ...] = ("default", "noise", "hybrid", "gaussian", "identity", "shared")
+_WITH_VALUE = ("noise", "hybrid", "gaussian")
+ALIASES = {"suppressed": "noise"}
 VALUE_STREAM = 7  # child-seed key of the random draws an arm adds (gaussian)
-ARM_FORMS = "default, gaussian:VAR, suppressed:LAM, identity or shared (VAR, LAM >= 0)"
+ARM_FORMS = ("default, noise:LAM, hybrid:LAM, gaussian:VAR, identity or shared (LAM, VAR >= 0; "
+             "suppressed:LAM = noise:LAM)")
+# Which model of the theory (spec §2) each arm is, in one line.
+ARM_MODELS: dict[str, str] = {
+    "default": "pure noise: M = 0, PyTorch's random V (entry variance 1/(3D))",
+    "noise": "pure noise at LAM times the default amplitude (LAM = 0: no value signal at all)",
+    "hybrid": "hybrid: mean part M = I at the drift scale r^2 plus LAM times the default noise",
+    "gaussian": "pure noise with Gaussian entries of variance VAR/D",
+    "identity": "deterministic attention flow (V = I, no noise) at the branch scale r",
+    "shared": "coherent noise: one random V repeated at every depth (not independent over layers)",
+}
 
 
 @dataclass(frozen=True)
 class ValueInit:
-    """One arm: `kind` in ARM_KINDS and, for gaussian / suppressed, its number."""
+    """One arm: `kind` in ARM_KINDS and, for noise / hybrid / gaussian, its number."""
 
     kind: str
     value: float | None = None
 
     @classmethod
     def parse(cls, text: str) -> ValueInit:
-        """Read `default`, `gaussian:VAR`, `suppressed:LAM`, `identity` or `shared`."""
+        """Read one arm of ARM_FORMS, e.g. `noise:0.5` or `hybrid:0`."""
         kind, sep, num = str(text).strip().partition(":")
+        kind = ALIASES.get(kind, kind)
         if kind not in ARM_KINDS or bool(sep) != (kind in _WITH_VALUE):
             raise ParameterError(f"arm must be one of {ARM_FORMS}; got {text!r}")
         if kind not in _WITH_VALUE:
             return cls(kind)
-        name = "gaussian variance VAR" if kind == "gaussian" else "suppression factor LAM"
+        name = "gaussian variance VAR" if kind == "gaussian" else "noise factor LAM"
         return cls(kind, check_real(f"arm {text!r}: {name}", num, 0.0))
 
     @property
     def name(self) -> str:
-        """Canonical label, e.g. `suppressed:0.1`."""
+        """Canonical label, e.g. `noise:0.1`."""
         return self.kind if self.value is None else f"{self.kind}:{self.value:g}"
+
+    @property
+    def model(self) -> str:
+        """The model of the theory this arm is, in one line."""
+        return ARM_MODELS[self.kind]
+
+    @property
+    def noise_factor(self) -> float | None:
+        """LAM of a `noise` / `hybrid` arm (1 for `default`), else None."""
+        return 1.0 if self.kind == "default" else self.value if self.kind in ("noise", "hybrid") \
+            else None
 
 
 def parse_arms(text: str | list[str]) -> list[ValueInit]:
@@ -73,11 +101,14 @@ def apply_value_init(model: ViT, arm: ValueInit | str, seed: int) -> ViT:
     arm = arm if isinstance(arm, ValueInit) else ValueInit.parse(arm)
     weights = value_weights(model)
     gen = torch.Generator().manual_seed(derive_seed(seed, VALUE_STREAM))
+    r = model.cfg.branch_scale
     with torch.no_grad():
         first = weights[0].detach().clone()
         for w in weights:
-            if arm.kind == "suppressed":
+            if arm.kind == "noise":
                 w.mul_(arm.value)
+            elif arm.kind == "hybrid":
+                w.mul_(arm.value).add_(r * torch.eye(*w.shape, dtype=w.dtype))
             elif arm.kind == "gaussian":
                 std = math.sqrt(arm.value / w.shape[1])
                 w.copy_(std * torch.randn(w.shape, generator=gen, dtype=w.dtype))

@@ -92,14 +92,17 @@ def augment(x: torch.Tensor, shift: int, flip: bool, gen: torch.Generator) -> to
 
 
 @torch.no_grad()
-def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
-    """Mean cross-entropy (no smoothing) and accuracy of `model` on images `x`, labels `y`."""
+def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor, device: str = "cpu"
+             ) -> dict[str, float]:
+    """Mean cross-entropy (no smoothing) and accuracy of `model` (on `device`) on images `x`,
+    labels `y`."""
     model.eval()
     loss, correct = 0.0, 0
     for i in range(0, len(y), EVAL_BATCH):
-        logits = model(x[i:i + EVAL_BATCH])
-        loss += F.cross_entropy(logits, y[i:i + EVAL_BATCH], reduction="sum").item()
-        correct += int((logits.argmax(-1) == y[i:i + EVAL_BATCH]).sum())
+        xb, yb = x[i:i + EVAL_BATCH].to(device), y[i:i + EVAL_BATCH].to(device)
+        logits = model(xb)
+        loss += F.cross_entropy(logits, yb, reduction="sum").item()
+        correct += int((logits.argmax(-1) == yb).sum())
     return {"loss": loss / len(y), "acc": correct / len(y)}
 
 
@@ -118,8 +121,10 @@ def steps_per_epoch(data: ImageData, cfg: TrainConfig) -> int:
 
 
 def train_epoch(model: ViT, opt: torch.optim.Optimizer, data: ImageData, cfg: TrainConfig,
-                epoch: int, progress: Progress | None = None) -> dict[str, float]:
-    """One pass over the training images in the order of `derive_seed(seed, 1, epoch)`."""
+                epoch: int, progress: Progress | None = None, device: str = "cpu"
+                ) -> dict[str, float]:
+    """One pass over the training images in the order of `derive_seed(seed, 1, epoch)`; batches
+    are drawn and augmented on the CPU, then moved to `device` (where `model` is)."""
     gen = torch.Generator().manual_seed(derive_seed(cfg.seed, EPOCH_STREAM, epoch))
     per_epoch = steps_per_epoch(data, cfg)
     total = per_epoch * cfg.epochs
@@ -131,6 +136,7 @@ def train_epoch(model: ViT, opt: torch.optim.Optimizer, data: ImageData, cfg: Tr
         x, y = data.x_train[idx], data.y_train[idx]
         if cfg.augment:
             x = augment(x, data.shift, data.flip, gen)
+        x, y = x.to(device), y.to(device)
         lr = lr_at(epoch * per_epoch + k, total, cfg.warmup, cfg.lr)
         for group in opt.param_groups:
             group["lr"] = lr

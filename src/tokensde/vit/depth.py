@@ -1,0 +1,285 @@
+"""The ViT depth sweep: value-noise arms x depths x seeds x blocks, as the sweep kind `vit_depth`.
+
+One cell trains one model: block kind, arm, depth L and training seed `train_seed`. Before training,
+the *untrained* model of the cell is fed a fixed batch of test images (the first `probe_images`) and
+the token geometry after its last block is recorded (`geometry_at_init`): the fraction of token
+pairs with cosine within `tol` of +1 (`init_near_pos`) and of -1 (`init_near_neg`), the mean cosine
+and the effective rank `(tr G)^2 / tr G^2` of the tokens' cosine matrix G, averaged over images.
+Then it trains for `epochs` and records the test accuracy after every epoch.
+
+Pairing: every arm of a (block, depth, train_seed) trains from the same non-value weights, on the
+same data order and augmentation, so `acc(arm) - acc(default)` is a paired difference. The training
+randomness therefore comes from `train_seed` (a grid parameter); the per-cell seed that the sweep
+engine derives from the cell's hash is not used.
+
+Blocks (both with the branch scale r = 1/sqrt(L), heads = 1 unless given, no biases in attention):
+- `attention-only`: spec §2, `x <- N(x + r V A(x) x)` on the sphere of radius sqrt(D);
+- `standard`: pre-norm ViT block, `x + r Proj(Attn(LN x))`, then `x + r MLP(LN x)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .. import clusters
+from ..experiments import ExperimentKind, Param, choice, integer, real, register
+from ..params import ParameterError, check_choice, check_real
+from ..stats import t_interval
+from ..sweep import OnCell, SweepConfig, load_table, run_sweep
+from .compare import BASELINE, DataSpec
+from .data import DATASETS
+from .geometry import pair_cosines
+from .init import ValueInit, make_model
+from .model import BLOCKS, ViT, ViTConfig
+from .train import TrainConfig, evaluate, make_optimizer, train_epoch
+
+KIND = "vit_depth"
+DEVICE_ENV = "TOKENSDE_VIT_DEVICE"  # torch device of the training runs (default cpu)
+SWEEPS = Path(__file__).parent / "sweeps"
+SIZES = ("tiny", "quick", "full", "long")
+PATCH = {"fashion-mnist": 7, "cifar10": 4, "digits": 4}
+NORM = {"attention-only": "rms", "standard": "layer"}
+# Columns that identify a training set-up: rows that agree on all of them (and on train_seed) are
+# paired across arms.
+SETUP = ("block", "depth", "dataset", "data_dir", "train_subset", "test_subset", "epochs", "dim",
+         "heads", "patch", "batch_size", "lr", "probe_images", "tol")
+
+
+def _arm(key: str, value: Any) -> str:
+    try:
+        return ValueInit.parse(str(value)).name
+    except ParameterError as err:
+        raise ParameterError(f"{key}: {err}") from err
+
+
+def _tol(key: str, value: Any) -> float:
+    x = check_real(key, value, 0.0, strict=True)
+    if x >= 1.0:
+        raise ParameterError(f"{key} must be in (0, 1); got {value!r}")
+    return x
+
+
+PARAMS: dict[str, Param] = {
+    "block": choice(BLOCKS, doc="attention-only (spec §2) or standard (pre-norm with MLP)"),
+    "arm": Param(_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity, shared"),
+    "depth": integer(1, doc="number of blocks L (branch scale 1/sqrt(L))"),
+    "train_seed": integer(0, doc="seed of the weights, data order and augmentation (paired)"),
+    "dataset": choice(DATASETS, "fashion-mnist"),
+    "data_dir": Param(lambda k, v: str(v), "", "data set directory ('' = the default place)"),
+    "train_subset": integer(0, 5000, "first N training images (0 = all)"),
+    "test_subset": integer(0, 2000, "first N test images (0 = all)"),
+    "epochs": integer(1, 3),
+    "dim": integer(2, 64, "token width D"),
+    "heads": integer(1, 1),
+    "patch": integer(0, 0, "patch side (0: 7 for fashion-mnist, 4 otherwise)"),
+    "batch_size": integer(1, 128),
+    "lr": real(0.0, 2e-3, strict=True, doc="peak AdamW learning rate"),
+    "probe_images": integer(1, 64, "test images fed to the untrained model"),
+    "tol": Param(_tol, 0.05, "pairs with cosine within tol of +1 / -1 count as merged / antipodal"),
+}
+
+
+def cell_config(cell: dict[str, Any], image_size: int, channels: int,
+                classes: int) -> ViTConfig:
+    """The ViTConfig of a normalised cell for images of this shape."""
+    patch = cell["patch"] or PATCH[cell["dataset"]]
+    return ViTConfig(image_size=image_size, channels=channels, patch=patch, dim=cell["dim"],
+                     depth=cell["depth"], heads=cell["heads"], classes=classes,
+                     norm=NORM[cell["block"]], residual_scale=True, block=cell["block"])
+
+
+def data_spec(cell: dict[str, Any]) -> DataSpec:
+    """Which images a cell trains and tests on."""
+    return DataSpec(cell["dataset"], cell["data_dir"] or None, cell["train_subset"] or None,
+                    cell["test_subset"] or None)
+
+
+def token_geometry(x: torch.Tensor, tol: float) -> dict[str, float]:
+    """Of tokens `(batch, n, D)`: fractions of pairs with cosine > 1 - tol and < -1 + tol, mean
+    cosine, and the effective rank `(tr G)^2 / tr G^2` of each image's cosine matrix, averaged."""
+    cos = pair_cosines(x.double()).numpy()
+    u = torch.nn.functional.normalize(x.double(), dim=-1)
+    rank = clusters.effective_rank((u @ u.transpose(-1, -2)).numpy())
+    return {"near_pos": float(np.mean(cos > 1 - tol)), "near_neg": float(np.mean(cos < -1 + tol)),
+            "mean_cos": float(cos.mean()), "rank": float(rank.mean())}
+
+
+@torch.no_grad()
+def geometry_at_init(model: ViT, images: torch.Tensor, tol: float) -> dict[str, float]:
+    """`token_geometry` after the last block of `model` (as given: untrained) on `images`."""
+    model.eval()
+    return token_geometry(model.tokens(images)[-1], tol)
+
+
+def depth_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Train one (block, arm, depth, train_seed) model; geometry at init, accuracy per epoch."""
+    del seed  # the training seed is the grid parameter train_seed (see the module docstring)
+    device = check_choice(DEVICE_ENV, os.environ.get(DEVICE_ENV, "cpu"), ("cpu", "cuda"))
+    data = data_spec(cell).load()
+    cfg = cell_config(cell, data.image_size, data.channels, data.classes)
+    train = TrainConfig(epochs=cell["epochs"], batch_size=cell["batch_size"], lr=cell["lr"],
+                        seed=cell["train_seed"])
+    model = make_model(cfg, cell["arm"], train.seed)
+    geo = geometry_at_init(model, data.x_test[:cell["probe_images"]], cell["tol"])
+    model.to(device)
+    opt = make_optimizer(model, train)
+    curve, t0 = [], time.perf_counter()
+    for epoch in range(train.epochs):
+        rec = train_epoch(model, opt, data, train, epoch, device=device)
+        curve.append(evaluate(model, data.x_test, data.y_test, device)["acc"])
+    return {"acc": curve[-1], "acc_curve": curve, "train_loss": rec["train_loss"],
+            "train_s": time.perf_counter() - t0, "tokens": cfg.n_tokens, "device": device,
+            **{f"init_{k}": v for k, v in geo.items()}}
+
+
+register(ExperimentKind(KIND, depth_cell, PARAMS,
+                        "train a ViT arm at one depth; token geometry at init, test accuracy"))
+
+
+# ----------------------------------------------------------------------------- running
+
+def depth_config(size: str | os.PathLike = "quick", **params: Any) -> SweepConfig:
+    """The packaged sweep `size` ('quick' or 'full', or a TOML path), with fixed parameters
+    replaced by `params` (e.g. `dataset='cifar10', data_dir=DIR`)."""
+    path = SWEEPS / f"vit-depth-{size}.toml" if size in SIZES else Path(size)
+    cfg = SweepConfig.load(path)
+    if cfg.kind != KIND:
+        raise ParameterError(f"size must be one of {', '.join(SIZES)} or a TOML file of kind "
+                             f"{KIND!r}; {path} is of kind {cfg.kind!r}")
+    given = {k: v for k, v in params.items() if v is not None}
+    clash = sorted(k for k in given if any(k in b for b in cfg.grids))
+    if clash:
+        raise ParameterError(f"{', '.join(clash)} vary in the grid of {path}; edit a copy of "
+                             "the TOML file instead")
+    return dataclasses.replace(cfg, params={**cfg.params, **given})
+
+
+def run_depth(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
+              backend: str = "local", address: str | None = None,
+              on_cell: OnCell | None = None,
+              on_start: Any = None) -> dict[str, Any]:
+    """Run (or resume) a depth sweep into `out` with the sweep engine, then write its tables and
+    figures (`depth_report`); return the sweep summary with the report's files."""
+    summary = run_sweep(config, out, workers=workers, backend=backend, address=address,
+                        on_cell=on_cell, on_start=on_start)
+    return {**summary, "report": depth_report(out)}
+
+
+# ----------------------------------------------------------------------------- analysis
+
+def _setup_key(df: pd.DataFrame) -> list[str]:
+    return [c for c in SETUP if c in df.columns]
+
+
+def paired_gaps(df: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+    """Per set-up and arm: seeds, mean accuracy and geometry at init, and the paired gap to
+    `baseline` in points, `mean +- t_{0.975,S-1} sd/sqrt(S)` over the seeds both arms finished."""
+    df = df[df["status"] == "ok"] if "status" in df.columns else df
+    key = _setup_key(df)
+    base = df[df["arm"] == baseline].set_index([*key, "train_seed"])["acc"]
+    rows = [_gap_row(g, base, key, baseline) for _, g in df.groupby([*key, "arm"], sort=True)]
+    return pd.DataFrame(rows)
+
+
+def _gap_row(g: pd.DataFrame, base: pd.Series, key: list[str], baseline: str) -> dict[str, Any]:
+    arm = g["arm"].iloc[0]
+    paired = base.reindex(pd.MultiIndex.from_frame(g[[*key, "train_seed"]])).to_numpy()
+    diff = 100.0 * (g["acc"].to_numpy() - paired)
+    diff = diff[np.isfinite(diff)]
+    mean, lo, hi = t_interval(diff) if arm != baseline and len(diff) > 1 else (math.nan,) * 3
+    init = {c: float(g[c].mean()) for c in g.columns if c.startswith("init_")}
+    return {**{k: g[k].iloc[0] for k in key}, "arm": arm, "model": ValueInit.parse(arm).model,
+            "lam": ValueInit.parse(arm).noise_factor, "seeds": len(g), "pairs": len(diff),
+            "acc": 100.0 * float(g["acc"].mean()), "gap": mean, "gap_lo": lo, "gap_hi": hi,
+            "half_width": (hi - lo) / 2, **init}
+
+
+KIND_GAPS = "tokensde.vit.depth-gaps"
+GAPS, TABLE_MD = "gaps.json", "gaps.md"
+
+
+def _span(x: pd.Series) -> str:
+    return "none" if x.empty else f"{x.min()}" if x.min() == x.max() else f"{x.min()}–{x.max()}"
+
+
+def _pts(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x:+.1f}"
+
+
+def gap_table(gaps: pd.DataFrame, block: str = "attention-only") -> str:
+    """Markdown: arms x depths, each cell `gap [lo, hi]` in points (paired over seeds); first
+    row the default's accuracy; last column the model of the theory the arm is."""
+    g = gaps[gaps["block"] == block]
+    depths = sorted(g["depth"].unique())
+    head = "| arm | " + " | ".join(f"L = {d}" for d in depths) + " | model |"
+    lines = [f"**{block} block**: gap to `default` in points, 95 % paired t-interval "
+             f"(paired seeds per cell: {_span(g.loc[g['arm'] != BASELINE, 'pairs'])})", "", head,
+             "|---|" + "---|" * (len(depths) + 1)]
+    for arm, rows in g.groupby("arm", sort=False):
+        by_depth = rows.set_index("depth")
+        cells = []
+        for d in depths:
+            if d not in by_depth.index:
+                cells.append("")
+                continue
+            r = by_depth.loc[d]
+            cells.append(f"{r['acc']:.1f} %" if arm == BASELINE else
+                         f"{_pts(r['gap'])} [{_pts(r['gap_lo'])}, {_pts(r['gap_hi'])}]")
+        name = "default (accuracy)" if arm == BASELINE else arm
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {rows['model'].iloc[0]} |")
+    return "\n".join(lines) + "\n"
+
+
+def _ordered(gaps: pd.DataFrame) -> pd.DataFrame:
+    rank = {a: i for i, a in enumerate(["default", "noise:0", "hybrid:0", "identity", "shared"])}
+    return gaps.assign(_o=gaps["arm"].map(lambda a: rank.get(a, len(rank)))).sort_values(
+        ["block", "_o", "arm", "depth"]).drop(columns="_o").reset_index(drop=True)
+
+
+def depth_report(out: str | os.PathLike, figures: bool = True) -> dict[str, Any]:
+    """From the sweep table in `out`: the paired gaps (`gaps.json`, with a header naming the
+    sweep), the markdown tables (`gaps.md`) and the figures; return the file paths."""
+    from ..plots.vit_depth import draw_all
+    from ..store import atomic_write, header
+    from ..sweep import SweepDir
+
+    out = Path(out)
+    table = load_table(out)
+    gaps = _ordered(paired_gaps(table))
+    cfg = SweepDir(out).manifest()["config"]
+    doc = header(KIND_GAPS, sweep=cfg, rows=json_rows(gaps))
+    files = {"gaps": atomic_write(out / GAPS, lambda tmp: tmp.write_text(
+        json.dumps(doc, indent=1) + "\n"))}
+    md = "\n".join(gap_table(gaps, b) for b in ("attention-only", "standard")
+                   if b in set(gaps["block"]))
+    files["table"] = atomic_write(out / TABLE_MD, lambda tmp: tmp.write_text(md))
+    if figures:
+        files.update(draw_all(gaps, table, out))
+    return {k: str(v) for k, v in files.items()}
+
+
+def json_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Rows of `df` as plain JSON-ready dicts (nan as None)."""
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else
+                 v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in df.to_dict(orient="records")]
+
+
+def read_gaps(path: str | os.PathLike) -> pd.DataFrame:
+    """The gap table saved by `depth_report` (a directory or its gaps.json)."""
+    from ..store import read_json
+
+    p = Path(path)
+    p = p / GAPS if p.is_dir() else p
+    doc = read_json(p, KIND_GAPS, f"rebuild it with `tokensde vit depth-report {p.parent}`")
+    return pd.DataFrame(doc["rows"])
