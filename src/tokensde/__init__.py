@@ -3,13 +3,7 @@
 Simulate the deep random-attention network and its SDE limit, measure clustering, and show it.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("tokensde")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0.0.0+unknown"
-
+from ._version import __version__
 from .model import SimResult, simulate
 from .params import ModelParams, ParameterError, TimeGrid
 

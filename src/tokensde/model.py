@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import __version__
+from ._version import __version__
 from .layers import attention_output, network_step, normalize
 from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real, check_usa_beta
 from .rng import RUN_BLOCK, RunStreams

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import __version__
+from ._version import __version__
 from .params import ModelParams, ParameterError, TimeGrid
 
 SCHEMA = 1

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .params import ParameterError, check_choice, check_int
 from .rng import derive_seed
 from .store import StoreError, atomic_write, check_meta, check_output, header, read_parquet, write_parquet

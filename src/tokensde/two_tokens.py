@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from scipy import integrate, special
 
-from . import __version__
+from ._version import __version__
 from .model import simulate
 from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from .stats import censored_quantiles, wilson
