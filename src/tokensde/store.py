@@ -19,6 +19,7 @@ import torch
 
 from ._version import __version__
 from .params import ModelParams, ParameterError, TimeGrid
+from .result import SimResult
 
 SCHEMA = 1
 KIND_SIM = "tokensde.simulation"
@@ -101,7 +102,7 @@ def header(kind: str, **fields: Any) -> dict[str, Any]:
     return {"kind": kind, "schema": SCHEMA, "package": "tokensde", "version": __version__, **fields}
 
 
-def save_result(result: Any, path: str | os.PathLike) -> Path:
+def save_result(result: SimResult, path: str | os.PathLike) -> Path:
     """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata."""
     meta = header(KIND_SIM, **result.metadata())
     arrays: dict[str, np.ndarray] = {"x": result.x.numpy(), "checkpoints": result.checkpoints}
@@ -117,7 +118,7 @@ def save_result(result: Any, path: str | os.PathLike) -> Path:
     return atomic_write(path, write)
 
 
-def load_result(path: str | os.PathLike) -> Any:
+def load_result(path: str | os.PathLike) -> SimResult:
     """Read a `SimResult` written by `save_result`; raise StoreError on a bad file."""
     path = Path(path)
     if not path.exists():
@@ -136,9 +137,7 @@ def load_result(path: str | os.PathLike) -> Any:
                          "(damaged, or not written by save_result); re-run the simulation") from err
 
 
-def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> Any:
-    from .model import SimResult
-
+def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
     t = lambda k: torch.from_numpy(data[k]) if k in data else None  # noqa: E731
     known = {"params", "steps", "dt", "runs", "seed", "sampler", "scheme", "init", "dtype",
              "device", "wall_s", "checkpoints", "alpha", "T", "kind", "schema", "package",
