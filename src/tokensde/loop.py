@@ -91,4 +91,5 @@ def march(
         return x
     if x.shape[0]:
         stop.keep(rows, view(x))
+    assert stop.final is not None  # every run was kept, at its decision or here
     return stop.final

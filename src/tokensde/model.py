@@ -144,6 +144,8 @@ def initial_tokens(
         if init == "uniform":
             return normalize(rs.normal(n, d, dtype=dtype))
         if init == "pair":
+            if rho0 is None:
+                raise ParameterError("init='pair' needs rho0 in [-1, 1]")
             return pair_tokens(float(rho0), d, dtype, rs.device).expand(b, 2, d).clone()
         raise ParameterError(f"init must be 'uniform', 'pair' or an array; got {init!r}")
     a = torch.as_tensor(init, dtype=dtype, device=rs.device)
@@ -301,7 +303,7 @@ def simulate(
     gram = torch.empty(runs, K, n, n, dtype=tdtype) if "gram" in record else None
     toks = torch.empty(runs, K, n, width, dtype=tdtype) if "tokens" in record else None
     finals = []
-    layer_of = np.full(runs, -1, dtype=np.int64) if stopping else None
+    layer_of = np.full(runs, -1, dtype=np.int64)
     t0 = time.perf_counter()
     for start in range(0, runs, bs):
         stop = min(start + bs, runs)
@@ -342,5 +344,6 @@ def simulate(
         init=init_kind if init_kind != "pair" else f"pair(rho0={rho0})", checkpoints=ck,
         x=torch.cat(finals), gram=gram, tokens=toks,
         dtype=str(tdtype).removeprefix("torch."), device=str(dev),
-        wall_s=time.perf_counter() - t0, extra=extra, decided_at=layer_of,
+        wall_s=time.perf_counter() - t0, extra=extra,
+        decided_at=None if stopping is None else layer_of,
     )

@@ -48,8 +48,9 @@ def check_output(path: str | os.PathLike, name: str, directory: bool = False) ->
     return path
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Call `write(tmp)` on a temporary file next to `path`, then rename it over `path`."""
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """Call `write(tmp)` on a temporary file next to `path`, then rename it over `path` (what
+    `write` returns is ignored)."""
     path = check_output(path, "output path")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -113,7 +114,8 @@ def save_result(result: SimResult, path: str | os.PathLike) -> Path:
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, meta=np.array(json.dumps(meta)), **arrays)
+            # numpy's stub: a **dict might hold `allow_pickle`, so mypy cannot match it
+            np.savez_compressed(fh, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
 
     return atomic_write(path, write)
 
@@ -145,7 +147,7 @@ def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
     return SimResult(
         params=ModelParams.from_dict(meta["params"]), grid=TimeGrid(meta["steps"], meta["dt"]),
         runs=meta["runs"], seed=meta["seed"], sampler=meta["sampler"], scheme=meta["scheme"],
-        init=meta["init"], checkpoints=data["checkpoints"], x=t("x"), gram=t("gram"),
+        init=meta["init"], checkpoints=data["checkpoints"], x=torch.from_numpy(data["x"]), gram=t("gram"),
         tokens=t("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
         extra={k: v for k, v in meta.items() if k not in known},
     )

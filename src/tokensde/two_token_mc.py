@@ -18,7 +18,7 @@ import torch
 
 from ._version import __version__
 from .model import simulate
-from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
+from .params import Law, ModelParams, ParameterError, TimeGrid, check_int, check_real
 from .stats import censored_quantiles, wilson
 from .two_tokens import (
     beta_c,
@@ -137,7 +137,7 @@ def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: in
     time and the decision times."""
     init: dict[str, Any] = {"init": "uniform"} if rho0 == "uniform" else {
         "init": "pair", "rho0": float(rho0)}
-    stop = {} if until == "horizon" else {"until": "decided", "tol": tol}
+    stop: dict[str, Any] = {} if until == "horizon" else {"until": "decided", "tol": tol}
     res = simulate(p, grid, runs=runs, seed=seed, **init, **stop, **sim)
     anti, merged = classify(*pair_log_gaps(res.x), tol)
     times = None if until == "horizon" else res.decision_times()
@@ -166,7 +166,7 @@ def _check_until(until: str) -> str:
 def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 1000,
                 T: float = 200.0, dt: float | None = None, seed: int = 0, sigma: float = 1.0,
                 tol: float = 1e-8, level: float = 0.95, engine: str = "network",
-                sampler: str = "auto", law: str = "gaussian", batch_size: int | None = None,
+                sampler: str = "auto", law: Law = "gaussian", batch_size: int | None = None,
                 until: str = "decided",
                 progress: Callable[[int], None] | None = None) -> PairOutcome:
     """Fractions of two-token runs (§5: softmax, matrix noise) that end antipodal / merged.
@@ -184,7 +184,7 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
         raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     p = ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law)
     rho0 = check_rho0(rho0)
-    theory = p_anti_uniform(p.beta, p.d) if rho0 == "uniform" else p_anti(p.beta, p.d, rho0)
+    theory = p_anti_uniform(p.beta, p.d) if isinstance(rho0, str) else p_anti(p.beta, p.d, rho0)
     wall, times = 0.0, None
     if engine == "network":
         anti, merged, wall, times = _network_outcome(
@@ -200,7 +200,7 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
 def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str = 0.0,
                        runs: int = 1000, T: float = 40.0, dt: float = 0.01, seed: int = 0,
                        tol: float = 1e-6, level: float = 0.95, engine: str = "network",
-                       law: str = "gaussian",
+                       law: Law = "gaussian",
                        progress: Callable[[int], None] | None = None) -> PairOutcome:
     """Two-token outcome fractions for the §6 hybrid model (USA, `M = I`, scalar noise `eps`).
 
@@ -212,14 +212,14 @@ def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str
     p = ModelParams(n=2, d=d, beta=beta, attention="usa", mean="identity", noise="scalar",
                     eps=eps, law=law)
     rho0 = check_rho0(rho0)
-    theory = hybrid_p_anti(p.beta, p.eps, 0.0 if rho0 == "uniform" else rho0)
+    theory = hybrid_p_anti(p.beta, p.noise_scale, 0.0 if isinstance(rho0, str) else rho0)
     wall = 0.0
     if engine == "network":
         anti, merged, wall, _ = _network_outcome(p, rho0, grid, runs, seed, tol,
                                                  progress=progress)
     else:
         anti, merged = _reduced_outcome(p.beta, p.d, rho0, grid, runs, seed, tol, 0.0, p.eps)
-    lam_minus, lam_plus = hybrid_lyapunov(p.beta, p.eps)
+    lam_minus, lam_plus = hybrid_lyapunov(p.beta, p.noise_scale)
     return PairOutcome("hybrid", p.to_dict(), rho0, runs, anti, merged, grid.T, grid.dt,
                        grid.steps, seed, tol, theory, level, engine, wall,
                        {"eps2_c": hybrid_eps2_c(p.beta), "lyapunov_antipodal": lam_minus,

@@ -75,7 +75,7 @@ def prob_cmd(
 
     with user_errors():
         r0 = tt.check_rho0(rho0)
-        p = tt.p_anti_uniform(beta, d) if r0 == "uniform" else tt.p_anti(beta, d, r0)
+        p = tt.p_anti_uniform(beta, d) if isinstance(r0, str) else tt.p_anti(beta, d, r0)
         p = float(p) + 0.0  # no -0.0 (P_anti just above beta_c underflows to -0)
         result = {"p_anti": p, "beta": beta, "d": d, "rho0": r0, "beta_c": tt.beta_c(d),
                   "antipodal_attracts": tt.antipodal_attracts(beta, d)}
