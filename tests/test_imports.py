@@ -95,6 +95,24 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_layers_stay_below_the_simulator():
+    graph = import_graph()
+    for low in ("tokensde.gram", "tokensde.loop", "tokensde.result", "tokensde.store",
+                "tokensde.two_tokens", "tokensde.absorption", "tokensde._version"):
+        assert "tokensde.model" not in _reach(graph, low), low
+    for mod in graph:  # only the CLI imports from the package root (e.g. `from .. import simulate`)
+        assert PACKAGE not in graph[mod] or mod.startswith("tokensde.cli."), mod
+
+
 def test_pure_core_does_not_import_torch():
     code = ("import sys, tokensde, tokensde.two_tokens, tokensde.params, tokensde.stats, "
             "tokensde.absorption; print('torch' in sys.modules)")
