@@ -18,6 +18,7 @@ test-quick: setup
 
 lint:
 	ruff check src tests benchmarks diagnostics
+	$(PY) -m mypy src
 
 bench:
 	$(PY) benchmarks/bench_samplers.py

@@ -14,6 +14,7 @@ from scipy import integrate
 from typer.testing import CliRunner
 
 from tokensde import ModelParams, ParameterError
+from tokensde import two_token_mc as mc
 from tokensde import two_tokens as tt
 from tokensde.layers import attention_weights, network_step
 from tokensde.plots import phase
@@ -133,9 +134,9 @@ def test_lyapunov_exponents_are_the_endpoint_limits_of_the_drift():
     (lambda: tt.p_anti(-1.0, 3, 0.0), "beta"),
     (lambda: tt.p_anti(1.0, 1.5, 0.0), "d"),
     (lambda: tt.p_anti(1.0, 3, 1.2), "rho0"),
-    (lambda: tt.monte_carlo(1.0, 3, "sideways", runs=4, T=1, dt=0.1), "rho0"),
-    (lambda: tt.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, tol=0.0), "tol"),
-    (lambda: tt.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, engine="sde"), "engine"),
+    (lambda: mc.monte_carlo(1.0, 3, "sideways", runs=4, T=1, dt=0.1), "rho0"),
+    (lambda: mc.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, tol=0.0), "tol"),
+    (lambda: mc.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, engine="sde"), "engine"),
     (lambda: tt.reduced_diffusion(1.0, 3, 0.0, T=1.0, dt=2.0, runs=3), "dt"),
 ])
 def test_bad_input_names_the_parameter(call, name):
@@ -230,7 +231,7 @@ MC_GRID = [
 
 
 def _check_mc(beta, d, rho0, T, runs, seed):
-    out = tt.monte_carlo(beta, d, rho0, runs=runs, T=T, seed=seed)
+    out = mc.monte_carlo(beta, d, rho0, runs=runs, T=T, seed=seed)
     lo, hi = wilson(out.antipodal, out.runs, 0.99)
     assert out.undecided / out.runs < 0.01, out.to_dict()
     assert lo <= out.theory <= hi, out.to_dict()
@@ -253,7 +254,7 @@ def test_network_monte_carlo_grid_matches_theory():
 
 def test_monte_carlo_result_is_reproducible_and_reports_horizon():
     kw = {"runs": 40, "T": 2.0, "dt": 0.05, "seed": 3}
-    a, b = tt.monte_carlo(1.0, 3, "uniform", **kw), tt.monte_carlo(1.0, 3, "uniform", **kw)
+    a, b = mc.monte_carlo(1.0, 3, "uniform", **kw), mc.monte_carlo(1.0, 3, "uniform", **kw)
     assert a.to_dict() | {"wall_s": 0} == b.to_dict() | {"wall_s": 0}
     r = a.to_dict()
     assert r["steps"] == 40 and r["T"] == 2.0 and r["theory"] == tt.p_anti_uniform(1.0, 3)
@@ -265,7 +266,7 @@ def test_hybrid_merges_below_and_ends_antipodal_above_threshold():
     beta = 0.5
     eps_c = math.sqrt(tt.hybrid_eps2_c(beta))
     for f in (0.5, 0.7, 1.4, 2.0):
-        out = tt.hybrid_monte_carlo(beta, f * eps_c, rho0=0.0, runs=200, T=60.0, dt=0.01,
+        out = mc.hybrid_monte_carlo(beta, f * eps_c, rho0=0.0, runs=200, T=60.0, dt=0.01,
                                     seed=4)
         wrong, right = (out.antipodal, out.merged) if f < 1 else (out.merged, out.antipodal)
         assert out.theory == (0.0 if f < 1 else 1.0)

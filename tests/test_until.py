@@ -12,6 +12,7 @@ from scipy import stats
 
 from tokensde import ModelParams, simulate
 from tokensde import absorption as ab
+from tokensde import two_token_mc as mc
 from tokensde import two_tokens as tt
 from tokensde.params import ParameterError
 from tokensde.rng import RunStreams
@@ -169,7 +170,7 @@ def test_first_passage_probability_tends_to_p_anti():
 
 
 def test_monte_carlo_until_decided_leaves_nothing_undecided():
-    out = tt.monte_carlo(2.0, 4, "uniform", runs=400, seed=4)
+    out = mc.monte_carlo(2.0, 4, "uniform", runs=400, seed=4)
     assert out.undecided == 0
     d = out.to_dict()
     assert d["until"] == "decided" and d["t_decided_median"] > 0

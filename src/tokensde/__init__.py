@@ -1,16 +1,37 @@
 """tokensde: token dynamics of deep Transformers at random initialisation.
 
 Simulate the deep random-attention network and its SDE limit, measure clustering, and show it.
+
+`simulate` and `SimResult` are loaded on first use, so that importing the package, or a module of
+its torch-free core (`params`, `stats`, `two_tokens`, `absorption`), does not import torch.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-try:
-    __version__ = version("tokensde")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0.0.0+unknown"
+from typing import TYPE_CHECKING, Any
 
-from .model import SimResult, simulate
+from ._version import __version__
 from .params import ModelParams, ParameterError, TimeGrid
 
+if TYPE_CHECKING:
+    from .model import simulate
+    from .result import SimResult
+
 __all__ = ["ModelParams", "ParameterError", "SimResult", "TimeGrid", "__version__", "simulate"]
+
+
+def __getattr__(name: str) -> Any:
+    """`simulate` (from `model`) and `SimResult` (from `result`), imported when first asked for."""
+    if name == "simulate":
+        from .model import simulate
+
+        return simulate
+    if name == "SimResult":
+        from .result import SimResult
+
+        return SimResult
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -290,9 +290,9 @@ def samples_to_arrays(s: CoupledSamples) -> dict[str, np.ndarray]:
 def samples_from_arrays(data: Any) -> CoupledSamples:
     """Inverse of `samples_to_arrays` (a dict or an open .npz)."""
     meta = json.loads(str(data["meta"]))
+    net, fine, half, sq = (np.asarray(data[k]) for k in SAMPLE_ARRAYS)
     return CoupledSamples(tuple(meta["levels"]), tuple(meta["laws"]), tuple(meta["stats"]),
-                          *(np.asarray(data[k]) for k in SAMPLE_ARRAYS),
-                          tuple(meta["strong_at"]))
+                          net, fine, half, sq, tuple(meta["strong_at"]))
 
 
 def _strong_steps(strong_at: Sequence[float], levels: tuple[int, ...], ref_steps: int
@@ -331,7 +331,7 @@ def _ols(logL: np.ndarray, logE: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return slope, logE.mean(-1) - slope * logL.mean()
 
 
-def fit_order(levels: Sequence[int], errors: Sequence[float],
+def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.ndarray,
               replicates: np.ndarray | None = None, level: float = 0.95) -> OrderFit:
     """Order `-slope` of `log|e|` on `log L`; t-interval from the residuals; bootstrap percentile
     interval from `replicates` `(B, len(levels))` of the errors when given."""
@@ -340,8 +340,8 @@ def fit_order(levels: Sequence[int], errors: Sequence[float],
     if L.size < 2 or L.size != e.size or np.any(e <= 0):
         raise ValueError(f"fit_order needs >= 2 levels with non-zero errors; got {L.size} levels")
     logL = np.log(L)
-    slope, icpt = _ols(logL, np.log(e)[None])
-    slope, icpt = float(slope[0]), float(icpt[0])
+    slopes, icpts = _ols(logL, np.log(e)[None])
+    slope, icpt = float(slopes[0]), float(icpts[0])
     dof = L.size - 2
     if dof > 0:
         resid = np.log(e) - (icpt + slope * logL)

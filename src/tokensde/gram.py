@@ -22,12 +22,10 @@ import numpy as np
 import torch
 
 from .layers import normalize, normalize_, tangent, weights_from_logits
-from .model import Stop, march
+from .loop import Progress, Stop, march
 from .params import ModelParams, ParameterError, TimeGrid
 from .rng import RunStreams
 from .sde import ito_correction
-
-Progress = Callable[[int], None]
 
 
 def iso_scales(p: ModelParams) -> tuple[float, float]:

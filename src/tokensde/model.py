@@ -14,15 +14,17 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from . import __version__
+from .clusters import check_tol
+from .gram import run_batch_gram, uniform_frame
 from .layers import attention_output, network_step, normalize
+from .loop import Progress, Stop, march
 from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real, check_usa_beta
+from .result import SimResult
 from .rng import RUN_BLOCK, RunStreams
 from .samplers import NOISE_SAMPLERS, choose_sampler
 from .sde import sde_step
@@ -32,81 +34,6 @@ RECORDS: tuple[str, ...] = ("gram", "tokens")
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
 CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
-
-# Called after each layer with the number of runs just advanced (total: runs * steps).
-Progress = Callable[[int], None]
-
-
-@dataclass
-class SimResult:
-    """Output of `simulate`.
-
-    `gram` is `(runs, K, n, n)` at layer indices `checkpoints` `(K,)`; `tokens` `(runs, K, n, d)` when
-    recorded (the Gram sampler stores tokens in an n-dimensional isometric frame); `x` is the final
-    state `(runs, n, d)`. All tensors live on the CPU.
-    """
-
-    params: ModelParams
-    grid: TimeGrid
-    runs: int
-    seed: int
-    sampler: str
-    scheme: str
-    init: str
-    checkpoints: np.ndarray
-    x: torch.Tensor
-    gram: torch.Tensor | None = None
-    tokens: torch.Tensor | None = None
-    dtype: str = "float64"
-    device: str = "cpu"
-    wall_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
-    decided_at: np.ndarray | None = None
-
-    @property
-    def times(self) -> np.ndarray:
-        """Depth times `t = k dt` of the checkpoints."""
-        return self.checkpoints * self.grid.dt
-
-    def rho(self, i: int = 0, j: int = 1) -> torch.Tensor:
-        """Inner products `<x_i, x_j>` at the checkpoints, `(runs, K)`."""
-        if self.gram is None:
-            raise ValueError("this result did not record 'gram'")
-        return self.gram[:, :, i, j]
-
-    def decision_times(self) -> np.ndarray:
-        """Depth time at which each run was decided (`until='decided'`), nan where it was still
-        undecided at the horizon, `(runs,)`."""
-        if self.decided_at is None:
-            raise ValueError("this result was not run with until='decided'")
-        return np.where(self.decided_at >= 0, self.decided_at * self.grid.dt, np.nan)
-
-    def final_gram(self) -> torch.Tensor:
-        """Gram matrices `X X^T` of the final state, `(runs, n, n)`."""
-        return self.x @ self.x.transpose(-1, -2)
-
-    def metadata(self) -> dict[str, Any]:
-        """Everything needed to reproduce this result (JSON-ready)."""
-        return {
-            "package": "tokensde",
-            "version": __version__,
-            "params": self.params.to_dict(),
-            "steps": self.grid.steps,
-            "dt": self.grid.dt,
-            "alpha": self.grid.alpha,
-            "T": self.grid.T,
-            "runs": self.runs,
-            "seed": self.seed,
-            "sampler": self.sampler,
-            "scheme": self.scheme,
-            "init": self.init,
-            "dtype": self.dtype,
-            "device": self.device,
-            "checkpoints": self.checkpoints.tolist(),
-            "wall_s": self.wall_s,
-            "until": "horizon" if self.decided_at is None else "decided",
-            **self.extra,
-        }
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -217,6 +144,8 @@ def initial_tokens(
         if init == "uniform":
             return normalize(rs.normal(n, d, dtype=dtype))
         if init == "pair":
+            if rho0 is None:
+                raise ParameterError("init='pair' needs rho0 in [-1, 1]")
             return pair_tokens(float(rho0), d, dtype, rs.device).expand(b, 2, d).clone()
         raise ParameterError(f"init must be 'uniform', 'pair' or an array; got {init!r}")
     a = torch.as_tensor(init, dtype=dtype, device=rs.device)
@@ -267,84 +196,6 @@ def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
     return min(runs, max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK))
 
 
-class Stop:
-    """Take each run out of its batch once it is decided: every pair of tokens within `tol` of
-    +1 or -1 (`1 - |<x_i, x_j>| < tol`), tested every `every` layers and at the last.
-
-    `layer` `(runs,)` holds the layer at which each run of the batch was decided (-1: never) and
-    `final` its state then (or at the horizon); `retain` drops runs from the random streams.
-    """
-
-    def __init__(self, tol: float, every: int, runs: int, retain: Callable[[torch.Tensor], None]
-                 ) -> None:
-        self.tol, self.every, self.retain = tol, every, retain
-        self.layer = np.full(runs, -1, dtype=np.int64)
-        self.final: torch.Tensor | None = None
-
-    def decided(self, x: torch.Tensor) -> torch.Tensor:
-        """Boolean `(runs,)`: every pair `i != j` has `1 - |<x_i, x_j>| < tol`."""
-        gap = 1.0 - (x @ x.transpose(-1, -2)).abs()
-        gap.diagonal(dim1=-2, dim2=-1).fill_(0.0)
-        return (gap < self.tol).flatten(1).all(-1)
-
-    def keep(self, rows: torch.Tensor, x: torch.Tensor) -> None:
-        """Store the states `x` of batch rows `rows`."""
-        if self.final is None:
-            self.final = torch.empty((len(self.layer), *x.shape[1:]), dtype=x.dtype,
-                                     device=x.device)
-        self.final[rows] = x
-
-
-def march(
-    x: torch.Tensor,
-    steps: int,
-    layer: Callable[[torch.Tensor], torch.Tensor],
-    checkpoints: np.ndarray,
-    record: Callable[..., None],
-    progress: Progress | None = None,
-    view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
-    stop: Stop | None = None,
-) -> torch.Tensor:
-    """Apply `layer` `steps` times to `x`, calling `record(c, view(x))` at checkpoint number `c`
-    (layer indices `checkpoints`, 0 = the start) and `progress(runs)` after each layer.
-
-    With `stop`, decided runs leave the batch; `record(c, xc, rows)` then gets the batch rows of
-    `xc`, and a decided run's later checkpoints record its state at decision. Returns the final
-    state, `view`ed and in batch order when `stop` is given.
-    """
-    ck = {int(k): c for c, k in enumerate(checkpoints)}
-    rows = torch.arange(x.shape[0])
-    rec = record if stop is None else (lambda c, xc: record(c, xc, rows))
-    if 0 in ck:
-        rec(ck[0], view(x))
-    for k in range(1, steps + 1):
-        x = layer(x)
-        if k in ck:
-            rec(ck[k], view(x))
-        if progress is not None:
-            progress(x.shape[0])
-        if stop is not None and (k % stop.every == 0 or k == steps):
-            v = view(x)
-            done = stop.decided(v)
-            if bool(done.any()):
-                gone, vd = rows[done.cpu()], v[done]
-                stop.layer[gone.numpy()] = k
-                stop.keep(gone, vd)
-                for later, c in ck.items():
-                    if later > k:
-                        record(c, vd, gone)
-                live = ~done
-                x, rows = x[live], rows[live.cpu()]
-                stop.retain(live)
-                if x.shape[0] == 0:
-                    break
-    if stop is None:
-        return x
-    if x.shape[0]:
-        stop.keep(rows, view(x))
-    return stop.final
-
-
 def run_batch(
     x: torch.Tensor,
     p: ModelParams,
@@ -388,8 +239,6 @@ def _check_until(until: str, tol: float | None, every: int | None, dt: float,
         if tol is not None or every is not None:
             raise ParameterError("tol and decide_every are only used with until='decided'")
         return None
-    from .clusters import check_tol
-
     name = str(resolve_dtype(dtype)).removeprefix("torch.")
     t = check_tol(DECIDE_TOL if tol is None else tol, "tol", name)
     return t, decide_every(dt) if every is None else check_int("decide_every", every, 1)
@@ -454,14 +303,12 @@ def simulate(
     gram = torch.empty(runs, K, n, n, dtype=tdtype) if "gram" in record else None
     toks = torch.empty(runs, K, n, width, dtype=tdtype) if "tokens" in record else None
     finals = []
-    layer_of = np.full(runs, -1, dtype=np.int64) if stopping else None
+    layer_of = np.full(runs, -1, dtype=np.int64)
     t0 = time.perf_counter()
     for start in range(0, runs, bs):
         stop = min(start + bs, runs)
         rs = RunStreams(seed, runs, start, stop, dev)
         if used == "gram" and isinstance(init, str) and init == "uniform":
-            from .gram import uniform_frame
-
             x = uniform_frame(rs, n, d, tdtype)
         else:
             x = initial_tokens(init, params, rs, start, tdtype, rho0)
@@ -482,8 +329,6 @@ def simulate(
 
         halt = None if stopping is None else Stop(*stopping, stop - start, rs.retain)
         if used == "gram":
-            from .gram import run_batch_gram
-
             xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt)
         else:
             xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt)
@@ -499,5 +344,6 @@ def simulate(
         init=init_kind if init_kind != "pair" else f"pair(rho0={rho0})", checkpoints=ck,
         x=torch.cat(finals), gram=gram, tokens=toks,
         dtype=str(tdtype).removeprefix("torch."), device=str(dev),
-        wall_s=time.perf_counter() - t0, extra=extra, decided_at=layer_of,
+        wall_s=time.perf_counter() - t0, extra=extra,
+        decided_at=None if stopping is None else layer_of,
     )

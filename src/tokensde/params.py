@@ -33,7 +33,7 @@ class ParameterError(ValueError):
     """An invalid parameter: the message names it and the allowed range."""
 
 
-def _require(ok: bool, name: str, allowed: str, value: Any) -> None:
+def _require(ok: bool | np.bool_, name: str, allowed: str, value: Any) -> None:
     if not ok:
         raise ParameterError(f"{name} must be {allowed}; got {value!r}")
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .store import atomic_write
 
 STATUSES: tuple[str, ...] = ("ok", "partial", "disagrees", "missing", "failed")

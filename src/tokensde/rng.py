@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,7 +75,7 @@ class RunStreams:
         mask = mask.to(device="cpu", dtype=torch.bool)
         if mask.shape != (self.runs,):
             raise ValueError(f"mask must have shape ({self.runs},); got {tuple(mask.shape)}")
-        kept = ([], [], [], [])
+        kept: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
         lo = 0
         for size, gen, keep, full in zip(self.sizes, self.gens, self.keep, self.full, strict=True):
             m = mask[lo:lo + size]

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import __version__
+from ._version import __version__
 from .params import ModelParams, ParameterError, TimeGrid
+from .result import SimResult
 
 SCHEMA = 1
 KIND_SIM = "tokensde.simulation"
@@ -47,8 +48,9 @@ def check_output(path: str | os.PathLike, name: str, directory: bool = False) ->
     return path
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:
-    """Call `write(tmp)` on a temporary file next to `path`, then rename it over `path`."""
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """Call `write(tmp)` on a temporary file next to `path`, then rename it over `path` (what
+    `write` returns is ignored)."""
     path = check_output(path, "output path")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -101,7 +103,7 @@ def header(kind: str, **fields: Any) -> dict[str, Any]:
     return {"kind": kind, "schema": SCHEMA, "package": "tokensde", "version": __version__, **fields}
 
 
-def save_result(result: Any, path: str | os.PathLike) -> Path:
+def save_result(result: SimResult, path: str | os.PathLike) -> Path:
     """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata."""
     meta = header(KIND_SIM, **result.metadata())
     arrays: dict[str, np.ndarray] = {"x": result.x.numpy(), "checkpoints": result.checkpoints}
@@ -112,12 +114,13 @@ def save_result(result: Any, path: str | os.PathLike) -> Path:
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, meta=np.array(json.dumps(meta)), **arrays)
+            # numpy's stub: a **dict might hold `allow_pickle`, so mypy cannot match it
+            np.savez_compressed(fh, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
 
     return atomic_write(path, write)
 
 
-def load_result(path: str | os.PathLike) -> Any:
+def load_result(path: str | os.PathLike) -> SimResult:
     """Read a `SimResult` written by `save_result`; raise StoreError on a bad file."""
     path = Path(path)
     if not path.exists():
@@ -136,9 +139,7 @@ def load_result(path: str | os.PathLike) -> Any:
                          "(damaged, or not written by save_result); re-run the simulation") from err
 
 
-def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> Any:
-    from .model import SimResult
-
+def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
     t = lambda k: torch.from_numpy(data[k]) if k in data else None  # noqa: E731
     known = {"params", "steps", "dt", "runs", "seed", "sampler", "scheme", "init", "dtype",
              "device", "wall_s", "checkpoints", "alpha", "T", "kind", "schema", "package",
@@ -146,7 +147,7 @@ def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> Any:
     return SimResult(
         params=ModelParams.from_dict(meta["params"]), grid=TimeGrid(meta["steps"], meta["dt"]),
         runs=meta["runs"], seed=meta["seed"], sampler=meta["sampler"], scheme=meta["scheme"],
-        init=meta["init"], checkpoints=data["checkpoints"], x=t("x"), gram=t("gram"),
+        init=meta["init"], checkpoints=data["checkpoints"], x=torch.from_numpy(data["x"]), gram=t("gram"),
         tokens=t("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
         extra={k: v for k, v in meta.items() if k not in known},
     )

@@ -44,7 +44,7 @@ import signal
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing, contextmanager
@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import __version__
 from .params import ParameterError, check_choice, check_int
 from .rng import derive_seed
 from .store import StoreError, atomic_write, check_meta, check_output, header, read_parquet, write_parquet
@@ -368,7 +368,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_local(tasks: list[Row], workers: int) -> Iterator[Row]:
+def run_local(tasks: list[Row], workers: int) -> Generator[Row, None, None]:
     """Rows as cells finish, on a process pool of `workers` (in this process when 1).
 
     A worker that dies fails the cells in flight (recorded as errors) and the pool is restarted.
@@ -409,7 +409,8 @@ def run_local(tasks: list[Row], workers: int) -> Iterator[Row]:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_ray(tasks: list[Row], workers: int, address: str | None = None) -> Iterator[Row]:
+def run_ray(tasks: list[Row], workers: int, address: str | None = None
+            ) -> Generator[Row, None, None]:
     """Rows as cells finish, on Ray: a local instance with `workers` CPUs, or the cluster at
     `address`. A Ray instance started here is shut down at the end."""
     try:
@@ -539,7 +540,7 @@ class SweepDir:
             other = sorted(p.name for p in self.path.iterdir()
                            if p.name not in ours and not _is_tmp(p))
             ours_only = fp is not None and not set(other) - {TABLE}
-            if ours_only and self.orphans_of(fp):
+            if ours_only and fp is not None and self.orphans_of(fp):
                 return
             if other or self._has_cells():
                 raise SweepError(f"{self.path} is not empty and is not a sweep directory (no "
@@ -699,7 +700,8 @@ def check_backend(backend: str, address: str | None) -> str:
     return backend
 
 
-def _rows(tasks: list[Row], workers: int, backend: str, address: str | None) -> Iterator[Row]:
+def _rows(tasks: list[Row], workers: int, backend: str, address: str | None
+          ) -> Generator[Row, None, None]:
     if backend == "ray":
         return run_ray(tasks, workers, address)
     return run_local(tasks, workers)

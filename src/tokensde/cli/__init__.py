@@ -6,7 +6,7 @@ import importlib
 
 import typer
 
-from .. import __version__
+from .._version import __version__
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import typer
 
-from .. import __version__
+from .._version import __version__
 from ..params import ModelParams, ParameterError, check_choice, check_int
 from ..report import Image, Section, Table, interval
 from ..rng import derive_seed

@@ -20,7 +20,7 @@ from typing import Any
 
 import typer
 
-from .. import __version__
+from .._version import __version__
 from ..params import ParameterError
 from ..report import Section, write_report
 from ..store import header

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import typer
 
 from ..clusters import check_tol
-from ..params import ModelParams, ParameterError, TimeGrid, real_array
+from ..params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
 from ._common import emit_json, progress_bar, user_errors
 
 
@@ -130,8 +130,9 @@ def simulate_cmd(
         for name, path in (("--out", out), ("--plot", plot)):
             if path is not None:
                 check_output(path, name)
-        p = ModelParams(n=n, d=d, beta=beta, attention=attention, causal=causal, noise=noise,
-                        law=law, sigma=sigma, eps=eps,
+        # the names as typed: ModelParams checks them
+        p = ModelParams(n=n, d=d, beta=beta, attention=cast(Attention, attention), causal=causal,
+                        noise=cast(Noise, noise), law=cast(Law, law), sigma=sigma, eps=eps,
                         mean=_name_or_npy("mean", mean, ("none", "identity")))
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
@@ -139,6 +140,7 @@ def simulate_cmd(
             res = simulate(p, grid, runs=runs, init=x0, rho0=rho0, seed=seed, sampler=sampler,
                            scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints,
                            progress=bar, **_stopping(until, tol))
+        assert res.gram is not None  # record=('gram',), the default
         gram = res.gram[:, -1].numpy()
         summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
                    "dt": grid.dt, "T": grid.T, "sampler": res.sampler, "scheme": scheme,

@@ -24,7 +24,8 @@ class _Bar:
     """A tqdm bar of cells with the failure count; tqdm supplies the ETA."""
 
     def __init__(self, enabled: bool) -> None:
-        self.enabled, self.bar = enabled, None
+        self.enabled = enabled
+        self.bar: tqdm | None = None
 
     def start(self, counts: dict[str, int]) -> None:
         if self.enabled:

@@ -75,7 +75,7 @@ def prob_cmd(
 
     with user_errors():
         r0 = tt.check_rho0(rho0)
-        p = tt.p_anti_uniform(beta, d) if r0 == "uniform" else tt.p_anti(beta, d, r0)
+        p = tt.p_anti_uniform(beta, d) if isinstance(r0, str) else tt.p_anti(beta, d, r0)
         p = float(p) + 0.0  # no -0.0 (P_anti just above beta_c underflows to -0)
         result = {"p_anti": p, "beta": beta, "d": d, "rho0": r0, "beta_c": tt.beta_c(d),
                   "antipodal_attracts": tt.antipodal_attracts(beta, d)}
@@ -129,13 +129,14 @@ def mc_cmd(
     json_out: bool = JSON,
 ) -> None:
     """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti."""
+    from .. import two_token_mc as mc
     from .. import two_tokens as tt
     from ..params import TimeGrid
 
     with user_errors():
         dt = tt.default_dt(d) if dt is None else dt
         steps = TimeGrid.make(T=time, dt=dt).steps
-        result = _run(tt.monte_carlo, steps, quiet, json_out, beta=beta, d=d,
+        result = _run(mc.monte_carlo, steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
                       sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until)
         if sigma == 1.0:
@@ -169,6 +170,7 @@ def hybrid_cmd(
     """Hybrid model of §6 (USA, M = I, scalar noise): threshold eps^2 = 2 e^-beta; MC with --eps."""
     import math
 
+    from .. import two_token_mc as mc
     from .. import two_tokens as tt
     from ..params import TimeGrid
 
@@ -181,7 +183,7 @@ def hybrid_cmd(
             result.update(eps=eps, lyapunov_antipodal=lam_m, lyapunov_merged=lam_p,
                           regime="antipodal" if lam_m < 0 else "merged" if lam_m > 0 else
                           "critical")
-            result["mc"] = _run(tt.hybrid_monte_carlo, steps, quiet, json_out, beta=beta,
+            result["mc"] = _run(mc.hybrid_monte_carlo, steps, quiet, json_out, beta=beta,
                                 eps=eps, d=d, rho0=tt.check_rho0(rho0), runs=runs, T=time,
                                 dt=dt, seed=seed, tol=tol, engine=engine)
             if out is not None:

@@ -1,6 +1,6 @@
 """The two-token phase diagram (spec §5): Monte Carlo P_anti over (beta, d) against the theory.
 
-`mc_grid` computes the table (one `two_tokens.monte_carlo` cell per (beta, d)); the plotting
+`mc_grid` computes the table (one `two_token_mc.monte_carlo` cell per (beta, d)); the plotting
 functions only read such a table (a DataFrame, e.g. loaded from a saved file) and evaluate the
 exact theory, which costs milliseconds. They never simulate.
 """
@@ -18,6 +18,7 @@ import pandas as pd
 from .. import absorption
 from .. import two_tokens as tt
 from ..rng import derive_seed
+from ..two_token_mc import PairOutcome, monte_carlo
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
 
 COLUMNS: tuple[str, ...] = (
@@ -34,7 +35,7 @@ def cell_seed(seed: int, beta: float, d: int, rho0: float | str) -> int:
     return derive_seed(seed, round(beta * 1e6), int(d), r)
 
 
-def _row(out: tt.PairOutcome, beta: float, d: int, root_seed: int) -> dict[str, Any]:
+def _row(out: PairOutcome, beta: float, d: int, root_seed: int) -> dict[str, Any]:
     r = out.to_dict()
     at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, out.tol)
     return {
@@ -75,9 +76,9 @@ def mc_grid(betas: Iterable[float] | Callable[[int], Iterable[float]], ds: Itera
         for beta in betas(int(d)) if callable(betas) else betas:
             if (float(beta), int(d)) in have:
                 continue
-            out = tt.monte_carlo(float(beta), int(d), rho0, runs=runs, T=T, dt=step,
-                                 seed=cell_seed(seed, beta, d, rho0), tol=tol, engine=engine,
-                                 sampler=sampler, until=until)
+            out = monte_carlo(float(beta), int(d), rho0, runs=runs, T=T, dt=step,
+                              seed=cell_seed(seed, beta, d, rho0), tol=tol, engine=engine,
+                              sampler=sampler, until=until)
             row = _row(out, float(beta), int(d), seed)
             rows.append(row)
             if on_row is not None:

@@ -8,12 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib as mpl
 from matplotlib.figure import Figure
 
 from ..store import atomic_write
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 COLORS: dict[str, str] = {
     "gaussian": "#1f5a99",
@@ -32,7 +35,7 @@ TOKEN_COLORS: tuple[str, ...] = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#5
                                  "#d55e00", "#f0e442", "#000000")
 SEQUENTIAL = "viridis"
 
-RC: dict[str, Any] = {
+RC: dict[RcKeyType, Any] = {
     "font.family": "DejaVu Sans",
     "font.size": 9.0,
     "axes.titlesize": 10.0,

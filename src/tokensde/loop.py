@@ -1,0 +1,95 @@
+"""The layer loop shared by the samplers: apply a layer `steps` times, record at checkpoints, and
+(optionally) take runs out of the batch once they are decided.
+
+`model.run_batch` (tokens in R^d) and `gram.run_batch_gram` (tokens in a Gram-space frame) differ
+only in the layer they pass to `march`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+# Called after each layer with the number of runs just advanced (total: runs * steps).
+Progress = Callable[[int], None]
+
+
+class Stop:
+    """Take each run out of its batch once it is decided: every pair of tokens within `tol` of
+    +1 or -1 (`1 - |<x_i, x_j>| < tol`), tested every `every` layers and at the last.
+
+    `layer` `(runs,)` holds the layer at which each run of the batch was decided (-1: never) and
+    `final` its state then (or at the horizon); `retain` drops runs from the random streams.
+    """
+
+    def __init__(self, tol: float, every: int, runs: int, retain: Callable[[torch.Tensor], None]
+                 ) -> None:
+        self.tol, self.every, self.retain = tol, every, retain
+        self.layer = np.full(runs, -1, dtype=np.int64)
+        self.final: torch.Tensor | None = None
+
+    def decided(self, x: torch.Tensor) -> torch.Tensor:
+        """Boolean `(runs,)`: every pair `i != j` has `1 - |<x_i, x_j>| < tol`."""
+        gap = 1.0 - (x @ x.transpose(-1, -2)).abs()
+        gap.diagonal(dim1=-2, dim2=-1).fill_(0.0)
+        return (gap < self.tol).flatten(1).all(-1)
+
+    def keep(self, rows: torch.Tensor, x: torch.Tensor) -> None:
+        """Store the states `x` of batch rows `rows`."""
+        if self.final is None:
+            self.final = torch.empty((len(self.layer), *x.shape[1:]), dtype=x.dtype,
+                                     device=x.device)
+        self.final[rows] = x
+
+
+def march(
+    x: torch.Tensor,
+    steps: int,
+    layer: Callable[[torch.Tensor], torch.Tensor],
+    checkpoints: np.ndarray,
+    record: Callable[..., None],
+    progress: Progress | None = None,
+    view: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
+    stop: Stop | None = None,
+) -> torch.Tensor:
+    """Apply `layer` `steps` times to `x`, calling `record(c, view(x))` at checkpoint number `c`
+    (layer indices `checkpoints`, 0 = the start) and `progress(runs)` after each layer.
+
+    With `stop`, decided runs leave the batch; `record(c, xc, rows)` then gets the batch rows of
+    `xc`, and a decided run's later checkpoints record its state at decision. Returns the final
+    state, `view`ed and in batch order when `stop` is given.
+    """
+    ck = {int(k): c for c, k in enumerate(checkpoints)}
+    rows = torch.arange(x.shape[0])
+    rec = record if stop is None else (lambda c, xc: record(c, xc, rows))
+    if 0 in ck:
+        rec(ck[0], view(x))
+    for k in range(1, steps + 1):
+        x = layer(x)
+        if k in ck:
+            rec(ck[k], view(x))
+        if progress is not None:
+            progress(x.shape[0])
+        if stop is not None and (k % stop.every == 0 or k == steps):
+            v = view(x)
+            done = stop.decided(v)
+            if bool(done.any()):
+                gone, vd = rows[done.cpu()], v[done]
+                stop.layer[gone.numpy()] = k
+                stop.keep(gone, vd)
+                for later, c in ck.items():
+                    if later > k:
+                        record(c, vd, gone)
+                live = ~done
+                x, rows = x[live], rows[live.cpu()]
+                stop.retain(live)
+                if x.shape[0] == 0:
+                    break
+    if stop is None:
+        return x
+    if x.shape[0]:
+        stop.keep(rows, view(x))
+    assert stop.final is not None  # every run was kept, at its decision or here
+    return stop.final

@@ -1,0 +1,120 @@
+"""The import graph of `tokensde` is acyclic, and the pure core imports no torch.
+
+Every module under src/tokensde is parsed with `ast`; an edge `a -> b` is any import in `a` that
+names module `b` of the package: at module level, inside functions (lazy imports) or under
+`if TYPE_CHECKING:`, with relative imports resolved. `from pkg import name` is an edge to the
+submodule `pkg.name` when there is one, else to `pkg` itself. The implicit import of a parent
+package is not an edge (Python has it in `sys.modules` before the child runs).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import tokensde
+
+PACKAGE = "tokensde"
+ROOT = Path(tokensde.__file__).resolve().parent
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Dotted name -> (file, is a package `__init__`) for every module of the package."""
+    out = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        package = parts[-1] == "__init__"
+        name = ".".join((PACKAGE, *(parts[:-1] if package else parts)))
+        out[name] = (path, package)
+    return out
+
+
+def _resolve(node: ast.ImportFrom, name: str, package: bool) -> str:
+    """The absolute module an `ImportFrom` names (its `from` part)."""
+    if node.level == 0:
+        return node.module or ""
+    here = name.split(".") if package else name.split(".")[:-1]
+    base = here[: len(here) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Edges `module -> modules it imports`, within the package."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, (path, package) in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                src = _resolve(node, name, package)
+                targets = [f"{src}.{a.name}" if f"{src}.{a.name}" in mods else src
+                           for a in node.names]
+            for t in targets:
+                if t in mods and t != name:
+                    graph[name].add(t)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle `[a, b, ..., a]` of `graph`, or None (iterative depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in sorted(graph):
+        if start in state:
+            continue
+        path, stack = [start], [iter(sorted(graph[start]))]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph[nxt])))
+    return None
+
+
+def test_graph_sees_lazy_and_relative_imports():
+    graph = import_graph()
+    assert "tokensde.model" in graph["tokensde.two_token_mc"]  # module level, relative
+    assert "tokensde.experiments" in graph["tokensde.sweep"]  # inside a function
+    assert "tokensde.plots.style" in graph["tokensde.plots.phase"]  # one level down
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_layers_stay_below_the_simulator():
+    graph = import_graph()
+    for low in ("tokensde.gram", "tokensde.loop", "tokensde.result", "tokensde.store",
+                "tokensde.two_tokens", "tokensde.absorption", "tokensde._version"):
+        assert "tokensde.model" not in _reach(graph, low), low
+    for mod in graph:  # only the CLI imports from the package root (e.g. `from .. import simulate`)
+        assert PACKAGE not in graph[mod] or mod.startswith("tokensde.cli."), mod
+
+
+def test_pure_core_does_not_import_torch():
+    code = ("import sys, tokensde, tokensde.two_tokens, tokensde.params, tokensde.stats, "
+            "tokensde.absorption; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
