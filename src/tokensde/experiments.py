@@ -241,6 +241,8 @@ def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     stop = {"until": "decided", "tol": tol} if cell["until"] == "decided" else {}
     res = simulate(p, grid, runs=cell["runs"], seed=seed, sampler=cell["sampler"],
                    scheme=cell["scheme"], checkpoints=[before, grid.steps], **stop)
+    if res.gram is None:  # simulate keeps the Gram matrices at the checkpoints asked for
+        raise RuntimeError("simulate returned no Gram matrices at the checkpoints")
     g_end, g_before = res.gram[:, -1].numpy(), res.gram[:, 0].numpy()
     report = clusters.analyze(g_end, tol, before=g_before)
     robust = clusters.tolerance_report(g_end, tol, before=g_before)

@@ -14,6 +14,7 @@ missing.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import math
@@ -162,7 +163,7 @@ def cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
     def save(path: Path, part: Any) -> None:
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as fh:  # a handle: savez would append .npz to the name
-                np.savez(fh, **samples_to_arrays(part))
+                np.savez(fh, **samples_to_arrays(part))  # type: ignore[arg-type]
 
         atomic_write(path, write)
 
@@ -335,10 +336,14 @@ def _sim_results(ctx: Context, name: str, setups: list[tuple[str, str, ModelPara
             return res
 
         res, reused = _saved_or(path, load_result, make, save_result, ctx,
-                                lambda r, spec=spec: r.extra.get("figure_spec") == spec)
+                                functools.partial(_same_spec, spec))
         all_reused &= reused
         panels.append((title, res))
     return panels, all_reused
+
+
+def _same_spec(spec: Any, res: Any) -> bool:
+    return res.extra.get("figure_spec") == spec
 
 
 def _sim_table(key: str, caption: str, panels: list[tuple[str, Any]]) -> Table:
@@ -652,7 +657,7 @@ def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as fh:
-                np.savez(fh, stamp=np.array(stamp), **arrays)
+                np.savez(fh, stamp=np.array(stamp), **arrays)  # type: ignore[arg-type]
 
         atomic_write(where, write)
 
@@ -688,9 +693,9 @@ def build_decisions(ctx: Context) -> Section:
                      absorption.decision_rate(beta, d, DECISION_TOL["two"]),
                      absorption.boundary_rates(beta, d)["antipodal"]])
     for key, t in sorted(data["many"].items()):
-        n, d, beta = key.split(",")
+        n, d_text, beta_text = key.split(",")
         q = censored_quantiles(t, [0.5, 0.9])
-        rows.append([n, float(d), float(beta), len(t), float(np.isnan(t).mean()), q[0], None,
+        rows.append([n, float(d_text), float(beta_text), len(t), float(np.isnan(t).mean()), q[0], None,
                      q[1], None, None])
     table = Table("decision-times", "Time to decision (every pair within tol of +-1): median "
                   "and 90% quantile over runs (blank when past the maximum horizon), the exact "
@@ -1016,14 +1021,15 @@ def figure_cmd(
             sec = FIGURES[name].build(ctx)
         except MissingError as err:
             fail(f"figure {name} is not available: {err}")
-    result = {"figure": name, "size": ctx.size, "files": [str(i.path) for i in sec.images],
+    files = [str(i.path) for i in sec.images]
+    result = {"figure": name, "size": ctx.size, "files": files,
               "tables": {t.key: len(t.rows) for t in sec.tables},
               "reused": sec.provenance.get("reused"), "wall_s": round(time.perf_counter() - t0,
                                                                       2)}
     if json_out:
         emit_json(result)
         return
-    for f in result["files"]:
+    for f in files:
         typer.echo(f)
     if sec.note:
         typer.echo(sec.note)

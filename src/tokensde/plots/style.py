@@ -5,6 +5,7 @@ Figures are built on `matplotlib.figure.Figure` directly (no pyplot state, no GU
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,7 +81,7 @@ def new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def save(fig: Figure, path: str | Path, dpi: int | None = None) -> Path:
+def save(fig: Figure, path: str | os.PathLike, dpi: int | None = None) -> Path:
     """Write `fig` to `path` (format from the suffix) atomically; return the path."""
     path = Path(path)
     fmt = path.suffix.lstrip(".") or "png"

@@ -91,9 +91,10 @@ def parse_arms(text: str | list[str]) -> list[ValueInit]:
     return arms
 
 
-def value_weights(model: ViT) -> list[nn.Parameter]:
+def value_weights(model: ViT) -> list[torch.Tensor]:
     """The value matrices `V_k` (D x D), one per block, in depth order."""
-    return [block.attn.v.weight for block in model.blocks]
+    layers = [block.get_submodule("attn.v") for block in model.blocks]
+    return [v.weight for v in layers if isinstance(v, nn.Linear)]
 
 
 def apply_value_init(model: ViT, arm: ValueInit | str, seed: int) -> ViT:
@@ -102,15 +103,16 @@ def apply_value_init(model: ViT, arm: ValueInit | str, seed: int) -> ViT:
     weights = value_weights(model)
     gen = torch.Generator().manual_seed(derive_seed(seed, VALUE_STREAM))
     r = model.cfg.branch_scale
+    lam = 0.0 if arm.value is None else arm.value
     with torch.no_grad():
         first = weights[0].detach().clone()
         for w in weights:
             if arm.kind == "noise":
-                w.mul_(arm.value)
+                w.mul_(lam)
             elif arm.kind == "hybrid":
-                w.mul_(arm.value).add_(r * torch.eye(*w.shape, dtype=w.dtype))
+                w.mul_(lam).add_(r * torch.eye(*w.shape, dtype=w.dtype))
             elif arm.kind == "gaussian":
-                std = math.sqrt(arm.value / w.shape[1])
+                std = math.sqrt(lam / w.shape[1])
                 w.copy_(std * torch.randn(w.shape, generator=gen, dtype=w.dtype))
             elif arm.kind == "identity":
                 w.copy_(torch.eye(*w.shape, dtype=w.dtype))

@@ -10,6 +10,7 @@ exactly what an uninterrupted one would have done.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -108,7 +109,8 @@ def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor, device: str = "cpu"
 
 def make_optimizer(model: ViT, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW, weight decay on the matrices only (not on norms, biases, class token, positions)."""
-    decay, rest = [], []
+    decay: list[torch.nn.Parameter] = []
+    rest: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
         (decay if p.ndim >= 2 and name not in ("pos", "cls_token") else rest).append(p)
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -158,6 +160,10 @@ def run_spec(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
     """Everything that defines a run (a checkpoint resumes only the same run)."""
     return {"arm": arm.name, "model": model_cfg.to_dict(), "train": train_cfg.to_dict(),
             "data": data.info}
+
+
+def _save_state(state: dict[str, Any], tmp: Path) -> None:
+    torch.save(state, tmp)
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -226,7 +232,7 @@ def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
                         "seconds": time.perf_counter() - start})
         state = {"meta": header(KIND_CHECKPOINT, run=spec), "model": model.state_dict(),
                  "optimizer": opt.state_dict(), "history": history}
-        atomic_write(ckpt_path, lambda tmp, s=state: torch.save(s, tmp))
+        atomic_write(ckpt_path, functools.partial(_save_state, state))
         _write_log(run_dir / LOG, history)
     result = header(KIND_RUN, run=spec, threads=threads, final=history[-1], history=history)
     _write_json(result_path, result)
