@@ -844,7 +844,7 @@ def build_vit(ctx: Context) -> Section:
 # Per size: data set, seeds, epochs and the model fields that differ from ViTConfig's defaults.
 VIT_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"dataset": "digits", "seeds": 2, "epochs": 1, "model": {"depth": 2, "dim": 16}},
-    "quick": {"dataset": "digits", "seeds": 3, "epochs": 6, "model": {}},
+    "quick": {"dataset": "digits", "seeds": 2, "epochs": 4, "model": {}},
     "full": {"dataset": "fashion-mnist", "seeds": 4, "epochs": 10, "model": {}},
 }
 VIT_ARMS = "default,noise:0,noise:0.1,identity,shared"
