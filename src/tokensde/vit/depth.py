@@ -236,7 +236,8 @@ def gap_table(gaps: pd.DataFrame, block: str = "attention-only") -> str:
             cells.append(f"{r['acc']:.1f} %" if arm == BASELINE else
                          f"{_pts(r['gap'])} [{_pts(r['gap_lo'])}, {_pts(r['gap_hi'])}]")
         name = "default (accuracy)" if arm == BASELINE else arm
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {rows['model'].iloc[0]} |")
+        model = rows["model"].iloc[0].split(":")[0]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {model} |")
     return "\n".join(lines) + "\n"
 
 

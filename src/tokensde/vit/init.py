@@ -33,13 +33,13 @@ ALIASES = {"suppressed": "noise"}
 VALUE_STREAM = 7  # child-seed key of the random draws an arm adds (gaussian)
 ARM_FORMS = ("default, noise:LAM, hybrid:LAM, gaussian:VAR, identity or shared (LAM, VAR >= 0; "
              "suppressed:LAM = noise:LAM)")
-# Which model of the theory (spec §2) each arm is, in one line.
+# Which model of the theory (spec §2) each arm is, in one line: "short name: detail".
 ARM_MODELS: dict[str, str] = {
     "default": "pure noise: M = 0, PyTorch's random V (entry variance 1/(3D))",
-    "noise": "pure noise at LAM times the default amplitude (LAM = 0: no value signal at all)",
+    "noise": "pure noise: M = 0, LAM times the default draw (LAM = 0: V = 0, no value signal)",
     "hybrid": "hybrid: mean part M = I at the drift scale r^2 plus LAM times the default noise",
-    "gaussian": "pure noise with Gaussian entries of variance VAR/D",
-    "identity": "deterministic attention flow (V = I, no noise) at the branch scale r",
+    "gaussian": "pure noise: M = 0, Gaussian entries of variance VAR/D",
+    "identity": "deterministic flow: V = I, no noise, at the branch scale r",
     "shared": "coherent noise: one random V repeated at every depth (not independent over layers)",
 }
 
