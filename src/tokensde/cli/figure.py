@@ -495,7 +495,7 @@ def _grid_data(ctx: Context, name: str, cfg: dict[str, Any], rho0: Any, betas: A
 
     from ..store import header, read_parquet, write_parquet
 
-    phase = _need("tokensde.plots.phase", "mc_grid", issue="issue 3")
+    phase = _need("tokensde.phase_grid", "mc_grid", issue="issue 3")
     path = ctx.data_path(name, ".parquet")
     settings = json.loads(json.dumps({"size": ctx.size, "seed": ctx.seed, "rho0": rho0,
                                       "until": "decided", "sampler": sampler,
