@@ -66,6 +66,34 @@ def test_a_failing_figure_becomes_a_failed_section_and_the_report_is_still_writt
     assert 'data-status="failed"' in path.read_text()
 
 
+def test_interrupted_phase_grid_resumes_from_its_saved_cells(tmp_path, monkeypatch):
+    from tokensde import phase_grid
+    from tokensde.study.phase import phase_data
+
+    real, ran = phase_grid.monte_carlo, []
+
+    def flaky(beta, d, *a, **k):
+        if len(ran) == 2:
+            raise KeyboardInterrupt
+        ran.append((beta, d))
+        return real(beta, d, *a, **k)
+
+    monkeypatch.setattr(phase_grid, "monte_carlo", flaky)
+    ctx = study.Context(tmp_path / "a", "tiny", workers=1)
+    with pytest.raises(KeyboardInterrupt):
+        phase_data(ctx)
+    monkeypatch.setattr(phase_grid, "monte_carlo",
+                        lambda beta, d, *a, **k: (ran.append((beta, d)), real(beta, d, *a, **k))[1])
+    resumed, reused = phase_data(ctx)
+    assert not reused and len(ran) == 6 and len(set(ran)) == 6  # each of the 6 cells ran once
+    again, reused = phase_data(ctx)
+    assert reused and len(ran) == 6
+    straight, _ = phase_data(study.Context(tmp_path / "b", "tiny", workers=1))
+    cols = [c for c in straight.columns if c != "wall_s"]
+    for df in (resumed, again):
+        assert df[cols].equals(straight[cols])
+
+
 def test_reproduce_rejects_unknown_figures(tmp_path):
     with pytest.raises(ParameterError, match="only must name figures"):
         study.reproduce(tmp_path, "tiny", only=["nope"])

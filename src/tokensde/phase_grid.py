@@ -2,8 +2,9 @@
 
 `mc_grid` runs one `two_token_mc.monte_carlo` cell per (beta, d), each with a seed derived from
 the root seed and the cell's own values, and returns one row per cell (columns `COLUMNS`) with
-the exact theory beside it. `csv_grid` keeps such a grid in a CSV file, saved after every cell and
-resumed when the file exists. The figures of `tokensde.plots.phase` read these tables.
+the exact theory beside it. `saved_grid` hands the table to a writer after every cell (an
+interrupted grid resumes from what was written); `csv_grid` keeps it in a CSV file. The figures
+of `tokensde.plots.phase` read these tables.
 """
 
 from __future__ import annotations
@@ -87,18 +88,13 @@ def mc_grid(betas: Iterable[float] | Callable[[int], Iterable[float]], ds: Itera
                                                                  ignore_index=True)
 
 
-def csv_grid(table: str | os.PathLike, betas: Iterable[float], ds: Iterable[int],
-             rho0: float | str = "uniform", **kwargs: Any) -> pd.DataFrame:
-    """`mc_grid(betas, ds, rho0, **kwargs)` kept in the CSV file `table`: the cells already in it
-    are reused, and the file is rewritten (atomically) after every new cell and at the end."""
-    from .store import atomic_write
-
-    path = Path(table)
-    done = pd.read_csv(path) if path.exists() else None
+def saved_grid(betas: Iterable[float] | Callable[[int], Iterable[float]], ds: Iterable[int],
+               rho0: float | str = "uniform", *, write: Callable[[pd.DataFrame], object],
+               done: pd.DataFrame | None = None, **kwargs: Any) -> pd.DataFrame:
+    """`mc_grid(betas, ds, rho0, done=done, **kwargs)` that hands the table so far to `write`
+    after every new cell and the whole table at the end, so an interrupted grid loses no
+    finished cell (pass the saved table as `done` to resume)."""
     rows: list[dict[str, Any]] = [] if done is None else done.to_dict("records")
-
-    def write(df: pd.DataFrame) -> None:
-        atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
 
     def keep(row: dict[str, Any]) -> None:
         rows.append(row)
@@ -107,3 +103,18 @@ def csv_grid(table: str | os.PathLike, betas: Iterable[float], ds: Iterable[int]
     df = mc_grid(betas, ds, rho0, done=done, on_row=keep, **kwargs)
     write(df)
     return df
+
+
+def csv_grid(table: str | os.PathLike, betas: Iterable[float], ds: Iterable[int],
+             rho0: float | str = "uniform", **kwargs: Any) -> pd.DataFrame:
+    """`saved_grid` kept in the CSV file `table`: the cells already in it are reused, and the
+    file is rewritten (atomically) after every new cell and at the end."""
+    from .store import atomic_write
+
+    path = Path(table)
+
+    def write(df: pd.DataFrame) -> None:
+        atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
+
+    done = pd.read_csv(path) if path.exists() else None
+    return saved_grid(betas, ds, rho0, write=write, done=done, **kwargs)

@@ -64,9 +64,7 @@ def phase_d_data(ctx: Context) -> tuple[Any, bool]:
 
 def _grid_data(ctx: Context, name: str, cfg: dict[str, Any], rho0: Any, betas: Any,
                sampler: str = "auto") -> tuple[Any, bool]:
-    import pandas as pd
-
-    from ..phase_grid import mc_grid
+    from ..phase_grid import saved_grid
     from ..store import header, read_parquet, write_parquet
     from ..two_tokens import default_dt
 
@@ -88,16 +86,10 @@ def _grid_data(ctx: Context, name: str, cfg: dict[str, Any], rho0: Any, betas: A
         else:
             ctx.log(f"{path} was made with other settings; recomputing it")
     meta = header(KIND_PHASE, **settings)
-    rows = [] if done is None else done.to_dict("records")
-
-    def on_row(row: dict[str, Any]) -> None:
-        rows.append(row)
-        write_parquet(pd.DataFrame(rows), path, meta)
-
     dt = default_dt if cfg["dt"] == "default" else cfg["dt"]
-    df = mc_grid(betas, cfg["ds"], rho0, runs=cfg["runs"], T=cfg["T"], dt=dt, seed=ctx.seed,
-                 done=done, on_row=on_row, sampler=sampler)
-    write_parquet(df, path, meta)
+    df = saved_grid(betas, cfg["ds"], rho0, write=lambda t: write_parquet(t, path, meta),
+                    done=done, runs=cfg["runs"], T=cfg["T"], dt=dt, seed=ctx.seed,
+                    sampler=sampler)
     return df, False
 
 
