@@ -31,9 +31,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from tokensde.cli.figure import Context, convergence_data
 from tokensde.plots.convergence import plot_convergence
 from tokensde.store import atomic_write
+from tokensde.study import Context
+from tokensde.study.convergence import convergence_data
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "convergence.png"
 

@@ -29,7 +29,7 @@ def report(tmp_path_factory):
         return Path(given), None
     import torch
 
-    from tokensde.cli.reproduce import reproduce
+    from tokensde.study import reproduce
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("report")

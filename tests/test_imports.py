@@ -113,6 +113,31 @@ def test_layers_stay_below_the_simulator():
         assert PACKAGE not in graph[mod] or mod.startswith("tokensde.cli."), mod
 
 
+def test_nothing_outside_the_cli_imports_it():
+    graph = import_graph()
+    for mod, targets in graph.items():
+        if mod == "tokensde.cli" or mod.startswith("tokensde.cli."):
+            continue
+        into_cli = sorted(t for t in targets if t == "tokensde.cli" or t.startswith("tokensde.cli."))
+        assert not into_cli, f"{mod} imports {into_cli}"
+    # nor do the scripts beside the package (they use tokensde.study)
+    repo = ROOT.parents[1]
+    for script in sorted([*repo.glob("diagnostics/*.py"), *repo.glob("benchmarks/*.py")]):
+        for node in ast.walk(ast.parse(script.read_text(), str(script))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not [n for n in names if n.startswith("tokensde.cli")], script
+
+
+def test_plots_only_draw():
+    graph = import_graph()
+    simulators = {"tokensde.model", "tokensde.gram", "tokensde.two_token_mc",
+                  "tokensde.phase_grid", "tokensde.study"}
+    for mod, targets in graph.items():
+        if mod.startswith("tokensde.plots"):
+            assert not targets & simulators, f"{mod} imports {sorted(targets & simulators)}"
+
+
 def test_pure_core_does_not_import_torch():
     code = ("import sys, tokensde, tokensde.two_tokens, tokensde.params, tokensde.stats, "
             "tokensde.absorption; print('torch' in sys.modules)")

@@ -1,6 +1,7 @@
-"""The HTML report and the figure registry: embedding, tables, missing pieces, saved results."""
+"""The HTML report and the figure registry: embedding, tables, failed sections, saved results."""
 
 import base64
+import dataclasses
 import json
 import re
 
@@ -9,9 +10,11 @@ import typer
 from PIL import Image as PILImage
 from typer.testing import CliRunner
 
-from tokensde.cli import figure as figmod
+from tokensde import study
+from tokensde.cli import figure as figure_cli
 from tokensde.convergence import ConvergenceResult
 from tokensde.report import Image, Section, Table, fmt, interval, render, write_report
+from tokensde.study.convergence import convergence_data, convergence_tables
 
 
 @pytest.fixture
@@ -80,28 +83,13 @@ def test_write_report_is_atomic_and_complete(png, tmp_path):
     assert [p.name for p in out.parent.iterdir()] == ["report.html"]
 
 
-def test_missing_module_becomes_a_missing_section(monkeypatch, tmp_path):
-    real = figmod.importlib.import_module
-
-    def fake(name, *a):
-        if name == "tokensde.plots.phase":
-            raise ImportError("No module named 'tokensde.plots.phase'")
-        return real(name, *a)
-
-    monkeypatch.setattr(figmod.importlib, "import_module", fake)
-    sec = figmod.build_section("phase-diagram", figmod.Context(tmp_path, "tiny"))
-    assert sec.status == "missing"
-    assert "tokensde.plots.phase" in sec.note and "issue 3" in sec.note
-
-
 def test_failure_becomes_a_failed_section(monkeypatch, tmp_path):
     def boom(ctx):
         raise RuntimeError("disk on fire")
 
-    spec = figmod.FIGURES["histograms"]
-    monkeypatch.setitem(figmod.FIGURES, "histograms",
-                        figmod.FigureSpec(spec.name, spec.title, spec.claim, boom))
-    sec = figmod.build_section("histograms", figmod.Context(tmp_path, "tiny"))
+    monkeypatch.setitem(study.FIGURES, "histograms",
+                        dataclasses.replace(study.FIGURES["histograms"], data=boom))
+    sec = study.build_section("histograms", study.Context(tmp_path, "tiny"))
     assert sec.status == "failed" and "disk on fire" in sec.note
 
 
@@ -117,7 +105,7 @@ def small_tiny(monkeypatch):
 
 def _app():
     app = typer.Typer()
-    figmod.register(app)
+    figure_cli.register(app)
     app.command("noop")(lambda: None)  # a second command keeps `figure` a sub-command
     return app
 
@@ -128,7 +116,7 @@ def test_figure_list():
     names = json.loads(res.output)
     assert list(names) == ["phase-diagram", "theory-vs-simulation", "phase-over-d", "decision-times",
                            "trajectories",
-                           "histograms", "multi-token", "convergence", "vit"]
+                           "histograms", "multi-token", "convergence", "vit", "vit-depth"]
 
 
 def test_figure_rejects_unknown_name(tmp_path):
@@ -152,7 +140,7 @@ def test_figure_reuses_its_saved_result(tmp_path, monkeypatch, small_tiny):
     assert second.exit_code == 0, second.output
     again = json.loads(second.output[second.output.index("{"):])
     assert again["reused"] is True and again["files"] == out["files"]
-    tables = figmod.convergence_tables(saved)
+    tables = convergence_tables(saved)
     assert [len(t.rows) for t in tables] == [len(saved.fits), sum(
         p["kind"] != "reference_correction" for p in saved.points), 4]
 
@@ -170,15 +158,15 @@ def test_interrupted_convergence_resumes_from_finished_chunks(tmp_path, monkeypa
         return real(args)
 
     monkeypatch.setattr(convergence, "_task", flaky)
-    ctx = figmod.Context(tmp_path / "a", "tiny", workers=1, progress=False)
+    ctx = study.Context(tmp_path / "a", "tiny", workers=1, progress=False)
     with pytest.raises(KeyboardInterrupt):
-        figmod.convergence_data(ctx)
+        convergence_data(ctx)
     assert len(list(ctx.data_path("convergence", ".parts").glob("*.npz"))) == 2
     calls.clear()
     monkeypatch.setattr(convergence, "_task", lambda args: (calls.append(args), real(args))[1])
-    resumed, reused = figmod.convergence_data(ctx)
+    resumed, reused = convergence_data(ctx)
     assert not reused and len(calls) == 2  # only the two unfinished chunks ran
     assert not ctx.data_path("convergence", ".parts").exists()
-    straight, _ = figmod.convergence_data(figmod.Context(tmp_path / "b", "tiny", workers=1,
-                                                         progress=False))
+    straight, _ = convergence_data(study.Context(tmp_path / "b", "tiny", workers=1,
+                                                 progress=False))
     assert resumed.points == straight.points and resumed.fits == straight.fits

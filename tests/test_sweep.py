@@ -391,3 +391,14 @@ def test_figures_and_markdown_table_read_the_saved_table(tmp_path):
     r = df[df["beta"] == 4.0].iloc[0]
     assert row.startswith("| 4 | 3 |")
     assert f"{r['p_bipolar']:.2f} [{r['p_bipolar_lo']:.2f}, {r['p_bipolar_hi']:.2f}]" in row
+    # the command line draws the same figures and prints the README tables (no simulation)
+    r = CliRunner().invoke(cli(), ["sweep", "plot", str(tmp_path / "out"), str(tmp_path / "cli"),
+                                   "--prefix", "mt"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[:2] == [str(tmp_path / "cli" / "mt_noise.png"),
+                         str(tmp_path / "cli" / "mt_minority.png")]
+    assert "P(bipolar) [95% Wilson interval] u = P(undecided); model = noise" in r.output
+    assert markdown_table(df) in r.output
+    r = CliRunner().invoke(cli(), ["sweep", "plot", str(tmp_path / "nowhere"), str(tmp_path)])
+    assert r.exit_code == 2 and r.output.startswith("error:")

@@ -13,7 +13,7 @@ import typer
 from scipy import integrate
 from typer.testing import CliRunner
 
-from tokensde import ModelParams, ParameterError
+from tokensde import ModelParams, ParameterError, phase_grid
 from tokensde import two_token_mc as mc
 from tokensde import two_tokens as tt
 from tokensde.layers import attention_weights, network_step
@@ -324,11 +324,35 @@ def test_cli_mc_and_hybrid_json(tmp_path):
 def test_mc_grid_resumes_and_phase_figure_is_written(tmp_path):
     seen = []
     kw = {"runs": 30, "T": 3.0, "dt": 0.05, "seed": 1, "engine": "reduced", "on_row": seen.append}
-    first = phase.mc_grid([0.5, 2.0], [4], **kw)
-    df = phase.mc_grid([0.5, 2.0, 3.0], [4, 6], done=first, **kw)
-    assert len(seen) == 2 + 4 and len(df) == 6 and list(df.columns) == list(phase.COLUMNS)
+    first = phase_grid.mc_grid([0.5, 2.0], [4], **kw)
+    df = phase_grid.mc_grid([0.5, 2.0, 3.0], [4, 6], done=first, **kw)
+    assert len(seen) == 2 + 4 and len(df) == 6 and list(df.columns) == list(phase_grid.COLUMNS)
     kept = df[(df.beta <= 2.0) & (df.d == 4)].reset_index(drop=True)
     pd.testing.assert_frame_equal(kept, first)
     assert np.allclose(df["theory"], tt.p_anti_uniform(df["beta"], df["d"]))
     path = phase.plot_phase_diagram(pd.DataFrame(df), tmp_path / "phase.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+
+
+def test_grid_command_saves_every_cell_resumes_and_draws(tmp_path, monkeypatch):
+    table, png = tmp_path / "grid.csv", tmp_path / "phase.png"
+    args = ["grid", "--table", str(table), "--out", str(png), "--ds", "4", "--runs", "20",
+            "--time", "3", "--seed", "1", "--engine", "reduced"]
+    first = _invoke(*args, "--betas", "0.5,2")
+    assert first.exit_code == 0, first.output
+    assert first.output.split() == [str(table), str(png)] and png.stat().st_size > 20_000
+    saved = pd.read_csv(table)
+    assert len(saved) == 2 and list(saved.columns) == list(phase_grid.COLUMNS)
+    # the saved cells are reused, not recomputed; only the new beta runs
+    real, ran = mc.monte_carlo, []
+    monkeypatch.setattr(phase_grid, "monte_carlo",
+                        lambda beta, *a, **k: (ran.append(beta), real(beta, *a, **k))[1])
+    again = _invoke(*args, "--betas", "0.5,2,3")
+    assert again.exit_code == 0, again.output
+    assert ran == [3.0] and len(pd.read_csv(table)) == 3
+    straight = phase_grid.mc_grid([0.5, 2.0], [4], runs=20, T=3.0, seed=1, engine="reduced")
+    kept = pd.read_csv(table).query("beta <= 2").reset_index(drop=True)
+    assert np.array_equal(kept["p_anti"], straight["p_anti"])
+    assert np.array_equal(kept["seed"], straight["seed"])
+    bad = _invoke(*args, "--betas", "0.5,x")
+    assert bad.exit_code == 2 and "--betas must be comma-separated numbers" in bad.output

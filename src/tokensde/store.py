@@ -7,6 +7,7 @@ file + rename), and loading a corrupt, foreign or newer-schema file raises `Stor
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import zipfile
@@ -96,6 +97,27 @@ def read_json(path: str | os.PathLike, kind: str, remedy: str) -> dict[str, Any]
         return check_meta(doc, kind, str(path))
     except StoreError as err:
         raise StoreError(f"{err}; {remedy}") from err
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy / torch scalars and arrays (and nan) to plain JSON values."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def write_json(path: str | os.PathLike, doc: Any, indent: int = 1) -> Path:
+    """Write `doc` (made JSON-ready by `to_jsonable`) to `path` atomically."""
+    return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(to_jsonable(doc),
+                                                                    indent=indent)))
 
 
 def header(kind: str, **fields: Any) -> dict[str, Any]:

@@ -1,74 +1,18 @@
-"""`tokensde reproduce`: every figure of the study, then one self-contained HTML report.
+"""`tokensde reproduce`: every figure of the study, then one self-contained HTML report (a shell
+over `tokensde.study.reproduce`).
 
     tokensde reproduce --quick --out results/quick     # < 20 min on 2 cores (README main job)
     tokensde reproduce --full  --out results/full      # the publication size (see docs/report.md)
-
-Each figure reuses its saved result under `DIR/data/` (and finished sweep cells under
-`DIR/sweeps/`), so a second call only redraws, and an interrupted call resumes. A figure whose
-module is missing or whose build fails becomes a section that says so; the report is written
-either way. `DIR/reproduce.json` records each section's status and wall time.
 """
 
 from __future__ import annotations
 
-import os
-import platform
-import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from .._version import __version__
 from ..params import ParameterError
-from ..report import Section, write_report
-from ..store import header
 from ._common import JSON, SEED, SIZE, WORKERS, emit_json, user_errors
-from .figure import FIGURES, SIZES, Context, _write_json, build_section
-
-KIND_RUN = "tokensde.reproduce"
-
-
-def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, workers: int = 2,
-              only: Sequence[str] | None = None, log: Callable[[str], None] = lambda s: None
-              ) -> tuple[Path, list[Section], dict[str, Any]]:
-    """Build the sections `only` (default: all, in report order) and write `out/report.html`.
-
-    Returns the report path, the sections and the run record written to `out/reproduce.json`.
-    """
-    names = list(FIGURES) if not only else list(only)
-    bad = [n for n in names if n not in FIGURES]
-    if bad:
-        raise ParameterError(f"only must name figures among {', '.join(FIGURES)}; got {bad}")
-    ctx = Context(Path(out), size, seed, workers, log=log)
-    t0 = time.perf_counter()
-    sections = []
-    for name in names:
-        log(f"[{name}] building")
-        sec = build_section(name, ctx)
-        log(f"[{name}] {sec.status} in {sec.provenance.get('wall_s', 0):.1f} s")
-        sections.append(sec)
-    wall = time.perf_counter() - t0
-    reused = sum(bool(s.provenance.get("reused")) for s in sections)
-    record = {
-        "size": size, "seed": seed, "workers": workers, "wall_s": round(wall, 1),
-        "cpus": os.cpu_count(), "python": platform.python_version(), "version": __version__,
-        "command": f"tokensde reproduce --{size} --out {out}" if size != "tiny" else
-        f"tokensde reproduce --size tiny --out {out}",
-        "reused_sections": reused,
-        "sections": {s.key: {"status": s.status, "wall_s": s.provenance.get("wall_s"),
-                             "reused": s.provenance.get("reused"),
-                             "note": s.note if s.status != "ok" else ""} for s in sections},
-    }
-    _write_json(ctx.out / "reproduce.json", header(KIND_RUN, **record))
-    meta = {"size": size, "seed": seed, "workers": workers,
-            "wall time": f"{wall / 60:.1f} min",
-            "saved results reused": f"{reused} of {len(sections)} sections",
-            "command": record["command"]}
-    path = write_report(sections, ctx.out / "report.html",
-                        title="tokensde: token dynamics of deep random Transformers", meta=meta)
-    return path, sections, record
 
 
 def reproduce_cmd(
@@ -82,6 +26,8 @@ def reproduce_cmd(
     json_out: bool = JSON,
 ) -> None:
     """Run every figure (reusing saved results) and write DIR/report.html."""
+    from ..study import SIZES, reproduce
+
     with user_errors():
         if quick and full:
             raise ParameterError("choose one of --quick and --full")

@@ -10,7 +10,8 @@ import typer
 
 from ..clusters import check_tol
 from ..params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
-from ._common import emit_json, progress_bar, user_errors
+from ..progress import progress_bar
+from ._common import emit_json, user_errors
 
 
 def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.ndarray:

@@ -1,4 +1,4 @@
-"""`tokensde sweep run|status|table|kinds`: parameter sweeps that resume and never lose a cell."""
+"""`tokensde sweep run|status|table|plot|kinds`: parameter sweeps that resume and never lose a cell."""
 
 from __future__ import annotations
 
@@ -123,6 +123,23 @@ def table_cmd(
         if output is not None:
             check_output(output, "--output")
         emit_json(export_table(out, fmt, output))
+
+
+@sweep_app.command("plot")
+def plot_cmd(
+    out: Path = typer.Argument(..., help="Sweep output directory (or its table file)."),
+    out_dir: Path = typer.Argument(..., help="Where the figures go."),
+    prefix: str = typer.Option("multi_token", "--prefix", help="File name prefix."),
+) -> None:
+    """Multi-token figures and README tables from a saved multi_token sweep (never simulates)."""
+    from ..plots.multi import make_all, readme_tables
+    from ..store import check_output
+
+    with user_errors():
+        check_output(out_dir, "OUT_DIR", directory=True)
+        for path in make_all(out, out_dir, prefix):
+            typer.echo(str(path))
+        typer.echo(readme_tables(out), nl=False)
 
 
 @sweep_app.command("kinds")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from ._common import JSON, SEED, emit_json, progress_bar, to_jsonable, user_errors
+from ..params import ParameterError
+from ..progress import progress_bar
+from ._common import JSON, SEED, emit_json, user_errors
 
 two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="Two tokens: exact antipodal probability, phase boundary, "
@@ -31,10 +32,9 @@ def _fmt(x: float) -> str:
 
 
 def _save(result: dict[str, Any], out: Path) -> str:
-    from ..store import atomic_write, header
+    from ..store import header, write_json
 
-    doc = header(KIND_MC, **result)
-    atomic_write(out, lambda tmp: tmp.write_text(json.dumps(to_jsonable(doc), indent=2)))
+    write_json(out, header(KIND_MC, **result), indent=2)
     return str(out)
 
 
@@ -149,6 +149,45 @@ def mc_cmd(
         emit_json(result)
     else:
         _show_outcome(result)
+
+
+def _numbers(name: str, text: str, kind: type[float] | type[int]) -> list[Any]:
+    try:
+        return [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ParameterError(f"{name} must be comma-separated numbers; got {text!r}") from None
+
+
+@two_token_app.command("grid")
+def grid_cmd(
+    table: Path = typer.Option(..., "--table", help="CSV table of the grid (resumed if present)."),
+    out: Path = typer.Option(..., "--out", help="Phase diagram (PNG), drawn from the table."),
+    betas: str = typer.Option("0.3,0.6,0.9,1.2,1.5,1.8,2.1,2.4,2.7,3.0", "--betas",
+                              help="Comma-separated betas."),
+    ds: str = typer.Option("3,4,5,6,8,10", "--ds", help="Comma-separated dimensions."),
+    rho0: str = typer.Option("uniform", "--rho0", help="Initial <x1, x2> in [-1, 1], or "
+                             "'uniform'."),
+    runs: int = typer.Option(200, "--runs", help="Runs per cell (>= 1)."),
+    time: float = typer.Option(30.0, "--time", help="Maximum depth time (runs stop once "
+                               "decided)."),
+    seed: int = SEED,
+    engine: str = ENGINE,
+) -> None:
+    """Monte Carlo P_anti over a (beta, d) grid (dt = 0.05/d), saved to --table after every
+    cell and resumed from it, then the phase diagram drawn from the saved table."""
+    import pandas as pd
+
+    from ..phase_grid import csv_grid
+    from ..plots.phase import plot_phase_diagram
+    from ..store import check_output
+
+    with user_errors():
+        check_output(table, "--table")
+        check_output(out, "--out")
+        csv_grid(table, _numbers("--betas", betas, float), _numbers("--ds", ds, int), rho0,
+                 runs=runs, T=time, seed=seed, engine=engine)
+        typer.echo(str(table))
+        typer.echo(str(plot_phase_diagram(pd.read_csv(table), out)))
 
 
 @two_token_app.command("hybrid")

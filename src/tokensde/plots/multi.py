@@ -5,24 +5,21 @@
 - `plot_hybrid`: the same probabilities vs the noise scale sigma of the hybrid model;
 - `plot_minority`: law of the minority side of bipolar states, with the law it would have if
   every token picked its side by a fair coin (reference, not a prediction);
-- `markdown_table`: one statistic with its interval as an (n, d) x beta table for the README.
+- `markdown_table`: one statistic with its interval as an (n, d) x beta table for the README;
+  `readme_tables`: the tables of every model in the table.
 
-    python -m tokensde.plots.multi SWEEP_DIR_OR_TABLE OUT_DIR [--prefix multi_token]
+    tokensde sweep plot SWEEP_DIR OUT_DIR [--prefix multi_token]   # `make_all` + `readme_tables`
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from scipy.special import comb
 
@@ -57,11 +54,10 @@ def _errorbar(ax: Any, x: np.ndarray, rows: pd.DataFrame, name: str, color: str,
                 capsize=2, label=name)
 
 
-def _save(fig: Any, path: str | Path) -> Path:
+def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -80,8 +76,8 @@ def plot_outcomes(source: Any, path: str | Path, model: str = "noise") -> Path:
     if model == "hybrid":
         df = df[df["sigma"] == df["sigma"].max()]
     ns, ds = sorted(df["n"].unique()), sorted(df["d"].unique())
-    fig, axes = plt.subplots(len(ns), len(ds), figsize=(2.7 * len(ds) + 1, 2.1 * len(ns) + 1),
-                             sharex=True, sharey=True, squeeze=False, constrained_layout=True)
+    fig = Figure(figsize=(2.7 * len(ds) + 1, 2.1 * len(ns) + 1), layout="constrained")
+    axes = fig.subplots(len(ns), len(ds), sharex=True, sharey=True, squeeze=False)
     for (i, n), (j, d) in ((a, b) for a in enumerate(ns) for b in enumerate(ds)):
         ax = axes[i, j]
         rows = df[(df["n"] == n) & (df["d"] == d)].sort_values("beta")
@@ -116,9 +112,8 @@ def plot_hybrid(source: Any, path: str | Path) -> Path:
     if df.empty:
         raise ValueError("the table has no finished cells of model 'hybrid'")
     keys = sorted({(int(r.n), int(r.d), float(r.beta)) for r in df.itertuples()})
-    fig, axes = plt.subplots(1, len(keys), figsize=(max(6.0, 3.2 * len(keys) + 0.5), 3.4),
-                             sharey=True,
-                             squeeze=False, constrained_layout=True)
+    fig = Figure(figsize=(max(6.0, 3.2 * len(keys) + 0.5), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(keys), sharey=True, squeeze=False)
     for ax, (n, d, b) in zip(axes[0], keys, strict=True):
         rows = df[(df["n"] == n) & (df["d"] == d) & (df["beta"] == b)].sort_values("sigma")
         for name, color, marker in OUTCOMES:
@@ -149,9 +144,8 @@ def plot_minority(source: Any, path: str | Path, model: str = "noise", min_bipol
     ns = sorted(df["n"].unique())
     if not ns:
         raise ValueError(f"the table has no {model!r} cells with n >= 4")
-    fig, axes = plt.subplots(1, len(ns), figsize=(max(6.0, 3.0 * len(ns) + 0.5), 3.2),
-                             squeeze=False,
-                             constrained_layout=True)
+    fig = Figure(figsize=(max(6.0, 3.0 * len(ns) + 0.5), 3.2), layout="constrained")
+    axes = fig.subplots(1, len(ns), squeeze=False)
     for ax, n in zip(axes[0], ns, strict=True):
         m = np.arange(1, n // 2 + 1)
         for r in df[df["n"] == n].sort_values("d").itertuples():
@@ -207,22 +201,14 @@ def make_all(source: Any, out_dir: str | Path, prefix: str = "multi_token") -> l
     return made
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Command line: figures and the README tables from a saved sweep table."""
-    ap = argparse.ArgumentParser(description="Multi-token figures from a saved sweep table.")
-    ap.add_argument("table", help="sweep directory or table.parquet")
-    ap.add_argument("out_dir")
-    ap.add_argument("--prefix", default="multi_token")
-    args = ap.parse_args(argv)
-    for p in make_all(args.table, args.out_dir, args.prefix):
-        print(p)
-    df = load(args.table)
+def readme_tables(source: Any) -> str:
+    """The README tables of a saved sweep table: `markdown_table` of P(bipolar) for the noise and
+    hybrid models and of P(single) for the flow, each under a one-line heading."""
+    df = load(source)
+    parts = []
     for model, stat, keys in (("noise", "bipolar", ("n", "d")), ("flow", "single", ("n", "d")),
                               ("hybrid", "bipolar", ("n", "d", "sigma"))):
         if (df["model"] == model).any():
-            print(f"\nP({stat}) [95% Wilson interval] u = P(undecided); model = {model}\n")
-            print(markdown_table(df, stat, model, keys), end="")
-
-
-if __name__ == "__main__":
-    main()
+            parts.append(f"\nP({stat}) [95% Wilson interval] u = P(undecided); model = {model}\n\n"
+                         + markdown_table(df, stat, model, keys))
+    return "".join(parts)

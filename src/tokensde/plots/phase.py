@@ -1,90 +1,22 @@
 """The two-token phase diagram (spec §5): Monte Carlo P_anti over (beta, d) against the theory.
 
-`mc_grid` computes the table (one `two_token_mc.monte_carlo` cell per (beta, d)); the plotting
-functions only read such a table (a DataFrame, e.g. loaded from a saved file) and evaluate the
-exact theory, which costs milliseconds. They never simulate.
+The table comes from `tokensde.phase_grid.mc_grid` (one `two_token_mc.monte_carlo` cell per
+(beta, d)); the plotting functions only read such a table (a DataFrame, e.g. loaded from a saved
+file) and evaluate the exact theory, which costs milliseconds. They never simulate.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .. import absorption
 from .. import two_tokens as tt
-from ..rng import derive_seed
-from ..two_token_mc import PairOutcome, monte_carlo
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
-
-COLUMNS: tuple[str, ...] = (
-    "beta", "d", "init", "rho0", "engine", "runs", "T", "dt", "steps", "root_seed", "seed",
-    "tol", "antipodal",
-    "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "p_merged", "p_undecided", "theory",
-    "theory_tol", "outside", "until", "t_decided_median", "t_decided_q90", "decision_rate",
-    "beta_c", "wall_s", "version")
-
-
-def cell_seed(seed: int, beta: float, d: int, rho0: float | str) -> int:
-    """Seed of one grid cell, from the root seed and the cell's own values (not its position)."""
-    r = 3_000_000 if rho0 == "uniform" else round((float(rho0) + 1.0) * 1e6)
-    return derive_seed(seed, round(beta * 1e6), int(d), r)
-
-
-def _row(out: PairOutcome, beta: float, d: int, root_seed: int) -> dict[str, Any]:
-    r = out.to_dict()
-    at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, out.tol)
-    return {
-        "beta": beta, "d": d, "init": "uniform" if out.rho0 == "uniform" else "pair",
-        "rho0": math.nan if out.rho0 == "uniform" else float(out.rho0), "engine": out.engine,
-        "runs": out.runs, "T": out.T, "dt": out.dt, "steps": out.steps, "root_seed": root_seed,
-        "seed": out.seed, "tol": out.tol,
-        "antipodal": out.antipodal, "merged": out.merged, "undecided": out.undecided,
-        "p_anti": out.p_anti, "ci_lo": r["ci"][0], "ci_hi": r["ci"][1],
-        "p_merged": r["p_merged"], "p_undecided": r["undecided"], "theory": out.theory,
-        "theory_tol": at_tol, "outside": not r["ci"][0] <= at_tol <= r["ci"][1],
-        "until": r["until"], "t_decided_median": r.get("t_decided_median", math.nan),
-        "t_decided_q90": r.get("t_decided_q90", math.nan),
-        "decision_rate": absorption.decision_rate(beta, d, out.tol) if d <= 64 else math.nan,
-        "beta_c": tt.beta_c(d), "wall_s": out.wall_s, "version": r["version"],
-    }
-
-
-def mc_grid(betas: Iterable[float] | Callable[[int], Iterable[float]], ds: Iterable[int],
-            rho0: float | str = "uniform", *,
-            runs: int = 400, T: float = 200.0, dt: float | Callable[[int], float] | None = None,
-            seed: int = 0, tol: float = 1e-8, engine: str = "network", sampler: str = "auto",
-            until: str = "decided",
-            done: pd.DataFrame | None = None,
-            on_row: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
-    """Monte Carlo `P_anti` for every (beta, d) cell, one row per cell (columns `COLUMNS`).
-
-    `betas` and `dt` may be functions of d; the default `dt` is `two_tokens.default_dt(d)` (the
-    network's step error grows with d). Cells already in
-    `done` (same beta and d) are kept, not recomputed; `on_row(row)` is called after each new
-    cell, so an interrupted grid loses nothing already computed.
-    """
-    rho0 = tt.check_rho0(rho0)
-    rows = [] if done is None else done.to_dict("records")
-    have = {(float(r["beta"]), int(r["d"])) for r in rows}
-    for d in ds:
-        step = tt.default_dt(int(d)) if dt is None else dt(int(d)) if callable(dt) else dt
-        for beta in betas(int(d)) if callable(betas) else betas:
-            if (float(beta), int(d)) in have:
-                continue
-            out = monte_carlo(float(beta), int(d), rho0, runs=runs, T=T, dt=step,
-                              seed=cell_seed(seed, beta, d, rho0), tol=tol, engine=engine,
-                              sampler=sampler, until=until)
-            row = _row(out, float(beta), int(d), seed)
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
-    return pd.DataFrame(rows, columns=list(COLUMNS)).sort_values(["d", "beta"],
-                                                                 ignore_index=True)
 
 
 def theory_of(df: pd.DataFrame, beta: np.ndarray, d: float) -> np.ndarray:
@@ -251,45 +183,6 @@ def plot_theory_vs_mc(df: pd.DataFrame, path: str | Path, ds: Sequence[int] | No
         fig = new_figure(5.5, 4.0)
         draw_curves(fig.subplots(), df, ds)
     return save(fig, path)
-
-
-def _save_table(df: pd.DataFrame, path: Path) -> None:
-    from ..store import atomic_write
-
-    atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """`python -m tokensde.plots.phase --table T.csv --out F.png`: compute (or resume) the grid
-    into the table, saved after every cell, then draw the figure from the saved table."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=(main.__doc__ or "").splitlines()[0])
-    ap.add_argument("--table", type=Path, required=True, help="CSV table (resumed if present)")
-    ap.add_argument("--out", type=Path, required=True, help="PNG figure")
-    ap.add_argument("--betas", type=float, nargs="+", default=[round(0.3 * k, 2)
-                                                               for k in range(1, 11)])
-    ap.add_argument("--ds", type=int, nargs="+", default=[3, 4, 5, 6, 8, 10])
-    ap.add_argument("--rho0", default="uniform")
-    ap.add_argument("--runs", type=int, default=200)
-    ap.add_argument("--T", type=float, default=30.0)
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    done = pd.read_csv(args.table) if args.table.exists() else None
-    rows: list[dict[str, Any]] = [] if done is None else done.to_dict("records")
-
-    def keep(row: dict[str, Any]) -> None:
-        rows.append(row)
-        _save_table(pd.DataFrame(rows, columns=list(COLUMNS)), args.table)
-
-    df = mc_grid(args.betas, args.ds, args.rho0, runs=args.runs, T=args.T, seed=args.seed,
-                 done=done, on_row=keep)
-    _save_table(df, args.table)
-    print(plot_phase_diagram(pd.read_csv(args.table), args.out))
-
-
-if __name__ == "__main__":
-    main()
 
 
 def plot_decision_times(two: dict[str, np.ndarray], many: dict[str, np.ndarray],

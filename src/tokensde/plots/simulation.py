@@ -5,11 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 
 def _pairs(gram: np.ndarray) -> np.ndarray:
@@ -22,7 +19,8 @@ def plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
     gram = result.gram.numpy()
     rho = _pairs(gram)  # (runs, K, pairs)
     t = result.times
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(10, 3.8), constrained_layout=True)
+    fig = Figure(figsize=(10, 3.8), layout="constrained")
+    ax0, ax1 = fig.subplots(1, 2)
     ax0.hist(rho[:, -1].ravel(), bins=np.linspace(-1, 1, 61), color="#3b6ea5")
     ax0.set(xlabel=r"$\langle x_i, x_j\rangle$ at $T$", ylabel="pairs",
             title=f"final inner products (T = {result.grid.T:g})")
@@ -39,5 +37,4 @@ def plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

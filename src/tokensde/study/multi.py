@@ -1,0 +1,127 @@
+"""Figure `multi-token`: outcome probabilities of n tokens from a resumable sweep.
+
+The sweep files are package data (`tokensde/study/sweeps/*.toml`): per size, the first of
+`SWEEPS[size]` found in `SWEEP_DIR`, or in the directory named by the environment variable
+`TOKENSDE_SWEEPS` when it is set. The sweep runs with `tokensde.sweep.run_sweep` into
+`OUT/sweeps/<file stem>/`, whose finished cells are reused; the figures read its table.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..report import Image, Section, Table, interval
+from .context import Context, FigureSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SWEEP_DIR = Path(__file__).parent / "sweeps"
+SWEEPS_ENV = "TOKENSDE_SWEEPS"
+# sweep files tried for each size, in order
+SWEEPS: dict[str, tuple[str, ...]] = {
+    "tiny": ("smoke",),
+    "quick": ("multi-token-quick", "quick", "smoke"),
+    "full": ("multi-token-full", "multi-token", "full", "multi-token-quick"),
+}
+
+
+def sweep_config(ctx: Context) -> Path:
+    """The sweep file of this size: the first of `SWEEPS[size]` in $TOKENSDE_SWEEPS when that is
+    set, else in the package's `SWEEP_DIR`."""
+    root = Path(os.environ.get(SWEEPS_ENV) or SWEEP_DIR)
+    for name in SWEEPS[ctx.size]:
+        if (root / f"{name}.toml").exists():
+            return root / f"{name}.toml"
+    raise FileNotFoundError(f"no sweep file among "
+                            f"{', '.join(n + '.toml' for n in SWEEPS[ctx.size])} in {root}"
+                            + (f" (from ${SWEEPS_ENV})" if os.environ.get(SWEEPS_ENV) else ""))
+
+
+@dataclass
+class SweepRun:
+    """A finished (or resumed) sweep: its file, directory, run summary, wall time and table."""
+
+    config: Path
+    dir: Path
+    summary: dict[str, Any]
+    wall_s: float
+    table: pd.DataFrame
+
+
+def multi_data(ctx: Context) -> tuple[SweepRun, bool]:
+    """Run (or resume) this size's sweep under `OUT/sweeps/`; reused when no cell had to run."""
+    from ..plots.multi import load
+    from ..sweep import run_sweep
+
+    cfg = sweep_config(ctx)
+    out = ctx.out / "sweeps" / cfg.stem
+    t0 = time.perf_counter()
+    summary = run_sweep(cfg, out, workers=ctx.workers)
+    wall = time.perf_counter() - t0
+    return SweepRun(cfg, out, summary, wall, load(out)), summary.get("ran", 1) == 0
+
+
+def draw_multi(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
+    """Multi-token outcome probabilities from a sweep (finished cells are reused)."""
+    from ..plots.multi import plot_hybrid, plot_outcomes
+
+    df = run.table
+    images = []
+    for model in ("noise", "flow"):
+        if (df["model"] == model).any():
+            images.append(Image(plot_outcomes(df, ctx.figures / f"multi-token-{model}.png",
+                                              model),
+                                f"Outcome probabilities at the horizon, model = {model} "
+                                "(95% Wilson bars)."))
+    if (df["model"] == "hybrid").any():
+        images.append(Image(plot_hybrid(df, ctx.figures / "multi-token-hybrid.png"),
+                            "Hybrid model: outcome probabilities vs noise scale."))
+    cfg, summary = run.config, run.summary
+    note = "" if cfg.stem == SWEEPS[ctx.size][0] else (
+        f"Sweep file {SWEEPS[ctx.size][0]}.toml not found; used {cfg.name} instead.")
+    return Section(spec.name, spec.title, spec.claim, images=images, note=note,
+                   tables=[_multi_table(df)],
+                   provenance={"sweep": str(cfg), "dir": str(run.dir),
+                               "sweep_wall_s": round(run.wall_s, 1), "reused": reused,
+                               "cells": {k: summary.get(k) for k in ("total", "ran", "skipped")},
+                               "command": f"tokensde sweep run {cfg} --out {run.dir} "
+                                          f"--workers {ctx.workers}"})
+
+
+def _multi_table(df: Any) -> Table:
+    keys = [c for c in ("model", "n", "d", "beta", "sigma") if c in df.columns]
+    stats = [s for s in ("single", "bipolar", "hovering", "other", "undecided")
+             if f"p_{s}" in df.columns]
+    cols = [*keys, "runs"]
+    for s in stats:
+        cols += [f"P({s})", "95%"]
+    times = [c for c in ("t_decided_median", "t_decided_q90") if c in df.columns]
+    tail = [c for c in ("horizon", "tol", "dt", "seed", "version") if c in df.columns]
+    cols += [{"t_decided_median": "median t_decided",
+              "t_decided_q90": "90% t_decided"}[c] for c in times] + tail
+    rows = []
+    for r in df.sort_values(keys).to_dict("records"):
+        row = [r[k] for k in keys] + [r.get("runs")]
+        for s in stats:
+            row += [r[f"p_{s}"], interval(r.get(f"p_{s}_lo"), r.get(f"p_{s}_hi"))]
+        row += [r[c] for c in times + tail]
+        rows.append([_plain(v) for v in row])
+    return Table("multi-token", "Outcome probabilities per sweep cell (95% Wilson). Each run stops "
+                 "once decided (every pair within tol of +-1) or at the maximum horizon; "
+                 "'undecided' runs were still moving there ('hovering': those of them that stay "
+                 "bipolar at the looser tolerance over the last window, antipodal gaps that "
+                 "hover instead of closing), and the decision-time quantiles count them as "
+                 "later than the horizon (blank when past it)", cols, rows)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return v.item()
+    return v

@@ -1,0 +1,287 @@
+"""Two-token figures: `phase-diagram`, `theory-vs-simulation`, `phase-over-d`, `decision-times`.
+
+The Monte Carlo grids are `tokensde.phase_grid.mc_grid`, saved as Parquet under
+`data/phase-<size>.parquet` and `data/phase-d-<size>.parquet` after every cell (an interrupted
+grid resumes); the decision times are `simulate(..., until='decided')` runs saved under
+`data/decision-times-<size>.npz`. Each section compares the network with the exact theory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..params import ModelParams
+from ..report import Image, Section, Table
+from ..rng import derive_seed
+from .context import Context, FigureSpec, one_thread, saved_or
+
+# dt "default": tokensde.two_tokens.default_dt(d) = 0.05 / d (network bias in P_anti ~ 0.003).
+# Every run stops once decided (1 - |rho| < 1e-8); T is the maximum horizon.
+PHASE_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"betas": (0.25, 1.0, 2.0), "ds": (3, 5), "runs": 40, "T": 10.0, "dt": 0.05},
+    "quick": {"betas": tuple(np.round(np.linspace(0.1, 2.5, 9), 3)), "ds": (3, 4, 6, 10),
+              "runs": 300, "T": 200.0, "dt": "default"},
+    "full": {"betas": tuple(np.round(np.linspace(0.05, 3.0, 16), 3)),
+             "ds": (3, 4, 5, 6, 8, 10, 16), "runs": 2000, "T": 200.0, "dt": "default"},
+}
+KIND_PHASE = "tokensde.phase-grid"
+
+
+def phase_data(ctx: Context) -> tuple[Any, bool]:
+    """The saved Monte Carlo phase grid (pandas), computed cell by cell and saved as it goes."""
+    cfg = PHASE_SIZES[ctx.size]
+    return _grid_data(ctx, "phase", cfg, "uniform", cfg["betas"])
+
+
+# Over d on a log scale with the Gram sampler (cost per layer independent of d): betas at fixed
+# offsets from beta_c(d), pairs from rho0 = -0.9, where P_anti jumps at beta_c for every d.
+PHASE_D_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"offsets": (-0.5, 1.0), "ds": (3, 16), "runs": 40, "T": 40.0, "dt": "default",
+             "rho0": -0.9},
+    "quick": {"offsets": (-0.5, 0.25, 1.0), "ds": (3, 16, 128), "runs": 200, "T": 60.0,
+              "dt": "default", "rho0": -0.9},
+    "full": {"offsets": (-0.5, -0.25, 0.25, 0.5, 1.0), "ds": (3, 16, 64, 256, 1024, 4096),
+             "runs": 1000, "T": 60.0, "dt": "default", "rho0": -0.9},
+}
+
+
+def phase_d_data(ctx: Context) -> tuple[Any, bool]:
+    """The two-token grid over d from 3 to 4096 (betas at offsets from beta_c(d))."""
+    from ..two_tokens import beta_c
+
+    cfg = PHASE_D_SIZES[ctx.size]
+
+    def betas(d: int) -> list[float]:
+        return [round(float(beta_c(d)) + o, 6) for o in cfg["offsets"] if beta_c(d) + o >= 0]
+
+    return _grid_data(ctx, "phase-d", cfg, cfg["rho0"], betas, sampler="gram")
+
+
+def _grid_data(ctx: Context, name: str, cfg: dict[str, Any], rho0: Any, betas: Any,
+               sampler: str = "auto") -> tuple[Any, bool]:
+    from ..phase_grid import saved_grid
+    from ..store import header, read_parquet, write_parquet
+    from ..two_tokens import default_dt
+
+    path = ctx.data_path(name, ".parquet")
+    settings = json.loads(json.dumps({"size": ctx.size, "seed": ctx.seed, "rho0": rho0,
+                                      "until": "decided", "sampler": sampler,
+                                      **{k: list(v) if isinstance(v, tuple) else v
+                                         for k, v in cfg.items()}}))
+    done = None
+    if path.exists():
+        table, meta = read_parquet(path, KIND_PHASE)
+        if {k: meta.get(k) for k in settings} == settings:
+            done = table.to_pandas()
+            want = sum(len(betas(d) if callable(betas) else betas) for d in cfg["ds"])
+            if len(done) >= want:
+                ctx.log(f"reusing {path}")
+                return done, True
+            ctx.log(f"resuming {path}: {len(done)} of {want} cells saved")
+        else:
+            ctx.log(f"{path} was made with other settings; recomputing it")
+    meta = header(KIND_PHASE, **settings)
+    dt = default_dt if cfg["dt"] == "default" else cfg["dt"]
+    df = saved_grid(betas, cfg["ds"], rho0, write=lambda t: write_parquet(t, path, meta),
+                    done=done, runs=cfg["runs"], T=cfg["T"], dt=dt, seed=ctx.seed,
+                    sampler=sampler)
+    return df, False
+
+
+NEAR_BETA_C = 0.3  # cells this close to beta_c(d) relax slowly and are reported apart
+
+
+def _phase_table(df: Any) -> Table:
+    recs = df.to_dict("records")
+    rows = [[r["beta"], int(r["d"]), r["beta_c"], int(r["runs"]), r["T"], r["dt"], r["p_anti"],
+             (r["ci_lo"], r["ci_hi"]), r["theory_tol"], r["theory"],
+             "outside" if r["outside"] else "", r["p_undecided"], r["t_decided_median"],
+             r["t_decided_q90"], int(r["seed"]), r["version"]] for r in recs]
+    return Table("phase-grid", "Two tokens from uniform positions: Monte Carlo P(antipodal) of the "
+                 "full network (95% Wilson), each run stopped once decided (1 - |rho| < tol) or "
+                 "at the maximum horizon T, against the exact probability of reaching the "
+                 "antipodal tolerance first ('theory at tol', what the runs measure) and its "
+                 "tol -> 0 limit P_anti; 'undecided' is the fraction still moving at T",
+                 ["beta", "d", "beta_c(d)", "runs", "max T", "dt", "P_anti (MC)", "95%",
+                  "theory at tol", "P_anti (tol -> 0)", "interval", "undecided at T",
+                  "median t_decided", "90% t_decided", "seed", "version"], rows,
+                 note="Rows marked 'outside' have a 95% interval that excludes the theory at "
+                      "tol.", flagged=[i for i, r in enumerate(recs) if r["outside"]])
+
+
+def agreement(df: Any, level: float = 0.95) -> tuple[str, str]:
+    """Section status and a sentence: 'ok' when the number of cells whose interval excludes the
+    theory is what chance explains (`stats.chance_explains`), for the cells away from beta_c
+    (|beta - beta_c| > NEAR_BETA_C) and for all cells; else 'disagrees'."""
+    from ..stats import chance_excess, chance_explains
+
+    far = (df["beta"] - df["beta_c"]).abs() > NEAR_BETA_C
+    parts, ok = [], True
+    for label, sel in (("away from beta_c", far), ("all cells", far | ~far)):
+        k, n = int(df.loc[sel, "outside"].sum()), int(sel.sum())
+        if n == 0:
+            continue
+        fine = chance_explains(k, n, level)
+        ok &= fine
+        parts.append(f"{label}: {k} of {n} intervals exclude the theory (chance alone gives "
+                     f"{k} or more with probability {chance_excess(k, n, level):.3g}; "
+                     f"{'explained by chance' if fine else 'MORE THAN CHANCE EXPLAINS'})")
+    rule = ("A section is ok when, under a correct theory, at least that many misses would "
+            "happen with probability >= 1% (binomial with p = 0.05).")
+    return ("ok" if ok else "disagrees"), "; ".join(parts) + ". " + rule
+
+
+def _phase_section(ctx: Context, spec: FigureSpec, df: Any, reused: bool,
+                   plot: Callable[[Any, Path], Path], caption: str, name: str = "phase"
+                   ) -> Section:
+    png = plot(df, ctx.figures / f"{spec.name}.png")
+    horizon = ", ".join(f"{t:g}" for t in sorted(df["T"].unique()))
+    far = (df["beta"] - df["beta_c"]).abs() > NEAR_BETA_C
+    und_far = float(df.loc[far, "p_undecided"].max()) if far.any() else 0.0
+    und = float(df["p_undecided"].max())
+    status, agree = agreement(df)
+    return Section(spec.name, spec.title, spec.claim, status=status,
+                   note=f"Runs stop once decided; maximum horizon T = {horizon}. Largest "
+                        f"undecided fraction at T: {und_far:.4f} away from beta_c, {und:.4f} "
+                        f"over the grid. {agree}",
+                   images=[Image(png, caption)], tables=[_phase_table(df)],
+                   provenance={"reused": reused, "size": (PHASE_SIZES if name == "phase"
+                                                          else PHASE_D_SIZES)[ctx.size],
+                               "data": str(ctx.data_path(name, ".parquet")),
+                               "command": f"tokensde figure {spec.name} --out {ctx.out}"
+                                          + ctx.size_flag})
+
+
+def draw_phase(ctx: Context, spec: FigureSpec, df: Any, reused: bool) -> Section:
+    """P_anti over (beta, d) with the boundary beta_c(d)."""
+    from ..plots.phase import plot_phase_diagram
+
+    return _phase_section(ctx, spec, df, reused, plot_phase_diagram,
+                          "Monte Carlo P(antipodal) over (beta, d) and the exact boundary "
+                          "beta_c(d) = arccosh(d - 2)/2.")
+
+
+def draw_theory(ctx: Context, spec: FigureSpec, df: Any, reused: bool) -> Section:
+    """Exact P_anti(beta) curves against the Monte Carlo points."""
+    from ..plots.phase import plot_theory_vs_mc
+
+    return _phase_section(ctx, spec, df, reused, plot_theory_vs_mc,
+                          "Exact P_anti (lines) vs Monte Carlo of the full network (points, 95% "
+                          "Wilson).")
+
+
+def draw_phase_d(ctx: Context, spec: FigureSpec, df: Any, reused: bool) -> Section:
+    """P_anti against beta - beta_c(d) for d over three decades (Gram sampler)."""
+    from ..plots.phase import plot_phase_over_d
+
+    return _phase_section(ctx, spec, df, reused, plot_phase_over_d,
+                          "Monte Carlo P(antipodal) from rho0 = -0.9 with the exact boundary "
+                          "beta_c(d) over three decades of d (Gram sampler, cost per layer "
+                          "independent of d), and against beta - beta_c(d) with the exact "
+                          "curves.", name="phase-d")
+
+
+# ---------------------------------------------------------------------------- decision times
+
+DECISION_SIZES: dict[str, dict[str, Any]] = {
+    "tiny": {"two": ((1.0, 4),), "many": ((8, 3, 4.0),), "runs": 60, "T2": 40.0, "Tn": 20.0},
+    "quick": {"two": ((0.4, 3), (1.0, 4), (2.0, 4), (2.5, 10)),
+              "many": ((8, 3, 1.0), (8, 3, 4.0), (16, 3, 2.0), (8, 8, 4.0)), "runs": 400,
+              "T2": 200.0, "Tn": 100.0},
+    "full": {"two": ((0.4, 3), (1.0, 4), (2.0, 4), (1.6, 10), (2.5, 10)),
+             "many": ((8, 3, 1.0), (8, 3, 4.0), (16, 3, 2.0), (8, 8, 4.0), (32, 3, 4.0)),
+             "runs": 2000, "T2": 300.0, "Tn": 300.0},
+}
+DECISION_TOL = {"two": 1e-8, "many": 1e-8}
+
+
+def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]:
+    """Decision times of two-token cells (uniform pairs) and of multi-token cells, saved."""
+    from ..experiments import auto_dt
+    from ..model import simulate
+    from ..two_tokens import default_dt
+
+    cfg = DECISION_SIZES[ctx.size]
+    path = ctx.data_path("decision-times", ".npz")
+    stamp = json.dumps({"cfg": cfg, "tol": DECISION_TOL, "seed": ctx.seed}, sort_keys=True)
+
+    def make() -> dict[str, dict[str, np.ndarray]]:
+        one_thread()
+        out: dict[str, dict[str, np.ndarray]] = {"two": {}, "many": {}}
+        for k, (beta, d) in enumerate(cfg["two"]):
+            res = simulate(ModelParams(n=2, d=d, beta=beta), T=cfg["T2"], dt=default_dt(d),
+                           runs=cfg["runs"], seed=derive_seed(ctx.seed, 13, k),
+                           until="decided", tol=DECISION_TOL["two"])
+            out["two"][f"{beta:g},{d}"] = res.decision_times()
+        for k, (n, d, beta) in enumerate(cfg["many"]):
+            res = simulate(ModelParams(n=n, d=d, beta=beta), T=cfg["Tn"], dt=auto_dt(d, "auto"),
+                           runs=cfg["runs"], seed=derive_seed(ctx.seed, 14, k),
+                           until="decided", tol=DECISION_TOL["many"])
+            out["many"][f"{n},{d},{beta:g}"] = res.decision_times()
+        return out
+
+    def save(obj: dict[str, dict[str, np.ndarray]], where: Path) -> None:
+        from ..store import atomic_write
+
+        arrays = {f"{g}|{k}": v for g, part in obj.items() for k, v in part.items()}
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, stamp=np.array(stamp), **arrays)  # type: ignore[arg-type]
+
+        atomic_write(where, write)
+
+    def load(where: Path) -> dict[str, Any]:
+        with np.load(where, allow_pickle=False) as z:
+            obj: dict[str, Any] = {"two": {}, "many": {}, "stamp": str(z["stamp"])}
+            for key in z.files:
+                if "|" in key:
+                    g, k = key.split("|")
+                    obj[g][k] = z[key]
+        return obj
+
+    return saved_or(path, load, make, save, ctx, lambda o: o.get("stamp") == stamp)
+
+
+def draw_decisions(ctx: Context, spec: FigureSpec, data: dict[str, dict[str, np.ndarray]],
+                   reused: bool) -> Section:
+    """How long runs stay undecided: two tokens against the exact survival, many tokens."""
+    from .. import absorption
+    from ..plots.phase import plot_decision_times
+    from ..stats import censored_quantiles
+
+    cfg = DECISION_SIZES[ctx.size]
+    png = plot_decision_times(data["two"], data["many"], ctx.figures / "decision-times.png",
+                              DECISION_TOL["two"], DECISION_TOL["many"], (cfg["T2"], cfg["Tn"]))
+    rows = []
+    for key, t in sorted(data["two"].items()):
+        beta, d = (float(v) for v in key.split(","))
+        q = censored_quantiles(t, [0.5, 0.9])
+        th = absorption.median_time(beta, d, "uniform", DECISION_TOL["two"])
+        rows.append(["2", d, beta, len(t), float(np.isnan(t).mean()), q[0], th, q[1],
+                     absorption.decision_rate(beta, d, DECISION_TOL["two"]),
+                     absorption.boundary_rates(beta, d)["antipodal"]])
+    for key, t in sorted(data["many"].items()):
+        n, d_text, beta_text = key.split(",")
+        q = censored_quantiles(t, [0.5, 0.9])
+        rows.append([n, float(d_text), float(beta_text), len(t), float(np.isnan(t).mean()), q[0], None,
+                     q[1], None, None])
+    table = Table("decision-times", "Time to decision (every pair within tol of +-1): median "
+                  "and 90% quantile over runs (blank when past the maximum horizon), the exact "
+                  "median and tail rate kappa_0 of the two-token diffusion at this tol, and the "
+                  "tol -> 0 antipodal rate mu^2/(2 s^2), which vanishes at beta_c",
+                  ["n", "d", "beta", "runs", "undecided at T", "median t", "median (theory)",
+                   "90% t", "tail rate (theory)", "antipodal rate, tol -> 0"], rows)
+    return Section(spec.name, spec.title, spec.claim, images=[Image(
+        png, "Fraction of runs still undecided at depth time t. Left: two tokens from a uniform "
+             "pair, network (steps) and the exact survival of the §5 diffusion (dashed). Right: "
+             "many tokens (pure noise).")], tables=[table],
+        provenance={"reused": reused, "size": cfg, "tol": DECISION_TOL,
+                    "data": str(ctx.data_path("decision-times", ".npz")),
+                    "command": f"tokensde figure decision-times --out {ctx.out}"
+                               + ctx.size_flag})

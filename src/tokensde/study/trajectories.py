@@ -1,0 +1,177 @@
+"""Figures `trajectories` and `histograms`: single simulations of few tokens, saved per panel.
+
+Each panel is one `tokensde.model.simulate` call saved under `data/<figure>-<size>/<panel>.npz`
+with the settings that made it; a saved panel is reused only when those settings match.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._version import __version__
+from ..params import ModelParams
+from ..report import Image, Section, Table
+from ..rng import derive_seed
+from .context import Context, FigureSpec, saved_or
+
+Panels = list[tuple[str, Any]]  # (panel title, SimResult)
+
+
+def sim_results(ctx: Context, name: str, setups: list[tuple[str, str, ModelParams, Any]],
+                run: Callable[[ModelParams, Any, int], Any], settings: dict[str, Any]
+                ) -> tuple[Panels, bool]:
+    """Load or simulate (and save) each panel's result; `settings` (horizon, runs, ...) and the
+    panel's parameters and seed are stored with the result and must match for it to be reused."""
+    from ..store import load_result, save_result
+
+    panels, all_reused = [], True
+    for k, (key, title, p, init) in enumerate(setups):
+        path = ctx.data_path(name) / f"{key}.npz"
+        spec = json.loads(json.dumps({"figure": name, "panel": key, "seed": ctx.seed,
+                                      "params": p.to_dict(), **settings}))
+
+        def make(p: ModelParams = p, init: Any = init, k: int = k, spec: Any = spec) -> Any:
+            res = run(p, init, k)
+            res.extra["figure_spec"] = spec
+            return res
+
+        res, reused = saved_or(path, load_result, make, save_result, ctx,
+                               functools.partial(_same_spec, spec))
+        all_reused &= reused
+        panels.append((title, res))
+    return panels, all_reused
+
+
+def _same_spec(spec: Any, res: Any) -> bool:
+    return res.extra.get("figure_spec") == spec
+
+
+def sim_table(key: str, caption: str, panels: Panels) -> Table:
+    """One row per panel: the parameters, grid, runs, sampler, seed and version behind it."""
+    rows = []
+    for title, r in panels:
+        p = r.params
+        rows.append([title, p.n, p.d, p.beta, p.mean_kind, p.noise_scale, r.grid.T, r.grid.dt,
+                     r.grid.steps, r.runs, r.sampler, r.seed, r.extra.get("version", __version__)
+                     if hasattr(r, "extra") else __version__])
+    return Table(key, caption, ["panel", "n", "d", "beta", "mean", "sigma", "T", "dt", "layers",
+                                "runs", "sampler", "seed", "version"], rows)
+
+
+# ------------------------------------------------------------------------------ trajectories
+
+TRAJ_TOKENS = 6
+TRAJ_T, TRAJ_DT, TRAJ_CHECKPOINTS = 6.0, 0.01, 121
+
+
+def trajectory_setups(seed: int) -> list[tuple[str, str, ModelParams, np.ndarray]]:
+    """(key, title, params, initial tokens) of the four trajectory panels: d = 2, 3 x noise/flow."""
+    out = []
+    for d in (2, 3):
+        rng = np.random.default_rng(derive_seed(seed, 7, d))
+        x0 = rng.normal(size=(TRAJ_TOKENS, d))
+        x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
+        noise = ModelParams(n=TRAJ_TOKENS, d=d, beta=1.0, sigma=1.0)
+        flow = ModelParams(n=TRAJ_TOKENS, d=d, beta=1.0, mean="identity", sigma=0.0)
+        out.append((f"d{d}-noise", f"d = {d}: random network (M = 0, sigma = 1)", noise, x0))
+        out.append((f"d{d}-flow", f"d = {d}: deterministic flow (M = I, sigma = 0)", flow, x0))
+    return out
+
+
+def trajectories_data(ctx: Context) -> tuple[Panels, bool]:
+    """One run per trajectory panel, recording the tokens at 121 checkpoints (saved per panel)."""
+    from ..model import simulate
+
+    def run(p: ModelParams, init: Any, k: int) -> Any:
+        return simulate(p, T=TRAJ_T, dt=TRAJ_DT, runs=1, init=init,
+                        seed=derive_seed(ctx.seed, 8, k), checkpoints=TRAJ_CHECKPOINTS,
+                        record=("gram", "tokens"), sampler="full")
+
+    return sim_results(ctx, "trajectories", trajectory_setups(ctx.seed), run,
+                       {"T": TRAJ_T, "dt": TRAJ_DT, "checkpoints": TRAJ_CHECKPOINTS})
+
+
+def draw_trajectories(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool) -> Section:
+    """Token paths on the circle and the sphere: noisy network vs deterministic flow."""
+    from ..plots.trajectories import animate_trajectories, plot_trajectories
+
+    png = plot_trajectories(panels, ctx.figures / "trajectories.png")
+    gif = animate_trajectories(panels, ctx.figures / "trajectories.gif",
+                               max_frames={"tiny": 12, "quick": 60, "full": 121}[ctx.size])
+    return Section(
+        spec.name, spec.title, spec.claim,
+        images=[Image(png, "Whole paths of one run from shared initial tokens; on the circle the "
+                           "radius is depth time (inside t = 0, outside t = T)."),
+                Image(gif, "Animation: positions with a short trail, one frame per checkpoint.")],
+        tables=[sim_table("trajectories", "Simulations behind the trajectories", panels)],
+        provenance={"reused": reused, "data": str(ctx.data_path("trajectories")),
+                    "command": f"tokensde figure trajectories --out {ctx.out}" + ctx.size_flag})
+
+
+# -------------------------------------------------------------------------------- histograms
+
+HIST_RUNS = {"tiny": 40, "quick": 400, "full": 2000}
+HIST_T, HIST_DT = 8.0, 1.0 / 64
+HIST_CHECKPOINTS = [0, 8, 16, 32, 64, 128, 256, 512]
+
+
+def histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
+    """(key, title, params, init) of the histogram rows: beta below and above beta_c(d = 4)."""
+    d = 4
+    bc = 0.5 * math.acosh(d - 2)
+    return [(f"beta{b:g}", f"beta = {b:g} ({'<' if b < bc else '>'} beta_c = {bc:.2f})",
+             ModelParams(n=8, d=d, beta=b, sigma=1.0), "uniform") for b in (0.3, 2.0)]
+
+
+def histograms_data(ctx: Context) -> tuple[Panels, bool]:
+    """`HIST_RUNS[size]` runs per histogram row, Gram matrices at the checkpoints (saved)."""
+    from ..model import simulate
+
+    def run(p: ModelParams, init: Any, k: int) -> Any:
+        return simulate(p, T=HIST_T, dt=HIST_DT, runs=HIST_RUNS[ctx.size], init=init,
+                        seed=derive_seed(ctx.seed, 9, k), checkpoints=HIST_CHECKPOINTS)
+
+    return sim_results(ctx, "histograms", histogram_setups(), run,
+                       {"T": HIST_T, "dt": HIST_DT, "runs": HIST_RUNS[ctx.size],
+                        "checkpoints": HIST_CHECKPOINTS})
+
+
+def draw_histograms(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool) -> Section:
+    """The law of pairwise inner products across depth, below and above beta_c."""
+    from ..plots.histograms import pair_fractions, pair_products, plot_histograms
+
+    png = plot_histograms(panels, ctx.figures / "histograms.png", columns=5)
+    rows = []
+    for title, r in panels:
+        rho = pair_products(np.asarray(r.gram))
+        for c, t in enumerate(r.times):
+            vals = rho[:, c].ravel()
+            merged, anti = pair_fractions(vals)
+            lo_m, hi_m = _wilson(merged, vals.size)
+            lo_a, hi_a = _wilson(anti, vals.size)
+            rows.append([title, float(t), vals.size, float(vals.mean()), merged,
+                         (lo_m, hi_m), anti, (lo_a, hi_a), r.runs, r.seed])
+    return Section(
+        spec.name, spec.title, spec.claim,
+        images=[Image(png, "Fraction of token pairs per bin (log scale), all runs pooled.")],
+        tables=[sim_table("histogram-sims", "Simulations behind the histograms", panels),
+                Table("histogram-fractions", "Pairs merged (> 1 - 1e-3) and antipodal "
+                      "(< -1 + 1e-3) across depth; Wilson 95% intervals over pooled pairs "
+                      "(pairs of one run are correlated: read them as descriptive)",
+                      ["panel", "t", "pairs", "mean <x_i,x_j>", "merged", "95%", "antipodal",
+                       "95%", "runs", "seed"], rows)],
+        provenance={"reused": reused, "data": str(ctx.data_path("histograms")),
+                    "command": f"tokensde figure histograms --out {ctx.out}" + ctx.size_flag})
+
+
+def _wilson(p: float, n: int) -> tuple[float, float]:
+    from ..stats import wilson
+
+    lo, hi = wilson(round(p * n), n)
+    return float(lo), float(hi)

@@ -1,0 +1,135 @@
+"""The study as a library: it imports without the command line, `reproduce` runs from Python, a
+failing figure becomes a 'failed' section, the sweep files ship with the package, and drawing
+never switches matplotlib's backend."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import tokensde.study as study
+from tokensde.params import ParameterError
+from tokensde.study import multi
+from tokensde.sweep import SweepConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _python(code: str, **env: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, **env})
+    return out.stdout.strip()
+
+
+def test_study_imports_without_the_command_line():
+    code = ("import sys, tokensde.study; assert 'typer' not in sys.modules, 'typer'; "
+            "print(sorted(m for m in sys.modules if m.startswith('tokensde.cli')))")
+    assert _python(code) == "[]"
+
+
+def test_reproduce_runs_from_python_and_reuses_saved_results(tmp_path):
+    path, sections, record = study.reproduce(tmp_path, size="tiny", workers=1,
+                                             only=["histograms"])
+    assert path == tmp_path / "report.html" and path.read_text().endswith("</html>\n")
+    assert [s.key for s in sections] == ["histograms"] and sections[0].status == "ok"
+    assert sections[0].provenance["reused"] is False
+    assert (tmp_path / "figures" / "histograms.png").exists()
+    assert sorted(p.name for p in (tmp_path / "data" / "histograms-tiny").iterdir()) == [
+        "beta0.3.npz", "beta2.npz"]
+    saved = json.loads((tmp_path / "reproduce.json").read_text())
+    assert saved["kind"] == "tokensde.reproduce" and saved["size"] == "tiny"
+    assert saved["sections"]["histograms"]["status"] == "ok" == record["sections"]["histograms"][
+        "status"]
+    assert saved["command"] == f"tokensde reproduce --size tiny --out {tmp_path}"
+    rows = sections[0].tables[1].rows
+    _, again, _ = study.reproduce(tmp_path, size="tiny", workers=1, only=["histograms"])
+    assert again[0].provenance["reused"] is True and again[0].tables[1].rows == rows
+
+
+def test_a_failing_figure_becomes_a_failed_section_and_the_report_is_still_written(
+        tmp_path, monkeypatch):
+    def boom(ctx):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setitem(study.FIGURES, "trajectories",
+                        dataclasses.replace(study.FIGURES["trajectories"], data=boom))
+    path, sections, record = study.reproduce(tmp_path, "tiny", workers=1, only=["trajectories"])
+    assert sections[0].status == "failed" and "RuntimeError: disk on fire" in sections[0].note
+    assert record["sections"]["trajectories"]["status"] == "failed"
+    assert 'data-status="failed"' in path.read_text()
+
+
+def test_interrupted_phase_grid_resumes_from_its_saved_cells(tmp_path, monkeypatch):
+    from tokensde import phase_grid
+    from tokensde.study.phase import phase_data
+
+    real, ran = phase_grid.monte_carlo, []
+
+    def flaky(beta, d, *a, **k):
+        if len(ran) == 2:
+            raise KeyboardInterrupt
+        ran.append((beta, d))
+        return real(beta, d, *a, **k)
+
+    monkeypatch.setattr(phase_grid, "monte_carlo", flaky)
+    ctx = study.Context(tmp_path / "a", "tiny", workers=1)
+    with pytest.raises(KeyboardInterrupt):
+        phase_data(ctx)
+    monkeypatch.setattr(phase_grid, "monte_carlo",
+                        lambda beta, d, *a, **k: (ran.append((beta, d)), real(beta, d, *a, **k))[1])
+    resumed, reused = phase_data(ctx)
+    assert not reused and len(ran) == 6 and len(set(ran)) == 6  # each of the 6 cells ran once
+    again, reused = phase_data(ctx)
+    assert reused and len(ran) == 6
+    straight, _ = phase_data(study.Context(tmp_path / "b", "tiny", workers=1))
+    cols = [c for c in straight.columns if c != "wall_s"]
+    for df in (resumed, again):
+        assert df[cols].equals(straight[cols])
+
+
+def test_reproduce_rejects_unknown_figures(tmp_path):
+    with pytest.raises(ParameterError, match="only must name figures"):
+        study.reproduce(tmp_path, "tiny", only=["nope"])
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_sweep_files_are_package_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # never looked up in the working directory
+    monkeypatch.delenv(multi.SWEEPS_ENV, raising=False)
+    here = Path(study.__file__).resolve().parent / "sweeps"
+    assert multi.SWEEP_DIR.resolve() == here
+    for size, name in (("tiny", "smoke"), ("quick", "multi-token-quick"),
+                       ("full", "multi-token-full")):
+        path = multi.sweep_config(study.Context(tmp_path, size))
+        assert path.resolve() == here / f"{name}.toml"
+        assert SweepConfig.load(path).name == name
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "study/sweeps/*.toml" in setup["package-data"]["tokensde"]
+    # moved, not copied; the example links to the packaged file
+    assert not list((ROOT / "examples" / "sweeps").glob("multi-token-*.toml"))
+    example = ROOT / "examples" / "sweeps" / "smoke.toml"
+    assert example.resolve() == here / "smoke.toml"
+
+
+def test_sweeps_directory_can_be_overridden(tmp_path, monkeypatch):
+    (tmp_path / "quick.toml").write_text((multi.SWEEP_DIR / "smoke.toml").read_text())
+    monkeypatch.setenv(multi.SWEEPS_ENV, str(tmp_path))
+    assert multi.sweep_config(study.Context(tmp_path, "quick")) == tmp_path / "quick.toml"
+    with pytest.raises(FileNotFoundError, match=r"smoke\.toml in .*TOKENSDE_SWEEPS"):
+        multi.sweep_config(study.Context(tmp_path, "tiny"))
+
+
+def test_plot_modules_leave_the_matplotlib_backend_alone():
+    code = ("import importlib, pkgutil, sys, matplotlib, tokensde.plots as p\n"
+            "for m in pkgutil.iter_modules(p.__path__):\n"
+            "    importlib.import_module(f'tokensde.plots.{m.name}')\n"
+            "import tokensde.study\n"
+            "print(matplotlib.get_backend(), 'matplotlib.pyplot' in sys.modules)")
+    assert _python(code, MPLBACKEND="svg") == "svg False"
