@@ -17,11 +17,12 @@ from test_vit_train import _write_cifar
 from tokensde.experiments import KINDS
 from tokensde.layers import attention_output, network_step
 from tokensde.params import ModelParams, ParameterError
-from tokensde.sweep import SweepConfig, load_table
+from tokensde.sweep import SweepConfig, load_table, run_sweep
 from tokensde.vit import ViTConfig, build_vit, make_model, value_weights
 from tokensde.vit.depth import (
     KIND,
     depth_config,
+    depth_report,
     geometry_at_init,
     paired_gaps,
     read_gaps,
@@ -141,6 +142,24 @@ def test_depth_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "gaps.json").read_text())
     assert doc["kind"] == "tokensde.vit.depth-gaps" and doc["sweep"]["kind"] == KIND
     assert "version" in doc
+    # more seeds in another directory pool in: the same cells run there give the same numbers
+    more = SweepConfig.from_dict({**cfg.to_dict(), "grid": {"arm": ["default", "noise:0"],
+                                                           "depth": [2], "train_seed": [1, 2]}})
+    run_sweep(more, tmp_path / "more", workers=1)
+    again = load_table(tmp_path / "more").set_index("cell")["acc"]
+    assert (again.reindex(table["cell"]).dropna() == table.set_index("cell")["acc"].reindex(
+        again.index).dropna()).all()
+    pooled = depth_report(tmp_path, figures=False, also=[tmp_path / "more"])
+    gaps = read_gaps(tmp_path).set_index(["depth", "arm"])
+    assert gaps.loc[(2, "noise:0"), "pairs"] == 3 and gaps.loc[(4, "noise:0"), "pairs"] == 2
+    assert set(pooled) == {"gaps", "table"}
+    with pytest.raises(ParameterError, match="not 'vit_depth'"):
+        depth_report(tmp_path, also=[_null_sweep(tmp_path / "null")])
+
+
+def _null_sweep(out: Path) -> Path:
+    run_sweep(SweepConfig.from_dict({"kind": "null", "seed": 1, "grid": {"x": [1.0]}}), out)
+    return out
 
 
 def test_the_same_sweep_runs_on_cifar10(tmp_path: Path) -> None:

@@ -226,13 +226,16 @@ def depth_cmd(
         raise typer.Exit(1)
 
 
-def depth_report_cmd(out: Annotated[Path, typer.Argument(help="Depth sweep directory.")]
-                     ) -> None:
+def depth_report_cmd(
+    out: Annotated[Path, typer.Argument(help="Depth sweep directory (the report goes here).")],
+    also: Annotated[list[Path] | None, typer.Option(
+        help="Another depth sweep directory whose cells are pooled in (repeatable).")] = None,
+) -> None:
     """Rebuild gaps.json, gaps.md and the figures of a (finished or partial) depth sweep."""
     from ..vit.depth import depth_report
 
     with user_errors():
-        files = depth_report(out)
+        files = depth_report(out, also=also or ())
     typer.echo((out / "gaps.md").read_text())
     typer.echo("wrote " + ", ".join(files.values()))
 

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -247,18 +248,34 @@ def _ordered(gaps: pd.DataFrame) -> pd.DataFrame:
         ["block", "_o", "arm", "depth"]).drop(columns="_o").reset_index(drop=True)
 
 
-def depth_report(out: str | os.PathLike, figures: bool = True) -> dict[str, Any]:
-    """From the sweep table in `out`: the paired gaps (`gaps.json`, with a header naming the
-    sweep), the markdown tables (`gaps.md`) and the figures; return the file paths."""
+def pooled_table(out: str | os.PathLike, also: Sequence[str | os.PathLike] = ()) -> pd.DataFrame:
+    """The finished cells of the depth sweep in `out` and of the sweeps in `also`, one row per
+    cell id (a cell's numbers depend on its parameters only, so any sweep may have run it)."""
+    from ..sweep import SweepDir
+
+    for d in (out, *also):
+        kind = SweepDir(d).manifest()["config"].get("kind")
+        if kind != KIND:
+            raise ParameterError(f"{d} holds a sweep of kind {kind!r}, not {KIND!r}")
+    tables = [load_table(d) for d in (out, *also)]
+    return pd.concat(tables, ignore_index=True).drop_duplicates("cell").reset_index(drop=True)
+
+
+def depth_report(out: str | os.PathLike, figures: bool = True,
+                 also: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
+    """From the sweep table in `out` (pooled with the sweeps in `also`): the paired gaps
+    (`gaps.json`, with a header naming the sweeps), the markdown tables (`gaps.md`) and the
+    figures, all written into `out`; return the file paths."""
     from ..plots.vit_depth import draw_all
     from ..store import atomic_write, header
     from ..sweep import SweepDir
 
     out = Path(out)
-    table = load_table(out)
+    table = pooled_table(out, also)
     gaps = _ordered(paired_gaps(table))
-    cfg = SweepDir(out).manifest()["config"]
-    doc = header(KIND_GAPS, sweep=cfg, rows=json_rows(gaps))
+    sweeps = [SweepDir(d).manifest()["config"] for d in (out, *also)]
+    doc = header(KIND_GAPS, sweep=sweeps[0], also=[str(d) for d in also], sweeps=sweeps,
+                 rows=json_rows(gaps))
     files = {"gaps": atomic_write(out / GAPS, lambda tmp: tmp.write_text(
         json.dumps(doc, indent=1) + "\n"))}
     md = "\n".join(gap_table(gaps, b) for b in ("attention-only", "standard")
