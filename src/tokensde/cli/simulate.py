@@ -8,7 +8,7 @@ from typing import Any, cast
 import numpy as np
 import typer
 
-from ..clusters import check_tol, is_antipodal, is_merged, pair_fractions, upper_pairs
+from ..clusters import Outcome, check_tol, classify, pair_fractions, upper_pairs
 from ..params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
 from ..progress import progress_bar
 from ._common import emit_json, user_errors
@@ -35,22 +35,20 @@ def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.nda
 
 
 def pair_summary(gram: np.ndarray, tol: float) -> dict[str, Any]:
-    """Fractions of token pairs merged and antipodal (`tokensde.clusters`, spec §7), and of runs
-    with every pair merged, and with every pair merged or antipodal and one antipodal, of Gram
-    matrices `(runs, n, n)`."""
+    """Fractions of token pairs merged and antipodal, and of runs single-cluster and bipolar
+    (`tokensde.clusters`, spec §7), of Gram matrices `(runs, n, n)`."""
     rho = upper_pairs(gram)
     if rho.size == 0:
         return {"pairs": 0}
     merged, antipodal = pair_fractions(rho, tol)
-    r = rho.astype(np.float64)  # compared in float64, as clusters does
-    near1, near_1 = is_merged(r, tol), is_antipodal(r, tol)
+    outcome = classify(gram, tol)
     return {
         "pairs": int(rho.shape[1]),
         "mean_inner_product": float(rho.mean()),
         "frac_pairs_merged": merged,
         "frac_pairs_antipodal": antipodal,
-        "frac_runs_one_cluster": float(near1.all(axis=1).mean()),
-        "frac_runs_bipolar": float(((near1 | near_1).all(axis=1) & near_1.any(axis=1)).mean()),
+        "frac_runs_one_cluster": float((outcome == Outcome.SINGLE).mean()),
+        "frac_runs_bipolar": float((outcome == Outcome.BIPOLAR).mean()),
     }
 
 
