@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,11 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from scipy.special import comb
 
+from ..two_tokens import beta_c
+
 OUTCOMES = (("single", "#c0392b", "o"), ("bipolar", "#2c7a4b", "s"),
             ("hovering", "#76b07a", "D"), ("other", "#8e44ad", "^"),
             ("undecided", "#7f8c8d", "x"))
-
-
-def beta_c(d: int) -> float:
-    """Two-token threshold (spec §5): antipodal pairs can persist iff beta > arccosh(d-2)/2."""
-    return 0.0 if d <= 3 else 0.5 * math.acosh(d - 2)
 
 
 def load(source: str | Path | pd.DataFrame) -> pd.DataFrame:

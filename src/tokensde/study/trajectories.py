@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -124,8 +123,10 @@ HIST_TOL = 1e-3  # merged / antipodal tolerance of the histogram figure and tabl
 
 def histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
     """(key, title, params, init) of the histogram rows: beta below and above beta_c(d = 4)."""
+    from ..two_tokens import beta_c
+
     d = 4
-    bc = 0.5 * math.acosh(d - 2)
+    bc = beta_c(d)
     return [(f"beta{b:g}", f"beta = {b:g} ({'<' if b < bc else '>'} beta_c = {bc:.2f})",
              ModelParams(n=8, d=d, beta=b, sigma=1.0), "uniform") for b in (0.3, 2.0)]
 
