@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..clusters import is_antipodal, is_merged, upper_pairs
+from .style import save
 
 
 def plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
@@ -32,7 +33,4 @@ def plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
     fig.suptitle(f"n={p.n}, d={p.d}, beta={p.beta:g}, noise={p.noise}/{p.law}, sigma="
                  f"{p.noise_scale:g}, mean={p.mean_kind}, runs={result.runs}, seed={result.seed}",
                  fontsize=9)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path, dpi=110, style=False)
