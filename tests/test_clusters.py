@@ -11,15 +11,21 @@ from tokensde.clusters import (
     LOG_GAP_FLOOR,
     Outcome,
     analyze,
+    antipodal,
     antipodal_fraction,
     classify,
     cluster_labels,
     effective_rank,
     inner_product_histogram,
+    is_antipodal,
+    is_merged,
     log_gaps,
+    merged,
     minority_law,
+    pair_fractions,
     pole_labels,
     tolerance_report,
+    upper_pairs,
 )
 from tokensde.params import ParameterError
 
@@ -187,3 +193,52 @@ def test_effective_rank_of_random_tokens_between_one_and_n():
     x /= np.linalg.norm(x, axis=-1, keepdims=True)
     r = effective_rank(x @ np.swapaxes(x, -1, -2))
     assert np.all(r >= 1.0) and np.all(r <= 4.0 + 1e-12)  # rank <= d
+
+
+# --- the one definition of pairs, merged / antipodal and the outcome classes, at the boundary --
+# A dyadic tol makes 1 - tol and -1 + tol exact: a gap equal to tol is not within tol (strict <).
+
+DY = 2.0**-10
+IN = 2.0**-20  # a hair inside the tolerance, exact in float64 and float32
+
+
+def test_upper_pairs_are_row_major_for_numpy_and_torch():
+    import torch
+
+    g = np.arange(16.0).reshape(1, 4, 4)
+    np.testing.assert_array_equal(upper_pairs(g), [[1, 2, 3, 6, 7, 11]])
+    t = torch.arange(32.0).reshape(2, 4, 4)
+    out = upper_pairs(t)
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 6)
+    assert torch.equal(out, t[:, [0, 0, 0, 1, 1, 2], [1, 2, 3, 2, 3, 3]])
+    assert upper_pairs(np.eye(1)[None]).shape == (1, 0)
+
+
+def test_merged_and_antipodal_are_strict_at_the_tolerance():
+    g = np.array([1.0, 1.0 - DY + IN, 1.0 - DY, 0.0, -1.0 + DY, -1.0 + DY - IN, -1.0])
+    np.testing.assert_array_equal(is_merged(g, DY), [1, 1, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(is_antipodal(g, DY), [0, 0, 0, 0, 0, 1, 1])
+    assert pair_fractions(g, DY) == (2 / 7, 2 / 7)
+    assert pair_fractions(g.astype(np.float32), DY) == (2 / 7, 2 / 7)  # exact in float32 too
+
+
+def test_gram_level_masks_and_fraction_use_the_same_rule():
+    m, a = 1.0 - DY + IN, -1.0 + DY - IN
+    g = np.array([[1.0, m, a], [m, 1.0, -1.0 + DY], [a, -1.0 + DY, 1.0]])
+    np.testing.assert_array_equal(merged(g, DY)[0], [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
+    np.testing.assert_array_equal(antipodal(g, DY)[0], [[0, 0, 1], [0, 0, 0], [1, 0, 0]])
+    np.testing.assert_array_equal(antipodal_fraction(g, DY), [1 / 3])
+    assert pair_fractions(upper_pairs(g), DY) == (1 / 3, 1 / 3)
+
+
+@pytest.mark.parametrize(("merge", "anti", "outcome"), [
+    (1.0 - DY + IN, -1.0 + DY - IN, Outcome.BIPOLAR),  # {0, 1} antipodal to {2}: one pole
+    (1.0 - DY + IN, -1.0 + DY, Outcome.OTHER),         # antipodal gaps at tol: two poles
+    (1.0 - DY, -1.0 + DY - IN, Outcome.OTHER),         # merged gap at tol: three clusters
+    (1.0 - DY + IN, 1.0 - DY + IN, Outcome.SINGLE),    # every pair merged
+])
+def test_outcome_classes_of_three_tokens_at_the_tolerance(merge, anti, outcome):
+    g = np.array([[1.0, merge, anti], [merge, 1.0, anti], [anti, anti, 1.0]])
+    assert classify(g, DY, before=g)[0] == outcome
+    undecided = Outcome.UNDECIDED if outcome == Outcome.OTHER else outcome
+    assert classify(g, DY)[0] == undecided  # no earlier checkpoint: not known to be frozen

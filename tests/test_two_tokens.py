@@ -34,6 +34,19 @@ def spec_coefficients(rho, d, beta, sigma=1.0):
     return sigma**2 * (1 - rho**2) * ((d - 2) * m - s * rho), 2 * s * sigma**2 * (1 - rho**2) ** 2
 
 
+@pytest.mark.parametrize(("d", "closed"), [
+    (2, 0.0), (3, 0.0),
+    (4, 0.5 * math.log(2.0 + math.sqrt(3.0))),
+    (1026, 0.5 * math.log(1024.0 + math.sqrt(1024.0**2 - 1.0))),
+])
+def test_beta_c_closed_form(d, closed):
+    # beta_c(d) = arccosh(d - 2)/2, i.e. cosh(2 beta_c) = d - 2 (0 where d - 2 <= 1)
+    assert tt.beta_c(d) == pytest.approx(closed, rel=1e-15, abs=0.0)
+    if d > 3:
+        assert math.cosh(2.0 * tt.beta_c(d)) == pytest.approx(d - 2, rel=1e-12)
+    np.testing.assert_array_equal(tt.beta_c(np.array([d, d])), [tt.beta_c(d)] * 2)
+
+
 # ---------------------------------------------------------------------------------------------
 # exact P_anti
 # ---------------------------------------------------------------------------------------------

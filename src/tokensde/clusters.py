@@ -23,11 +23,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from .params import ParameterError, check_real
+
+if TYPE_CHECKING:
+    import torch
+
+# inner products as a numpy array or a torch tensor: the pair helpers below work on either
+Inner = TypeVar("Inner", np.ndarray, "torch.Tensor")
 
 TOL_MIN = 1e-12
 TOL_MAX = 0.5
@@ -87,14 +93,24 @@ def component_labels(adj: np.ndarray) -> np.ndarray:
     return np.argmax(_closure(adj), axis=-1)
 
 
+def is_merged(g: Inner, tol: float) -> Inner:
+    """Elementwise `1 - g < tol`: inner products `g` of merged pairs (spec §7)."""
+    return 1.0 - g < tol
+
+
+def is_antipodal(g: Inner, tol: float) -> Inner:
+    """Elementwise `1 + g < tol`: inner products `g` of antipodal pairs (spec §7)."""
+    return 1.0 + g < tol
+
+
 def merged(gram: Any, tol: float) -> np.ndarray:
     """Boolean `(runs, n, n)`: `1 - G_ij < tol`."""
-    return 1.0 - as_gram(gram) < check_tol(tol)
+    return is_merged(as_gram(gram), check_tol(tol))
 
 
 def antipodal(gram: Any, tol: float) -> np.ndarray:
     """Boolean `(runs, n, n)`: `1 + G_ij < tol`."""
-    return 1.0 + as_gram(gram) < check_tol(tol)
+    return is_antipodal(as_gram(gram), check_tol(tol))
 
 
 def cluster_labels(gram: Any, tol: float) -> np.ndarray:
@@ -119,10 +135,18 @@ def label_sizes(labels: np.ndarray) -> np.ndarray:
     return -np.sort(-sizes, axis=-1)
 
 
-def upper_pairs(gram: np.ndarray) -> np.ndarray:
-    """Off-diagonal entries `G_ij, i < j`, `(runs, n(n-1)/2)`."""
+def upper_pairs(gram: Inner) -> Inner:
+    """Off-diagonal entries `G_ij, i < j` (row-major), of Gram matrices `(..., n, n)`:
+    `(..., n(n-1)/2)`, a numpy array or a torch tensor like `gram`."""
     i, j = np.triu_indices(gram.shape[-1], k=1)
     return gram[..., i, j]
+
+
+def pair_fractions(pairs: Any, tol: float) -> tuple[float, float]:
+    """Fractions `(merged, antipodal)` of the inner products `pairs` (any shape, e.g. from
+    `upper_pairs`; compared in float64, as `analyze` does): `1 - G_ij < tol`, `1 + G_ij < tol`."""
+    g = np.asarray(pairs, dtype=np.float64)
+    return float(is_merged(g, tol).mean()), float(is_antipodal(g, tol).mean())
 
 
 def antipodal_fraction(gram: Any, tol: float) -> np.ndarray:
@@ -131,7 +155,7 @@ def antipodal_fraction(gram: Any, tol: float) -> np.ndarray:
     pairs = upper_pairs(g)
     if pairs.shape[-1] == 0:
         return np.full(g.shape[0], np.nan)
-    return (1.0 + pairs < check_tol(tol)).mean(-1)
+    return is_antipodal(pairs, check_tol(tol)).mean(-1)
 
 
 def effective_rank(gram: Any) -> np.ndarray:
@@ -218,7 +242,7 @@ def analyze(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | 
     g = as_gram(gram)
     tol = check_tol(tol)
     mtol = tol if move_tol is None else check_real("move_tol", move_tol, 0.0)
-    near1, near_1 = 1.0 - g < tol, 1.0 + g < tol
+    near1, near_1 = is_merged(g, tol), is_antipodal(g, tol)
     clusters = component_labels(near1)
     poles = component_labels(near1 | near_1)
     n_clusters, n_poles = count_labels(clusters), count_labels(poles)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from scipy import stats as _st
 
+from .clusters import upper_pairs
 from .layers import attention_output, network_step
 from .model import initial_tokens
 from .params import ModelParams, ParameterError, check_int
@@ -49,10 +50,7 @@ Progress = Callable[[int], None]
 
 
 def _pairs(x: torch.Tensor) -> torch.Tensor:
-    n = x.shape[-2]
-    iu = torch.triu_indices(n, n, 1)
-    g = x @ x.transpose(-1, -2)
-    return g[:, iu[0], iu[1]]
+    return upper_pairs(x @ x.transpose(-1, -2))
 
 
 def pair_mean(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ from typing import Any, cast
 import numpy as np
 import typer
 
-from ..clusters import check_tol
+from ..clusters import Outcome, check_tol, classify, pair_fractions, upper_pairs
 from ..params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
 from ..progress import progress_bar
 from ._common import emit_json, user_errors
@@ -35,20 +35,20 @@ def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.nda
 
 
 def pair_summary(gram: np.ndarray, tol: float) -> dict[str, Any]:
-    """Fractions of token pairs merged (> 1 - tol) and antipodal (< -1 + tol), Gram `(runs, n, n)`."""
-    n = gram.shape[-1]
-    iu = np.triu_indices(n, 1)
-    rho = gram[:, iu[0], iu[1]]
+    """Fractions of token pairs merged and antipodal, and of runs single-cluster and bipolar
+    (`tokensde.clusters`, spec §7), of Gram matrices `(runs, n, n)`."""
+    rho = upper_pairs(gram)
     if rho.size == 0:
         return {"pairs": 0}
+    merged, antipodal = pair_fractions(rho, tol)
+    outcome = classify(gram, tol)
     return {
         "pairs": int(rho.shape[1]),
         "mean_inner_product": float(rho.mean()),
-        "frac_pairs_merged": float((rho > 1 - tol).mean()),
-        "frac_pairs_antipodal": float((rho < -1 + tol).mean()),
-        "frac_runs_one_cluster": float((rho > 1 - tol).all(axis=1).mean()),
-        "frac_runs_bipolar": float(((np.abs(rho) > 1 - tol).all(axis=1)
-                                    & (rho < -1 + tol).any(axis=1)).mean()),
+        "frac_pairs_merged": merged,
+        "frac_pairs_antipodal": antipodal,
+        "frac_runs_one_cluster": float((outcome == Outcome.SINGLE).mean()),
+        "frac_runs_bipolar": float((outcome == Outcome.BIPOLAR).mean()),
     }
 
 

@@ -13,16 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ..clusters import pair_fractions, upper_pairs
 from .style import COLORS, new_figure, save, styled
 
 Panel = tuple[str, Any]  # (row title, SimResult with gram recorded)
-
-
-def pair_products(gram: np.ndarray) -> np.ndarray:
-    """Upper-triangle entries `<x_i, x_j>`, i < j, of Gram matrices `(..., n, n)` -> `(..., pairs)`."""
-    n = gram.shape[-1]
-    iu = np.triu_indices(n, 1)
-    return gram[..., iu[0], iu[1]]
 
 
 def pick_checkpoints(times: np.ndarray, count: int = 5) -> list[int]:
@@ -37,11 +31,6 @@ def pick_checkpoints(times: np.ndarray, count: int = 5) -> list[int]:
     return idx
 
 
-def pair_fractions(rho: np.ndarray, tol: float = 1e-3) -> tuple[float, float]:
-    """Fractions of pairs merged (`rho > 1 - tol`) and antipodal (`rho < -1 + tol`)."""
-    return float((rho > 1 - tol).mean()), float((rho < -1 + tol).mean())
-
-
 def plot_histograms(panels: Sequence[Panel], path: str | Path, columns: int = 5,
                     bins: int = 40, tol: float = 1e-3) -> Path:
     """Histograms of pairwise inner products at `columns` depth times for each result."""
@@ -52,7 +41,7 @@ def plot_histograms(panels: Sequence[Panel], path: str | Path, columns: int = 5,
         for r, (title, res) in enumerate(panels):
             if res.gram is None:
                 raise ValueError(f"histogram panel {title!r} needs a result with 'gram' recorded")
-            rho = pair_products(np.asarray(res.gram))  # (runs, K, pairs)
+            rho = upper_pairs(np.asarray(res.gram))  # (runs, K, pairs)
             idx = pick_checkpoints(res.times, columns)
             for c in range(columns):
                 ax = axes[r][c]

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from scipy.special import comb
 
+from ..two_tokens import beta_c
+from .style import save
+
 OUTCOMES = (("single", "#c0392b", "o"), ("bipolar", "#2c7a4b", "s"),
             ("hovering", "#76b07a", "D"), ("other", "#8e44ad", "^"),
             ("undecided", "#7f8c8d", "x"))
-
-
-def beta_c(d: int) -> float:
-    """Two-token threshold (spec §5): antipodal pairs can persist iff beta > arccosh(d-2)/2."""
-    return 0.0 if d <= 3 else 0.5 * math.acosh(d - 2)
 
 
 def load(source: str | Path | pd.DataFrame) -> pd.DataFrame:
@@ -52,13 +49,6 @@ def _errorbar(ax: Any, x: np.ndarray, rows: pd.DataFrame, name: str, color: str,
     err = np.vstack([p - rows[f"p_{name}_lo"].to_numpy(), rows[f"p_{name}_hi"].to_numpy() - p])
     ax.errorbar(x, p, yerr=np.clip(err, 0, None), color=color, marker=marker, ms=4, lw=1.2,
                 capsize=2, label=name)
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
 
 
 def _caption(rows: pd.DataFrame) -> str:
@@ -102,7 +92,7 @@ def plot_outcomes(source: Any, path: str | Path, model: str = "noise") -> Path:
     fig.suptitle(f"Outcome at absorption: {label.format(s=df['sigma'].max())}; "
                  f"dotted: two-token beta_c(d); hovering: undecided runs that stay bipolar at "
                  f"the looser tolerance (a subset of undecided)\n{_caption(df)}", fontsize=9)
-    return _save(fig, path)
+    return save(fig, path, dpi=110, style=False)
 
 
 def plot_hybrid(source: Any, path: str | Path) -> Path:
@@ -124,7 +114,7 @@ def plot_hybrid(source: Any, path: str | Path) -> Path:
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(f"Hybrid model (M = I): noise turned down to the deterministic flow at "
                  f"sigma = 0\n{_caption(df)}", fontsize=9)
-    return _save(fig, path)
+    return save(fig, path, dpi=110, style=False)
 
 
 def coin_minority_law(n: int) -> np.ndarray:
@@ -160,7 +150,7 @@ def plot_minority(source: Any, path: str | Path, model: str = "noise", min_bipol
     axes[0, 0].set_ylabel("P(m | bipolar)")
     fig.suptitle(f"Minority side of bipolar states, {model} model, beta={df['beta'].max():g} "
                  f"(legend: bipolar runs)\n{_caption(df)}", fontsize=9)
-    return _save(fig, path)
+    return save(fig, path, dpi=110, style=False)
 
 
 def markdown_table(source: Any, stat: str = "bipolar", model: str = "noise",

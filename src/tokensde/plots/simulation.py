@@ -8,24 +8,23 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-
-def _pairs(gram: np.ndarray) -> np.ndarray:
-    iu = np.triu_indices(gram.shape[-1], 1)
-    return gram[..., iu[0], iu[1]]
+from ..clusters import is_antipodal, is_merged, upper_pairs
+from .style import save
 
 
 def plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
     """Left: histogram of final pairwise <x_i, x_j>; right: merged / antipodal pair fractions vs t."""
-    gram = result.gram.numpy()
-    rho = _pairs(gram)  # (runs, K, pairs)
+    gram = result.gram.numpy().astype(np.float64)  # merged / antipodal in float64, as clusters
+    rho = upper_pairs(gram)  # (runs, K, pairs)
     t = result.times
     fig = Figure(figsize=(10, 3.8), layout="constrained")
     ax0, ax1 = fig.subplots(1, 2)
     ax0.hist(rho[:, -1].ravel(), bins=np.linspace(-1, 1, 61), color="#3b6ea5")
     ax0.set(xlabel=r"$\langle x_i, x_j\rangle$ at $T$", ylabel="pairs",
             title=f"final inner products (T = {result.grid.T:g})")
-    ax1.plot(t, (rho > 1 - tol).mean(axis=(0, 2)), "o-", label="merged pairs", color="#c0392b")
-    ax1.plot(t, (rho < -1 + tol).mean(axis=(0, 2)), "s-", label="antipodal pairs",
+    ax1.plot(t, is_merged(rho, tol).mean(axis=(0, 2)), "o-", label="merged pairs",
+             color="#c0392b")
+    ax1.plot(t, is_antipodal(rho, tol).mean(axis=(0, 2)), "s-", label="antipodal pairs",
              color="#2c7a4b")
     ax1.set(xlabel="depth time t", ylabel="fraction of pairs", ylim=(-0.02, 1.02),
             title=f"tol = {tol:g}")
@@ -34,7 +33,4 @@ def plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
     fig.suptitle(f"n={p.n}, d={p.d}, beta={p.beta:g}, noise={p.noise}/{p.law}, sigma="
                  f"{p.noise_scale:g}, mean={p.mean_kind}, runs={result.runs}, seed={result.seed}",
                  fontsize=9)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return save(fig, path, dpi=110, style=False)

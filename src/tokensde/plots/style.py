@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,13 +81,21 @@ def new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
     return Figure(figsize=(width, height), layout="constrained")
 
 
-def save(fig: Figure, path: str | os.PathLike, dpi: int | None = None) -> Path:
-    """Write `fig` to `path` (format from the suffix) atomically; return the path."""
+def save(fig: Figure, path: str | os.PathLike, dpi: int | None = None, tight: bool = False,
+         style: bool = True) -> Path:
+    """Write `fig` to `path` (format from the suffix, png without one) atomically; return the
+    path. Every figure of tokensde is written here.
+
+    `dpi` defaults to the style's; `tight` crops to the drawn content (`bbox_inches`); `style`
+    draws under the tokensde rcParams (tick label sizes, hence tick counts, are read at draw
+    time), `False` under the current ones, for a figure not built in `styled()`.
+    """
     path = Path(path)
     fmt = path.suffix.lstrip(".") or "png"
-    with styled():
-        return atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=dpi or RC[
-            "savefig.dpi"]))
+    bbox = "tight" if tight else None
+    with styled() if style else nullcontext():
+        return atomic_write(path, lambda tmp: fig.savefig(
+            tmp, format=fmt, dpi=dpi or RC["savefig.dpi"], bbox_inches=bbox))
 
 
 def params_line(p: Any, **extra: Any) -> str:

@@ -11,7 +11,8 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..store import atomic_write, check_meta, read_json
+from ..store import check_meta, read_json
+from .style import save
 
 
 def _read(source: str | os.PathLike | dict[str, Any], kind: str) -> dict[str, Any]:
@@ -21,11 +22,6 @@ def _read(source: str | os.PathLike | dict[str, Any], kind: str) -> dict[str, An
     cmd = "compare" if kind.endswith("compare") else "geometry"
     return read_json(path, kind, f"re-run `tokensde vit {cmd} --out {path.parent}` to rewrite it"
                      + (" (finished runs are reused)" if cmd == "compare" else ""))
-
-
-def _save(fig: Figure, out: str | os.PathLike) -> Path:
-    return atomic_write(out, lambda tmp: fig.savefig(tmp, format="png", dpi=130,
-                                                     bbox_inches="tight"))
 
 
 def _title(s: dict[str, Any]) -> str:
@@ -66,7 +62,7 @@ def plot_accuracy(summary: str | os.PathLike | dict[str, Any], out: str | os.Pat
     for axis in (ax, bx):
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(_title(s), fontsize=9)
-    return _save(fig, out)
+    return save(fig, out, tight=True, style=False)
 
 
 def plot_geometry(geometry: str | os.PathLike | dict[str, Any], out: str | os.PathLike) -> Path:
@@ -95,4 +91,4 @@ def plot_geometry(geometry: str | os.PathLike | dict[str, Any], out: str | os.Pa
     fig.suptitle(f"token geometry at initialisation: {g['dataset']}, {g['images']} images x "
                  f"{len(g['seeds'])} models; ViT D={m['dim']}, L={m['depth']}, {m['block']}",
                  fontsize=9)
-    return _save(fig, out)
+    return save(fig, out, tight=True, style=False)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -119,12 +118,15 @@ def draw_trajectories(ctx: Context, spec: FigureSpec, panels: Panels, reused: bo
 HIST_RUNS = {"tiny": 40, "quick": 400, "full": 2000}
 HIST_T, HIST_DT = 8.0, 1.0 / 64
 HIST_CHECKPOINTS = [0, 8, 16, 32, 64, 128, 256, 512]
+HIST_TOL = 1e-3  # merged / antipodal tolerance of the histogram figure and table
 
 
 def histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
     """(key, title, params, init) of the histogram rows: beta below and above beta_c(d = 4)."""
+    from ..two_tokens import beta_c
+
     d = 4
-    bc = 0.5 * math.acosh(d - 2)
+    bc = beta_c(d)
     return [(f"beta{b:g}", f"beta = {b:g} ({'<' if b < bc else '>'} beta_c = {bc:.2f})",
              ModelParams(n=8, d=d, beta=b, sigma=1.0), "uniform") for b in (0.3, 2.0)]
 
@@ -144,15 +146,16 @@ def histograms_data(ctx: Context) -> tuple[Panels, bool]:
 
 def draw_histograms(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool) -> Section:
     """The law of pairwise inner products across depth, below and above beta_c."""
-    from ..plots.histograms import pair_fractions, pair_products, plot_histograms
+    from ..clusters import pair_fractions, upper_pairs
+    from ..plots.histograms import plot_histograms
 
-    png = plot_histograms(panels, ctx.figures / "histograms.png", columns=5)
+    png = plot_histograms(panels, ctx.figures / "histograms.png", columns=5, tol=HIST_TOL)
     rows = []
     for title, r in panels:
-        rho = pair_products(np.asarray(r.gram))
+        rho = upper_pairs(np.asarray(r.gram))
         for c, t in enumerate(r.times):
             vals = rho[:, c].ravel()
-            merged, anti = pair_fractions(vals)
+            merged, anti = pair_fractions(vals, HIST_TOL)
             lo_m, hi_m = _wilson(merged, vals.size)
             lo_a, hi_a = _wilson(anti, vals.size)
             rows.append([title, float(t), vals.size, float(vals.mean()), merged,
