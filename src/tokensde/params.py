@@ -12,6 +12,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .checks import ParameterError, check_choice, check_int, check_real, real_array
+from .checks import require as _require
+
 Attention = Literal["softmax", "usa"]
 Noise = Literal["matrix", "scalar", "symmetric"]
 Law = Literal["gaussian", "uniform", "rademacher"]
@@ -29,40 +32,6 @@ LAWS: dict[str, tuple[str, ...]] = {
 USA_BETA_MAX: dict[str, float] = {"float64": 345.0, "float32": 39.0}
 
 
-class ParameterError(ValueError):
-    """An invalid parameter: the message names it and the allowed range."""
-
-
-def _require(ok: bool | np.bool_, name: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise ParameterError(f"{name} must be {allowed}; got {value!r}")
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """Return `value` as an int >= minimum, or raise ParameterError naming `name`."""
-    ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum
-    _require(ok, name, f"an integer >= {minimum}", value)
-    return int(value)
-
-
-def check_real(name: str, value: Any, minimum: float = 0.0, strict: bool = False) -> float:
-    """Return `value` as a finite float >= minimum (> if strict), or raise ParameterError."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
-    ok = math.isfinite(v) and (v > minimum if strict else v >= minimum)
-    rel = ">" if strict else ">="
-    _require(ok, name, f"a finite number {rel} {minimum:g}", value)
-    return v
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    """Return `value` if it is one of `choices`, else raise ParameterError."""
-    _require(value in choices, name, "one of " + ", ".join(choices), value)
-    return str(value)
-
-
 def check_usa_beta(beta: float, dtype: str = "float64") -> float:
     """`beta` if USA attention stays finite in `dtype` ('float64' or 'float32'), else raise."""
     top = USA_BETA_MAX[dtype]
@@ -71,20 +40,6 @@ def check_usa_beta(beta: float, dtype: str = "float64") -> float:
              f"tokens overflow {dtype} from about beta = {math.log(np.finfo(dtype).max) / 2:.0f}"
              f"{wider})", beta)
     return beta
-
-
-def real_array(name: str, value: Any) -> np.ndarray:
-    """`value` as a float64 array; ParameterError naming `name` if it is ragged, complex or not
-    numeric (numpy would raise a bare error, or drop the imaginary part)."""
-    try:
-        raw = np.asarray(value)
-    except (TypeError, ValueError):
-        raise ParameterError(f"{name} must be an array of real numbers; got a ragged or "
-                             "non-numeric value") from None
-    if raw.dtype.kind not in "biuf":
-        what = "complex entries" if raw.dtype.kind == "c" else f"entries of type {raw.dtype}"
-        raise ParameterError(f"{name} must be an array of real numbers; got {what}")
-    return np.array(raw, dtype=np.float64)
 
 
 def _matrix(name: str, value: Any, d: int) -> np.ndarray | None:
