@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import clusters
+from .attention import ATTENTION_KINDS
 from .params import ParameterError, check_choice, check_int, check_real
 from .stats import censored_quantiles, wilson
 
@@ -286,7 +287,8 @@ register(ExperimentKind(
         "loose_tol": Param(lambda k, v: clusters.check_tol(v, k), 1e-3,
                            "undecided runs bipolar at this looser tolerance over the whole "
                            "window are counted as hovering"),
-        "attention": choice(("softmax", "usa"), "softmax"),
+        "attention": Param(lambda k, v: ATTENTION_KINDS.check(v, k), "softmax",
+                           "an attention kind of tokensde.attention"),
         "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
         "scheme": choice(("network", "sde"), "network"),
         "until": choice(("decided", "horizon"), "decided",

@@ -35,18 +35,15 @@ def attention_logits(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
 
 def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None = None
                         ) -> torch.Tensor:
-    """Softmax `A_ij = exp(l_ij) / sum_l exp(l_il)` (max-shifted, safe for beta up to 1e4) or USA
-    `exp(l_ij) / n`; with `p.causal` the entries j > i are zero. `top`, when given, is every row's
+    """Weights of the attention kind `p.attention_kind` (`tokensde.attention`: softmax
+    `A_ij = exp(l_ij) / sum_l exp(l_il)`, USA `exp(l_ij) / n`, ...); with `p.causal` the entries
+    j > i are masked (logit -inf, weight zero) for every kind. `top`, when given, is every row's
     largest logit, known beforehand, and replaces the row maxima."""
-    n = logits.shape[-1]
     if p.causal:
+        n = logits.shape[-1]
         mask = torch.ones(n, n, dtype=torch.bool, device=logits.device).triu(1)
         logits = logits.masked_fill(mask, float("-inf"))
-    if p.attention == "usa":
-        return torch.exp(logits) / n
-    # written out: torch.softmax is several times slower on tiny (n x n) rows
-    e = (logits - (logits.amax(-1, keepdim=True) if top is None else top)).exp_()
-    return e.div_(e.sum(-1, keepdim=True))
+    return p.attention_kind.weights(logits, top)
 
 
 def attention_weights(x: torch.Tensor, p: ModelParams) -> torch.Tensor:

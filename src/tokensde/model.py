@@ -23,7 +23,7 @@ from .clusters import check_tol
 from .gram import run_batch_gram, uniform_frame
 from .layers import attention_output, network_step, normalize
 from .loop import Progress, Stop, march
-from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real, check_usa_beta
+from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from .result import SimResult
 from .rng import RUN_BLOCK, RunStreams
 from .samplers import NOISE_SAMPLERS, choose_sampler
@@ -100,8 +100,7 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
     runs = check_int("runs", runs, 1)
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
     name = str(tdtype).removeprefix("torch.")
-    if params.attention == "usa":
-        check_usa_beta(params.beta, name)
+    params.attention_kind.check_dtype(name)
     k = len(resolve_checkpoints(checkpoints, grid.steps))
     used = choose_sampler(params, sampler)
     n, d = params.n, params.d

@@ -12,79 +12,16 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .attention import ATTENTION_KINDS, AttentionKind
+from .checks import ParameterError, check_choice, check_int, check_real, real_array
+from .checks import require as _require
+from .noise import NOISE_LAWS, NoiseLaw
+
+# The built-in names. The fields take any name registered in tokensde.attention / tokensde.noise
+# (a new module adds one), so they are typed `str`; these aliases document the built-in ones.
 Attention = Literal["softmax", "usa"]
 Noise = Literal["matrix", "scalar", "symmetric"]
 Law = Literal["gaussian", "uniform", "rademacher"]
-
-ATTENTIONS: tuple[str, ...] = ("softmax", "usa")
-NOISES: tuple[str, ...] = ("matrix", "scalar", "symmetric")
-LAWS: dict[str, tuple[str, ...]] = {
-    "matrix": ("gaussian", "uniform"),
-    "scalar": ("gaussian", "rademacher"),
-    "symmetric": ("gaussian",),
-}
-# Unnormalised (USA) attention weighs tokens by exp(beta <x_i, x_j>), so a layer's |z|^2 overflows
-# once beta passes log(largest float) / 2: about 354.9 in float64 and 44.4 in float32. The bounds
-# keep a margin of about 5 (noise scales up to ~100).
-USA_BETA_MAX: dict[str, float] = {"float64": 345.0, "float32": 39.0}
-
-
-class ParameterError(ValueError):
-    """An invalid parameter: the message names it and the allowed range."""
-
-
-def _require(ok: bool | np.bool_, name: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise ParameterError(f"{name} must be {allowed}; got {value!r}")
-
-
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """Return `value` as an int >= minimum, or raise ParameterError naming `name`."""
-    ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum
-    _require(ok, name, f"an integer >= {minimum}", value)
-    return int(value)
-
-
-def check_real(name: str, value: Any, minimum: float = 0.0, strict: bool = False) -> float:
-    """Return `value` as a finite float >= minimum (> if strict), or raise ParameterError."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = math.nan
-    ok = math.isfinite(v) and (v > minimum if strict else v >= minimum)
-    rel = ">" if strict else ">="
-    _require(ok, name, f"a finite number {rel} {minimum:g}", value)
-    return v
-
-
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    """Return `value` if it is one of `choices`, else raise ParameterError."""
-    _require(value in choices, name, "one of " + ", ".join(choices), value)
-    return str(value)
-
-
-def check_usa_beta(beta: float, dtype: str = "float64") -> float:
-    """`beta` if USA attention stays finite in `dtype` ('float64' or 'float32'), else raise."""
-    top = USA_BETA_MAX[dtype]
-    wider = "" if dtype == "float64" else f"; float64 allows <= {USA_BETA_MAX['float64']:g}"
-    _require(beta <= top, f"beta (attention=usa, {dtype})", f"<= {top:g} (exp(beta) makes the "
-             f"tokens overflow {dtype} from about beta = {math.log(np.finfo(dtype).max) / 2:.0f}"
-             f"{wider})", beta)
-    return beta
-
-
-def real_array(name: str, value: Any) -> np.ndarray:
-    """`value` as a float64 array; ParameterError naming `name` if it is ragged, complex or not
-    numeric (numpy would raise a bare error, or drop the imaginary part)."""
-    try:
-        raw = np.asarray(value)
-    except (TypeError, ValueError):
-        raise ParameterError(f"{name} must be an array of real numbers; got a ragged or "
-                             "non-numeric value") from None
-    if raw.dtype.kind not in "biuf":
-        what = "complex entries" if raw.dtype.kind == "c" else f"entries of type {raw.dtype}"
-        raise ParameterError(f"{name} must be an array of real numbers; got {what}")
-    return np.array(raw, dtype=np.float64)
 
 
 def _matrix(name: str, value: Any, d: int) -> np.ndarray | None:
@@ -109,34 +46,35 @@ class ModelParams:
     n: int = 2
     d: int = 3
     beta: float = 1.0
-    attention: Attention = "softmax"
+    attention: str = "softmax"
     causal: bool = False
     Q: np.ndarray | None = None
     K: np.ndarray | None = None
     mean: str | np.ndarray = "none"
-    noise: Noise = "matrix"
-    law: Law = "gaussian"
+    noise: str = "matrix"
+    law: str = "gaussian"
     sigma: float = 1.0
     eps: float | None = None
     M: np.ndarray | None = field(init=False, repr=False)
+    _noise_law: NoiseLaw = field(init=False, repr=False)
+    _attention_kind: AttentionKind = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "n", check_int("n", self.n, 1))
         set_(self, "d", check_int("d", self.d, 2))
         set_(self, "beta", check_real("beta", self.beta, 0.0))
-        set_(self, "attention", check_choice("attention", self.attention, ATTENTIONS))
+        kind = ATTENTION_KINDS.get(self.attention)
+        set_(self, "attention", kind.name)
         _require(isinstance(self.causal, bool | np.bool_), "causal", "True or False", self.causal)
         set_(self, "causal", bool(self.causal))
-        set_(self, "noise", check_choice("noise", self.noise, NOISES))
-        set_(self, "law", check_choice(f"law (for noise={self.noise})", self.law, LAWS[self.noise]))
-        set_(self, "sigma", check_real("sigma", self.sigma, 0.0))
-        if self.eps is not None:
-            _require(self.noise == "scalar", "eps", "given only with noise='scalar' (sigma scales "
-                     f"{self.noise} noise)", self.eps)
-            set_(self, "eps", check_real("eps", self.eps, 0.0))
-        if self.attention == "usa":
-            check_usa_beta(self.beta)
+        law = NOISE_LAWS.get(self.noise)(self.d, self.law, self.sigma, self.eps)
+        set_(self, "noise", law.name)
+        set_(self, "law", law.law)
+        set_(self, "sigma", law.sigma)
+        set_(self, "eps", law.eps)
+        set_(self, "_noise_law", law)
+        set_(self, "_attention_kind", kind(self.beta))
         set_(self, "Q", _matrix("Q", self.Q, self.d))
         set_(self, "K", _matrix("K", self.K, self.d))
         set_(self, "M", self._mean_matrix())
@@ -149,11 +87,19 @@ class ModelParams:
         return m
 
     @property
+    def noise_law(self) -> NoiseLaw:
+        """The law of the value noise (`tokensde.noise`), bound to d, law, sigma and eps."""
+        return self._noise_law
+
+    @property
+    def attention_kind(self) -> AttentionKind:
+        """The attention kind (`tokensde.attention`), bound to beta."""
+        return self._attention_kind
+
+    @property
     def noise_scale(self) -> float:
         """Standard deviation scale of the layer noise: `eps` for scalar noise, else `sigma`."""
-        if self.noise == "scalar" and self.eps is not None:
-            return self.eps
-        return self.sigma
+        return self._noise_law.scale
 
     @property
     def mean_kind(self) -> str:
@@ -162,11 +108,13 @@ class ModelParams:
 
     @property
     def rotation_invariant(self) -> bool:
-        """True when Q^T K = c I and M = a I: the Gram matrix of the tokens is then Markov."""
+        """True when Q^T K = c I and M = a I (and the noise law and attention kind allow the
+        Gram-space sampler, as Gaussian matrix noise does): the Gram matrix is then Markov."""
         qk = self.qk()
         iso_qk = qk is None or _is_scaled_identity(qk)
         iso_m = self.M is None or _is_scaled_identity(self.M)
-        return iso_qk and iso_m and self.noise == "matrix" and self.law == "gaussian"
+        gram = "gram" in self._noise_law.samplers and "gram" in self._attention_kind.samplers
+        return iso_qk and iso_m and gram
 
     def qk(self) -> np.ndarray | None:
         """The bilinear form `Q^T K` of the logits, or None for the identity."""

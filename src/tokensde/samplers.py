@@ -1,16 +1,17 @@
 """Samplers of the unit-time layer noise `xi_i = V y_i` for each noise law (spec §2, §4).
 
-`full` draws the d x d matrix V itself; `fast` draws `(V y_1..V y_n)` directly as `sigma C Z` with
-`C C^T = Y Y^T` (exact in law for Gaussian V, `n d` normals instead of `d^2`).
+`full` draws the d x d matrix V itself (through the law's strategy object, `tokensde.noise`);
+`fast` draws `(V y_1..V y_n)` directly as `sigma C Z` with `C C^T = Y Y^T` (exact in law for
+Gaussian V, `n d` normals instead of `d^2`). A law lists the exact samplers it allows.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
 
+from .noise import apply_matrices as apply_matrices
 from .params import ModelParams, ParameterError
 from .rng import RunStreams
 
@@ -18,33 +19,14 @@ Sampler = Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]
 SAMPLERS: tuple[str, ...] = ("auto", "fast", "full", "gram")
 
 
-def _scalar_draws(p: ModelParams, rs: RunStreams, dtype: torch.dtype) -> torch.Tensor:
-    return rs.normal(dtype=dtype) if p.law == "gaussian" else rs.sign(dtype=dtype)
-
-
 def value_matrices(p: ModelParams, rs: RunStreams, dtype: torch.dtype) -> torch.Tensor:
-    """One value-noise matrix per run, `(runs, d, d)`, centred with entry variance sigma^2."""
-    d, s = p.d, p.noise_scale
-    if p.noise == "scalar":
-        xi = _scalar_draws(p, rs, dtype)
-        return s * xi[:, None, None] * torch.eye(d, dtype=dtype, device=rs.device)
-    if p.law == "uniform":
-        a = s * math.sqrt(3.0)
-        return a * (2.0 * rs.uniform(d, d, dtype=dtype) - 1.0)
-    g = s * rs.normal(d, d, dtype=dtype)
-    return 0.5 * (g + g.transpose(-1, -2)) if p.noise == "symmetric" else g
-
-
-def apply_matrices(y: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-    """`xi_i = V y_i` for each run: `(runs, n, d)` from `y` `(runs, n, d)` and `V` `(runs, d, d)`."""
-    return y @ V.transpose(-1, -2)
+    """One value-noise matrix per run, `(runs, d, d)`, of the law `p.noise_law`."""
+    return p.noise_law.matrices(rs, dtype)
 
 
 def full_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
-    """Noise by drawing the whole value matrix (any law); `d^2` draws per run."""
-    if p.noise == "scalar":
-        return p.noise_scale * _scalar_draws(p, rs, y.dtype)[:, None, None] * y
-    return apply_matrices(y, value_matrices(p, rs, y.dtype))
+    """Noise `xi_i = V y_i` by drawing the whole value matrix (any law); `d^2` draws per run."""
+    return p.noise_law.draw(y, rs)
 
 
 def gram_factor(y: torch.Tensor) -> torch.Tensor:
@@ -80,8 +62,8 @@ def fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
 
 
 def fast_applicable(p: ModelParams) -> bool:
-    """The fast sampler is exact for Gaussian matrix noise only."""
-    return p.noise == "matrix" and p.law == "gaussian"
+    """The fast sampler is exact for Gaussian matrix noise only (the laws that list 'fast')."""
+    return "fast" in p.noise_law.samplers and "fast" in p.attention_kind.samplers
 
 
 def gram_applicable(p: ModelParams) -> bool:

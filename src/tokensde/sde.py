@@ -14,23 +14,14 @@ from collections.abc import Callable
 import torch
 
 from .layers import attention_output, mean_part, network_step, normalize_, tangent
+from .noise import apply_matrices
 from .params import ModelParams, TimeGrid
-from .samplers import apply_matrices
 
 
 def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Tensor:
-    """Drift `-P_x Sigma(y) x - tr(P_x Sigma(y)) x / 2` that keeps `|x| = 1` (spec §3)."""
-    s2 = p.noise_scale**2
-    y2 = (y * y).sum(-1, keepdim=True)
-    if p.noise == "matrix":
-        return -0.5 * (p.d - 1) * s2 * y2 * x
-    xy = (x * y).sum(-1, keepdim=True)
-    py = y - xy * x
-    py2 = (py * py).sum(-1, keepdim=True)
-    if p.noise == "scalar":
-        return -s2 * xy * py - 0.5 * s2 * py2 * x
-    # symmetric: Sigma = (sigma^2/2)(|y|^2 I + y y^T)
-    return -0.5 * s2 * xy * py - 0.25 * s2 * ((p.d - 1) * y2 + py2) * x
+    """Drift `-P_x Sigma(y) x - tr(P_x Sigma(y)) x / 2` that keeps `|x| = 1` (spec §3), `Sigma` the
+    covariance of the noise law `p.noise_law`."""
+    return p.noise_law.ito(x, y)
 
 
 def sde_step(
