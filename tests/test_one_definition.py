@@ -23,12 +23,9 @@ ALLOWED: dict[str, dict[str, str]] = {
     "pairs": {
         "clusters.py": "the definition (upper_pairs)",
         "gram.py": "the upper entries of a Bartlett factor, not token pairs",
-        "vit/geometry.py": "the ViT subpackage, to move onto clusters.upper_pairs",
     },
     "near": {
         "clusters.py": "the definition (is_merged, is_antipodal)",
-        "vit/geometry.py": "the ViT subpackage, to move onto clusters.pair_fractions",
-        "vit/depth.py": "the ViT subpackage, to move onto clusters.pair_fractions",
     },
     "beta_c": {"two_tokens.py": "the definition (beta_c)"},
     "savefig": {"plots/style.py": "the definition (save)"},

@@ -111,8 +111,9 @@ def token_geometry(x: torch.Tensor, tol: float) -> dict[str, float]:
     cos = pair_cosines(x.double()).numpy()
     u = torch.nn.functional.normalize(x.double(), dim=-1)
     rank = clusters.effective_rank((u @ u.transpose(-1, -2)).numpy())
-    return {"near_pos": float(np.mean(cos > 1 - tol)), "near_neg": float(np.mean(cos < -1 + tol)),
-            "mean_cos": float(cos.mean()), "rank": float(rank.mean())}
+    near_pos, near_neg = clusters.pair_fractions(cos, tol)
+    return {"near_pos": near_pos, "near_neg": near_neg, "mean_cos": float(cos.mean()),
+            "rank": float(rank.mean())}
 
 
 @torch.no_grad()

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .. import clusters
 from ..params import ParameterError, check_int, check_real
 from .init import ValueInit, make_model
 from .model import ViTConfig
@@ -23,9 +24,7 @@ KIND_GEOMETRY = "tokensde.vit.geometry"
 def pair_cosines(x: torch.Tensor) -> torch.Tensor:
     """Cosines `<x_i, x_j>/(|x_i||x_j|)`, i < j, of tokens `(batch, n, D)`; flat, batch n(n-1)/2."""
     u = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(1e-30)
-    gram = u @ u.transpose(-1, -2)
-    i, j = torch.triu_indices(x.shape[1], x.shape[1], offset=1)
-    return gram[:, i, j].reshape(-1).clamp(-1.0, 1.0)
+    return clusters.upper_pairs(u @ u.transpose(-1, -2)).reshape(-1).clamp(-1.0, 1.0)
 
 
 @torch.no_grad()
@@ -41,8 +40,9 @@ def arm_geometry(cfg: ViTConfig, arm: ValueInit, images: torch.Tensor, seeds: li
     for parts in per_depth:
         c = torch.cat(parts).numpy()
         hist.append(np.histogram(c, bins=bins, range=(-1.0, 1.0))[0].tolist())
-        near_pos.append(float(np.mean(c > 1 - tol)))
-        near_neg.append(float(np.mean(c < -1 + tol)))
+        pos, neg = clusters.pair_fractions(c, tol)
+        near_pos.append(pos)
+        near_neg.append(neg)
         mean.append(float(c.mean()))
     return {"hist": hist, "near_pos": near_pos, "near_neg": near_neg, "mean": mean}
 
