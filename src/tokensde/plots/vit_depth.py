@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
@@ -49,6 +50,21 @@ def _blocks(gaps: pd.DataFrame) -> list[str]:
     return [b for b in BLOCK_ORDER if b in set(gaps["block"])]
 
 
+def _panels(frame: pd.DataFrame, width: float = 5.0, height: float = 3.8
+            ) -> tuple[Figure, list[tuple[Axes, str, pd.DataFrame]]]:
+    """A figure with one panel per block of `frame` (shared y axis): `(fig, [(ax, block, rows of
+    that block)])`; call inside `styled()`."""
+    blocks = _blocks(frame)
+    fig = new_figure(width * len(blocks), height)
+    axes = np.atleast_1d(fig.subplots(1, len(blocks), sharey=True))
+    return fig, [(ax, b, frame[frame["block"] == b]) for ax, b in zip(axes, blocks, strict=True)]
+
+
+def _label_first(panels: list[tuple[Axes, str, pd.DataFrame]], ylabel: str) -> None:
+    panels[0][0].set_ylabel(ylabel)
+    _legend(panels[0][0])
+
+
 def _seeds_note(gaps: pd.DataFrame) -> str:
     s = gaps.loc[gaps["arm"] != "default", "pairs"]
     return f"{s.min()}–{s.max()} paired seeds a point" if len(s) else ""
@@ -59,11 +75,8 @@ def plot_depth_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
     run at two depths or more."""
     arms = _arms(gaps)
     with styled():
-        blocks = _blocks(gaps)
-        fig = new_figure(5.0 * len(blocks), 3.8)
-        axes = np.atleast_1d(fig.subplots(1, len(blocks), sharey=True))
-        for ax, block in zip(axes, blocks, strict=True):
-            g = gaps[gaps["block"] == block]
+        fig, panels = _panels(gaps)
+        for ax, block, g in panels:
             for k, arm in enumerate(arms):
                 rows = g[g["arm"] == arm].sort_values("depth")
                 if rows["depth"].nunique() < 2:
@@ -76,8 +89,7 @@ def plot_depth_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
             ax.set_xticks(depths, [str(d) for d in depths])
             ax.minorticks_off()
             ax.set(xlabel="depth L (blocks)", title=f"{block} block")
-        axes[0].set_ylabel("accuracy − default (points)")
-        _legend(axes[0])
+        _label_first(panels, "accuracy − default (points)")
         fig.suptitle("paired gap to default, 95 % t-interval (open: contains 0); "
                      + _seeds_note(gaps), fontsize=9)
         return save(fig, out)
@@ -118,11 +130,8 @@ def plot_collapse(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
     pairs within tol of +1 after its last block; one marker per (arm, depth)."""
     arms = _arms(gaps)
     with styled():
-        blocks = _blocks(gaps)
-        fig = new_figure(5.0 * len(blocks), 3.8)
-        axes = np.atleast_1d(fig.subplots(1, len(blocks), sharey=True))
-        for ax, block in zip(axes, blocks, strict=True):
-            g = gaps[gaps["block"] == block]
+        fig, panels = _panels(gaps)
+        for ax, block, g in panels:
             for arm in arms:
                 rows = g[g["arm"] == arm]
                 y = rows["gap"].to_numpy(float)
@@ -133,8 +142,7 @@ def plot_collapse(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
             ax.axhline(0.0, color="k", lw=0.8)
             ax.set(xlabel="merged pairs at initialisation (cos > 1 − tol, last block)",
                    title=f"{block} block")
-        axes[0].set_ylabel("accuracy − default (points)")
-        _legend(axes[0])
+        _label_first(panels, "accuracy − default (points)")
         fig.suptitle("does collapse at initialisation predict the accuracy cost?", fontsize=9)
         return save(fig, out)
 
@@ -144,19 +152,15 @@ def plot_curves(table: pd.DataFrame, out: str | os.PathLike, arm: str = "default
     whether training had stopped improving fast."""
     t = table[(table["arm"] == arm) & (table["status"] == "ok")]
     with styled():
-        blocks = [b for b in BLOCK_ORDER if b in set(t["block"])]
-        fig = new_figure(4.6 * len(blocks), 3.6)
-        axes = np.atleast_1d(fig.subplots(1, len(blocks), sharey=True))
-        for ax, block in zip(axes, blocks, strict=True):
-            g = t[t["block"] == block]
+        fig, panels = _panels(t, 4.6, 3.6)
+        for ax, block, g in panels:
             for k, (depth, rows) in enumerate(g.groupby("depth")):
                 c = 100 * np.array(rows["acc_curve"].tolist(), dtype=float)
                 ax.plot(np.arange(1, c.shape[1] + 1), c.mean(0), marker="o",
                         color=TOKEN_COLORS[k % len(TOKEN_COLORS)], label=f"L = {depth}")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set(xlabel="epoch", title=f"{block} block, arm {arm}")
-        axes[0].set_ylabel("test accuracy (%)")
-        _legend(axes[0])
+        _label_first(panels, "test accuracy (%)")
         return save(fig, out)
 
 
