@@ -6,7 +6,6 @@ import math
 import warnings
 
 import numpy as np
-import pandas as pd
 import pytest
 import torch
 import typer
@@ -16,11 +15,12 @@ from typer.testing import CliRunner
 from tokensde import ModelParams, ParameterError, phase_grid
 from tokensde import two_token_mc as mc
 from tokensde import two_tokens as tt
+from tokensde.experiments import get_kind
 from tokensde.layers import attention_weights, network_step
-from tokensde.plots import phase
 from tokensde.rng import RunStreams
 from tokensde.samplers import full_noise
 from tokensde.stats import wilson
+from tokensde.sweep import read_table
 
 SPEC_VALUES = [((1.0, 3, 0.0), 0.22242), ((2.0, 4, -0.5), 0.46624), ((1.5, 6, -0.5), 0.21707),
                ((2.5, 10, 0.0), 0.12202)]
@@ -334,38 +334,54 @@ def test_cli_mc_and_hybrid_json(tmp_path):
     assert r["mc"]["theory"] == 1.0 and r["mc"]["counts"]["runs"] == 20
 
 
-def test_mc_grid_resumes_and_phase_figure_is_written(tmp_path):
-    seen = []
-    kw = {"runs": 30, "T": 3.0, "dt": 0.05, "seed": 1, "engine": "reduced", "on_row": seen.append}
-    first = phase_grid.mc_grid([0.5, 2.0], [4], **kw)
-    df = phase_grid.mc_grid([0.5, 2.0, 3.0], [4, 6], done=first, **kw)
-    assert len(seen) == 2 + 4 and len(df) == 6 and list(df.columns) == list(phase_grid.COLUMNS)
-    kept = df[(df.beta <= 2.0) & (df.d == 4)].reset_index(drop=True)
-    pd.testing.assert_frame_equal(kept, first)
-    assert np.allclose(df["theory"], tt.p_anti_uniform(df["beta"], df["d"]))
-    path = phase.plot_phase_diagram(pd.DataFrame(df), tmp_path / "phase.png")
-    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+def test_two_token_kind_is_monte_carlo_with_theory_and_resolves_offsets(tmp_path):
+    kind = get_kind(phase_grid.KIND)
+    cell = kind.normalize({"beta": 2.0, "d": 4, "runs": 30, "T": 3.0, "engine": "reduced"})
+    assert cell["dt"] == pytest.approx(0.05 / 4) and cell["rho0"] == "uniform"
+    row = kind(cell, 7)
+    direct = mc.monte_carlo(2.0, 4, "uniform", runs=30, T=3.0, dt=0.05 / 4, seed=7,
+                            engine="reduced")
+    assert row["p_anti"] == direct.p_anti and row["antipodal"] == direct.antipodal
+    assert row["theory"] == pytest.approx(tt.p_anti_uniform(2.0, 4))
+    assert row["beta_c"] == pytest.approx(math.acosh(2.0) / 2)
+    assert row["ci_lo"] <= row["p_anti"] <= row["ci_hi"]
+    off = kind.normalize({"beta_offset": 0.25, "d": 16, "runs": 1, "T": 1.0, "rho0": -0.9,
+                          "dt_scale": 0.2})
+    assert off["beta"] == pytest.approx(math.acosh(14.0) / 2 + 0.25, abs=1e-6)
+    assert off["dt"] == pytest.approx(0.2 / 16)
+    with pytest.raises(ParameterError, match="exactly one of beta"):
+        kind.normalize({"beta": 1.0, "beta_offset": 0.5, "d": 4, "runs": 1, "T": 1.0})
+    with pytest.raises(ParameterError, match="exactly one of beta"):
+        kind.normalize({"d": 4, "runs": 1, "T": 1.0})
+    with pytest.raises(ParameterError, match=r"beta_offset must be >= -beta_c\(d\)"):
+        kind.normalize({"beta_offset": -0.5, "d": 3, "runs": 1, "T": 1.0})
+    with pytest.raises(ParameterError, match="rho0 must be a number in"):
+        kind.normalize({"beta": 1.0, "d": 4, "runs": 1, "T": 1.0, "rho0": 2})
 
 
 def test_grid_command_saves_every_cell_resumes_and_draws(tmp_path, monkeypatch):
-    table, png = tmp_path / "grid.csv", tmp_path / "phase.png"
-    args = ["grid", "--table", str(table), "--out", str(png), "--ds", "4", "--runs", "20",
-            "--time", "3", "--seed", "1", "--engine", "reduced"]
+    sweep, png = tmp_path / "grid", tmp_path / "phase.png"
+    args = ["grid", "--out", str(sweep), "--figure", str(png), "--ds", "4", "--runs", "20",
+            "--time", "3", "--seed", "1", "--engine", "reduced", "--no-progress"]
     first = _invoke(*args, "--betas", "0.5,2")
     assert first.exit_code == 0, first.output
+    table = sweep / "table.parquet"
     assert first.output.split() == [str(table), str(png)] and png.stat().st_size > 20_000
-    saved = pd.read_csv(table)
-    assert len(saved) == 2 and list(saved.columns) == list(phase_grid.COLUMNS)
-    # the saved cells are reused, not recomputed; only the new beta runs
+    saved = read_table(sweep)
+    assert len(saved) == 2 and set(phase_grid.COLUMNS) <= set(saved.columns)
+    # the saved cells are reused, not recomputed; a directory holds one grid
     real, ran = mc.monte_carlo, []
     monkeypatch.setattr(phase_grid, "monte_carlo",
                         lambda beta, *a, **k: (ran.append(beta), real(beta, *a, **k))[1])
-    again = _invoke(*args, "--betas", "0.5,2,3")
+    again = _invoke(*args, "--betas", "0.5,2")
     assert again.exit_code == 0, again.output
-    assert ran == [3.0] and len(pd.read_csv(table)) == 3
-    straight = phase_grid.mc_grid([0.5, 2.0], [4], runs=20, T=3.0, seed=1, engine="reduced")
-    kept = pd.read_csv(table).query("beta <= 2").reset_index(drop=True)
-    assert np.array_equal(kept["p_anti"], straight["p_anti"])
-    assert np.array_equal(kept["seed"], straight["seed"])
+    assert ran == [] and len(read_table(sweep)) == 2
+    grown = _invoke(*args, "--betas", "0.5,2,3")
+    assert grown.exit_code == 2 and "holds a different sweep" in grown.output and ran == []
+    kept = read_table(sweep).sort_values("beta").reset_index(drop=True)
+    for r in kept.to_dict("records"):  # each cell is monte_carlo at the seed it records
+        direct = real(r["beta"], 4, "uniform", runs=20, T=3.0, dt=0.05 / 4, seed=int(r["seed"]),
+                      engine="reduced")
+        assert r["p_anti"] == direct.p_anti
     bad = _invoke(*args, "--betas", "0.5,x")
     assert bad.exit_code == 2 and "--betas must be comma-separated numbers" in bad.output

@@ -1,120 +1,118 @@
-"""The two-token phase grid (spec §5): Monte Carlo P_anti of the full network over (beta, d).
+"""The two-token phase grid (spec §5) as the sweep kind `two_token`.
 
-`mc_grid` runs one `two_token_mc.monte_carlo` cell per (beta, d), each with a seed derived from
-the root seed and the cell's own values, and returns one row per cell (columns `COLUMNS`) with
-the exact theory beside it. `saved_grid` hands the table to a writer after every cell (an
-interrupted grid resumes from what was written); `csv_grid` keeps it in a CSV file. The figures
-of `tokensde.plots.phase` read these tables.
+One cell is one `two_token_mc.monte_carlo` estimate of `P_anti` at `(beta, d)`, with the exact
+theory beside it: the tol -> 0 probability and the probability of reaching the antipodal
+tolerance first, which is what runs stopped at `tol` measure. A grid is a sweep file (the study's
+are `tokensde/study/sweeps/phase-*.toml`) run by `tokensde.sweep.run_sweep` or `tokensde sweep
+run`: resumable cell by cell, on a local pool or Ray, and seeded like every sweep (a cell's seed
+comes from the hash of its parameters). `beta_offset` places a cell relative to the boundary,
+`beta = beta_c(d) + beta_offset`; `dt = 'auto'` is `dt_scale / d`.
 """
 
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from . import absorption
 from . import two_tokens as tt
-from .rng import derive_seed
-from .two_token_mc import PairOutcome, monte_carlo
+from .experiments import ExperimentKind, Param, Stats, choice, integer, real, register
+from .params import ParameterError, check_real
+from .sweep import SweepConfig
+from .two_token_mc import ENGINES, monte_carlo
 
+KIND = "two_token"
+# the study tabulates these columns of a two_token sweep table, in this order
 COLUMNS: tuple[str, ...] = (
-    "beta", "d", "init", "rho0", "engine", "runs", "T", "dt", "steps", "root_seed", "seed",
-    "tol", "antipodal",
-    "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "p_merged", "p_undecided", "theory",
-    "theory_tol", "outside", "until", "t_decided_median", "t_decided_q90", "decision_rate",
-    "beta_c", "wall_s", "version")
+    "beta", "d", "init", "rho0", "engine", "runs", "T", "dt", "steps", "seed", "tol",
+    "antipodal", "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "p_merged", "p_undecided",
+    "theory", "theory_tol", "outside", "until", "t_decided_median", "t_decided_q90",
+    "decision_rate", "beta_c", "wall_s", "version")
+DECISION_RATE_MAX_D = 64  # the survival eigenproblem is solved for d up to this
 
 
-def cell_seed(seed: int, beta: float, d: int, rho0: float | str) -> int:
-    """Seed of one grid cell, from the root seed and the cell's own values (not its position)."""
-    r = 3_000_000 if rho0 == "uniform" else round((float(rho0) + 1.0) * 1e6)
-    return derive_seed(seed, round(beta * 1e6), int(d), r)
+def _optional_real(minimum: float, doc: str) -> Param:
+    def check(k: str, v: Any) -> float | None:
+        return None if v is None else check_real(k, v, minimum)
+    return Param(check, None, doc)
 
 
-def _row(out: PairOutcome, beta: float, d: int, root_seed: int) -> dict[str, Any]:
+def _dt(k: str, v: Any) -> float | str:
+    return "auto" if v == "auto" else check_real(k, v, 0.0, strict=True)
+
+
+def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    """Resolve `beta_offset` into `beta` and `dt = 'auto'` into `dt_scale / d` (idempotent: a
+    canonical cell carries both `beta_offset` and the `beta` it gives)."""
+    beta, off = cell["beta"], cell["beta_offset"]
+    if off is not None:
+        bc = float(tt.beta_c(cell["d"]))
+        cell["beta"] = round(bc + off, 6)
+        if cell["beta"] < 0:
+            raise ParameterError(f"beta_offset must be >= -beta_c(d) = {-bc:.6g} at d = "
+                                 f"{cell['d']} (beta must be >= 0); got {off!r}")
+    if cell["beta"] is None or (off is not None and beta not in (None, cell["beta"])):
+        raise ParameterError("give exactly one of beta (>= 0) and beta_offset "
+                             f"(beta = beta_c(d) + beta_offset); got beta={beta!r}, "
+                             f"beta_offset={off!r}")
+    if cell["dt"] == "auto":
+        cell["dt"] = cell["dt_scale"] / cell["d"]
+    return cell
+
+
+def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
+    """`P_anti` of two tokens at (beta, d) by Monte Carlo (`two_token_mc.monte_carlo`), each run
+    until decided (`1 - |rho| < tol`) or the maximum horizon T, with the exact theory."""
+    beta, d, tol = cell["beta"], cell["d"], cell["tol"]
+    out = monte_carlo(beta, d, cell["rho0"], runs=cell["runs"], T=cell["T"], dt=cell["dt"],
+                      seed=seed, tol=tol, engine=cell["engine"], sampler=cell["sampler"],
+                      until=cell["until"])
     r = out.to_dict()
-    at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, out.tol)
+    at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, tol)
     return {
-        "beta": beta, "d": d, "init": "uniform" if out.rho0 == "uniform" else "pair",
-        "rho0": math.nan if out.rho0 == "uniform" else float(out.rho0), "engine": out.engine,
-        "runs": out.runs, "T": out.T, "dt": out.dt, "steps": out.steps, "root_seed": root_seed,
-        "seed": out.seed, "tol": out.tol,
+        "init": "uniform" if out.rho0 == "uniform" else "pair", "steps": out.steps,
         "antipodal": out.antipodal, "merged": out.merged, "undecided": out.undecided,
         "p_anti": out.p_anti, "ci_lo": r["ci"][0], "ci_hi": r["ci"][1],
         "p_merged": r["p_merged"], "p_undecided": r["undecided"], "theory": out.theory,
         "theory_tol": at_tol, "outside": not r["ci"][0] <= at_tol <= r["ci"][1],
-        "until": r["until"], "t_decided_median": r.get("t_decided_median", math.nan),
+        "t_decided_median": r.get("t_decided_median", math.nan),
         "t_decided_q90": r.get("t_decided_q90", math.nan),
-        "decision_rate": absorption.decision_rate(beta, d, out.tol) if d <= 64 else math.nan,
-        "beta_c": tt.beta_c(d), "wall_s": out.wall_s, "version": r["version"],
+        "decision_rate": (absorption.decision_rate(beta, d, tol)
+                          if d <= DECISION_RATE_MAX_D else math.nan),
+        "beta_c": tt.beta_c(d),
     }
 
 
-def mc_grid(betas: Iterable[float] | Callable[[int], Iterable[float]], ds: Iterable[int],
-            rho0: float | str = "uniform", *,
-            runs: int = 400, T: float = 200.0, dt: float | Callable[[int], float] | None = None,
-            seed: int = 0, tol: float = 1e-8, engine: str = "network", sampler: str = "auto",
-            until: str = "decided",
-            done: pd.DataFrame | None = None,
-            on_row: Callable[[dict[str, Any]], None] | None = None) -> pd.DataFrame:
-    """Monte Carlo `P_anti` for every (beta, d) cell, one row per cell (columns `COLUMNS`).
-
-    `betas` and `dt` may be functions of d; the default `dt` is `two_tokens.default_dt(d)` (the
-    network's step error grows with d). Cells already in
-    `done` (same beta and d) are kept, not recomputed; `on_row(row)` is called after each new
-    cell, so an interrupted grid loses nothing already computed.
-    """
-    rho0 = tt.check_rho0(rho0)
-    rows = [] if done is None else done.to_dict("records")
-    have = {(float(r["beta"]), int(r["d"])) for r in rows}
-    for d in ds:
-        step = tt.default_dt(int(d)) if dt is None else dt(int(d)) if callable(dt) else dt
-        for beta in betas(int(d)) if callable(betas) else betas:
-            if (float(beta), int(d)) in have:
-                continue
-            out = monte_carlo(float(beta), int(d), rho0, runs=runs, T=T, dt=step,
-                              seed=cell_seed(seed, beta, d, rho0), tol=tol, engine=engine,
-                              sampler=sampler, until=until)
-            row = _row(out, float(beta), int(d), seed)
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
-    return pd.DataFrame(rows, columns=list(COLUMNS)).sort_values(["d", "beta"],
-                                                                 ignore_index=True)
+register(ExperimentKind(
+    KIND,
+    two_token_cell,
+    {
+        "beta": _optional_real(0.0, "attention strength (or give beta_offset)"),
+        "beta_offset": _optional_real(-math.inf, "beta = beta_c(d) + beta_offset"),
+        "d": integer(2, doc="dimension"),
+        "rho0": Param(lambda k, v: tt.check_rho0(v), "uniform",
+                      "initial <x1, x2> in [-1, 1], or 'uniform'"),
+        "runs": integer(1, doc="independent pairs"),
+        "T": real(0.0, strict=True, doc="maximum horizon in depth time"),
+        "dt": Param(_dt, "auto", "layer step alpha^2 ('auto': dt_scale / d)"),
+        "dt_scale": real(0.0, 0.05, strict=True, doc="dt = dt_scale / d when dt = 'auto'"),
+        "tol": real(0.0, 1e-8, strict=True, doc="decided when 1 - |rho| < tol"),
+        "engine": choice(ENGINES, "network", "network: the d-dim network; reduced: rho SDE"),
+        "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
+        "until": choice(("decided", "horizon"), "decided",
+                        "decided: each run stops once decided, T is the maximum; horizon: all to T"),
+    },
+    "two tokens: P(antipodal) at (beta, d) against the exact theory (spec §5)",
+    finalize=_finalize,
+))
 
 
-def saved_grid(betas: Iterable[float] | Callable[[int], Iterable[float]], ds: Iterable[int],
-               rho0: float | str = "uniform", *, write: Callable[[pd.DataFrame], object],
-               done: pd.DataFrame | None = None, **kwargs: Any) -> pd.DataFrame:
-    """`mc_grid(betas, ds, rho0, done=done, **kwargs)` that hands the table so far to `write`
-    after every new cell and the whole table at the end, so an interrupted grid loses no
-    finished cell (pass the saved table as `done` to resume)."""
-    rows: list[dict[str, Any]] = [] if done is None else done.to_dict("records")
-
-    def keep(row: dict[str, Any]) -> None:
-        rows.append(row)
-        write(pd.DataFrame(rows, columns=list(COLUMNS)))
-
-    df = mc_grid(betas, ds, rho0, done=done, on_row=keep, **kwargs)
-    write(df)
-    return df
-
-
-def csv_grid(table: str | os.PathLike, betas: Iterable[float], ds: Iterable[int],
-             rho0: float | str = "uniform", **kwargs: Any) -> pd.DataFrame:
-    """`saved_grid` kept in the CSV file `table`: the cells already in it are reused, and the
-    file is rewritten (atomically) after every new cell and at the end."""
-    from .store import atomic_write
-
-    path = Path(table)
-
-    def write(df: pd.DataFrame) -> None:
-        atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
-
-    done = pd.read_csv(path) if path.exists() else None
-    return saved_grid(betas, ds, rho0, write=write, done=done, **kwargs)
+def grid_config(betas: list[float], ds: list[int], rho0: float | str = "uniform", *,
+                runs: int = 200, T: float = 30.0, seed: int = 0, engine: str = "network",
+                name: str = "two-token-grid") -> SweepConfig:
+    """A `two_token` sweep over every (beta, d) of `betas` x `ds` (dt = 0.05/d), as
+    `tokensde two-token grid` runs it."""
+    return SweepConfig.from_dict({
+        "name": name, "kind": KIND, "module": __name__, "seed": seed, "runs": runs, "T": T,
+        "params": {"rho0": rho0, "engine": engine},
+        "grid": {"beta": list(betas), "d": list(ds)}}, where="two-token grid")

@@ -201,7 +201,8 @@ class _Density:
         power = GRADE * (1.0 + a)[:, None] - 1.0
         bracket = g0 / (1.0 + a) + GRADE * ((t**power * (g - g0[:, None])) @ _W)
         ref = self.dm2 * H_end if anchor is None else anchor
-        log_int = (1.0 + a) * np.log(e0c[:, 0]) + top + np.log(bracket) - sign * ref
+        with np.errstate(divide="ignore"):  # an integral below the float range is exp(-inf)
+            log_int = (1.0 + a) * np.log(e0c[:, 0]) + top + np.log(bracket) - sign * ref
         return np.where(e0 > 0, log_int, -np.inf), self.dm2 * H_end
 
     def halves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

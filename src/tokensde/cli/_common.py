@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -28,7 +28,7 @@ def emit_json(obj: Any) -> None:
     typer.echo(json.dumps(to_jsonable(obj), indent=2))
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Print `error: message` on stderr and exit with `code`."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)

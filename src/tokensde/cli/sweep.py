@@ -66,6 +66,27 @@ def _term_as_interrupt() -> Iterator[dict[str, Any]]:
         signal.signal(signal.SIGTERM, old)
 
 
+def run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "local",
+                  address: str | None = None, quiet: bool = False) -> dict[str, Any]:
+    """`run_sweep` with a progress bar; an interrupt (SIGINT, SIGTERM) stops the cells in
+    progress and exits with a one-line message that says how to resume."""
+    from ..sweep import SweepDir, run_sweep
+
+    bar = _Bar(not quiet)
+    with _term_as_interrupt() as got:
+        try:
+            return run_sweep(config, out, workers=workers, backend=backend, address=address,
+                             on_start=bar.start, on_cell=bar.cell)
+        except KeyboardInterrupt:
+            bar.close()
+            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))  # counts may lag a write
+            saved = "no cell had finished" if not done else f"{done} finished cells are saved"
+            fail(f"interrupted by {got['signal']}: {saved} in {out}; cells in progress were "
+                 "stopped: run the same command again to resume", 128 + got["number"])
+        finally:
+            bar.close()
+
+
 @sweep_app.command("run")
 def run_cmd(
     config: Path = typer.Argument(..., help="TOML sweep file."),
@@ -76,21 +97,8 @@ def run_cmd(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Run or resume CONFIG into --out; print a JSON summary (exit 1 if some cells failed)."""
-    from ..sweep import SweepDir, run_sweep
-
-    bar = _Bar(not quiet)
-    with user_errors(), _term_as_interrupt() as got:
-        try:
-            summary = run_sweep(config, out, workers=workers, backend=backend, address=address,
-                                on_start=bar.start, on_cell=bar.cell)
-        except KeyboardInterrupt:
-            bar.close()
-            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))  # counts may lag a write
-            saved = "no cell had finished" if not done else f"{done} finished cells are saved"
-            fail(f"interrupted by {got['signal']}: {saved} in {out}; cells in progress were "
-                 "stopped: run the same command again to resume", 128 + got["number"])
-        finally:
-            bar.close()
+    with user_errors():
+        summary = run_resumable(config, out, workers, backend, address, quiet)
     emit_json(summary)
     if summary["failed"]:
         raise typer.Exit(1)

@@ -160,8 +160,9 @@ def _numbers(name: str, text: str, kind: type[float] | type[int]) -> list[Any]:
 
 @two_token_app.command("grid")
 def grid_cmd(
-    table: Path = typer.Option(..., "--table", help="CSV table of the grid (resumed if present)."),
-    out: Path = typer.Option(..., "--out", help="Phase diagram (PNG), drawn from the table."),
+    out_dir: Path = typer.Option(..., "--out", help="Sweep directory of the grid (resumed if it "
+                                 "exists)."),
+    out: Path = typer.Option(..., "--figure", help="Phase diagram (PNG), drawn from the table."),
     betas: str = typer.Option("0.3,0.6,0.9,1.2,1.5,1.8,2.1,2.4,2.7,3.0", "--betas",
                               help="Comma-separated betas."),
     ds: str = typer.Option("3,4,5,6,8,10", "--ds", help="Comma-separated dimensions."),
@@ -172,22 +173,26 @@ def grid_cmd(
                                "decided)."),
     seed: int = SEED,
     engine: str = ENGINE,
+    workers: int = typer.Option(1, "--workers", help="Parallel cells (1: in this process)."),
+    quiet: bool = QUIET,
 ) -> None:
-    """Monte Carlo P_anti over a (beta, d) grid (dt = 0.05/d), saved to --table after every
-    cell and resumed from it, then the phase diagram drawn from the saved table."""
-    import pandas as pd
-
-    from ..phase_grid import csv_grid
+    """Monte Carlo P_anti over a (beta, d) grid (dt = 0.05/d) as a `two_token` sweep in --out
+    (every finished cell saved; the same command resumes), then the phase diagram drawn from
+    the sweep's table. Prints the table's path and the figure's."""
+    from ..phase_grid import grid_config
     from ..plots.phase import plot_phase_diagram
     from ..store import check_output
+    from ..sweep import SweepDir, read_table
+    from .sweep import run_resumable
 
     with user_errors():
-        check_output(table, "--table")
-        check_output(out, "--out")
-        csv_grid(table, _numbers("--betas", betas, float), _numbers("--ds", ds, int), rho0,
-                 runs=runs, T=time, seed=seed, engine=engine)
-        typer.echo(str(table))
-        typer.echo(str(plot_phase_diagram(pd.read_csv(table), out)))
+        check_output(out, "--figure")
+        cfg = grid_config(_numbers("--betas", betas, float), _numbers("--ds", ds, int), rho0,
+                          runs=runs, T=time, seed=seed, engine=engine)
+        run_resumable(cfg, out_dir, workers, quiet=quiet)
+        df = read_table(out_dir)
+        typer.echo(str(SweepDir(out_dir).table_path))
+        typer.echo(str(plot_phase_diagram(df[df["status"] == "ok"], out)))
 
 
 @two_token_app.command("hybrid")

@@ -1,8 +1,9 @@
 """The two-token phase diagram (spec §5): Monte Carlo P_anti over (beta, d) against the theory.
 
-The table comes from `tokensde.phase_grid.mc_grid` (one `two_token_mc.monte_carlo` cell per
-(beta, d)); the plotting functions only read such a table (a DataFrame, e.g. loaded from a saved
-file) and evaluate the exact theory, which costs milliseconds. They never simulate.
+The table is that of a `two_token` sweep (`tokensde.phase_grid`: one
+`two_token_mc.monte_carlo` cell per (beta, d)); the plotting functions only read such a table (a
+DataFrame, e.g. loaded from a saved file) and evaluate the exact theory, which costs
+milliseconds. They never simulate.
 """
 
 from __future__ import annotations
@@ -103,18 +104,19 @@ def _pick_ds(df: pd.DataFrame, k: int = 3) -> list[int]:
 
 def _caption(df: pd.DataFrame) -> str:
     first = df.iloc[0]
-    default = np.allclose(df["dt"], [tt.default_dt(int(d)) for d in df["d"]])
-    dts = "0.05/d" if default else ", ".join(f"{x:g}" for x in sorted(df["dt"].unique()))
+    per_d = (df["dt"] * df["d"]).to_numpy(float)
+    dts = (f"{per_d[0]:.3g}/d" if np.allclose(per_d, per_d[0])
+           else ", ".join(f"{x:g}" for x in sorted(df["dt"].unique())))
     what = "full d-dim network" if first["engine"] == "network" else "reduced 1-D diffusion"
     return (f"{what} (softmax, Gaussian matrix noise, sigma=1), {int(first['runs'])} runs per "
-            f"cell, T = {first['T']:g}, dt = {dts}, tol = {first['tol']:g}, root seed "
-            f"{int(first['root_seed'])}; * = more than 1% undecided at T; tokensde "
+            f"cell, T = {first['T']:g}, dt = {dts}, tol = {first['tol']:g}, seeded per cell; "
+            f"* = more than 1% undecided at T; tokensde "
             f"{first['version']}")
 
 
 def plot_phase_diagram(df: pd.DataFrame, path: str | Path, *, ds: Sequence[int] | None = None,
                        caption: str | None = None) -> Path:
-    """Two panels from a saved `mc_grid` table: the heatmap with `beta_c(d)`, and the curves."""
+    """Two panels from a saved `two_token` sweep table: the heatmap with `beta_c(d)`, and the curves."""
     with styled():
         fig = new_figure(11.0, 4.4)
         ax0, ax1 = fig.subplots(1, 2, width_ratios=[1.15, 1])
@@ -126,7 +128,7 @@ def plot_phase_diagram(df: pd.DataFrame, path: str | Path, *, ds: Sequence[int] 
 
 
 def plot_phase_over_d(df: pd.DataFrame, path: str | Path) -> Path:
-    """A `mc_grid` table whose betas sit at offsets from `beta_c(d)`, d on a log scale: left, the
+    """A `two_token` sweep table whose betas sit at offsets from `beta_c(d)`, d on a log scale: left, the
     Monte Carlo `P_anti` over `(beta, d)` with `beta_c(d)`; right, `P_anti` against
     `beta - beta_c(d)` for every d with the exact curves (theory at the tolerance, dashed)."""
     df = df.assign(offset=np.round(df["beta"] - df["beta_c"], 6))

@@ -8,17 +8,24 @@ the size) and computes and saves it only when it is absent or was made with othe
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..params import check_choice, check_int
 from ..report import Section
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 SIZES: tuple[str, ...] = ("tiny", "quick", "full")
+SWEEP_DIR = Path(__file__).parent / "sweeps"
+SWEEPS_ENV = "TOKENSDE_SWEEPS"
 
 
 @dataclass
@@ -114,3 +121,52 @@ def saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
     obj = make()
     save(obj, path)
     return obj, False
+
+
+def sweep_file(names: tuple[str, ...]) -> Path:
+    """The first of the sweep files `names` (stems) in the directory $TOKENSDE_SWEEPS when that
+    is set, else the first of them in the package's `SWEEP_DIR`."""
+    env = os.environ.get(SWEEPS_ENV)
+    roots = [Path(env)] if env else []
+    for root in [*roots, SWEEP_DIR]:
+        for name in names:
+            if (root / f"{name}.toml").exists():
+                return root / f"{name}.toml"
+    raise FileNotFoundError(f"no sweep file among {', '.join(n + '.toml' for n in names)} in "
+                            + " or ".join(str(r) for r in [*roots, SWEEP_DIR]))
+
+
+@dataclass
+class SweepRun:
+    """A finished (or resumed) sweep: its file, directory, run summary, wall time and the table
+    of its finished cells."""
+
+    config: Path
+    dir: Path
+    summary: dict[str, Any]
+    wall_s: float
+    table: pd.DataFrame
+
+    @property
+    def reused(self) -> bool:
+        """True when no cell had to run."""
+        return self.summary.get("ran", 1) == 0
+
+    def command(self, workers: int) -> str:
+        """The command line that runs (or resumes) this sweep by hand."""
+        return f"tokensde sweep run {self.config} --out {self.dir} --workers {workers}"
+
+
+def run_packaged_sweep(ctx: Context, names: tuple[str, ...]) -> SweepRun:
+    """Run (or resume) the first sweep file of `names` (`sweep_file`) into `OUT/sweeps/<stem>/`
+    on `ctx.workers` processes; its finished cells are reused."""
+    from ..sweep import read_table, run_sweep
+
+    cfg = sweep_file(names)
+    out = ctx.out / "sweeps" / cfg.stem
+    ctx.log(f"sweep {cfg.name} -> {out}")
+    t0 = time.perf_counter()
+    summary = run_sweep(cfg, out, workers=ctx.workers)
+    df = read_table(out)
+    return SweepRun(cfg, out, summary, time.perf_counter() - t0,
+                    df[df["status"] == "ok"].reset_index(drop=True))

@@ -1,29 +1,21 @@
 """Figure `multi-token`: outcome probabilities of n tokens from a resumable sweep.
 
 The sweep files are package data (`tokensde/study/sweeps/*.toml`): per size, the first of
-`SWEEPS[size]` found in `SWEEP_DIR`, or in the directory named by the environment variable
-`TOKENSDE_SWEEPS` when it is set. The sweep runs with `tokensde.sweep.run_sweep` into
-`OUT/sweeps/<file stem>/`, whose finished cells are reused; the figures read its table.
+`SWEEPS[size]` found by `context.sweep_file` (the package's sweeps, or the directory named by the
+environment variable `TOKENSDE_SWEEPS`). The sweep runs into `OUT/sweeps/<file stem>/`, whose
+finished cells are reused; the figures read its table.
 """
 
 from __future__ import annotations
 
-import os
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..report import Image, Section, Table, interval
-from .context import Context, FigureSpec
+from .context import Context, FigureSpec, SweepRun, run_packaged_sweep, sweep_file
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-SWEEP_DIR = Path(__file__).parent / "sweeps"
-SWEEPS_ENV = "TOKENSDE_SWEEPS"
 # sweep files tried for each size, in order
 SWEEPS: dict[str, tuple[str, ...]] = {
     "tiny": ("smoke",),
@@ -33,39 +25,14 @@ SWEEPS: dict[str, tuple[str, ...]] = {
 
 
 def sweep_config(ctx: Context) -> Path:
-    """The sweep file of this size: the first of `SWEEPS[size]` in $TOKENSDE_SWEEPS when that is
-    set, else in the package's `SWEEP_DIR`."""
-    root = Path(os.environ.get(SWEEPS_ENV) or SWEEP_DIR)
-    for name in SWEEPS[ctx.size]:
-        if (root / f"{name}.toml").exists():
-            return root / f"{name}.toml"
-    raise FileNotFoundError(f"no sweep file among "
-                            f"{', '.join(n + '.toml' for n in SWEEPS[ctx.size])} in {root}"
-                            + (f" (from ${SWEEPS_ENV})" if os.environ.get(SWEEPS_ENV) else ""))
-
-
-@dataclass
-class SweepRun:
-    """A finished (or resumed) sweep: its file, directory, run summary, wall time and table."""
-
-    config: Path
-    dir: Path
-    summary: dict[str, Any]
-    wall_s: float
-    table: pd.DataFrame
+    """The multi-token sweep file of this size (`context.sweep_file` of `SWEEPS[size]`)."""
+    return sweep_file(SWEEPS[ctx.size])
 
 
 def multi_data(ctx: Context) -> tuple[SweepRun, bool]:
     """Run (or resume) this size's sweep under `OUT/sweeps/`; reused when no cell had to run."""
-    from ..plots.multi import load
-    from ..sweep import run_sweep
-
-    cfg = sweep_config(ctx)
-    out = ctx.out / "sweeps" / cfg.stem
-    t0 = time.perf_counter()
-    summary = run_sweep(cfg, out, workers=ctx.workers)
-    wall = time.perf_counter() - t0
-    return SweepRun(cfg, out, summary, wall, load(out)), summary.get("ran", 1) == 0
+    run = run_packaged_sweep(ctx, SWEEPS[ctx.size])
+    return run, run.reused
 
 
 def draw_multi(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
@@ -91,8 +58,7 @@ def draw_multi(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> S
                    provenance={"sweep": str(cfg), "dir": str(run.dir),
                                "sweep_wall_s": round(run.wall_s, 1), "reused": reused,
                                "cells": {k: summary.get(k) for k in ("total", "ran", "skipped")},
-                               "command": f"tokensde sweep run {cfg} --out {run.dir} "
-                                          f"--workers {ctx.workers}"})
+                               "command": run.command(ctx.workers)})
 
 
 def _multi_table(df: Any) -> Table:

@@ -1,9 +1,10 @@
 """Two-token figures: `phase-diagram`, `theory-vs-simulation`, `phase-over-d`, `decision-times`.
 
-The Monte Carlo grids are `tokensde.phase_grid.mc_grid`, saved as Parquet under
-`data/phase-<size>.parquet` and `data/phase-d-<size>.parquet` after every cell (an interrupted
-grid resumes); the decision times are `simulate(..., until='decided')` runs saved under
-`data/decision-times-<size>.npz`. Each section compares the network with the exact theory.
+The Monte Carlo grids are sweeps of kind `two_token` (`tokensde.phase_grid`), packaged as
+`sweeps/phase-<size>.toml` and `sweeps/phase-d-<size>.toml` and run like every sweep into
+`OUT/sweeps/<stem>/` (resumable cell by cell, on `workers` processes); the decision times are
+`simulate(..., until='decided')` runs saved under `data/decision-times-<size>.npz`. Each section
+compares the network with the exact theory.
 """
 
 from __future__ import annotations
@@ -18,79 +19,20 @@ import numpy as np
 from ..params import ModelParams
 from ..report import Image, Section, Table
 from ..rng import derive_seed
-from .context import Context, FigureSpec, one_thread, saved_or
-
-# dt "default": tokensde.two_tokens.default_dt(d) = 0.05 / d (network bias in P_anti ~ 0.003).
-# Every run stops once decided (1 - |rho| < 1e-8); T is the maximum horizon.
-PHASE_SIZES: dict[str, dict[str, Any]] = {
-    "tiny": {"betas": (0.25, 1.0, 2.0), "ds": (3, 5), "runs": 40, "T": 10.0, "dt": 0.05},
-    "quick": {"betas": tuple(np.round(np.linspace(0.1, 2.5, 9), 3)), "ds": (3, 4, 6, 10),
-              "runs": 300, "T": 200.0, "dt": "default"},
-    "full": {"betas": tuple(np.round(np.linspace(0.05, 3.0, 16), 3)),
-             "ds": (3, 4, 5, 6, 8, 10, 16), "runs": 2000, "T": 200.0, "dt": "default"},
-}
-KIND_PHASE = "tokensde.phase-grid"
+from .context import Context, FigureSpec, SweepRun, one_thread, run_packaged_sweep, saved_or
 
 
-def phase_data(ctx: Context) -> tuple[Any, bool]:
-    """The saved Monte Carlo phase grid (pandas), computed cell by cell and saved as it goes."""
-    cfg = PHASE_SIZES[ctx.size]
-    return _grid_data(ctx, "phase", cfg, "uniform", cfg["betas"])
+def phase_data(ctx: Context) -> tuple[SweepRun, bool]:
+    """The phase grid over (beta, d) from uniform pairs: sweep `phase-<size>.toml`."""
+    run = run_packaged_sweep(ctx, (f"phase-{ctx.size}",))
+    return run, run.reused
 
 
-# Over d on a log scale with the Gram sampler (cost per layer independent of d): betas at fixed
-# offsets from beta_c(d), pairs from rho0 = -0.9, where P_anti jumps at beta_c for every d.
-PHASE_D_SIZES: dict[str, dict[str, Any]] = {
-    "tiny": {"offsets": (-0.5, 1.0), "ds": (3, 16), "runs": 40, "T": 40.0, "dt": "default",
-             "rho0": -0.9},
-    "quick": {"offsets": (-0.5, 0.25, 1.0), "ds": (3, 16, 128), "runs": 200, "T": 60.0,
-              "dt": "default", "rho0": -0.9},
-    "full": {"offsets": (-0.5, -0.25, 0.25, 0.5, 1.0), "ds": (3, 16, 64, 256, 1024, 4096),
-             "runs": 1000, "T": 60.0, "dt": "default", "rho0": -0.9},
-}
-
-
-def phase_d_data(ctx: Context) -> tuple[Any, bool]:
-    """The two-token grid over d from 3 to 4096 (betas at offsets from beta_c(d))."""
-    from ..two_tokens import beta_c
-
-    cfg = PHASE_D_SIZES[ctx.size]
-
-    def betas(d: int) -> list[float]:
-        return [round(float(beta_c(d)) + o, 6) for o in cfg["offsets"] if beta_c(d) + o >= 0]
-
-    return _grid_data(ctx, "phase-d", cfg, cfg["rho0"], betas, sampler="gram")
-
-
-def _grid_data(ctx: Context, name: str, cfg: dict[str, Any], rho0: Any, betas: Any,
-               sampler: str = "auto") -> tuple[Any, bool]:
-    from ..phase_grid import saved_grid
-    from ..store import header, read_parquet, write_parquet
-    from ..two_tokens import default_dt
-
-    path = ctx.data_path(name, ".parquet")
-    settings = json.loads(json.dumps({"size": ctx.size, "seed": ctx.seed, "rho0": rho0,
-                                      "until": "decided", "sampler": sampler,
-                                      **{k: list(v) if isinstance(v, tuple) else v
-                                         for k, v in cfg.items()}}))
-    done = None
-    if path.exists():
-        table, meta = read_parquet(path, KIND_PHASE)
-        if {k: meta.get(k) for k in settings} == settings:
-            done = table.to_pandas()
-            want = sum(len(betas(d) if callable(betas) else betas) for d in cfg["ds"])
-            if len(done) >= want:
-                ctx.log(f"reusing {path}")
-                return done, True
-            ctx.log(f"resuming {path}: {len(done)} of {want} cells saved")
-        else:
-            ctx.log(f"{path} was made with other settings; recomputing it")
-    meta = header(KIND_PHASE, **settings)
-    dt = default_dt if cfg["dt"] == "default" else cfg["dt"]
-    df = saved_grid(betas, cfg["ds"], rho0, write=lambda t: write_parquet(t, path, meta),
-                    done=done, runs=cfg["runs"], T=cfg["T"], dt=dt, seed=ctx.seed,
-                    sampler=sampler)
-    return df, False
+def phase_d_data(ctx: Context) -> tuple[SweepRun, bool]:
+    """The two-token grid over d from 3 to 4096 (betas at offsets from beta_c(d), pairs from
+    rho0 = -0.9, Gram sampler): sweep `phase-d-<size>.toml`."""
+    run = run_packaged_sweep(ctx, (f"phase-d-{ctx.size}",))
+    return run, run.reused
 
 
 NEAR_BETA_C = 0.3  # cells this close to beta_c(d) relax slowly and are reported apart
@@ -136,9 +78,9 @@ def agreement(df: Any, level: float = 0.95) -> tuple[str, str]:
     return ("ok" if ok else "disagrees"), "; ".join(parts) + ". " + rule
 
 
-def _phase_section(ctx: Context, spec: FigureSpec, df: Any, reused: bool,
-                   plot: Callable[[Any, Path], Path], caption: str, name: str = "phase"
-                   ) -> Section:
+def _phase_section(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool,
+                   plot: Callable[[Any, Path], Path], caption: str) -> Section:
+    df = run.table.sort_values(["d", "beta"], ignore_index=True)
     png = plot(df, ctx.figures / f"{spec.name}.png")
     horizon = ", ".join(f"{t:g}" for t in sorted(df["T"].unique()))
     far = (df["beta"] - df["beta_c"]).abs() > NEAR_BETA_C
@@ -150,40 +92,40 @@ def _phase_section(ctx: Context, spec: FigureSpec, df: Any, reused: bool,
                         f"undecided fraction at T: {und_far:.4f} away from beta_c, {und:.4f} "
                         f"over the grid. {agree}",
                    images=[Image(png, caption)], tables=[_phase_table(df)],
-                   provenance={"reused": reused, "size": (PHASE_SIZES if name == "phase"
-                                                          else PHASE_D_SIZES)[ctx.size],
-                               "data": str(ctx.data_path(name, ".parquet")),
-                               "command": f"tokensde figure {spec.name} --out {ctx.out}"
-                                          + ctx.size_flag})
+                   provenance={"reused": reused, "sweep": str(run.config),
+                               "dir": str(run.dir), "sweep_wall_s": round(run.wall_s, 1),
+                               "command": run.command(ctx.workers),
+                               "figure": f"tokensde figure {spec.name} --out {ctx.out}"
+                                         + ctx.size_flag})
 
 
-def draw_phase(ctx: Context, spec: FigureSpec, df: Any, reused: bool) -> Section:
+def draw_phase(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
     """P_anti over (beta, d) with the boundary beta_c(d)."""
     from ..plots.phase import plot_phase_diagram
 
-    return _phase_section(ctx, spec, df, reused, plot_phase_diagram,
+    return _phase_section(ctx, spec, run, reused, plot_phase_diagram,
                           "Monte Carlo P(antipodal) over (beta, d) and the exact boundary "
                           "beta_c(d) = arccosh(d - 2)/2.")
 
 
-def draw_theory(ctx: Context, spec: FigureSpec, df: Any, reused: bool) -> Section:
+def draw_theory(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
     """Exact P_anti(beta) curves against the Monte Carlo points."""
     from ..plots.phase import plot_theory_vs_mc
 
-    return _phase_section(ctx, spec, df, reused, plot_theory_vs_mc,
+    return _phase_section(ctx, spec, run, reused, plot_theory_vs_mc,
                           "Exact P_anti (lines) vs Monte Carlo of the full network (points, 95% "
                           "Wilson).")
 
 
-def draw_phase_d(ctx: Context, spec: FigureSpec, df: Any, reused: bool) -> Section:
+def draw_phase_d(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
     """P_anti against beta - beta_c(d) for d over three decades (Gram sampler)."""
     from ..plots.phase import plot_phase_over_d
 
-    return _phase_section(ctx, spec, df, reused, plot_phase_over_d,
+    return _phase_section(ctx, spec, run, reused, plot_phase_over_d,
                           "Monte Carlo P(antipodal) from rho0 = -0.9 with the exact boundary "
                           "beta_c(d) over three decades of d (Gram sampler, cost per layer "
                           "independent of d), and against beta - beta_c(d) with the exact "
-                          "curves.", name="phase-d")
+                          "curves.")
 
 
 # ---------------------------------------------------------------------------- decision times
