@@ -99,7 +99,16 @@ def test_interrupted_phase_grid_resumes_from_its_saved_cells(tmp_path, monkeypat
 def test_reproduce_rejects_unknown_figures(tmp_path):
     with pytest.raises(ParameterError, match="only must name figures"):
         study.reproduce(tmp_path, "tiny", only=["nope"])
+    with pytest.raises(ParameterError, match="skip must name figures"):
+        study.reproduce(tmp_path, "tiny", skip=["vit", "nope"])
+    with pytest.raises(ParameterError, match="leave no figure"):
+        study.reproduce(tmp_path, "tiny", only=["vit"], skip=["vit"])
     assert not (tmp_path / "report.html").exists()
+    _, sections, record = study.reproduce(tmp_path, "tiny", workers=1,
+                                          only=["histograms", "vit"], skip=["vit"])
+    assert [s.key for s in sections] == ["histograms"] and list(record["sections"]) == [
+        "histograms"]
+    assert record["command"].endswith("--only histograms,vit --skip vit")
 
 
 def test_sweep_files_are_package_data(tmp_path, monkeypatch):

@@ -292,10 +292,11 @@ def test_hybrid_merges_below_and_ends_antipodal_above_threshold():
 
 
 def _cli():
-    from tokensde.cli import two_token
+    from tokensde.cli import sweep, two_token
 
     app = typer.Typer()
     two_token.register(app)
+    sweep.register(app)
     app.callback()(lambda: None)
     return app
 
@@ -378,6 +379,11 @@ def test_grid_command_saves_every_cell_resumes_and_draws(tmp_path, monkeypatch):
     assert ran == [] and len(read_table(sweep)) == 2
     grown = _invoke(*args, "--betas", "0.5,2,3")
     assert grown.exit_code == 2 and "holds a different sweep" in grown.output and ran == []
+    figs = tmp_path / "figs"  # `sweep plot` draws a two_token sweep from its table alone
+    drawn = CliRunner().invoke(_cli(), ["sweep", "plot", str(sweep), str(figs)])
+    assert drawn.exit_code == 0, drawn.output
+    assert drawn.output.split() == [str(figs / "phase.png")] and ran == []
+    assert (figs / "phase.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     kept = read_table(sweep).sort_values("beta").reset_index(drop=True)
     for r in kept.to_dict("records"):  # each cell is monte_carlo at the seed it records
         direct = real(r["beta"], 4, "uniform", runs=20, T=3.0, dt=0.05 / 4, seed=int(r["seed"]),

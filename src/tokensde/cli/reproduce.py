@@ -23,6 +23,8 @@ def reproduce_cmd(
     seed: int = SEED,
     workers: int = WORKERS,
     only: str = typer.Option(None, "--only", help="Comma-separated figures (default: all)."),
+    skip: str = typer.Option(None, "--skip", help="Comma-separated figures to leave out (e.g. "
+                             "vit,vit-depth, which are sized separately)."),
     json_out: bool = JSON,
 ) -> None:
     """Run every figure (reusing saved results) and write DIR/report.html."""
@@ -35,8 +37,9 @@ def reproduce_cmd(
         if chosen not in SIZES:
             raise ParameterError(f"size must be one of {', '.join(SIZES)}; got {chosen!r}")
         names = [s.strip() for s in only.split(",")] if only else None
+        left_out = [s.strip() for s in skip.split(",")] if skip else None
         path, sections, record = reproduce(out, chosen, seed, workers, names,
-                                           log=lambda s: typer.echo(s, err=True))
+                                           log=lambda s: typer.echo(s, err=True), skip=left_out)
     if json_out:
         emit_json({**record, "report": str(path)})
         return

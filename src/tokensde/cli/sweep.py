@@ -137,17 +137,24 @@ def table_cmd(
 def plot_cmd(
     out: Path = typer.Argument(..., help="Sweep output directory (or its table file)."),
     out_dir: Path = typer.Argument(..., help="Where the figures go."),
-    prefix: str = typer.Option("multi_token", "--prefix", help="File name prefix."),
+    prefix: str = typer.Option(None, "--prefix", help="File name prefix (default: multi_token "
+                               "or phase, after the sweep's kind)."),
 ) -> None:
-    """Multi-token figures and README tables from a saved multi_token sweep (never simulates)."""
-    from ..plots.multi import make_all, readme_tables
+    """Figures from a saved sweep (never simulates): for a multi_token sweep the multi-token
+    figures and README tables, for a two_token sweep the phase diagram (or, with
+    `beta_offset` cells, P_anti against beta - beta_c(d))."""
+    from ..plots import multi, phase
     from ..store import check_output
 
     with user_errors():
         check_output(out_dir, "OUT_DIR", directory=True)
-        for path in make_all(out, out_dir, prefix):
+        df = multi.load(out)
+        if "p_anti" in df.columns:
+            typer.echo(str(phase.plot_sweep(df, out_dir, prefix or "phase")))
+            return
+        for path in multi.make_all(df, out_dir, prefix or "multi_token"):
             typer.echo(str(path))
-        typer.echo(readme_tables(out), nl=False)
+        typer.echo(multi.readme_tables(df), nl=False)
 
 
 @sweep_app.command("kinds")

@@ -234,3 +234,12 @@ def _survival_steps(ax: Any, times: np.ndarray, colour: str, label: str,
     if len(done) < n and math.isfinite(horizon):
         x, y = np.append(x, horizon), np.append(y, y[-1])
     ax.step(x, np.maximum(y, 0.5 / n), where="post", color=colour, lw=1.4, label=label)
+
+
+def plot_sweep(df: pd.DataFrame, out_dir: str | Path, prefix: str = "phase") -> Path:
+    """The figure of a `two_token` sweep table: `plot_phase_over_d` when its cells sit at
+    `beta_offset` from `beta_c(d)`, else `plot_phase_diagram`; `OUT_DIR/<prefix>.png`."""
+    path = Path(out_dir) / f"{prefix}.png"
+    if "beta_offset" in df.columns and df["beta_offset"].notna().all():
+        return plot_phase_over_d(df, path)
+    return plot_phase_diagram(df, path)

@@ -26,16 +26,21 @@ KIND_RUN = "tokensde.reproduce"
 
 
 def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, workers: int = 2,
-              only: Sequence[str] | None = None, log: Callable[[str], None] = lambda s: None
-              ) -> tuple[Path, list[Section], dict[str, Any]]:
-    """Build the sections `only` (default: all, in report order) and write `out/report.html`.
+              only: Sequence[str] | None = None, log: Callable[[str], None] = lambda s: None,
+              skip: Sequence[str] | None = None) -> tuple[Path, list[Section], dict[str, Any]]:
+    """Build the sections `only` (default: all, in report order) less those in `skip`, and
+    write `out/report.html`.
 
     Returns the report path, the sections and the run record written to `out/reproduce.json`.
     """
-    names = list(FIGURES) if not only else list(only)
-    bad = [n for n in names if n not in FIGURES]
-    if bad:
-        raise ParameterError(f"only must name figures among {', '.join(FIGURES)}; got {bad}")
+    for what, given in (("only", only), ("skip", skip)):
+        bad = [n for n in given or () if n not in FIGURES]
+        if bad:
+            raise ParameterError(f"{what} must name figures among {', '.join(FIGURES)}; "
+                                 f"got {bad}")
+    names = [n for n in (list(only) if only else list(FIGURES)) if n not in set(skip or ())]
+    if not names:
+        raise ParameterError("only and skip leave no figure to build")
     ctx = Context(Path(out), size, seed, workers, log=log)
     t0 = time.perf_counter()
     sections = []
@@ -49,8 +54,10 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
     record = {
         "size": size, "seed": seed, "workers": workers, "wall_s": round(wall, 1),
         "cpus": os.cpu_count(), "python": platform.python_version(), "version": __version__,
-        "command": f"tokensde reproduce --{size} --out {out}" if size != "tiny" else
-        f"tokensde reproduce --size tiny --out {out}",
+        "command": (f"tokensde reproduce --{size} --out {out}" if size != "tiny" else
+                    f"tokensde reproduce --size tiny --out {out}")
+        + (f" --only {','.join(only)}" if only else "")
+        + (f" --skip {','.join(skip)}" if skip else ""),
         "reused_sections": reused,
         "sections": {s.key: {"status": s.status, "wall_s": s.provenance.get("wall_s"),
                              "reused": s.provenance.get("reused"),
