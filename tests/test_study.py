@@ -47,7 +47,7 @@ def test_reproduce_runs_from_python_and_reuses_saved_results(tmp_path):
     assert saved["kind"] == "tokensde.reproduce" and saved["size"] == "tiny"
     assert saved["sections"]["histograms"]["status"] == "ok" == record["sections"]["histograms"][
         "status"]
-    assert saved["command"] == f"tokensde reproduce --size tiny --out {tmp_path}"
+    assert saved["command"] == f"tokensde reproduce --size tiny --out {tmp_path} --only histograms"
     rows = sections[0].tables[1].rows
     _, again, _ = study.reproduce(tmp_path, size="tiny", workers=1, only=["histograms"])
     assert again[0].provenance["reused"] is True and again[0].tables[1].rows == rows

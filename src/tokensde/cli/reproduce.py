@@ -1,7 +1,7 @@
 """`tokensde reproduce`: every figure of the study, then one self-contained HTML report (a shell
 over `tokensde.study.reproduce`).
 
-    tokensde reproduce --quick --out results/quick     # < 20 min on 2 cores (README main job)
+    tokensde reproduce --quick --out results/quick     # about 4 min on 2 cores (README main job)
     tokensde reproduce --full  --out results/full      # the publication size (see docs/report.md)
 """
 
@@ -17,8 +17,9 @@ from ._common import JSON, SEED, SIZE, WORKERS, emit_json, user_errors
 
 def reproduce_cmd(
     out: Path = typer.Option(..., "--out", help="Results directory; DIR/report.html is written."),
-    quick: bool = typer.Option(False, "--quick", help="Quick size: under 20 min on 2 cores."),
-    full: bool = typer.Option(False, "--full", help="Full size (hours; see docs/report.md)."),
+    quick: bool = typer.Option(False, "--quick", help="Quick size: about 4 min on 2 cores."),
+    full: bool = typer.Option(False, "--full", help="Full size: about 48 min on 2 cores with "
+                              "--skip vit,vit-depth (see docs/report.md)."),
     size: str = SIZE,
     seed: int = SEED,
     workers: int = WORKERS,
