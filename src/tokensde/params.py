@@ -7,6 +7,7 @@ far* and with which layer step. Both raise `ParameterError` naming the parameter
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -32,6 +33,39 @@ def _matrix(name: str, value: Any, d: int) -> np.ndarray | None:
     _require(bool(np.all(np.isfinite(a))), name, "finite", "non-finite entries")
     a.setflags(write=False)
     return a
+
+
+@dataclass(frozen=True)
+class ValueInit:
+    """A value-matrix initialisation of a real model: entry law `law`, entry variance `variance(d)`."""
+
+    name: str
+    law: str
+    variance: Callable[[int], float]
+    source: str
+
+    def sigma(self, d: int) -> float:
+        """Entry standard deviation `sigma = sqrt(variance(d))`."""
+        return math.sqrt(self.variance(check_int("d", d, 2)))
+
+    def depth_rate(self, d: int) -> float:
+        """`sigma^2 d`: depth time of the limit per unit of `T` (docs/variants.md)."""
+        return self.variance(check_int("d", d, 2)) * d
+
+
+VALUE_INIT_PRESETS: dict[str, ValueInit] = {
+    v.name: v for v in (
+        ValueInit("pytorch", "uniform", lambda d: 1.0 / (3.0 * d),
+                  "torch.nn.Linear default: U(-1/sqrt(d), 1/sqrt(d)), variance 1/(3d)"),
+        ValueInit("gpt2", "gaussian", lambda d: 0.02 ** 2, "GPT-2: N(0, 0.02^2)"),
+        ValueInit("gaussian", "gaussian", lambda d: 1.0 / d, "N(0, 1/d) (LeCun / Xavier-like)"),
+    )
+}
+
+
+def value_init_preset(name: str) -> ValueInit:
+    """The preset `name` (`VALUE_INIT_PRESETS`); ParameterError naming `value_init` otherwise."""
+    return VALUE_INIT_PRESETS[check_choice("value_init", name, tuple(VALUE_INIT_PRESETS))]
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,6 +157,20 @@ class ModelParams:
         q = np.eye(self.d) if self.Q is None else self.Q
         k = np.eye(self.d) if self.K is None else self.K
         return q.T @ k
+
+    @classmethod
+    def from_preset(cls, value_init: str, d: int = 3, **kw: Any) -> ModelParams:
+        """Matrix noise with the law and `sigma` of the value-init preset `value_init` at `d`
+        (`VALUE_INIT_PRESETS`); law, sigma and eps may not be given as well (None is allowed)."""
+        preset = value_init_preset(value_init)
+        clash = [k for k in ("law", "sigma", "eps") if kw.get(k) is not None]
+        _require(not clash, "value_init", "given without " + "/".join(clash) + " (the preset "
+                 "sets them)", value_init)
+        noise = kw.get("noise", "matrix")
+        _require(noise == "matrix", "value_init", "used with noise='matrix' (the presets are "
+                 "entry laws of a value matrix)", f"{value_init} with noise={noise!r}")
+        kw.pop("eps", None)
+        return cls(d=d, law=preset.law, sigma=preset.sigma(d), **kw)
 
     def with_(self, **changes: Any) -> ModelParams:
         """A copy with some fields changed (validated again)."""
