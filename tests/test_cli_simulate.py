@@ -67,6 +67,7 @@ def test_simulate_plot_writes_a_png(tmp_path):
         (["--noise", "scalar", "--law", "uniform"], "law (for noise=scalar) must be one of"),
         (["--mean", "nofile.npy"], "mean must be 'none', 'identity' or a .npy file"),
         (["--time", "1"], "time must be given as (layers, alpha) or (T, dt)"),
+        (["--heads", "0"], "heads must be an integer >= 1"),
         (["--value-init", "gpt3"], "value_init must be one of pytorch, gpt2, gaussian"),
         (["--value-init", "gpt2", "--sigma", "1"], "--value-init sets the law and sigma; give "
          "it without --sigma"),

@@ -159,20 +159,22 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
                    ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
     """Final states `(runs, n, d)` of every (law, level) network, of the SDE on the fine grid
     (`ref_steps` steps over `[0, T]`) and of the SDE on the grid twice as coarse, all driven by one
-    Brownian path: fine step `j` draws `dW_j = sigma sqrt(h) Z_j`, `Z_j = rs.normal(d, d)`.
+    Brownian path: fine step `j` draws `dW_j = sigma sqrt(h) Z_j`, `Z_j = rs.normal(d, d)`; with
+    `heads > 1`, one path per head, `Z_j = rs.normal(heads, d, d)` and `sigma / sqrt(heads)`.
 
     `on_step(j, nets, fine)` is called after fine step `j` (every network has then done the
     layers that end at or before `j h`)."""
     levels = check_levels(levels, ref_steps)
     h = T / ref_steps
-    sig, d = p.sigma, p.d
+    sig, d = p.sigma / math.sqrt(p.heads), p.d  # the entry scale of one head's value noise
+    shape = (d, d) if p.heads == 1 else (p.heads, d, d)
     fine, half = x0.clone(), x0.clone()
     nets = {(law, L): x0.clone() for law in laws for L in levels}
     # one running sum of fine increments per coarse grid: the half-fine SDE and each level
     grids = [(None, 2), *((L, ref_steps // L) for L in levels)]
-    acc = [torch.zeros(x0.shape[0], d, d, dtype=x0.dtype) for _ in grids]
+    acc = [torch.zeros(x0.shape[0], *shape, dtype=x0.dtype) for _ in grids]
     for j in range(1, ref_steps + 1):
-        dw = sig * math.sqrt(h) * rs.normal(d, d, dtype=x0.dtype)
+        dw = sig * math.sqrt(h) * rs.normal(*shape, dtype=x0.dtype)
         y = attention_output(fine, p)
         fine = sde_step(fine, y, apply_matrices(y, dw / math.sqrt(h)), p, h)
         for (L, m), a in zip(grids, acc, strict=True):

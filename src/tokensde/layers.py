@@ -27,10 +27,14 @@ def _as(a, like: torch.Tensor) -> torch.Tensor:
 
 
 def attention_logits(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
-    """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)` (no mask)."""
+    """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)`, or `(runs, heads, n, n)` with
+    `heads > 1` (no mask)."""
     qk = p.qk()
+    if p.heads > 1:
+        x = x.unsqueeze(-3)  # per-head Q^T K broadcast over heads; else every head is the same
     xt = x.transpose(-1, -2)
-    return p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
+    logits = p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
+    return logits.expand(*logits.shape[:-3], p.heads, *logits.shape[-2:]) if p.heads > 1 else logits
 
 
 def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None = None
@@ -52,14 +56,19 @@ def attention_weights(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
 
 
 def attention_output(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
-    """`y_i = sum_j A_ij x_j`, shape `(runs, n, d)`."""
-    return attention_weights(x, p) @ x
+    """`y_i = sum_j A_ij x_j`, shape `(runs, n, d)`; with `heads > 1` one output per head,
+    `y^h_i = sum_j A^h_ij x_j`, shape `(runs, heads, n, d)`."""
+    a = attention_weights(x, p)
+    return a @ (x if p.heads == 1 else x.unsqueeze(-3))
 
 
 def mean_part(y: torch.Tensor, p: ModelParams) -> torch.Tensor | None:
-    """`M y_i` for the deterministic value part, or None when M = 0."""
+    """`M y_i` for the deterministic value part, or None when M = 0; per-head outputs
+    `(runs, heads, n, d)` enter through their average `M (1/heads) sum_h y^h_i`."""
     if p.M is None:
         return None
+    if p.heads > 1:
+        y = y.mean(-3)
     if p.mean_kind == "identity":
         return y
     return y @ _as(p.M, y).T

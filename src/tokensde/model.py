@@ -26,7 +26,7 @@ from .loop import Progress, Stop, march
 from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from .result import SimResult
 from .rng import RUN_BLOCK, RunStreams
-from .samplers import NOISE_SAMPLERS, choose_sampler
+from .samplers import choose_sampler, noise_sampler
 from .sde import sde_step
 
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
@@ -210,12 +210,12 @@ def run_batch(
     """Advance one batch `x` `(runs, n, d)` through `grid.steps` layers, calling `record(c, x)` at
     checkpoint number `c`; return the final state (see `march` for `stop`)."""
     step = SCHEMES[scheme]
-    noise = NOISE_SAMPLERS[sampler]
+    noise = noise_sampler(sampler, p)
     silent = p.noise_scale == 0.0
 
     def layer(xk: torch.Tensor) -> torch.Tensor:
         y = attention_output(xk, p)
-        xi = torch.zeros_like(y) if silent else noise(y, p, rs)
+        xi = torch.zeros_like(xk) if silent else noise(y, p, rs)
         return step(xk, y, xi, p, grid.dt)
 
     return march(x, grid.steps, layer, checkpoints, record, progress, stop=stop)

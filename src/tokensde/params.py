@@ -25,11 +25,14 @@ Noise = Literal["matrix", "scalar", "symmetric"]
 Law = Literal["gaussian", "uniform", "rademacher"]
 
 
-def _matrix(name: str, value: Any, d: int) -> np.ndarray | None:
+def _matrix(name: str, value: Any, d: int, heads: int = 1) -> np.ndarray | None:
     if value is None:
         return None
     a = real_array(name, value)
-    _require(a.shape == (d, d), name, f"a {d}x{d} matrix (d = {d})", f"shape {a.shape}")
+    shapes = [(d, d)] if heads == 1 else [(d, d), (heads, d, d)]
+    allowed = f"a {d}x{d} matrix (d = {d})" + ("" if heads == 1 else
+                                               f" or one per head, shape ({heads}, {d}, {d})")
+    _require(a.shape in shapes, name, allowed, f"shape {a.shape}")
     _require(bool(np.all(np.isfinite(a))), name, "finite", "non-finite entries")
     a.setflags(write=False)
     return a
@@ -75,6 +78,9 @@ class ModelParams:
     `mean` is the deterministic value part `M`: "none" (M = 0, pure noise), "identity" (M = I) or a
     d x d array. `sigma` scales matrix and symmetric noise (entry variance sigma^2); `eps` scales
     scalar noise `V = eps * xi * I` (defaults to `sigma`). `Q`, `K` default to the identity.
+    `heads` attention heads (docs/variants.md §2): head h has its own weights from `Q[h]`, `K[h]`
+    (arrays `(heads, d, d)`, or one d x d pair shared) and its own value noise of variance
+    `sigma^2/heads`; the noises are summed.
     """
 
     n: int = 2
@@ -89,6 +95,7 @@ class ModelParams:
     law: str = "gaussian"
     sigma: float = 1.0
     eps: float | None = None
+    heads: int = 1
     M: np.ndarray | None = field(init=False, repr=False)
     _noise_law: NoiseLaw = field(init=False, repr=False)
     _attention_kind: AttentionKind = field(init=False, repr=False)
@@ -109,8 +116,9 @@ class ModelParams:
         set_(self, "eps", law.eps)
         set_(self, "_noise_law", law)
         set_(self, "_attention_kind", kind(self.beta))
-        set_(self, "Q", _matrix("Q", self.Q, self.d))
-        set_(self, "K", _matrix("K", self.K, self.d))
+        set_(self, "heads", check_int("heads", self.heads, 1))
+        set_(self, "Q", _matrix("Q", self.Q, self.d, self.heads))
+        set_(self, "K", _matrix("K", self.K, self.d, self.heads))
         set_(self, "M", self._mean_matrix())
 
     def _mean_matrix(self) -> np.ndarray | None:
@@ -144,6 +152,8 @@ class ModelParams:
     def rotation_invariant(self) -> bool:
         """True when Q^T K = c I and M = a I (and the noise law and attention kind allow the
         Gram-space sampler, as Gaussian matrix noise does): the Gram matrix is then Markov."""
+        if self.heads > 1:
+            return False
         qk = self.qk()
         iso_qk = qk is None or _is_scaled_identity(qk)
         iso_m = self.M is None or _is_scaled_identity(self.M)
@@ -151,12 +161,13 @@ class ModelParams:
         return iso_qk and iso_m and gram
 
     def qk(self) -> np.ndarray | None:
-        """The bilinear form `Q^T K` of the logits, or None for the identity."""
+        """The bilinear form `Q^T K` of the logits (`(heads, d, d)` when Q or K is given per
+        head), or None for the identity."""
         if self.Q is None and self.K is None:
             return None
         q = np.eye(self.d) if self.Q is None else self.Q
         k = np.eye(self.d) if self.K is None else self.K
-        return q.T @ k
+        return q.swapaxes(-1, -2) @ k
 
     @classmethod
     def from_preset(cls, value_init: str, d: int = 3, **kw: Any) -> ModelParams:
@@ -180,7 +191,7 @@ class ModelParams:
         """JSON-ready description (arrays as nested lists)."""
         out: dict[str, Any] = {}
         for f in fields(self):
-            if not f.init:
+            if not f.init or (f.name == "heads" and self.heads == 1):  # fingerprints stay as before
                 continue
             v = getattr(self, f.name)
             out[f.name] = v.tolist() if isinstance(v, np.ndarray) else v

@@ -110,6 +110,8 @@ def simulate_cmd(
                                           "(docs/variants.md)."),
     eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale (--noise scalar only; "
                                      "default sigma)."),
+    heads: int = typer.Option(1, "--heads", help="Attention heads (>= 1), each with its own "
+                              "value noise of variance sigma^2/heads (docs/variants.md)."),
     mean: str = typer.Option("none", "--mean", help="Mean value part M: none | identity | FILE.npy"),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers L."),
     alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (with --layers; "
@@ -151,7 +153,7 @@ def simulate_cmd(
         # the names as typed: ModelParams checks them
         p = _model_params(value_init, law, sigma, n=n, d=d, beta=beta,
                           attention=cast(Attention, attention), causal=causal,
-                          noise=cast(Noise, noise), eps=eps,
+                          noise=cast(Noise, noise), eps=eps, heads=heads,
                           mean=_name_or_npy("mean", mean, ("none", "identity")))
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
