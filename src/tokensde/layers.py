@@ -30,11 +30,14 @@ def attention_logits(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
     """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)`, or `(runs, heads, n, n)` with
     `heads > 1` (no mask)."""
     qk = p.qk()
-    if p.heads > 1:
-        x = x.unsqueeze(-3)  # per-head Q^T K broadcast over heads; else every head is the same
     xt = x.transpose(-1, -2)
-    logits = p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
-    return logits.expand(*logits.shape[:-3], p.heads, *logits.shape[-2:]) if p.heads > 1 else logits
+    if qk is None or qk.ndim == 2:  # one form for every head
+        logits = p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
+        return logits if p.heads == 1 else logits.unsqueeze(-3).expand(
+            *logits.shape[:-2], p.heads, *logits.shape[-2:])
+    # one form per head: x (runs, n, d) times [qk_1 | ... | qk_H] (d, heads d) in one product
+    xq = x @ _as(qk.transpose(1, 0, 2).reshape(p.d, -1), x)
+    return p.beta * (xq.unflatten(-1, (p.heads, p.d)).transpose(-2, -3) @ xt.unsqueeze(-3))
 
 
 def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None = None
