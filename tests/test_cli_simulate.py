@@ -68,6 +68,13 @@ def test_simulate_plot_writes_a_png(tmp_path):
         (["--mean", "nofile.npy"], "mean must be 'none', 'identity' or a .npy file"),
         (["--time", "1"], "time must be given as (layers, alpha) or (T, dt)"),
         (["--heads", "0"], "heads must be an integer >= 1"),
+        (["--qk", "gpt"], "qk must be one of identity, gaussian, wigner, goe; got 'gpt'"),
+        (["--qk", "goe", "--qk-scale", "0"], "qk_scale must be a finite number > 0"),
+        (["--qk-scale", "2"], "qk_scale is used only with a random qk law"),
+        (["--qk", "goe", "--qk-redraw", "never"], "qk_redraw must be one of run, layer"),
+        (["--qk", "goe", "--qk-samples", "3"], "qk_samples (Monte Carlo draws of the qk law per "
+         "SDE step) is used only with qk_redraw='layer'"),
+        (["--qk", "goe", "--sampler", "gram"], "sampler='gram' needs qk='identity'"),
         (["--value-init", "gpt3"], "value_init must be one of pytorch, gpt2, gaussian"),
         (["--value-init", "gpt2", "--sigma", "1"], "--value-init sets the law and sigma; give "
          "it without --sigma"),

@@ -46,7 +46,7 @@ BEFORE = {
 @pytest.mark.parametrize("case", sorted(BEFORE))
 def test_one_head_reproduces_the_earlier_numbers(case):
     (kw, skw), want = BEFORE[case]
-    for extra in ({}, {"heads": 1}):
+    for extra in ({}, {"heads": 1}, {"qk": "identity", "qk_scale": 1.0, "qk_redraw": "run"}):
         res = simulate(ModelParams(**kw, **extra), layers=7, runs=5, seed=11, **skw)
         np.testing.assert_allclose(res.gram[:, -1, 0, 1].numpy(), want, rtol=0, atol=1e-11)
     assert "heads" not in ModelParams(**kw).to_dict()  # fingerprints of stored results unchanged

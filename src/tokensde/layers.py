@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .params import ModelParams
+from .params import ModelParams, ParameterError
 
 
 def normalize(z: torch.Tensor) -> torch.Tensor:
@@ -26,11 +26,19 @@ def _as(a, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(a, dtype=like.dtype, device=like.device)  # params arrays are read-only
 
 
-def attention_logits(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
+def attention_logits(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
+                     ) -> torch.Tensor:
     """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)`, or `(runs, heads, n, n)` with
-    `heads > 1` (no mask)."""
-    qk = p.qk()
+    `heads > 1` (no mask); with a random qk law, `beta <x_i, A x_j>` for the drawn forms `A`
+    `forms` `(runs, d, d)` or `(runs, heads, d, d)` (`tokensde.qk.QKDraws`)."""
     xt = x.transpose(-1, -2)
+    if p.qk_law.random:
+        if forms is None:
+            raise ParameterError(f"qk={p.qk!r} draws a query/key form per run: pass the drawn "
+                                 "forms (tokensde.qk.QKDraws) to the attention")
+        xs = x if forms.dim() == 3 else x.unsqueeze(-3)
+        return p.beta * (xs @ forms @ xs.transpose(-1, -2))
+    qk = p.qk_matrix()
     if qk is None or qk.ndim == 2:  # one form for every head
         logits = p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
         return logits if p.heads == 1 else logits.unsqueeze(-3).expand(
@@ -53,15 +61,17 @@ def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None 
     return p.attention_kind.weights(logits, top)
 
 
-def attention_weights(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
-    """Attention weights `(runs, n, n)` of tokens `x` (spec §1)."""
-    return weights_from_logits(attention_logits(x, p), p)
+def attention_weights(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+    """Attention weights `(runs, n, n)` of tokens `x` (spec §1; `forms`: see `attention_logits`)."""
+    return weights_from_logits(attention_logits(x, p, forms), p)
 
 
-def attention_output(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
+def attention_output(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
+                     ) -> torch.Tensor:
     """`y_i = sum_j A_ij x_j`, shape `(runs, n, d)`; with `heads > 1` one output per head,
-    `y^h_i = sum_j A^h_ij x_j`, shape `(runs, heads, n, d)`."""
-    a = attention_weights(x, p)
+    `y^h_i = sum_j A^h_ij x_j`, shape `(runs, heads, n, d)` (`forms`: see `attention_logits`)."""
+    a = attention_weights(x, p, forms)
     return a @ (x if p.heads == 1 else x.unsqueeze(-3))
 
 

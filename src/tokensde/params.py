@@ -17,6 +17,8 @@ from .attention import ATTENTION_KINDS, AttentionKind
 from .checks import ParameterError, check_choice, check_int, check_real, real_array
 from .checks import require as _require
 from .noise import NOISE_LAWS, NoiseLaw
+from .qk import QK_LAWS, QKLaw
+from .qk.base import QK_SAMPLES
 
 # The built-in names. The fields take any name registered in tokensde.attention / tokensde.noise
 # (a new module adds one), so they are typed `str`; these aliases document the built-in ones.
@@ -81,6 +83,10 @@ class ModelParams:
     `heads` attention heads (docs/variants.md §2): head h has its own weights from `Q[h]`, `K[h]`
     (arrays `(heads, d, d)`, or one d x d pair shared) and its own value noise of variance
     `sigma^2/heads`; the noises are summed.
+    `qk` the law of the query/key form of each head (docs/variants.md §3): 'identity' (`Q^T K` of
+    `Q`, `K`) or a random law `A = I + qk_scale R` ('gaussian', 'wigner', 'goe'), drawn once per run
+    (`qk_redraw='run'`) or every layer ('layer'); `qk_samples` draws of the law per SDE step with
+    'layer'.
     """
 
     n: int = 2
@@ -96,9 +102,14 @@ class ModelParams:
     sigma: float = 1.0
     eps: float | None = None
     heads: int = 1
+    qk: str = "identity"
+    qk_scale: float = 1.0
+    qk_redraw: str = "run"
+    qk_samples: int = QK_SAMPLES
     M: np.ndarray | None = field(init=False, repr=False)
     _noise_law: NoiseLaw = field(init=False, repr=False)
     _attention_kind: AttentionKind = field(init=False, repr=False)
+    _qk_law: QKLaw = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -119,6 +130,13 @@ class ModelParams:
         set_(self, "heads", check_int("heads", self.heads, 1))
         set_(self, "Q", _matrix("Q", self.Q, self.d, self.heads))
         set_(self, "K", _matrix("K", self.K, self.d, self.heads))
+        qk = QK_LAWS.get(self.qk)(self.d, self.qk_scale, self.qk_redraw, self.qk_samples)
+        _require(not (qk.random and (self.Q is not None or self.K is not None)), "qk",
+                 "'identity' when Q or K is given (a random qk law draws the query/key forms)",
+                 qk.name)
+        for name, value in (("qk", qk.name), ("qk_scale", qk.scale), ("qk_redraw", qk.redraw),
+                            ("qk_samples", qk.samples), ("_qk_law", qk)):
+            set_(self, name, value)
         set_(self, "M", self._mean_matrix())
 
     def _mean_matrix(self) -> np.ndarray | None:
@@ -139,6 +157,12 @@ class ModelParams:
         return self._attention_kind
 
     @property
+    def qk_law(self) -> QKLaw:
+        """The law of the query/key forms (`tokensde.qk`), bound to d, qk_scale, qk_redraw and
+        qk_samples; `qk_law.random` is False for 'identity'."""
+        return self._qk_law
+
+    @property
     def noise_scale(self) -> float:
         """Standard deviation scale of the layer noise: `eps` for scalar noise, else `sigma`."""
         return self._noise_law.scale
@@ -152,15 +176,15 @@ class ModelParams:
     def rotation_invariant(self) -> bool:
         """True when Q^T K = c I and M = a I (and the noise law and attention kind allow the
         Gram-space sampler, as Gaussian matrix noise does): the Gram matrix is then Markov."""
-        if self.heads > 1:
+        if self.heads > 1 or self._qk_law.random:
             return False
-        qk = self.qk()
+        qk = self.qk_matrix()
         iso_qk = qk is None or _is_scaled_identity(qk)
         iso_m = self.M is None or _is_scaled_identity(self.M)
         gram = "gram" in self._noise_law.samplers and "gram" in self._attention_kind.samplers
         return iso_qk and iso_m and gram
 
-    def qk(self) -> np.ndarray | None:
+    def qk_matrix(self) -> np.ndarray | None:
         """The bilinear form `Q^T K` of the logits (`(heads, d, d)` when Q or K is given per
         head), or None for the identity."""
         if self.Q is None and self.K is None:
@@ -191,8 +215,8 @@ class ModelParams:
         """JSON-ready description (arrays as nested lists)."""
         out: dict[str, Any] = {}
         for f in fields(self):
-            if not f.init or (f.name == "heads" and self.heads == 1):  # fingerprints stay as before
-                continue
+            if not f.init or (f.name in _VARIANTS and getattr(self, f.name) == f.default):
+                continue  # variants at their defaults: fingerprints stay as before
             v = getattr(self, f.name)
             out[f.name] = v.tolist() if isinstance(v, np.ndarray) else v
         return out
@@ -205,6 +229,9 @@ class ModelParams:
         _require(not extra, "model parameters", "known fields " + ", ".join(sorted(names)),
                  sorted(extra))
         return cls(**data)
+
+
+_VARIANTS = ("heads", "qk", "qk_scale", "qk_redraw", "qk_samples")  # in to_dict when not default
 
 
 def _is_scaled_identity(a: np.ndarray, tol: float = 1e-12) -> bool:

@@ -112,6 +112,13 @@ def simulate_cmd(
                                      "default sigma)."),
     heads: int = typer.Option(1, "--heads", help="Attention heads (>= 1), each with its own "
                               "value noise of variance sigma^2/heads (docs/variants.md)."),
+    qk: str = typer.Option("identity", "--qk", help="Query/key law: identity | gaussian | wigner "
+                           "| goe (A = I + s R per head; docs/variants.md)."),
+    qk_scale: float = typer.Option(1.0, "--qk-scale", help="Scale s > 0 of a random --qk law."),
+    qk_redraw: str = typer.Option("run", "--qk-redraw", help="run (forms fixed for a run) | "
+                                  "layer (drawn afresh every layer)."),
+    qk_samples: int = typer.Option(8, "--qk-samples", help="Draws of the --qk law per SDE step "
+                                   "(--scheme sde with --qk-redraw layer)."),
     mean: str = typer.Option("none", "--mean", help="Mean value part M: none | identity | FILE.npy"),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers L."),
     alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (with --layers; "
@@ -153,7 +160,8 @@ def simulate_cmd(
         # the names as typed: ModelParams checks them
         p = _model_params(value_init, law, sigma, n=n, d=d, beta=beta,
                           attention=cast(Attention, attention), causal=causal,
-                          noise=cast(Noise, noise), eps=eps, heads=heads,
+                          noise=cast(Noise, noise), eps=eps, heads=heads, qk=qk,
+                          qk_scale=qk_scale, qk_redraw=qk_redraw, qk_samples=qk_samples,
                           mean=_name_or_npy("mean", mean, ("none", "identity")))
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
