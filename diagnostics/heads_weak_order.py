@@ -32,6 +32,26 @@ def problem(heads: int) -> Problem:
     return Problem(f"heads{heads}", p, T=1.0, init="uniform", statistics=dict(STATS))
 
 
+def weak_orders(tag: str, prob: Problem, runs: int, seed: int,
+                laws: tuple[str, ...] = ("gaussian", "uniform")) -> None:
+    """Print the weak errors of `prob`'s networks at LEVELS against its SDE (and the reference
+    value of each statistic), and the fitted weak orders with their bootstrap intervals."""
+    s = coupled_samples(prob, LEVELS, ref_steps=256, runs=runs, seed=seed, laws=laws)
+    points, fits = summarise(s, s, prob, seed=seed)
+    for r in points:
+        if r["kind"] == "weak":
+            print(f"{tag} {r['law']:8s} {r['statistic']:16s} L={r['L']:3d} "
+                  f"err={r['error']:+.3e} se={r['se']:.1e}")
+        elif r["kind"] == "reference_correction":
+            print(f"{tag} sde      {r['statistic']:16s} value={r['value']:+.5f} "
+                  f"se={r['value_se']:.1e}")
+    for f in fits:
+        if f["kind"] == "weak":
+            print(f"{tag} {f['law']:8s} {f['statistic']:16s} order={f['order']} "
+                  f"boot=[{f.get('boot_lo')}, {f.get('boot_hi')}] levels={f.get('levels')}",
+                  flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--heads", type=int, default=2)
@@ -40,17 +60,7 @@ def main() -> None:
     ap.add_argument("--alone", action="store_true", help="skip the heads = 1 comparison")
     a = ap.parse_args()
     for heads in (a.heads,) if a.alone else (a.heads, 1):
-        prob = problem(heads)
-        s = coupled_samples(prob, LEVELS, ref_steps=256, runs=a.runs, seed=a.seed)
-        points, fits = summarise(s, s, prob, seed=a.seed)
-        for r in points:
-            if r["kind"] == "weak":
-                print(f"heads={heads} {r['law']:8s} {r['statistic']:16s} L={r['L']:3d} "
-                      f"err={r['error']:+.3e} se={r['se']:.1e}")
-        for f in fits:
-            if f["kind"] == "weak":
-                print(f"heads={heads} {f['law']:8s} {f['statistic']:16s} order={f['order']} "
-                      f"boot=[{f.get('boot_lo')}, {f.get('boot_hi')}] levels={f.get('levels')}")
+        weak_orders(f"heads={heads}", problem(heads), a.runs, a.seed)
 
 
 if __name__ == "__main__":

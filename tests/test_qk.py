@@ -171,3 +171,12 @@ def test_coupled_network_and_sde_with_forms_fixed_per_run_agree_on_a_fine_grid()
                                    qk_rs=rs.derived(QK_STREAM))
     err = {L: float((nets["gaussian", L] - fine).square().sum(-1).mean().sqrt()) for L in (4, 64)}
     assert err[64] < err[4] / 2.5
+
+
+def test_heads_drop_out_of_the_sde_of_forms_redrawn_every_layer():
+    # H heads with m draws each and one head with H m draws are the same averaged SDE, step by step
+    kw = dict(n=3, d=4, beta=2.0, qk="goe", qk_redraw="layer")
+    two = ModelParams(heads=2, qk_samples=4, **kw)
+    one = ModelParams(heads=1, qk_samples=8, **kw)
+    a, b = (simulate(p, layers=5, runs=40, seed=3, scheme="sde", sampler="fast") for p in (two, one))
+    torch.testing.assert_close(a.x, b.x, rtol=0, atol=0)

@@ -34,7 +34,6 @@ from .clusters import upper_pairs
 from .layers import attention_output, network_step
 from .model import QK_STREAM, initial_tokens, qk_draws, scheme_params
 from .params import ModelParams, ParameterError, check_int
-from .qk import QKDraws
 from .rng import RUN_BLOCK, RunStreams, derive_seed
 from .samplers import apply_matrices
 from .sde import sde_step
@@ -165,10 +164,13 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
     `heads > 1`, one path per head, `Z_j = rs.normal(heads, d, d)` and `sigma / sqrt(heads)`.
 
     A random qk law draws its forms from `qk_rs`: with qk_redraw='run' once, shared by every
-    network and SDE of a run; with 'layer' afresh for every layer of each network and every step
-    of each SDE, which averages over the law with `qk_samples` draws per head and step
-    (`model.scheme_params`): its path is `Z_j = rs.normal(heads, qk_samples, d, d)` over
-    `sqrt(heads qk_samples)`, and a network's head `h` takes the sum over the draws.
+    network and SDE of a run; with 'layer' afresh at every fine step of the SDE, which averages
+    over the law with `qk_samples` draws per head and step (`model.scheme_params`): its path is
+    `Z_j = rs.normal(heads, qk_samples, d, d)` over `sqrt(heads qk_samples)`, a network's head `h`
+    takes the sum over the draws as its path and, as its form for a layer, the first draw of head
+    `h` at the first fine step of the layer (the SDE twice as coarse: the draws of its first fine
+    step). Each scheme then still sees forms independent over its steps and of the noise, and the
+    shared draws keep the schemes close (common random numbers).
 
     `on_step(j, nets, fine)` is called after fine step `j` (every network has then done the
     layers that end at or before `j h`)."""
@@ -187,37 +189,43 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
     def net_paths(dw: torch.Tensor) -> torch.Tensor:
         return dw if m == 1 else dw.sum(2).reshape(-1, *net_shape)
 
-    sde_forms = None if qk_rs is None else qk_draws(p, "sde", qk_rs, x0.dtype)
-    net_forms = sde_forms  # one form per run and head, or the SDE's draws per step and ...
-    if sde_forms is not None and sde_forms.fixed is None:  # ... the networks' draws per layer
-        net_forms = QKDraws(p.qk_law, p.heads, sde_forms.rs, x0.dtype)
+    draws = None if qk_rs is None else qk_draws(p, "sde", qk_rs, x0.dtype)
 
-    def forms(draws: QKDraws | None) -> torch.Tensor | None:
-        return None if draws is None else draws.next()
+    def head_forms(f: torch.Tensor | None) -> torch.Tensor | None:
+        """The networks' forms: the first of the `m` draws of each head."""
+        if f is None or m == 1:
+            return f
+        g = f.unflatten(1, (p.heads, m))[:, :, 0]
+        return g[:, 0] if p.heads == 1 else g
 
     fine, half = x0.clone(), x0.clone()
     nets = {(law, L): x0.clone() for law in laws for L in levels}
     # one running sum of fine increments per coarse grid: the half-fine SDE and each level
     grids = [(None, 2), *((L, ref_steps // L) for L in levels)]
     acc = [torch.zeros(x0.shape[0], *shape, dtype=x0.dtype) for _ in grids]
+    started: dict[int | None, torch.Tensor | None] = {}  # forms at each grid's step start
     for j in range(1, ref_steps + 1):
         dw = sig * math.sqrt(h) * rs.normal(*shape, dtype=x0.dtype)
-        y = attention_output(fine, ps, forms(sde_forms))
+        f = None if draws is None else draws.next()
+        y = attention_output(fine, ps, f)
         fine = sde_step(fine, y, apply_matrices(y, sde_paths(dw) / math.sqrt(h)), ps, h)
         for (L, k), a in zip(grids, acc, strict=True):
+            if (j - 1) % k == 0:
+                started[L] = f
             a += dw
             if j % k:
                 continue
             if L is None:
-                y = attention_output(half, ps, forms(sde_forms))
+                y = attention_output(half, ps, started[L])
                 v = sde_paths(a) / math.sqrt(k * h)
                 half = sde_step(half, y, apply_matrices(y, v), ps, k * h)
             else:
                 v_gauss = net_paths(a) / math.sqrt(k * h)
+                g = head_forms(started[L])
                 for law in laws:
                     v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, sig_net)
                     x = nets[law, L]
-                    y = attention_output(x, p, forms(net_forms))
+                    y = attention_output(x, p, g)
                     nets[law, L] = network_step(x, y, apply_matrices(y, v), p, k * h)
             a.zero_()
         if on_step is not None:
