@@ -68,6 +68,8 @@ def test_simulate_plot_writes_a_png(tmp_path):
         (["--mean", "nofile.npy"], "mean must be 'none', 'identity' or a .npy file"),
         (["--time", "1"], "time must be given as (layers, alpha) or (T, dt)"),
         (["--heads", "0"], "heads must be an integer >= 1"),
+        (["--norm", "mid"], "norm must be one of post, pre, peri; got 'mid'"),
+        (["--norm", "pre", "--scheme", "sde"], "norm='pre' is simulated as a network only"),
         (["--qk", "gpt"], "qk must be one of identity, gaussian, wigner, goe; got 'gpt'"),
         (["--qk", "goe", "--qk-scale", "0"], "qk_scale must be a finite number > 0"),
         (["--qk-scale", "2"], "qk_scale is used only with a random qk law"),

@@ -269,6 +269,9 @@ def coupled_samples(
     p = problem.params
     if p.noise != "matrix":
         raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
+    if p.norm != "post":
+        raise ParameterError(f"convergence needs norm='post' (the other placements are "
+                             f"network-only); got norm={p.norm!r}")
     names = tuple(problem.statistics)
     fns = [STATISTICS[k] for k in names]
     at = _strong_steps(strong_at, lv, ref_steps)

@@ -92,12 +92,33 @@ def tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return v - (x * v).sum(-1, keepdim=True) * x
 
 
-def network_step(
+def residual_step(
     x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
 ) -> torch.Tensor:
-    """Discrete layer `x <- N(x + dt M y + sqrt(dt) xi)` with `xi = V y` (spec §2)."""
+    """Residual update `x + dt M y + sqrt(dt) xi` with `xi = V y`, not normalised: the pre-norm
+    layer (docs/variants.md §4), where `y` is the attention output of `N(x)`."""
     z = (dt**0.5 * xi).add_(x)  # one batch-sized temporary, reused to the end
     my = mean_part(y, p)
     if my is not None:
         z.add_(dt * my)
-    return normalize_(z)
+    return z
+
+
+def network_step(
+    x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
+) -> torch.Tensor:
+    """Discrete layer `x <- N(x + dt M y + sqrt(dt) xi)` with `xi = V y` (spec §2)."""
+    return normalize_(residual_step(x, y, xi, p, dt))
+
+
+def peri_norm_step(
+    x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
+) -> torch.Tensor:
+    """Peri-norm layer `x + sqrt(dt) N(sqrt(dt) M y + xi)`: the branch output `W y`,
+    `W = sqrt(dt) M + V`, normalised before the residual scale (docs/variants.md §4)."""
+    my = mean_part(y, p)
+    branch = xi if my is None else xi + dt**0.5 * my
+    return x + dt**0.5 * normalize(branch)
+
+
+NORM_STEPS = {"post": network_step, "pre": residual_step, "peri": peri_norm_step}

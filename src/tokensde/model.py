@@ -21,7 +21,7 @@ import torch
 
 from .clusters import check_tol
 from .gram import run_batch_gram, uniform_frame
-from .layers import attention_output, network_step, normalize
+from .layers import NORM_STEPS, attention_output, network_step, normalize
 from .loop import Progress, Stop, march
 from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from .qk import QKDraws
@@ -236,12 +236,13 @@ def run_batch(
     checkpoint number `c`; return the final state (see `march` for `stop`). `forms`: the random
     query/key forms (`qk_draws`), needed when `p.qk` is a random law."""
     q = scheme_params(p, scheme)
-    step = SCHEMES[scheme]
+    step = SCHEMES[scheme] if p.norm == "post" else NORM_STEPS[p.norm]
     noise = noise_sampler(sampler, q)
     silent = p.noise_scale == 0.0
+    inputs = (lambda t: t) if p.norm == "post" else normalize  # what attention sees
 
     def layer(xk: torch.Tensor) -> torch.Tensor:
-        y = attention_output(xk, q, None if forms is None else forms.next())
+        y = attention_output(inputs(xk), q, None if forms is None else forms.next())
         xi = torch.zeros_like(xk) if silent else noise(y, q, rs)
         return step(xk, y, xi, q, grid.dt)
 
@@ -321,6 +322,9 @@ def simulate(
     seed = check_int("seed", seed, 0)
     if scheme not in SCHEMES:
         raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+    if params.norm != "post" and scheme != "network":
+        raise ParameterError(f"norm={params.norm!r} is simulated as a network only (its depth "
+                             f"limit: docs/variants.md §4); got scheme={scheme!r}")
     bad = set(record) - set(RECORDS)
     if bad:
         raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
@@ -357,13 +361,15 @@ def simulate(
                     f"{params.noise_scale}, dtype={tdtype}): the step overflowed; {hint}")
             at = slice(lo, hi) if rows is None else rows + lo
             if gram is not None:
-                gram[at, c] = (xc @ xc.transpose(-1, -2)).cpu()
+                u = xc if params.norm == "post" else normalize(xc)  # the tokens' directions
+                gram[at, c] = (u @ u.transpose(-1, -2)).cpu()
             if toks is not None:
                 toks[at, c] = xc.cpu()
 
         forms = qk_draws(params, scheme, rs, tdtype)
-        halt = None if stopping is None else Stop(*stopping, stop - start, rs.retain if forms is None
-                                                  else _both(rs.retain, forms.retain))
+        retain = rs.retain if forms is None else _both(rs.retain, forms.retain)
+        halt = None if stopping is None else Stop(*stopping, stop - start, retain,
+                                                  directions=params.norm != "post")
         if used == "gram":
             xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt)
         else:

@@ -25,6 +25,7 @@ from .qk.base import QK_SAMPLES
 Attention = Literal["softmax", "usa"]
 Noise = Literal["matrix", "scalar", "symmetric"]
 Law = Literal["gaussian", "uniform", "rademacher"]
+NORMS: tuple[str, ...] = ("post", "pre", "peri")  # where the layer normalises (docs/variants.md §4)
 
 
 def _matrix(name: str, value: Any, d: int, heads: int = 1) -> np.ndarray | None:
@@ -87,6 +88,9 @@ class ModelParams:
     `Q`, `K`) or a random law `A = I + qk_scale R` ('gaussian', 'wigner', 'goe'), drawn once per run
     (`qk_redraw='run'`) or every layer ('layer'); `qk_samples` draws of the law per SDE step with
     'layer'.
+    `norm` where the layer normalises (docs/variants.md §4): 'post' (spec §2, tokens on the sphere),
+    'pre' (attention sees the normalised residual stream, which keeps its radius) or 'peri' (as
+    'pre', and the branch output is normalised too); 'pre' and 'peri' are network-only.
     """
 
     n: int = 2
@@ -106,6 +110,7 @@ class ModelParams:
     qk_scale: float = 1.0
     qk_redraw: str = "run"
     qk_samples: int = QK_SAMPLES
+    norm: str = "post"
     M: np.ndarray | None = field(init=False, repr=False)
     _noise_law: NoiseLaw = field(init=False, repr=False)
     _attention_kind: AttentionKind = field(init=False, repr=False)
@@ -137,7 +142,11 @@ class ModelParams:
         for name, value in (("qk", qk.name), ("qk_scale", qk.scale), ("qk_redraw", qk.redraw),
                             ("qk_samples", qk.samples), ("_qk_law", qk)):
             set_(self, name, value)
+        set_(self, "norm", check_choice("norm", self.norm, NORMS))
         set_(self, "M", self._mean_matrix())
+        _require(self.norm != "peri" or self.M is not None or law.scale > 0, "norm",
+                 "'post' or 'pre' when the branch output is zero (sigma = 0 and mean='none': "
+                 "peri-norm cannot normalise it)", self.norm)
 
     def _mean_matrix(self) -> np.ndarray | None:
         if isinstance(self.mean, str):
@@ -176,7 +185,7 @@ class ModelParams:
     def rotation_invariant(self) -> bool:
         """True when Q^T K = c I and M = a I (and the noise law and attention kind allow the
         Gram-space sampler, as Gaussian matrix noise does): the Gram matrix is then Markov."""
-        if self.heads > 1 or self._qk_law.random:
+        if self.heads > 1 or self._qk_law.random or self.norm != "post":
             return False
         qk = self.qk_matrix()
         iso_qk = qk is None or _is_scaled_identity(qk)
@@ -231,7 +240,7 @@ class ModelParams:
         return cls(**data)
 
 
-_VARIANTS = ("heads", "qk", "qk_scale", "qk_redraw", "qk_samples")  # in to_dict when not default
+_VARIANTS = ("heads", "qk", "qk_scale", "qk_redraw", "qk_samples", "norm")  # in to_dict when not default
 
 
 def _is_scaled_identity(a: np.ndarray, tol: float = 1e-12) -> bool:

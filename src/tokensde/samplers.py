@@ -90,6 +90,9 @@ def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     if sampler == "gram" and p.heads > 1:
         raise ParameterError(f"sampler='gram' needs heads = 1 (one common value matrix); got "
                              f"heads={p.heads} (use sampler='fast' or 'full')")
+    if sampler == "gram" and p.norm != "post":
+        raise ParameterError(f"sampler='gram' needs norm='post' (tokens on the sphere); got "
+                             f"norm={p.norm!r} (use sampler='fast' or 'full')")
     if sampler == "gram" and p.qk_law.random:
         raise ParameterError(f"sampler='gram' needs qk='identity' (with random query/key forms "
                              f"the Gram matrix alone is not simulated); got qk={p.qk!r} (use "

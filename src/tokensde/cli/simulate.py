@@ -119,6 +119,8 @@ def simulate_cmd(
                                   "layer (drawn afresh every layer)."),
     qk_samples: int = typer.Option(8, "--qk-samples", help="Draws of the --qk law per SDE step "
                                    "(--scheme sde with --qk-redraw layer)."),
+    norm: str = typer.Option("post", "--norm", help="Normalisation: post (tokens on the sphere) | "
+                             "pre | peri (network only; docs/variants.md)."),
     mean: str = typer.Option("none", "--mean", help="Mean value part M: none | identity | FILE.npy"),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers L."),
     alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (with --layers; "
@@ -162,6 +164,7 @@ def simulate_cmd(
                           attention=cast(Attention, attention), causal=causal,
                           noise=cast(Noise, noise), eps=eps, heads=heads, qk=qk,
                           qk_scale=qk_scale, qk_redraw=qk_redraw, qk_samples=qk_samples,
+                          norm=norm,
                           mean=_name_or_npy("mean", mean, ("none", "identity")))
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
