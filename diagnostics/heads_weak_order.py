@@ -44,7 +44,7 @@ def weak_orders(tag: str, prob: Problem, runs: int, seed: int,
                   f"err={r['error']:+.3e} se={r['se']:.1e}")
         elif r["kind"] == "reference_correction":
             print(f"{tag} sde      {r['statistic']:16s} value={r['value']:+.5f} "
-                  f"se={r['value_se']:.1e}")
+                  f"se={r['value_se']:.1e} fine-coarse={r['error']:+.2e} se={r['se']:.1e}")
     for f in fits:
         if f["kind"] == "weak":
             print(f"{tag} {f['law']:8s} {f['statistic']:16s} order={f['order']} "
