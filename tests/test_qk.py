@@ -180,3 +180,25 @@ def test_heads_drop_out_of_the_sde_of_forms_redrawn_every_layer():
     one = ModelParams(heads=1, qk_samples=8, **kw)
     a, b = (simulate(p, layers=5, runs=40, seed=3, scheme="sde", sampler="fast") for p in (two, one))
     torch.testing.assert_close(a.x, b.x, rtol=0, atol=0)
+
+
+def test_sweep_cells_carry_variants_only_when_not_default():
+    # a multi-token cell keeps its canonical form (id, seed) unless a variant is asked for
+    from tokensde.experiments import get_kind
+    from tokensde.sweep import canonical
+
+    kind = get_kind("multi_token")
+    base = dict(n=3, d=3, beta=2.0, runs=8, T=0.5)
+    plain = kind.normalize(base)
+    assert not {"heads", "qk", "qk_scale", "qk_redraw", "norm"} & set(plain)
+    same = kind.normalize({**base, "heads": 1, "qk": "identity", "norm": "post"})
+    assert canonical("multi_token", same) == canonical("multi_token", plain)
+    cell = kind.normalize({**base, "heads": 2, "qk": "wigner", "qk_redraw": "layer",
+                           "norm": "pre"})
+    assert (cell["heads"], cell["qk"], cell["qk_redraw"], cell["norm"]) == (2, "wigner", "layer",
+                                                                            "pre")
+    assert kind.normalize(cell) == cell
+    with pytest.raises(ParameterError, match="qk_scale is used only with a random qk law"):
+        kind({**base, "qk_scale": 2.0}, 1)  # fails as the cell runs (recorded by a sweep)
+    out = kind(cell, 1)
+    assert 0.0 <= out["p_single"] <= 1.0
