@@ -115,3 +115,14 @@ def test_until_decided_on_directions():
     assert len(done) > 10  # pre-norm slows the directions down (docs/variants.md §4)
     torch.testing.assert_close(stopped.final_gram()[done],
                                full.gram[done, stopped.decided_at[done]], rtol=0, atol=1e-13)
+
+
+def test_variants_survive_the_results_file(tmp_path):
+    from tokensde.store import load_result, save_result
+
+    p = ModelParams(n=3, d=4, heads=2, qk="goe", qk_scale=0.5, qk_redraw="layer", qk_samples=3,
+                    norm="pre")
+    res = simulate(p, layers=4, runs=5, seed=1)
+    back = load_result(save_result(res, tmp_path / "r.npz"))
+    assert back.params.to_dict() == p.to_dict()
+    torch.testing.assert_close(back.final_gram(), res.final_gram())
