@@ -40,6 +40,15 @@ def test_simulate_json_and_results_file(tmp_path):
     assert float((res.gram[:, -1, 0, 1] < -1 + 1e-3).double().mean()) == pytest.approx(anti)
 
 
+def test_simulate_value_init_sets_law_and_sigma(tmp_path):
+    path = tmp_path / "run.npz"
+    out = runner.invoke(app, ["simulate", "--d", "12", "--runs", "2", "--layers", "3",
+                              "--value-init", "pytorch", "--json", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    params = load_result(path).metadata()["params"]
+    assert params["law"] == "uniform" and params["sigma"] == pytest.approx(1 / 6)
+
+
 def test_simulate_plot_writes_a_png(tmp_path):
     png = tmp_path / "fig.png"
     out = runner.invoke(app, ["simulate", "--n", "4", "--d", "3", "--runs", "20", "--layers", "50",
@@ -58,6 +67,20 @@ def test_simulate_plot_writes_a_png(tmp_path):
         (["--noise", "scalar", "--law", "uniform"], "law (for noise=scalar) must be one of"),
         (["--mean", "nofile.npy"], "mean must be 'none', 'identity' or a .npy file"),
         (["--time", "1"], "time must be given as (layers, alpha) or (T, dt)"),
+        (["--heads", "0"], "heads must be an integer >= 1"),
+        (["--norm", "mid"], "norm must be one of post, pre, peri; got 'mid'"),
+        (["--norm", "pre", "--scheme", "sde"], "norm='pre' is simulated as a network only"),
+        (["--qk", "gpt"], "qk must be one of identity, gaussian, wigner, goe; got 'gpt'"),
+        (["--qk", "goe", "--qk-scale", "0"], "qk_scale must be a finite number > 0"),
+        (["--qk-scale", "2"], "qk_scale is used only with a random qk law"),
+        (["--qk", "goe", "--qk-redraw", "never"], "qk_redraw must be one of run, layer"),
+        (["--qk", "goe", "--qk-samples", "3"], "qk_samples (Monte Carlo draws of the qk law per "
+         "SDE step) is used only with qk_redraw='layer'"),
+        (["--qk", "goe", "--sampler", "gram"], "sampler='gram' needs qk='identity'"),
+        (["--value-init", "gpt3"], "value_init must be one of pytorch, gpt2, gaussian"),
+        (["--value-init", "gpt2", "--sigma", "1"], "--value-init sets the law and sigma; give "
+         "it without --sigma"),
+        (["--value-init", "gpt2", "--law", "gaussian"], "without --law"),
     ],
 )
 def test_simulate_bad_input_names_the_parameter(args, msg):

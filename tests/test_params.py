@@ -69,3 +69,38 @@ def test_time_grid_both_forms():
     ]:
         with pytest.raises(ParameterError, match=msg):
             TimeGrid.make(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("name", "law", "sigma2", "rate"),
+    [("pytorch", "uniform", lambda d: 1 / (3 * d), lambda d: 1 / 3),
+     ("gpt2", "gaussian", lambda d: 0.02 ** 2, lambda d: 0.0004 * d),
+     ("gaussian", "gaussian", lambda d: 1 / d, lambda d: 1.0)],
+)
+@pytest.mark.parametrize("d", [2, 64, 768])
+def test_value_init_presets_closed_form(name, law, sigma2, rate, d):
+    from tokensde.params import VALUE_INIT_PRESETS
+
+    preset = VALUE_INIT_PRESETS[name]
+    assert preset.sigma(d) == pytest.approx(math.sqrt(sigma2(d)), rel=1e-14)
+    assert preset.depth_rate(d) == pytest.approx(rate(d), rel=1e-14)
+    p = ModelParams.from_preset(name, d=d, n=3, beta=2.0)
+    assert (p.noise, p.law, p.d, p.n, p.beta) == ("matrix", law, d, 3, 2.0)
+    assert p.sigma == preset.sigma(d)
+    # pytorch: U(-1/sqrt(d), 1/sqrt(d)), the half-width a = sigma sqrt(3) of the uniform law
+    if name == "pytorch":
+        assert p.sigma * math.sqrt(3) == pytest.approx(1 / math.sqrt(d), rel=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "msg"),
+    [("gpt3", {}, "value_init must be one of pytorch, gpt2, gaussian; got 'gpt3'"),
+     ("gpt2", {"sigma": 1.0}, "value_init must be given without sigma"),
+     ("gpt2", {"law": "uniform", "sigma": 1.0}, "value_init must be given without law/sigma"),
+     ("gpt2", {"eps": 0.5}, "value_init must be given without eps"),
+     ("pytorch", {"noise": "scalar"}, "value_init must be used with noise='matrix'"),
+     ("gaussian", {"d": 1}, "d must be an integer >= 2")],
+)
+def test_value_init_bad_input_names_the_parameter(name, kwargs, msg):
+    with pytest.raises(ParameterError, match=msg.replace("(", r"\(")):
+        ModelParams.from_preset(name, **kwargs)

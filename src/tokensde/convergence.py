@@ -32,7 +32,7 @@ from scipy import stats as _st
 
 from .clusters import upper_pairs
 from .layers import attention_output, network_step
-from .model import initial_tokens
+from .model import QK_STREAM, initial_tokens, qk_draws, scheme_params
 from .params import ModelParams, ParameterError, check_int
 from .rng import RUN_BLOCK, RunStreams, derive_seed
 from .samplers import apply_matrices
@@ -156,39 +156,77 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
                    progress: Progress | None = None,
                    on_step: Callable[[int, dict[tuple[str, int], torch.Tensor], torch.Tensor],
                                      None] | None = None,
+                   qk_rs: RunStreams | None = None,
                    ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
     """Final states `(runs, n, d)` of every (law, level) network, of the SDE on the fine grid
     (`ref_steps` steps over `[0, T]`) and of the SDE on the grid twice as coarse, all driven by one
-    Brownian path: fine step `j` draws `dW_j = sigma sqrt(h) Z_j`, `Z_j = rs.normal(d, d)`.
+    Brownian path: fine step `j` draws `dW_j = sigma sqrt(h) Z_j`, `Z_j = rs.normal(d, d)`; with
+    `heads > 1`, one path per head, `Z_j = rs.normal(heads, d, d)` and `sigma / sqrt(heads)`.
+
+    A random qk law draws its forms from `qk_rs`: with qk_redraw='run' once, shared by every
+    network and SDE of a run; with 'layer' afresh at every fine step of the SDE, which averages
+    over the law with `qk_samples` draws per head and step (`model.scheme_params`): its path is
+    `Z_j = rs.normal(heads, qk_samples, d, d)` over `sqrt(heads qk_samples)`, a network's head `h`
+    takes the sum over the draws as its path and, as its form for a layer, the first draw of head
+    `h` at the first fine step of the layer (the SDE twice as coarse: the draws of its first fine
+    step). Each scheme then still sees forms independent over its steps and of the noise, and the
+    shared draws keep the schemes close (common random numbers).
 
     `on_step(j, nets, fine)` is called after fine step `j` (every network has then done the
     layers that end at or before `j h`)."""
     levels = check_levels(levels, ref_steps)
     h = T / ref_steps
-    sig, d = p.sigma, p.d
+    d, ps = p.d, scheme_params(p, "sde")
+    m = ps.heads // p.heads  # draws of the qk law per head and SDE step
+    sig = p.sigma / math.sqrt(ps.heads)  # the entry scale of one SDE head's value noise
+    sig_net = p.sigma / math.sqrt(p.heads)  # and of one network head's
+    net_shape = (d, d) if p.heads == 1 else (p.heads, d, d)
+    shape = net_shape if m == 1 else (p.heads, m, d, d)
+
+    def sde_paths(dw: torch.Tensor) -> torch.Tensor:
+        return dw if m == 1 else dw.flatten(1, 2)
+
+    def net_paths(dw: torch.Tensor) -> torch.Tensor:
+        return dw if m == 1 else dw.sum(2).reshape(-1, *net_shape)
+
+    draws = None if qk_rs is None else qk_draws(p, "sde", qk_rs, x0.dtype)
+
+    def head_forms(f: torch.Tensor | None) -> torch.Tensor | None:
+        """The networks' forms: the first of the `m` draws of each head."""
+        if f is None or m == 1:
+            return f
+        g = f.unflatten(1, (p.heads, m))[:, :, 0]
+        return g[:, 0] if p.heads == 1 else g
+
     fine, half = x0.clone(), x0.clone()
     nets = {(law, L): x0.clone() for law in laws for L in levels}
     # one running sum of fine increments per coarse grid: the half-fine SDE and each level
     grids = [(None, 2), *((L, ref_steps // L) for L in levels)]
-    acc = [torch.zeros(x0.shape[0], d, d, dtype=x0.dtype) for _ in grids]
+    acc = [torch.zeros(x0.shape[0], *shape, dtype=x0.dtype) for _ in grids]
+    started: dict[int | None, torch.Tensor | None] = {}  # forms at each grid's step start
     for j in range(1, ref_steps + 1):
-        dw = sig * math.sqrt(h) * rs.normal(d, d, dtype=x0.dtype)
-        y = attention_output(fine, p)
-        fine = sde_step(fine, y, apply_matrices(y, dw / math.sqrt(h)), p, h)
-        for (L, m), a in zip(grids, acc, strict=True):
+        dw = sig * math.sqrt(h) * rs.normal(*shape, dtype=x0.dtype)
+        f = None if draws is None else draws.next()
+        y = attention_output(fine, ps, f)
+        fine = sde_step(fine, y, apply_matrices(y, sde_paths(dw) / math.sqrt(h)), ps, h)
+        for (L, k), a in zip(grids, acc, strict=True):
+            if (j - 1) % k == 0:
+                started[L] = f
             a += dw
-            if j % m:
+            if j % k:
                 continue
-            v_gauss = a / math.sqrt(m * h)
             if L is None:
-                y = attention_output(half, p)
-                half = sde_step(half, y, apply_matrices(y, v_gauss), p, m * h)
+                y = attention_output(half, ps, started[L])
+                v = sde_paths(a) / math.sqrt(k * h)
+                half = sde_step(half, y, apply_matrices(y, v), ps, k * h)
             else:
+                v_gauss = net_paths(a) / math.sqrt(k * h)
+                g = head_forms(started[L])
                 for law in laws:
-                    v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, sig)
+                    v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, sig_net)
                     x = nets[law, L]
-                    y = attention_output(x, p)
-                    nets[law, L] = network_step(x, y, apply_matrices(y, v), p, m * h)
+                    y = attention_output(x, p, g)
+                    nets[law, L] = network_step(x, y, apply_matrices(y, v), p, k * h)
             a.zero_()
         if on_step is not None:
             on_step(j, nets, fine)
@@ -231,6 +269,9 @@ def coupled_samples(
     p = problem.params
     if p.noise != "matrix":
         raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
+    if p.norm != "post":
+        raise ParameterError(f"convergence needs norm='post' (the other placements are "
+                             f"network-only); got norm={p.norm!r}")
     names = tuple(problem.statistics)
     fns = [STATISTICS[k] for k in names]
     at = _strong_steps(strong_at, lv, ref_steps)
@@ -253,9 +294,9 @@ def coupled_samples(
                         err = (nets[law, L] - fine).square().sum(-1).mean(-1)
                         sq[at[j], a, b, cols] = err.numpy()
 
-        nets, fine, half = coupled_states(x0, p, problem.T, lv, ref_steps,
-                                          RunStreams(seed, runs, lo, hi), laws, progress,
-                                          on_step)
+        rs = RunStreams(seed, runs, lo, hi)
+        nets, fine, half = coupled_states(x0, p, problem.T, lv, ref_steps, rs, laws, progress,
+                                          on_step, rs.derived(QK_STREAM))
         for s, f in enumerate(fns):
             ref_f[s, cols] = f(fine, x0).numpy()
             ref_h[s, cols] = f(half, x0).numpy()

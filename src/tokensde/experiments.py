@@ -28,7 +28,8 @@ import numpy as np
 
 from . import clusters
 from .attention import ATTENTION_KINDS
-from .params import ParameterError, check_choice, check_int, check_real
+from .params import NORMS, ParameterError, check_choice, check_int, check_real
+from .qk import QK_LAWS, QK_REDRAWS
 from .stats import censored_quantiles, wilson
 
 Stats = dict[str, Any]
@@ -194,8 +195,9 @@ def model_params(cell: dict[str, Any]) -> Any:
     from .params import ModelParams
 
     mean = "none" if cell["model"] == "noise" else "identity"
+    variants = {k: cell[k] for k in VARIANTS if k in cell}
     return ModelParams(n=cell["n"], d=cell["d"], beta=cell["beta"], attention=cell["attention"],
-                       mean=mean, sigma=cell["sigma"])
+                       mean=mean, sigma=cell["sigma"], **variants)
 
 
 def decision_stats(decided_at: np.ndarray | None, steps: int, dt: float, runs: int) -> Stats:
@@ -261,13 +263,28 @@ def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
 MODELS = ("noise", "flow", "hybrid")
 
 
+# the model variants of docs/variants.md: in a canonical cell only when not at their defaults,
+# so the ids and seeds of the cells of earlier sweeps are unchanged
+VARIANTS: dict[str, Param] = {
+    "heads": integer(1, 1, "attention heads (docs/variants.md §2)"),
+    "qk": Param(lambda k, v: QK_LAWS.check(v, k), "identity",
+                "query/key law: identity | gaussian | wigner | goe (docs/variants.md §3)"),
+    "qk_scale": real(0.0, 1.0, strict=True, doc="scale s of a random qk law"),
+    "qk_redraw": choice(QK_REDRAWS, "run", "run: forms fixed per run; layer: redrawn every layer"),
+    "norm": choice(NORMS, "post", "normalisation placement post | pre | peri (docs/variants.md §4)"),
+}
+
+
 def _check_model(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
     if cell["model"] == "flow":
         if "sigma" in given and cell["sigma"] != 0.0:
             raise ParameterError(f"sigma must be 0 (or left out) for model='flow'; got "
                                  f"{cell['sigma']!r}")
         cell["sigma"] = 0.0
-    return cell
+    for key, spec in VARIANTS.items():
+        if cell[key] == spec.default:
+            del cell[key]
+    return cell  # an invalid combination (qk_scale without a random qk) fails as its cell runs
 
 
 register(ExperimentKind(
@@ -293,6 +310,7 @@ register(ExperimentKind(
         "scheme": choice(("network", "sde"), "network"),
         "until": choice(("decided", "horizon"), "decided",
                         "decided: each run stops once decided, T is the maximum; horizon: all to T"),
+        **VARIANTS,
     },
     "n tokens from uniform positions: outcome law at absorption (spec §7)",
     finalize=_check_model,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .params import ModelParams
+from .params import ModelParams, ParameterError
 
 
 def normalize(z: torch.Tensor) -> torch.Tensor:
@@ -26,11 +26,26 @@ def _as(a, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(a, dtype=like.dtype, device=like.device)  # params arrays are read-only
 
 
-def attention_logits(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
-    """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)` (no mask)."""
-    qk = p.qk()
+def attention_logits(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)`, or `(runs, heads, n, n)` with
+    `heads > 1` (no mask); with a random qk law, `beta <x_i, A x_j>` for the drawn forms `A`
+    `forms` `(runs, d, d)` or `(runs, heads, d, d)` (`tokensde.qk.QKDraws`)."""
     xt = x.transpose(-1, -2)
-    return p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
+    if p.qk_law.random:
+        if forms is None:
+            raise ParameterError(f"qk={p.qk!r} draws a query/key form per run: pass the drawn "
+                                 "forms (tokensde.qk.QKDraws) to the attention")
+        xs = x if forms.dim() == 3 else x.unsqueeze(-3)
+        return p.beta * (xs @ forms @ xs.transpose(-1, -2))
+    qk = p.qk_matrix()
+    if qk is None or qk.ndim == 2:  # one form for every head
+        logits = p.beta * (x @ xt if qk is None else x @ _as(qk, x) @ xt)
+        return logits if p.heads == 1 else logits.unsqueeze(-3).expand(
+            *logits.shape[:-2], p.heads, *logits.shape[-2:])
+    # one form per head: x (runs, n, d) times [qk_1 | ... | qk_H] (d, heads d) in one product
+    xq = x @ _as(qk.transpose(1, 0, 2).reshape(p.d, -1), x)
+    return p.beta * (xq.unflatten(-1, (p.heads, p.d)).transpose(-2, -3) @ xt.unsqueeze(-3))
 
 
 def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None = None
@@ -46,20 +61,27 @@ def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None 
     return p.attention_kind.weights(logits, top)
 
 
-def attention_weights(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
-    """Attention weights `(runs, n, n)` of tokens `x` (spec §1)."""
-    return weights_from_logits(attention_logits(x, p), p)
+def attention_weights(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
+                      ) -> torch.Tensor:
+    """Attention weights `(runs, n, n)` of tokens `x` (spec §1; `forms`: see `attention_logits`)."""
+    return weights_from_logits(attention_logits(x, p, forms), p)
 
 
-def attention_output(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
-    """`y_i = sum_j A_ij x_j`, shape `(runs, n, d)`."""
-    return attention_weights(x, p) @ x
+def attention_output(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """`y_i = sum_j A_ij x_j`, shape `(runs, n, d)`; with `heads > 1` one output per head,
+    `y^h_i = sum_j A^h_ij x_j`, shape `(runs, heads, n, d)` (`forms`: see `attention_logits`)."""
+    a = attention_weights(x, p, forms)
+    return a @ (x if p.heads == 1 else x.unsqueeze(-3))
 
 
 def mean_part(y: torch.Tensor, p: ModelParams) -> torch.Tensor | None:
-    """`M y_i` for the deterministic value part, or None when M = 0."""
+    """`M y_i` for the deterministic value part, or None when M = 0; per-head outputs
+    `(runs, heads, n, d)` enter through their average `M (1/heads) sum_h y^h_i`."""
     if p.M is None:
         return None
+    if p.heads > 1:
+        y = y.mean(-3)
     if p.mean_kind == "identity":
         return y
     return y @ _as(p.M, y).T
@@ -70,12 +92,33 @@ def tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return v - (x * v).sum(-1, keepdim=True) * x
 
 
-def network_step(
+def residual_step(
     x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
 ) -> torch.Tensor:
-    """Discrete layer `x <- N(x + dt M y + sqrt(dt) xi)` with `xi = V y` (spec §2)."""
+    """Residual update `x + dt M y + sqrt(dt) xi` with `xi = V y`, not normalised: the pre-norm
+    layer (docs/variants.md §4), where `y` is the attention output of `N(x)`."""
     z = (dt**0.5 * xi).add_(x)  # one batch-sized temporary, reused to the end
     my = mean_part(y, p)
     if my is not None:
         z.add_(dt * my)
-    return normalize_(z)
+    return z
+
+
+def network_step(
+    x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
+) -> torch.Tensor:
+    """Discrete layer `x <- N(x + dt M y + sqrt(dt) xi)` with `xi = V y` (spec §2)."""
+    return normalize_(residual_step(x, y, xi, p, dt))
+
+
+def peri_norm_step(
+    x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
+) -> torch.Tensor:
+    """Peri-norm layer `x + sqrt(dt) N(sqrt(dt) M y + xi)`: the branch output `W y`,
+    `W = sqrt(dt) M + V`, normalised before the residual scale (docs/variants.md §4)."""
+    my = mean_part(y, p)
+    branch = xi if my is None else xi + dt**0.5 * my
+    return x + dt**0.5 * normalize(branch)
+
+
+NORM_STEPS = {"post": network_step, "pre": residual_step, "peri": peri_norm_step}

@@ -24,14 +24,17 @@ class Stop:
     `final` its state then (or at the horizon); `retain` drops runs from the random streams.
     """
 
-    def __init__(self, tol: float, every: int, runs: int, retain: Callable[[torch.Tensor], None]
-                 ) -> None:
-        self.tol, self.every, self.retain = tol, every, retain
+    def __init__(self, tol: float, every: int, runs: int, retain: Callable[[torch.Tensor], None],
+                 directions: bool = False) -> None:
+        self.tol, self.every, self.retain, self.directions = tol, every, retain, directions
         self.layer = np.full(runs, -1, dtype=np.int64)
         self.final: torch.Tensor | None = None
 
     def decided(self, x: torch.Tensor) -> torch.Tensor:
-        """Boolean `(runs,)`: every pair `i != j` has `1 - |<x_i, x_j>| < tol`."""
+        """Boolean `(runs,)`: every pair `i != j` has `1 - |<x_i, x_j>| < tol` (of the directions
+        `x_i / |x_i|` when `directions`: tokens off the sphere, docs/variants.md §4)."""
+        if self.directions:
+            x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         gap = 1.0 - (x @ x.transpose(-1, -2)).abs()
         gap.diagonal(dim1=-2, dim2=-1).fill_(0.0)
         return (gap < self.tol).flatten(1).all(-1)

@@ -21,12 +21,13 @@ import torch
 
 from .clusters import check_tol
 from .gram import run_batch_gram, uniform_frame
-from .layers import attention_output, network_step, normalize
+from .layers import NORM_STEPS, attention_output, network_step, normalize
 from .loop import Progress, Stop, march
 from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
+from .qk import QKDraws
 from .result import SimResult
 from .rng import RUN_BLOCK, RunStreams
-from .samplers import NOISE_SAMPLERS, choose_sampler
+from .samplers import choose_sampler, noise_sampler
 from .sde import sde_step
 
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
@@ -34,6 +35,7 @@ RECORDS: tuple[str, ...] = ("gram", "tokens")
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
 CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
+QK_STREAM = 0x514B  # `derive_seed` key of the streams of random query/key forms
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -187,12 +189,34 @@ def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
     """
     n, d = p.n, p.d
     width = {"full": d * d, "fast": n * max(n, d), "gram": 2 * n * n}[sampler]
+    if p.qk_law.random:  # the drawn query/key forms, one d x d per head
+        width = max(width, p.heads * d * d)
     if torch.device(device).type == "cuda":
         per_run, budget = (width + n * d) * 4 + 2 * n * n, BATCH_BYTES
     else:
         per_run, budget = width, CACHE_BYTES
     fit = budget // (per_run * (torch.finfo(dtype).bits // 8))
     return min(runs, max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK))
+
+
+def scheme_params(p: ModelParams, scheme: str) -> ModelParams:
+    """The parameters `scheme` steps: `p`, except that the SDE of forms redrawn every layer
+    averages the attention over the qk law with `qk_samples` draws per head and step, i.e. steps
+    `heads * qk_samples` heads (docs/variants.md §3)."""
+    if scheme == "sde" and p.qk_law.random and p.qk_redraw == "layer":
+        return p.with_(heads=p.heads * p.qk_samples)
+    return p
+
+
+def qk_draws(p: ModelParams, scheme: str, rs: RunStreams, dtype: torch.dtype
+             ) -> QKDraws | None:
+    """The random query/key forms of the runs of `rs` (None for qk='identity'), drawn from streams
+    of their own (`rs.derived(QK_STREAM)`): the initial tokens and the value noise stay those of
+    qk='identity' with the same seed."""
+    if not p.qk_law.random:
+        return None
+    q = scheme_params(p, scheme)
+    return QKDraws(q.qk_law, q.heads, rs.derived(QK_STREAM), dtype)
 
 
 def run_batch(
@@ -206,19 +230,31 @@ def run_batch(
     record: Callable[..., None],
     progress: Progress | None = None,
     stop: Stop | None = None,
+    forms: QKDraws | None = None,
 ) -> torch.Tensor:
     """Advance one batch `x` `(runs, n, d)` through `grid.steps` layers, calling `record(c, x)` at
-    checkpoint number `c`; return the final state (see `march` for `stop`)."""
-    step = SCHEMES[scheme]
-    noise = NOISE_SAMPLERS[sampler]
+    checkpoint number `c`; return the final state (see `march` for `stop`). `forms`: the random
+    query/key forms (`qk_draws`), needed when `p.qk` is a random law."""
+    q = scheme_params(p, scheme)
+    step = SCHEMES[scheme] if p.norm == "post" else NORM_STEPS[p.norm]
+    noise = noise_sampler(sampler, q)
     silent = p.noise_scale == 0.0
+    inputs = (lambda t: t) if p.norm == "post" else normalize  # what attention sees
 
     def layer(xk: torch.Tensor) -> torch.Tensor:
-        y = attention_output(xk, p)
-        xi = torch.zeros_like(y) if silent else noise(y, p, rs)
-        return step(xk, y, xi, p, grid.dt)
+        y = attention_output(inputs(xk), q, None if forms is None else forms.next())
+        xi = torch.zeros_like(xk) if silent else noise(y, q, rs)
+        return step(xk, y, xi, q, grid.dt)
 
     return march(x, grid.steps, layer, checkpoints, record, progress, stop=stop)
+
+
+def _both(*fns: Callable[[torch.Tensor], None]) -> Callable[[torch.Tensor], None]:
+    """One callback calling each of `fns` with its argument."""
+    def call(mask: torch.Tensor) -> None:
+        for f in fns:
+            f(mask)
+    return call
 
 
 UNTIL: tuple[str, ...] = ("horizon", "decided")
@@ -286,6 +322,9 @@ def simulate(
     seed = check_int("seed", seed, 0)
     if scheme not in SCHEMES:
         raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+    if params.norm != "post" and scheme != "network":
+        raise ParameterError(f"norm={params.norm!r} is simulated as a network only (its depth "
+                             f"limit: docs/variants.md §4); got scheme={scheme!r}")
     bad = set(record) - set(RECORDS)
     if bad:
         raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
@@ -322,15 +361,20 @@ def simulate(
                     f"{params.noise_scale}, dtype={tdtype}): the step overflowed; {hint}")
             at = slice(lo, hi) if rows is None else rows + lo
             if gram is not None:
-                gram[at, c] = (xc @ xc.transpose(-1, -2)).cpu()
+                u = xc if params.norm == "post" else normalize(xc)  # the tokens' directions
+                gram[at, c] = (u @ u.transpose(-1, -2)).cpu()
             if toks is not None:
                 toks[at, c] = xc.cpu()
 
-        halt = None if stopping is None else Stop(*stopping, stop - start, rs.retain)
+        forms = qk_draws(params, scheme, rs, tdtype)
+        retain = rs.retain if forms is None else _both(rs.retain, forms.retain)
+        halt = None if stopping is None else Stop(*stopping, stop - start, retain,
+                                                  directions=params.norm != "post")
         if used == "gram":
             xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt)
         else:
-            xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt)
+            xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt,
+                           forms=forms)
         if halt is not None:
             layer_of[start:stop] = halt.layer
             if progress is not None:  # the layers that decided runs did not need

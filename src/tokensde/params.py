@@ -7,6 +7,7 @@ far* and with which layer step. Both raise `ParameterError` naming the parameter
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -16,22 +17,61 @@ from .attention import ATTENTION_KINDS, AttentionKind
 from .checks import ParameterError, check_choice, check_int, check_real, real_array
 from .checks import require as _require
 from .noise import NOISE_LAWS, NoiseLaw
+from .qk import QK_LAWS, QKLaw
+from .qk.base import QK_SAMPLES
 
 # The built-in names. The fields take any name registered in tokensde.attention / tokensde.noise
 # (a new module adds one), so they are typed `str`; these aliases document the built-in ones.
 Attention = Literal["softmax", "usa"]
 Noise = Literal["matrix", "scalar", "symmetric"]
 Law = Literal["gaussian", "uniform", "rademacher"]
+NORMS: tuple[str, ...] = ("post", "pre", "peri")  # where the layer normalises (docs/variants.md §4)
 
 
-def _matrix(name: str, value: Any, d: int) -> np.ndarray | None:
+def _matrix(name: str, value: Any, d: int, heads: int = 1) -> np.ndarray | None:
     if value is None:
         return None
     a = real_array(name, value)
-    _require(a.shape == (d, d), name, f"a {d}x{d} matrix (d = {d})", f"shape {a.shape}")
+    shapes = [(d, d)] if heads == 1 else [(d, d), (heads, d, d)]
+    allowed = f"a {d}x{d} matrix (d = {d})" + ("" if heads == 1 else
+                                               f" or one per head, shape ({heads}, {d}, {d})")
+    _require(a.shape in shapes, name, allowed, f"shape {a.shape}")
     _require(bool(np.all(np.isfinite(a))), name, "finite", "non-finite entries")
     a.setflags(write=False)
     return a
+
+
+@dataclass(frozen=True)
+class ValueInit:
+    """A value-matrix initialisation of a real model: entry law `law`, entry variance `variance(d)`."""
+
+    name: str
+    law: str
+    variance: Callable[[int], float]
+    source: str
+
+    def sigma(self, d: int) -> float:
+        """Entry standard deviation `sigma = sqrt(variance(d))`."""
+        return math.sqrt(self.variance(check_int("d", d, 2)))
+
+    def depth_rate(self, d: int) -> float:
+        """`sigma^2 d`: depth time of the limit per unit of `T` (docs/variants.md)."""
+        return self.variance(check_int("d", d, 2)) * d
+
+
+VALUE_INIT_PRESETS: dict[str, ValueInit] = {
+    v.name: v for v in (
+        ValueInit("pytorch", "uniform", lambda d: 1.0 / (3.0 * d),
+                  "torch.nn.Linear default: U(-1/sqrt(d), 1/sqrt(d)), variance 1/(3d)"),
+        ValueInit("gpt2", "gaussian", lambda d: 0.02 ** 2, "GPT-2: N(0, 0.02^2)"),
+        ValueInit("gaussian", "gaussian", lambda d: 1.0 / d, "N(0, 1/d) (LeCun / Xavier-like)"),
+    )
+}
+
+
+def value_init_preset(name: str) -> ValueInit:
+    """The preset `name` (`VALUE_INIT_PRESETS`); ParameterError naming `value_init` otherwise."""
+    return VALUE_INIT_PRESETS[check_choice("value_init", name, tuple(VALUE_INIT_PRESETS))]
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,6 +81,16 @@ class ModelParams:
     `mean` is the deterministic value part `M`: "none" (M = 0, pure noise), "identity" (M = I) or a
     d x d array. `sigma` scales matrix and symmetric noise (entry variance sigma^2); `eps` scales
     scalar noise `V = eps * xi * I` (defaults to `sigma`). `Q`, `K` default to the identity.
+    `heads` attention heads (docs/variants.md §2): head h has its own weights from `Q[h]`, `K[h]`
+    (arrays `(heads, d, d)`, or one d x d pair shared) and its own value noise of variance
+    `sigma^2/heads`; the noises are summed.
+    `qk` the law of the query/key form of each head (docs/variants.md §3): 'identity' (`Q^T K` of
+    `Q`, `K`) or a random law `A = I + qk_scale R` ('gaussian', 'wigner', 'goe'), drawn once per run
+    (`qk_redraw='run'`) or every layer ('layer'); `qk_samples` draws of the law per SDE step with
+    'layer'.
+    `norm` where the layer normalises (docs/variants.md §4): 'post' (spec §2, tokens on the sphere),
+    'pre' (attention sees the normalised residual stream, which keeps its radius) or 'peri' (as
+    'pre', and the branch output is normalised too); 'pre' and 'peri' are network-only.
     """
 
     n: int = 2
@@ -55,9 +105,16 @@ class ModelParams:
     law: str = "gaussian"
     sigma: float = 1.0
     eps: float | None = None
+    heads: int = 1
+    qk: str = "identity"
+    qk_scale: float = 1.0
+    qk_redraw: str = "run"
+    qk_samples: int = QK_SAMPLES
+    norm: str = "post"
     M: np.ndarray | None = field(init=False, repr=False)
     _noise_law: NoiseLaw = field(init=False, repr=False)
     _attention_kind: AttentionKind = field(init=False, repr=False)
+    _qk_law: QKLaw = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -75,9 +132,21 @@ class ModelParams:
         set_(self, "eps", law.eps)
         set_(self, "_noise_law", law)
         set_(self, "_attention_kind", kind(self.beta))
-        set_(self, "Q", _matrix("Q", self.Q, self.d))
-        set_(self, "K", _matrix("K", self.K, self.d))
+        set_(self, "heads", check_int("heads", self.heads, 1))
+        set_(self, "Q", _matrix("Q", self.Q, self.d, self.heads))
+        set_(self, "K", _matrix("K", self.K, self.d, self.heads))
+        qk = QK_LAWS.get(self.qk)(self.d, self.qk_scale, self.qk_redraw, self.qk_samples)
+        _require(not (qk.random and (self.Q is not None or self.K is not None)), "qk",
+                 "'identity' when Q or K is given (a random qk law draws the query/key forms)",
+                 qk.name)
+        for name, value in (("qk", qk.name), ("qk_scale", qk.scale), ("qk_redraw", qk.redraw),
+                            ("qk_samples", qk.samples), ("_qk_law", qk)):
+            set_(self, name, value)
+        set_(self, "norm", check_choice("norm", self.norm, NORMS))
         set_(self, "M", self._mean_matrix())
+        _require(self.norm != "peri" or self.M is not None or law.scale > 0, "norm",
+                 "'post' or 'pre' when the branch output is zero (sigma = 0 and mean='none': "
+                 "peri-norm cannot normalise it)", self.norm)
 
     def _mean_matrix(self) -> np.ndarray | None:
         if isinstance(self.mean, str):
@@ -97,6 +166,12 @@ class ModelParams:
         return self._attention_kind
 
     @property
+    def qk_law(self) -> QKLaw:
+        """The law of the query/key forms (`tokensde.qk`), bound to d, qk_scale, qk_redraw and
+        qk_samples; `qk_law.random` is False for 'identity'."""
+        return self._qk_law
+
+    @property
     def noise_scale(self) -> float:
         """Standard deviation scale of the layer noise: `eps` for scalar noise, else `sigma`."""
         return self._noise_law.scale
@@ -110,19 +185,36 @@ class ModelParams:
     def rotation_invariant(self) -> bool:
         """True when Q^T K = c I and M = a I (and the noise law and attention kind allow the
         Gram-space sampler, as Gaussian matrix noise does): the Gram matrix is then Markov."""
-        qk = self.qk()
+        if self.heads > 1 or self._qk_law.random or self.norm != "post":
+            return False
+        qk = self.qk_matrix()
         iso_qk = qk is None or _is_scaled_identity(qk)
         iso_m = self.M is None or _is_scaled_identity(self.M)
         gram = "gram" in self._noise_law.samplers and "gram" in self._attention_kind.samplers
         return iso_qk and iso_m and gram
 
-    def qk(self) -> np.ndarray | None:
-        """The bilinear form `Q^T K` of the logits, or None for the identity."""
+    def qk_matrix(self) -> np.ndarray | None:
+        """The bilinear form `Q^T K` of the logits (`(heads, d, d)` when Q or K is given per
+        head), or None for the identity."""
         if self.Q is None and self.K is None:
             return None
         q = np.eye(self.d) if self.Q is None else self.Q
         k = np.eye(self.d) if self.K is None else self.K
-        return q.T @ k
+        return q.swapaxes(-1, -2) @ k
+
+    @classmethod
+    def from_preset(cls, value_init: str, d: int = 3, **kw: Any) -> ModelParams:
+        """Matrix noise with the law and `sigma` of the value-init preset `value_init` at `d`
+        (`VALUE_INIT_PRESETS`); law, sigma and eps may not be given as well (None is allowed)."""
+        preset = value_init_preset(value_init)
+        clash = [k for k in ("law", "sigma", "eps") if kw.get(k) is not None]
+        _require(not clash, "value_init", "given without " + "/".join(clash) + " (the preset "
+                 "sets them)", value_init)
+        noise = kw.get("noise", "matrix")
+        _require(noise == "matrix", "value_init", "used with noise='matrix' (the presets are "
+                 "entry laws of a value matrix)", f"{value_init} with noise={noise!r}")
+        kw.pop("eps", None)
+        return cls(d=d, law=preset.law, sigma=preset.sigma(d), **kw)
 
     def with_(self, **changes: Any) -> ModelParams:
         """A copy with some fields changed (validated again)."""
@@ -132,8 +224,8 @@ class ModelParams:
         """JSON-ready description (arrays as nested lists)."""
         out: dict[str, Any] = {}
         for f in fields(self):
-            if not f.init:
-                continue
+            if not f.init or (f.name in _VARIANTS and getattr(self, f.name) == f.default):
+                continue  # variants at their defaults: fingerprints stay as before
             v = getattr(self, f.name)
             out[f.name] = v.tolist() if isinstance(v, np.ndarray) else v
         return out
@@ -146,6 +238,9 @@ class ModelParams:
         _require(not extra, "model parameters", "known fields " + ", ".join(sorted(names)),
                  sorted(extra))
         return cls(**data)
+
+
+_VARIANTS = ("heads", "qk", "qk_scale", "qk_redraw", "qk_samples", "norm")  # in to_dict when not default
 
 
 def _is_scaled_identity(a: np.ndarray, tol: float = 1e-12) -> bool:

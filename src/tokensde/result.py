@@ -21,7 +21,9 @@ class SimResult:
 
     `gram` is `(runs, K, n, n)` at layer indices `checkpoints` `(K,)`; `tokens` `(runs, K, n, d)` when
     recorded (the Gram sampler stores tokens in an n-dimensional isometric frame); `x` is the final
-    state `(runs, n, d)`. All tensors live on the CPU.
+    state `(runs, n, d)`. With norm 'pre' or 'peri' (docs/variants.md §4) `x` and `tokens` are the
+    residual stream, whose norms are the radii, and `gram` is that of its directions `x_i / |x_i|`.
+    All tensors live on the CPU.
     """
 
     params: ModelParams
@@ -60,8 +62,10 @@ class SimResult:
         return np.where(self.decided_at >= 0, self.decided_at * self.grid.dt, np.nan)
 
     def final_gram(self) -> torch.Tensor:
-        """Gram matrices `X X^T` of the final state, `(runs, n, n)`."""
-        return self.x @ self.x.transpose(-1, -2)
+        """Gram matrices `X X^T` of the final state, `(runs, n, n)`; of its directions
+        `x_i / |x_i|` with norm 'pre' or 'peri' (the state is the residual stream)."""
+        u = self.x if self.params.norm == "post" else torch.nn.functional.normalize(self.x, dim=-1)
+        return u @ u.transpose(-1, -2)
 
     def metadata(self) -> dict[str, Any]:
         """Everything needed to reproduce this result (JSON-ready)."""

@@ -52,6 +52,7 @@ class RunStreams:
         if start % RUN_BLOCK or not 0 <= start < stop <= runs:
             raise ValueError(f"run range [{start}, {stop}) must start on a block of {RUN_BLOCK}")
         self.device = torch.device(device)
+        self.seed, self.span = seed, (runs, start, stop)
         self.sizes: list[int] = []
         self.gens: list[torch.Generator] = []
         self.keep: list[torch.Tensor | None] = []
@@ -64,6 +65,11 @@ class RunStreams:
             self.sizes.append(hi - lo)
             self.full.append(hi - lo)
             self.keep.append(None)
+
+    def derived(self, key: int) -> RunStreams:
+        """Independent streams for the same runs (as at construction), of seed
+        `derive_seed(seed, key)`."""
+        return RunStreams(derive_seed(self.seed, key), *self.span, device=self.device)
 
     @property
     def runs(self) -> int:

@@ -87,6 +87,16 @@ def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     if sampler == "fast" and not fast_applicable(p):
         raise ParameterError("sampler='fast' needs noise='matrix' with law='gaussian'; got "
                              f"noise={p.noise!r}, law={p.law!r} (use sampler='full')")
+    if sampler == "gram" and p.heads > 1:
+        raise ParameterError(f"sampler='gram' needs heads = 1 (one common value matrix); got "
+                             f"heads={p.heads} (use sampler='fast' or 'full')")
+    if sampler == "gram" and p.norm != "post":
+        raise ParameterError(f"sampler='gram' needs norm='post' (tokens on the sphere); got "
+                             f"norm={p.norm!r} (use sampler='fast' or 'full')")
+    if sampler == "gram" and p.qk_law.random:
+        raise ParameterError(f"sampler='gram' needs qk='identity' (with random query/key forms "
+                             f"the Gram matrix alone is not simulated); got qk={p.qk!r} (use "
+                             f"sampler='fast' or 'full')")
     if sampler == "gram" and not gram_applicable(p):
         raise ParameterError("sampler='gram' needs Gaussian matrix noise and rotation-invariant "
                              "attention (Q^T K = c I, mean none/identity/a I)")
@@ -94,3 +104,19 @@ def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
 
 
 NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}
+
+
+def noise_sampler(sampler: str, p: ModelParams) -> Sampler:
+    """The sampler `sampler` ('fast' or 'full'); with `heads > 1` it draws each head's noise
+    independently from outputs `(runs, heads, n, d)` and returns `heads^(-1/2) sum_h V_h y^h`."""
+    one = NOISE_SAMPLERS[sampler]
+    if p.heads == 1:
+        return one
+
+    def heads(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+        xi = one(y[:, 0], p, rs)
+        for h in range(1, p.heads):
+            xi.add_(one(y[:, h], p, rs))
+        return xi.mul_(p.heads ** -0.5)
+
+    return heads

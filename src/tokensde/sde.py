@@ -20,7 +20,10 @@ from .params import ModelParams, TimeGrid
 
 def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Tensor:
     """Drift `-P_x Sigma(y) x - tr(P_x Sigma(y)) x / 2` that keeps `|x| = 1` (spec §3), `Sigma` the
-    covariance of the noise law `p.noise_law`."""
+    covariance of the noise law `p.noise_law`; with per-head outputs `y` `(runs, heads, n, d)`,
+    `Sigma = (1/heads) sum_h Sigma(y^h)` and the drift, linear in `Sigma`, is the heads' mean."""
+    if p.heads > 1:
+        return p.noise_law.ito(x.unsqueeze(-3), y).mean(-3)
     return p.noise_law.ito(x, y)
 
 
@@ -50,7 +53,7 @@ def coupled_paths(
 
     `increments(k)` gives the Brownian increments `dW` `(runs, substeps, d, d)` of layer `k` on a
     grid `substeps` times finer. The network uses `V_k = sum(dW) / sqrt(dt)`; the SDE steps on the
-    fine grid. Matrix noise only.
+    fine grid. Matrix noise only; with `heads > 1`, `dW` `(runs, substeps, heads, d, d)`, one per head.
     """
     x_net, x_sde = x0.clone(), x0.clone()
     h = grid.dt / substeps

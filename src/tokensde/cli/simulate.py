@@ -74,6 +74,19 @@ def decision_summary(res: Any) -> dict[str, Any]:
                                                       "t_decided_q90", "run_layers")}}
 
 
+def _model_params(value_init: str | None, law: str | None, sigma: float | None,
+                  **kw: Any) -> ModelParams:
+    """`ModelParams` from the options; `--value-init` sets law and sigma, so it excludes both."""
+    if value_init is None:
+        return ModelParams(law=cast(Law, "gaussian" if law is None else law),
+                           sigma=1.0 if sigma is None else sigma, **kw)
+    given = [f"--{k}" for k, v in (("law", law), ("sigma", sigma)) if v is not None]
+    if given:
+        raise ParameterError(f"--value-init sets the law and sigma; give it without "
+                             f"{' and '.join(given)} (got --value-init {value_init})")
+    return ModelParams.from_preset(value_init, **kw)
+
+
 def _print_table(summary: dict[str, Any]) -> None:
     width = max(map(len, summary))
     for key, value in summary.items():
@@ -88,11 +101,26 @@ def simulate_cmd(
     attention: str = typer.Option("softmax", "--attention", help="softmax | usa."),
     causal: bool = typer.Option(False, "--causal", help="Causal mask (j <= i)."),
     noise: str = typer.Option("matrix", "--noise", help="matrix | scalar | symmetric."),
-    law: str = typer.Option("gaussian", "--law", help="gaussian | uniform (matrix) | rademacher "
-                            "(scalar)."),
-    sigma: float = typer.Option(1.0, "--sigma", help="Noise scale of matrix/symmetric noise."),
+    law: str | None = typer.Option(None, "--law", help="gaussian (default) | uniform (matrix) | "
+                                   "rademacher (scalar)."),
+    sigma: float | None = typer.Option(None, "--sigma", help="Noise scale of matrix/symmetric "
+                                       "noise (default 1)."),
+    value_init: str | None = typer.Option(None, "--value-init", help="Value-init preset pytorch | "
+                                          "gpt2 | gaussian: sets --law and --sigma for --d "
+                                          "(docs/variants.md)."),
     eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale (--noise scalar only; "
                                      "default sigma)."),
+    heads: int = typer.Option(1, "--heads", help="Attention heads (>= 1), each with its own "
+                              "value noise of variance sigma^2/heads (docs/variants.md)."),
+    qk: str = typer.Option("identity", "--qk", help="Query/key law: identity | gaussian | wigner "
+                           "| goe (A = I + s R per head; docs/variants.md)."),
+    qk_scale: float = typer.Option(1.0, "--qk-scale", help="Scale s > 0 of a random --qk law."),
+    qk_redraw: str = typer.Option("run", "--qk-redraw", help="run (forms fixed for a run) | "
+                                  "layer (drawn afresh every layer)."),
+    qk_samples: int = typer.Option(8, "--qk-samples", help="Draws of the --qk law per SDE step "
+                                   "(--scheme sde with --qk-redraw layer)."),
+    norm: str = typer.Option("post", "--norm", help="Normalisation: post (tokens on the sphere) | "
+                             "pre | peri (network only; docs/variants.md)."),
     mean: str = typer.Option("none", "--mean", help="Mean value part M: none | identity | FILE.npy"),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers L."),
     alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (with --layers; "
@@ -132,9 +160,12 @@ def simulate_cmd(
             if path is not None:
                 check_output(path, name)
         # the names as typed: ModelParams checks them
-        p = ModelParams(n=n, d=d, beta=beta, attention=cast(Attention, attention), causal=causal,
-                        noise=cast(Noise, noise), law=cast(Law, law), sigma=sigma, eps=eps,
-                        mean=_name_or_npy("mean", mean, ("none", "identity")))
+        p = _model_params(value_init, law, sigma, n=n, d=d, beta=beta,
+                          attention=cast(Attention, attention), causal=causal,
+                          noise=cast(Noise, noise), eps=eps, heads=heads, qk=qk,
+                          qk_scale=qk_scale, qk_redraw=qk_redraw, qk_samples=qk_samples,
+                          norm=norm,
+                          mean=_name_or_npy("mean", mean, ("none", "identity")))
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
             x0 = _name_or_npy("init", init, ("uniform", "pair"))

@@ -35,7 +35,11 @@ class Streams(Protocol):
 
 
 def apply_matrices(y: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-    """`xi_i = V y_i` for each run: `(runs, n, d)` from `y` `(runs, n, d)` and `V` `(runs, d, d)`."""
+    """`xi_i = V y_i` for each run: `(runs, n, d)` from `y` `(runs, n, d)` and `V` `(runs, d, d)`;
+    with one matrix per head, `xi_i = sum_h V_h y^h_i` from `(runs, heads, n, d)` and
+    `(runs, heads, d, d)`."""
+    if V.dim() == 4:
+        return (y @ V.transpose(-1, -2)).sum(-3)
     return y @ V.transpose(-1, -2)
 
 

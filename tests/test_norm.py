@@ -1,0 +1,128 @@
+"""Normalisation placement (docs/variants.md §4): post (spec §2), pre (attention sees the normalised
+residual stream, which keeps its radius) and peri (the branch output normalised too); network only."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import special
+
+from tokensde import ModelParams, ParameterError, simulate
+from tokensde.samplers import choose_sampler
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [({"norm": "mid"}, "norm must be one of post, pre, peri; got 'mid'"),
+     ({"norm": None}, "norm must be one of post, pre, peri"),
+     ({"norm": "peri", "sigma": 0.0}, "norm must be 'post' or 'pre' when the branch output is "
+      "zero")],
+)
+def test_bad_norm_values_name_the_parameter(kwargs, msg):
+    with pytest.raises(ParameterError, match=msg):
+        ModelParams(n=3, d=4, **kwargs)
+
+
+def test_network_only_and_no_gram_sampler():
+    p = ModelParams(n=2, d=9, norm="pre")
+    with pytest.raises(ParameterError, match="norm='pre' is simulated as a network only"):
+        simulate(p, layers=2, scheme="sde")
+    assert not p.rotation_invariant and choose_sampler(p) == "fast"
+    with pytest.raises(ParameterError, match=r"sampler='gram' needs norm='post'.*got norm='pre'"):
+        choose_sampler(p, "gram")
+    from tokensde.convergence import Problem, coupled_samples
+
+    with pytest.raises(ParameterError, match="convergence needs norm='post'"):
+        coupled_samples(Problem("x", p.with_(norm="peri"), T=1.0), (2,), 4, runs=4)
+
+
+def test_fingerprint_unchanged_for_post():
+    assert "norm" not in ModelParams(n=3, d=4, norm="post").to_dict()
+    p = ModelParams(n=3, d=4, norm="peri")
+    assert p.to_dict()["norm"] == "peri" and ModelParams.from_dict(p.to_dict()).norm == "peri"
+
+
+@pytest.mark.parametrize("sampler", ["fast", "full"])
+def test_one_pre_norm_layer_normalised_is_one_post_norm_layer(sampler):
+    kw = dict(layers=1, alpha=0.3, runs=50, seed=5, sampler=sampler, record=("gram", "tokens"))
+    base = dict(n=4, d=5, beta=2.0, mean="identity", sigma=0.8)
+    post = simulate(ModelParams(**base), **kw)
+    pre = simulate(ModelParams(norm="pre", **base), **kw)
+    torch.testing.assert_close(torch.nn.functional.normalize(pre.x, dim=-1), post.x,
+                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(pre.gram, post.gram, rtol=0, atol=1e-12)
+    assert float(pre.tokens[:, -1].norm(dim=-1).min()) > 0.5  # the residual stream, not unit
+    torch.testing.assert_close(pre.final_gram(), post.final_gram(), rtol=0, atol=1e-12)
+
+
+def test_pre_norm_radius_grows_as_the_noise_variance():
+    # E |h_1|^2 = |x + dt M y|^2 + dt sigma^2 d |y|^2 for one layer from fixed tokens
+    g = np.random.default_rng(0)
+    x0 = g.standard_normal((3, 6))
+    x0 /= np.linalg.norm(x0, axis=-1, keepdims=True)
+    p = ModelParams(n=3, d=6, beta=1.5, norm="pre", sigma=0.7, mean="identity")
+    dt, runs = 0.04, 20_000
+    res = simulate(p, T=dt, dt=dt, runs=runs, init=x0, seed=1, record=("tokens",))
+    from tokensde.layers import attention_output
+
+    x = torch.as_tensor(x0).unsqueeze(0)
+    y = attention_output(x, p)[0]
+    want = ((x[0] + dt * y) ** 2).sum(-1) + dt * 0.49 * 6 * (y * y).sum(-1)
+    got = (res.x ** 2).sum(-1).mean(0)
+    se = (res.x ** 2).sum(-1).std(0) / math.sqrt(runs)
+    assert float(((got - want).abs() / se).max()) < 5
+
+
+def test_peri_norm_increments_have_length_alpha():
+    p = ModelParams(n=3, d=4, beta=2.0, norm="peri", mean="identity", sigma=0.5)
+    res = simulate(p, layers=6, alpha=0.2, runs=20, seed=2, checkpoints=list(range(7)),
+                   record=("gram", "tokens"))
+    steps = (res.tokens[:, 1:] - res.tokens[:, :-1]).norm(dim=-1)
+    torch.testing.assert_close(steps, torch.full_like(steps, 0.2), rtol=0, atol=1e-12)
+    torch.testing.assert_close(res.gram.diagonal(dim1=-2, dim2=-1),
+                               torch.ones(20, 7, 3, dtype=torch.float64))
+
+
+def phi(r: float, d: int) -> float:
+    """`E <g_1/|g_1|, g_2/|g_2|>` for standard Gaussian `g_1, g_2` in R^d, coordinate correlation r
+    (docs/variants.md §4)."""
+    c = math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2))
+    return 2.0 / d * c * c * r * float(special.hyp2f1(0.5, 0.5, d / 2 + 1, r * r))
+
+
+@pytest.mark.parametrize("d", [3, 8])
+def test_peri_norm_noise_correlation_formula(d):
+    # the covariance of the peri-norm limit: E <N(V y_1), N(V y_2)> = phi_d(r), r the correlation
+    # of y_1, y_2; and phi_d(1) = 1, phi_d(r) -> r as d grows
+    assert phi(1.0, d) == pytest.approx(1.0, rel=1e-12)
+    assert phi(0.5, 4000) == pytest.approx(0.5, rel=1e-3)
+    gen = torch.Generator().manual_seed(d)
+    r, runs = 0.6, 200_000
+    g1 = torch.randn(runs, d, dtype=torch.float64, generator=gen)
+    g2 = r * g1 + math.sqrt(1 - r * r) * torch.randn(runs, d, dtype=torch.float64, generator=gen)
+    v = (torch.nn.functional.normalize(g1, dim=-1) * torch.nn.functional.normalize(g2, dim=-1))
+    v = v.sum(-1)
+    assert float(v.mean()) == pytest.approx(phi(r, d), abs=5 * float(v.std()) / math.sqrt(runs))
+
+
+def test_until_decided_on_directions():
+    p = ModelParams(n=2, d=3, beta=3.0, norm="pre")
+    kw = dict(T=3.0, dt=0.05, runs=300, seed=2, batch_size=256)
+    full = simulate(p, checkpoints=list(range(61)), **kw)
+    stopped = simulate(p, until="decided", tol=1e-4, **kw)
+    done = np.flatnonzero(stopped.decided_at >= 0)
+    assert len(done) > 10  # pre-norm slows the directions down (docs/variants.md §4)
+    torch.testing.assert_close(stopped.final_gram()[done],
+                               full.gram[done, stopped.decided_at[done]], rtol=0, atol=1e-13)
+
+
+def test_variants_survive_the_results_file(tmp_path):
+    from tokensde.store import load_result, save_result
+
+    p = ModelParams(n=3, d=4, heads=2, qk="goe", qk_scale=0.5, qk_redraw="layer", qk_samples=3,
+                    norm="pre")
+    res = simulate(p, layers=4, runs=5, seed=1)
+    back = load_result(save_result(res, tmp_path / "r.npz"))
+    assert back.params.to_dict() == p.to_dict()
+    torch.testing.assert_close(back.final_gram(), res.final_gram())
