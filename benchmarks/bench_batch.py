@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 
 import torch
+from _bench import banner, require_at_least
 from bench_gram import time_interleaved
 
-import tokensde
 from tokensde import ModelParams
 from tokensde.gram import recompress
 from tokensde.layers import normalize
@@ -51,15 +50,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     args = ap.parse_args()
-    for name, value, least in (("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
-                               ("--budget", args.budget, 1e-3)):
-        if not value >= least:  # also rejects nan
-            ap.error(f"{name} must be >= {least}; got {value}")
-    torch.set_num_threads(args.threads)
-    load = os.getloadavg()
-    print(f"tokensde {tokensde.__version__}, torch {torch.__version__}, "
-          f"{platform.processor() or platform.machine()}, threads {args.threads}, float64; "
-          f"load average before {load[0]:.2f} (cores: {os.cpu_count()})\n")
+    require_at_least(ap, ("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
+                     ("--budget", args.budget, 1e-3))
+    print(banner(args.threads, "float64"))
     print(f"{'sampler':>7} {'n':>3} {'d':>5} {'new runs':>9} {'new us/rl':>10} "
           f"{'old runs':>9} {'old us/rl':>10} {'old/new':>8}")
     t0 = time.perf_counter()

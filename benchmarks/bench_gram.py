@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 import torch
+from _bench import require_at_least
 
 import tokensde
 from tokensde import ModelParams, TimeGrid
@@ -143,10 +144,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--samplers", default="gram,fast,full")
     args = ap.parse_args()
-    for name, value, least in (("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
-                               ("--budget", args.budget, 1e-3)):
-        if not value >= least:  # also rejects nan
-            ap.error(f"{name} must be >= {least}; got {value}")
+    require_at_least(ap, ("--threads", args.threads, 1), ("--repeats", args.repeats, 1),
+                     ("--budget", args.budget, 1e-3))
     samplers = tuple(args.samplers.split(","))
     if not samplers or set(samplers) - {"gram", "fast", "full"}:
         ap.error(f"--samplers must be a comma-separated subset of gram,fast,full; got {args.samplers}")

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import time
 
 import numpy as np
 import torch
+from _bench import banner, require_at_least
 from bench_gram import time_interleaved
 
-import tokensde
 from tokensde import ModelParams
 from tokensde.layers import normalize
 
@@ -63,17 +62,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.runs, args.budget = min(args.runs, 64), min(args.budget, 0.1)
-    for name, value, least in (("--n", args.n, 1), ("--d", args.d, 2), ("--heads", args.heads, 1),
-                               ("--runs", args.runs, 1), ("--threads", args.threads, 1),
-                               ("--repeats", args.repeats, 1), ("--budget", args.budget, 1e-3)):
-        if not value >= least:  # also rejects nan
-            ap.error(f"{name} must be >= {least}; got {value}")
-    torch.set_num_threads(args.threads)
-    load = os.getloadavg()
-    print(f"tokensde {tokensde.__version__}, torch {torch.__version__}, "
-          f"{platform.processor() or platform.machine()}, threads {args.threads}, float64, "
-          f"network scheme, {args.runs} runs; load average before {load[0]:.2f} "
-          f"(cores: {os.cpu_count()}), nice {os.nice(0)}\n")
+    require_at_least(ap, ("--n", args.n, 1), ("--d", args.d, 2), ("--heads", args.heads, 1),
+                     ("--runs", args.runs, 1), ("--threads", args.threads, 1),
+                     ("--repeats", args.repeats, 1), ("--budget", args.budget, 1e-3))
+    print(banner(args.threads, f"float64, network scheme, {args.runs} runs"))
     print(f"{'n':>3} {'d':>5} {'heads':>5} {'fast us/rl':>11} {'full us/rl':>11} {'full/fast':>10}")
     t0 = time.perf_counter()
     ratio = {}
