@@ -116,7 +116,8 @@ def test_figure_list():
     names = json.loads(res.output)
     assert list(names) == ["phase-diagram", "theory-vs-simulation", "phase-over-d", "decision-times",
                            "trajectories",
-                           "histograms", "multi-token", "convergence", "vit", "vit-depth"]
+                           "histograms", "multi-token", "variants", "convergence", "vit",
+                           "vit-depth"]
 
 
 def test_figure_rejects_unknown_name(tmp_path):

@@ -146,3 +146,25 @@ def test_plot_modules_leave_the_matplotlib_backend_alone():
             "import tokensde.study\n"
             "print(matplotlib.get_backend(), 'matplotlib.pyplot' in sys.modules)")
     assert _python(code, MPLBACKEND="svg") == "svg False"
+
+
+def test_variants_section_labels_every_arm_and_checks_the_spec_model(tmp_path):
+    from tokensde import absorption
+    from tokensde.plots.variants import arm
+
+    _, sections, _ = study.reproduce(tmp_path, "tiny", workers=1, only=["variants"])
+    sec = sections[0]
+    assert sec.status == "ok", sec.note
+    (table,) = sec.tables
+    assert len(table.rows) == 18  # 2 betas x (spec, 4 head counts, redrawn, 3 norms)
+    arms = {r[0] for r in table.rows}
+    assert {"spec model (Q = K = I), H = 1", "goe forms (s = 0.5) fixed per run, H = 8",
+            "goe forms (s = 0.5) redrawn every layer, H = 1", "pre-norm", "peri-norm",
+            "post-norm"} == arms - {f"goe forms (s = 0.5) fixed per run, H = {h}" for h in (1, 2, 4)}
+    spec = [r for r in table.rows if r[0].startswith("spec model")]
+    for r in spec:  # theory at the tolerance, beside the Monte Carlo
+        assert r[8] == pytest.approx(absorption.p_anti_at_tol(r[1], 4, "uniform", 1e-8))
+    assert all(r[8] is None for r in table.rows if not r[0].startswith("spec model"))
+    assert arm({"until": "decided", "heads": float("nan"), "qk": None}) == (
+        "spec model (Q = K = I), H = 1")
+    assert (tmp_path / "figures" / "variants.png").stat().st_size > 20_000

@@ -8,7 +8,7 @@ import time
 import traceback
 
 from ..report import Section
-from . import convergence, multi, phase, trajectories, vit
+from . import convergence, multi, phase, trajectories, variants, vit
 from .context import Context, FigureSpec
 
 FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
@@ -39,6 +39,11 @@ FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
     FigureSpec("multi-token", "Many tokens: outcome probabilities",
                "For n tokens the end states are one cluster or bipolar configurations, with "
                "probabilities that depend on beta, d and n.", multi.multi_data, multi.draw_multi),
+    FigureSpec("variants", "Two tokens under heads, random query/key forms and norm placement",
+               "The antipodal phase of two tokens survives several heads and random query/key "
+               "forms, with a probability that the variant changes; pre- and peri-norm slow "
+               "the approach to the antipode (docs/variants.md).",
+               variants.variants_data, variants.draw_variants),
     FigureSpec("convergence", "Depth limit: the network converges to the SDE",
                "The L-layer network is a consistent scheme for the SDE: weak error O(1/L) "
                "(expected order 1), strong error on a shared Brownian path O(L^-1/2).",

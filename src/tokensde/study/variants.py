@@ -1,0 +1,64 @@
+"""Figure `variants`: two tokens under heads, random query/key forms and normalisation
+placement (docs/variants.md), from the packaged sweep `variants-<size>.toml` (kind
+`multi_token`, n = 2). The spec model's cells are checked against the exact P_anti at the
+tolerance, like the phase grid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..report import Image, Section, Table, interval
+from .context import Context, FigureSpec, SweepRun, run_packaged_sweep
+
+
+def variants_data(ctx: Context) -> tuple[SweepRun, bool]:
+    """Run (or resume) `variants-<size>.toml` under `OUT/sweeps/`."""
+    run = run_packaged_sweep(ctx, (f"variants-{ctx.size}",))
+    return run, run.reused
+
+
+def _theory(r: dict[str, Any]) -> float | None:
+    """Exact P(reach the antipodal tolerance first) for the spec model's absorbing cells."""
+    from .. import absorption
+
+    if r["arm"].startswith("spec model") and r["until"] != "horizon":
+        return float(absorption.p_anti_at_tol(r["beta"], int(r["d"]), "uniform", r["tol"]))
+    return None
+
+
+def draw_variants(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
+    """P(antipodal) per variant against beta, and the norm placements at a fixed horizon."""
+    from ..plots.variants import plot_variants, variant_rows
+    from ..stats import chance_explains
+
+    df = variant_rows(run.table)
+    png = plot_variants(df, ctx.figures / f"{spec.name}.png")
+    rows: list[list[Any]] = []
+    flagged: list[int] = []
+    checked = 0
+    for r in df.to_dict("records"):
+        th = _theory(r)
+        out = th is not None and not r["p_bipolar_lo"] <= th <= r["p_bipolar_hi"]
+        checked += th is not None
+        if out:
+            flagged.append(len(rows))
+        rows.append([r["arm"], r["beta"], int(r["runs"]), r["T"], r["tol"], r["p_bipolar"],
+                     interval(r["p_bipolar_lo"], r["p_bipolar_hi"]), r["p_undecided"], th,
+                     "outside" if out else "", int(r["seed"])])
+    ok = chance_explains(len(flagged), checked) if checked else True
+    table = Table("variants", "Two tokens per variant: P(antipodal) (95 % Wilson) at absorption "
+                  "(tol 1e-8, until decided) or, for the norm placements, within tol of "
+                  "antipodal at the fixed horizon T; the spec model's absorbing cells against the "
+                  "exact probability at the tolerance",
+                  ["variant", "beta", "runs", "T", "tol", "P(antipodal)", "95%", "undecided",
+                   "theory", "interval", "seed"], rows, flagged=flagged)
+    note = (f"{len(flagged)} of {checked} spec-model intervals exclude the theory "
+            f"({'explained by chance' if ok else 'MORE THAN CHANCE EXPLAINS'}). The variants "
+            "have no exact two-token theory yet; pre- and peri-norm never reach a 1e-8 "
+            "tolerance, so they are compared at a fixed horizon.")
+    return Section(spec.name, spec.title, spec.claim, status="ok" if ok else "disagrees",
+                   note=note, tables=[table],
+                   images=[Image(png, "P(antipodal) against beta per model variant.")],
+                   provenance={"reused": reused, "sweep": str(run.config), "dir": str(run.dir),
+                               "sweep_wall_s": round(run.wall_s, 1),
+                               "command": run.command(ctx.workers)})
