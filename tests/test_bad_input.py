@@ -111,6 +111,21 @@ def test_sizes_too_large_name_the_memory_needed(extra):
                "lower runs, n, d or checkpoints")
 
 
+def test_gram_sampler_from_a_uniform_start_is_not_refused_for_a_huge_d():
+    """The Gram sampler from a uniform start holds nothing of size d (issue 13), so the memory
+    bound must not count d; from a given pair it does hold d-vectors, and is refused."""
+    from tokensde import ModelParams, ParameterError, simulate
+
+    p = ModelParams(n=8, d=10**9)
+    res = simulate(p, layers=3, runs=2000, sampler="gram", seed=0)
+    assert res.gram.shape == (2000, 2, 8, 8)  # start and end
+    assert torch.allclose(torch.diagonal(res.gram, dim1=-2, dim2=-1), torch.ones(2000, 2, 8,
+                                                                                dtype=res.gram.dtype))
+    with pytest.raises(ParameterError, match="needs at least"):
+        simulate(ModelParams(n=2, d=10**9), layers=3, runs=2000, sampler="gram", init="pair",
+                 rho0=0.5)
+
+
 @pytest.fixture
 def paths(tmp_path):
     """A directory, and a file with content that must survive."""

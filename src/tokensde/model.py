@@ -86,10 +86,11 @@ def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> 
 
 def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | torch.device,
                dtype: str | torch.dtype, checkpoints: Any, record: Sequence[str],
-               progress: Any) -> None:
+               progress: Any, init: Any = "uniform") -> None:
     """The checks of `simulate` that come before any work: argument types, USA beta for the
     dtype, and a lower bound on the memory the run needs (kept records + one block of layer
-    workspace) against the machine's."""
+    workspace) against the machine's; the Gram sampler from a uniform start holds nothing of
+    size d."""
     if not isinstance(params, ModelParams):
         raise TypeError(f"params must be a ModelParams (e.g. ModelParams(**d)); got "
                         f"{type(params).__name__}")
@@ -105,7 +106,8 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
     params.attention_kind.check_dtype(name)
     k = len(resolve_checkpoints(checkpoints, grid.steps))
     used = choose_sampler(params, sampler)
-    n, d = params.n, params.d
+    n = params.n
+    d = n if used == "gram" and isinstance(init, str) and init == "uniform" else params.d
     kept = runs * (n * d + k * n * n * ("gram" in record)
                    + k * n * (n if used == "gram" else d) * ("tokens" in record))
     layer = min(runs, RUN_BLOCK) * (4 * n * d + n * n + (d * d if used == "full" else
@@ -117,7 +119,7 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
         if need * size > have:
             raise ParameterError(
                 f"this simulation needs at least {need * size / 2**30:.3g} GiB of {where} memory "
-                f"({runs} runs, n = {n}, d = {d}, {k} checkpoints, sampler {used}, {name}), more "
+                f"({runs} runs, n = {n}, d = {params.d}, {k} checkpoints, sampler {used}, {name}), more "
                 f"than the {have / 2**30:.3g} GiB there: lower runs, n, d or checkpoints")
 
 
@@ -317,7 +319,7 @@ def simulate(
     A run's numbers up to its decision are those of the fixed-horizon run with the same seed.
     """
     grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt)
-    _check_call(params, grid, runs, sampler, device, dtype, checkpoints, record, progress)
+    _check_call(params, grid, runs, sampler, device, dtype, checkpoints, record, progress, init)
     runs = check_int("runs", runs, 1)
     seed = check_int("seed", seed, 0)
     if scheme not in SCHEMES:
