@@ -107,11 +107,12 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
     k = len(resolve_checkpoints(checkpoints, grid.steps))
     used = choose_sampler(params, sampler)
     n = params.n
-    d = n if used == "gram" and isinstance(init, str) and init == "uniform" else params.d
-    kept = runs * (n * d + k * n * n * ("gram" in record)
-                   + k * n * (n if used == "gram" else d) * ("tokens" in record))
-    layer = min(runs, RUN_BLOCK) * (4 * n * d + n * n + (d * d if used == "full" else
-                                                         2 * n * max(n, d)))
+    # the width of what is held: the Gram sampler from a uniform start never holds size d
+    w = n if used == "gram" and isinstance(init, str) and init == "uniform" else params.d
+    kept = runs * (n * w + k * n * n * ("gram" in record)
+                   + k * n * (n if used == "gram" else w) * ("tokens" in record))
+    layer = min(runs, RUN_BLOCK) * (4 * n * w + n * n + (w * w if used == "full" else
+                                                         2 * n * max(n, w)))
     size = torch.finfo(tdtype).bits // 8
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for need, where in ((kept + layer, "cpu"), (layer, dev.type)):

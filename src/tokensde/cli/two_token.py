@@ -180,9 +180,10 @@ def grid_cmd(
     (every finished cell saved; the same command resumes), then the phase diagram drawn from
     the sweep's table. Prints the table's path and the figure's."""
     from ..phase_grid import grid_config
+    from ..plots.multi import load
     from ..plots.phase import plot_phase_diagram
     from ..store import check_output
-    from ..sweep import SweepDir, read_table
+    from ..sweep import SweepDir
     from .sweep import run_resumable
 
     with user_errors():
@@ -190,9 +191,8 @@ def grid_cmd(
         cfg = grid_config(_numbers("--betas", betas, float), _numbers("--ds", ds, int), rho0,
                           runs=runs, T=time, seed=seed, engine=engine)
         run_resumable(cfg, out_dir, workers, quiet=quiet)
-        df = read_table(out_dir)
         typer.echo(str(SweepDir(out_dir).table_path))
-        typer.echo(str(plot_phase_diagram(df[df["status"] == "ok"], out)))
+        typer.echo(str(plot_phase_diagram(load(out_dir), out)))
 
 
 @two_token_app.command("hybrid")

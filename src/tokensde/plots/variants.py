@@ -54,7 +54,7 @@ def _panel(ax: Any, rows: pd.DataFrame) -> None:
 def plot_variants(df: pd.DataFrame, path: str | Path) -> Path:
     """Left: P(antipodal) at absorption per variant with the spec model's exact curve; right:
     near-antipodal fraction at a fixed horizon for post-, pre- and peri-norm (95 % Wilson)."""
-    rows = variant_rows(df)
+    rows = df if "arm" in df.columns else variant_rows(df)
     absorbed, horizon = rows[rows["until"] != "horizon"], rows[rows["until"] == "horizon"]
     d = int(rows["d"].iloc[0])
     with styled():

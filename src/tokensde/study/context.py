@@ -160,13 +160,13 @@ class SweepRun:
 def run_packaged_sweep(ctx: Context, names: tuple[str, ...]) -> SweepRun:
     """Run (or resume) the first sweep file of `names` (`sweep_file`) into `OUT/sweeps/<stem>/`
     on `ctx.workers` processes; its finished cells are reused."""
-    from ..sweep import read_table, run_sweep
+    from ..plots.multi import load
+    from ..sweep import run_sweep
 
     cfg = sweep_file(names)
     out = ctx.out / "sweeps" / cfg.stem
     ctx.log(f"sweep {cfg.name} -> {out}")
     t0 = time.perf_counter()
     summary = run_sweep(cfg, out, workers=ctx.workers)
-    df = read_table(out)
     return SweepRun(cfg, out, summary, time.perf_counter() - t0,
-                    df[df["status"] == "ok"].reset_index(drop=True))
+                    load(out).reset_index(drop=True))
