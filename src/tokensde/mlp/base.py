@@ -1,0 +1,90 @@
+"""The MLP-block strategy: a random two-layer MLP `W_2 phi(W_1 x)` added to every layer (docs/variants.md §5).
+
+An activation is an `Activation` subclass in a module of its own that registers itself with
+`@MLPS.register`; `ModelParams(mlp=...)` selects it by `name`. `W_1` (`m x d`) has standard
+Gaussian entries, so a unit token's pre-activations are standard normal; `W_2` (`d x m`) has
+Gaussian entries of variance `mlp_sigma^2 / (m kappa(1))`, so a unit token's MLP output has
+variance `mlp_sigma^2` per coordinate. Both are drawn afresh every layer, shared by the tokens.
+Given the tokens, the outputs of two tokens then have cross-covariance
+`mlp_sigma^2 khat(<x_i, x_j>) I` for every width `m`, with `khat = kappa / kappa(1)` and
+
+    kappa(rho) = E[phi(u) phi(v)],   (u, v) standard normal with correlation rho,
+
+the dual kernel of `phi`. Nothing here imports torch at run time.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from ..registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Activation(ABC):
+    """The activation `phi` of the MLP block, with its normalised dual kernel `khat`.
+
+    A subclass sets `name` and `second_moment` (`kappa(1) = E phi(u)^2`) and defines `__call__`
+    (torch), `kernel` (numpy) and `kernel_t` (torch).
+    """
+
+    name: ClassVar[str]
+    active: ClassVar[bool] = True
+    second_moment: ClassVar[float]
+
+    @abstractmethod
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        """`phi(z)` entry-wise."""
+
+    @abstractmethod
+    def kernel(self, rho: np.ndarray) -> np.ndarray:
+        """`khat(rho) = E[phi(u) phi(v)] / E[phi(u)^2]` for correlations `rho` in [-1, 1]."""
+
+    def kernel_t(self, rho: torch.Tensor) -> torch.Tensor:
+        """`khat` on a tensor (the SDE's noise covariance); tabulated unless overridden."""
+        grid, table = self._table()
+        pos = (rho.clamp(-1.0, 1.0) + 1.0) * ((len(grid) - 1) / 2.0)
+        lo = pos.floor().clamp(max=len(grid) - 2)
+        t = rho.new_tensor(table)
+        i = lo.long()
+        w = pos - lo
+        return t[i] * (1.0 - w) + t[i + 1] * w
+
+    def _table(self) -> tuple[np.ndarray, np.ndarray]:
+        cached = type(self).__dict__.get("_cache")
+        if cached is None:
+            grid = np.linspace(-1.0, 1.0, TABLE_POINTS)
+            cached = (grid, self.kernel(grid))
+            type.__setattr__(type(self), "_cache", cached)
+        return cached
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+TABLE_POINTS = 4097  # linear interpolation error <= h^2 max|khat''| / 8 ~ 3e-8 for a smooth phi
+
+
+class NoMLP(Activation):
+    """No MLP block (the model of spec §2)."""
+
+    name = "none"
+    active = False
+    second_moment = 0.0
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        """Never called: there is no block."""
+        raise NotImplementedError("mlp='none' has no activation")
+
+    def kernel(self, rho: np.ndarray) -> np.ndarray:
+        """Zero: no MLP noise."""
+        return np.zeros_like(np.asarray(rho, dtype=float))
+
+
+MLPS: Registry[Activation] = Registry("mlp")
+MLPS.register(NoMLP)
