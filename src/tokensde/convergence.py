@@ -31,11 +31,11 @@ import torch
 from scipy import stats as _st
 
 from .clusters import upper_pairs
-from .layers import attention_output, network_step
-from .model import QK_STREAM, initial_tokens, qk_draws, scheme_params
+from .layers import attention_output, mlp_input, mlp_step, network_step
+from .model import MLP_STREAM, QK_STREAM, initial_tokens, qk_draws, scheme_params
 from .params import ModelParams, ParameterError, check_int
 from .rng import RUN_BLOCK, RunStreams, derive_seed
-from .samplers import apply_matrices
+from .samplers import apply_matrices, gram_factor, mlp_noise_sde, mlp_scale
 from .sde import sde_step
 from .store import check_meta, header
 
@@ -157,6 +157,7 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
                    on_step: Callable[[int, dict[tuple[str, int], torch.Tensor], torch.Tensor],
                                      None] | None = None,
                    qk_rs: RunStreams | None = None,
+                   mlp_rs: RunStreams | None = None,
                    ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
     """Final states `(runs, n, d)` of every (law, level) network, of the SDE on the fine grid
     (`ref_steps` steps over `[0, T]`) and of the SDE on the grid twice as coarse, all driven by one
@@ -171,6 +172,13 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
     `h` at the first fine step of the layer (the SDE twice as coarse: the draws of its first fine
     step). Each scheme then still sees forms independent over its steps and of the noise, and the
     shared draws keep the schemes close (common random numbers).
+
+    An MLP block (docs/variants.md §5) draws from `mlp_rs`: fine step `j` of the SDE drives its
+    kernel noise `mlp_sigma C_K(x) Z^m_j` by standard normals `Z^m_j` `(n, d)`; a network's layer
+    draws its hidden pre-activations afresh and drives the block's output `s C_H Z` (the exact
+    fast form, `tokensde.samplers.mlp_noise_fast`) by the sum of the `Z^m_j` of its fine steps
+    over `sqrt(k)`: one Gaussian path for both, coupled as far as `s^2 H H^T` is close to
+    `mlp_sigma^2 khat(X X^T)`.
 
     `on_step(j, nets, fine)` is called after fine step `j` (every network has then done the
     layers that end at or before `j h`)."""
@@ -198,36 +206,58 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
         g = f.unflatten(1, (p.heads, m))[:, :, 0]
         return g[:, 0] if p.heads == 1 else g
 
+    mlp = p.mlp_block.active
+    if mlp and mlp_rs is None:
+        raise ParameterError(f"mlp={p.mlp!r} needs the streams of its weights (mlp_rs)")
+
+    def mlp_sde(x: torch.Tensor, z: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
+        return xi if not mlp else xi.add_(mlp_noise_sde(x, ps, z))
+
     fine, half = x0.clone(), x0.clone()
     nets = {(law, L): x0.clone() for law in laws for L in levels}
     # one running sum of fine increments per coarse grid: the half-fine SDE and each level
     grids = [(None, 2), *((L, ref_steps // L) for L in levels)]
     acc = [torch.zeros(x0.shape[0], *shape, dtype=x0.dtype) for _ in grids]
+    acc_m = [torch.zeros(x0.shape[0], p.n, d, dtype=x0.dtype) for _ in grids]
     started: dict[int | None, torch.Tensor | None] = {}  # forms at each grid's step start
+    zm = torch.zeros(x0.shape[0], p.n, d, dtype=x0.dtype)
     for j in range(1, ref_steps + 1):
         dw = sig * math.sqrt(h) * rs.normal(*shape, dtype=x0.dtype)
+        if mlp_rs is not None and mlp:
+            zm = mlp_rs.normal(p.n, d, dtype=x0.dtype)
         f = None if draws is None else draws.next()
         y = attention_output(fine, ps, f)
-        fine = sde_step(fine, y, apply_matrices(y, sde_paths(dw) / math.sqrt(h)), ps, h)
-        for (L, k), a in zip(grids, acc, strict=True):
+        xi = mlp_sde(fine, zm, apply_matrices(y, sde_paths(dw) / math.sqrt(h)))
+        fine = sde_step(fine, y, xi, ps, h)
+        for (L, k), a, am in zip(grids, acc, acc_m, strict=True):
             if (j - 1) % k == 0:
                 started[L] = f
             a += dw
+            am += zm
             if j % k:
                 continue
             if L is None:
                 y = attention_output(half, ps, started[L])
                 v = sde_paths(a) / math.sqrt(k * h)
-                half = sde_step(half, y, apply_matrices(y, v), ps, k * h)
+                xi = mlp_sde(half, am / math.sqrt(k), apply_matrices(y, v))
+                half = sde_step(half, y, xi, ps, k * h)
             else:
                 v_gauss = net_paths(a) / math.sqrt(k * h)
                 g = head_forms(started[L])
+                pre = None if not mlp or mlp_rs is None else mlp_rs.normal(
+                    p.n, p.mlp_hidden, dtype=x0.dtype)
                 for law in laws:
                     v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, sig_net)
                     x = nets[law, L]
                     y = attention_output(x, p, g)
-                    nets[law, L] = network_step(x, y, apply_matrices(y, v), p, k * h)
+                    x = network_step(x, y, apply_matrices(y, v), p, k * h)
+                    if pre is not None:
+                        hid = p.mlp_block(gram_factor(mlp_input(x, p)) @ pre)
+                        xi = (gram_factor(hid) @ am).mul_(mlp_scale(p) / math.sqrt(k))
+                        x = mlp_step(x, xi, p, k * h)
+                    nets[law, L] = x
             a.zero_()
+            am.zero_()
         if on_step is not None:
             on_step(j, nets, fine)
         if progress is not None:
@@ -296,7 +326,7 @@ def coupled_samples(
 
         rs = RunStreams(seed, runs, lo, hi)
         nets, fine, half = coupled_states(x0, p, problem.T, lv, ref_steps, rs, laws, progress,
-                                          on_step, rs.derived(QK_STREAM))
+                                          on_step, rs.derived(QK_STREAM), rs.derived(MLP_STREAM))
         for s, f in enumerate(fns):
             ref_f[s, cols] = f(fine, x0).numpy()
             ref_h[s, cols] = f(half, x0).numpy()

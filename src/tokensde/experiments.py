@@ -28,6 +28,7 @@ import numpy as np
 
 from . import clusters
 from .attention import ATTENTION_KINDS
+from .mlp import MLPS
 from .params import NORMS, ParameterError, check_choice, check_int, check_real
 from .qk import QK_LAWS, QK_REDRAWS
 from .stats import censored_quantiles, wilson
@@ -272,6 +273,9 @@ VARIANTS: dict[str, Param] = {
     "qk_scale": real(0.0, 1.0, strict=True, doc="scale s of a random qk law"),
     "qk_redraw": choice(QK_REDRAWS, "run", "run: forms fixed per run; layer: redrawn every layer"),
     "norm": choice(NORMS, "post", "normalisation placement post | pre | peri (docs/variants.md §4)"),
+    "mlp": Param(lambda k, v: MLPS.check(v, k), "none",
+                 "random MLP block: none | relu | gelu (docs/variants.md §5)"),
+    "mlp_sigma": real(0.0, 1.0, doc="output scale of the MLP block (per coordinate, unit token)"),
 }
 
 

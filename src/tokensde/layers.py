@@ -122,3 +122,17 @@ def peri_norm_step(
 
 
 NORM_STEPS = {"post": network_step, "pre": residual_step, "peri": peri_norm_step}
+
+
+def mlp_input(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
+    """What the MLP block sees: the tokens (post-norm) or the normalised residual stream."""
+    return x if p.norm == "post" else normalize(x)
+
+
+def mlp_step(x: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float) -> torch.Tensor:
+    """The MLP sublayer after attention, with block output `xi = W_2 phi(W_1 u)`:
+    `N(x + sqrt(dt) xi)` (post), `x + sqrt(dt) xi` (pre), `x + sqrt(dt) N(xi)` (peri)."""
+    if p.norm == "peri":
+        return x + dt**0.5 * normalize(xi)
+    z = x + dt**0.5 * xi
+    return normalize_(z) if p.norm == "post" else z

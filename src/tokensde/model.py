@@ -21,13 +21,13 @@ import torch
 
 from .clusters import check_tol
 from .gram import run_batch_gram, uniform_frame
-from .layers import NORM_STEPS, attention_output, network_step, normalize
+from .layers import NORM_STEPS, attention_output, mlp_input, mlp_step, network_step, normalize
 from .loop import Progress, Stop, march
 from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from .qk import QKDraws
 from .result import SimResult
 from .rng import RUN_BLOCK, RunStreams
-from .samplers import choose_sampler, noise_sampler
+from .samplers import choose_sampler, mlp_sampler, noise_sampler
 from .sde import sde_step
 
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
@@ -36,6 +36,7 @@ DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.flo
 BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
 CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
 QK_STREAM = 0x514B  # `derive_seed` key of the streams of random query/key forms
+MLP_STREAM = 0x4D4C50  # `derive_seed` key of the streams of the MLP blocks' weights
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -112,7 +113,7 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
     kept = runs * (n * w + k * n * n * ("gram" in record)
                    + k * n * (n if used == "gram" else w) * ("tokens" in record))
     layer = min(runs, RUN_BLOCK) * (4 * n * w + n * n + (w * w if used == "full" else
-                                                         2 * n * max(n, w)))
+                                                         2 * n * max(n, w)) + _mlp_width(params, used))
     size = torch.finfo(tdtype).bits // 8
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for need, where in ((kept + layer, "cpu"), (layer, dev.type)):
@@ -181,6 +182,14 @@ def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str
     return "array"
 
 
+def _mlp_width(p: ModelParams, sampler: str) -> int:
+    """Per-run size of the MLP block's largest draw: both weight matrices (`full`) or the hidden
+    units' pre-activations (`fast`); 0 without a block."""
+    if not p.mlp_block.active:
+        return 0
+    return 2 * p.mlp_hidden * p.d if sampler == "full" else 2 * p.n * p.mlp_hidden
+
+
 def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
                   device: torch.device | str = "cpu") -> int:
     """Runs per batch: all of them unless a batch passes the memory budget, else whole blocks.
@@ -194,6 +203,7 @@ def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
     width = {"full": d * d, "fast": n * max(n, d), "gram": 2 * n * n}[sampler]
     if p.qk_law.random:  # the drawn query/key forms, one d x d per head
         width = max(width, p.heads * d * d)
+    width = max(width, _mlp_width(p, sampler))
     if torch.device(device).type == "cuda":
         per_run, budget = (width + n * d) * 4 + 2 * n * n, BATCH_BYTES
     else:
@@ -234,20 +244,30 @@ def run_batch(
     progress: Progress | None = None,
     stop: Stop | None = None,
     forms: QKDraws | None = None,
+    mlp_rs: RunStreams | None = None,
 ) -> torch.Tensor:
     """Advance one batch `x` `(runs, n, d)` through `grid.steps` layers, calling `record(c, x)` at
     checkpoint number `c`; return the final state (see `march` for `stop`). `forms`: the random
-    query/key forms (`qk_draws`), needed when `p.qk` is a random law."""
+    query/key forms (`qk_draws`), needed when `p.qk` is a random law; `mlp_rs`: the streams of
+    the MLP blocks (`rs.derived(MLP_STREAM)`), needed when `p.mlp` is not 'none'."""
     q = scheme_params(p, scheme)
     step = SCHEMES[scheme] if p.norm == "post" else NORM_STEPS[p.norm]
     noise = noise_sampler(sampler, q)
     silent = p.noise_scale == 0.0
     inputs = (lambda t: t) if p.norm == "post" else normalize  # what attention sees
+    block = mlp_sampler(sampler, scheme) if p.mlp_block.active else None
+    if block is not None and mlp_rs is None:
+        raise ParameterError(f"mlp={p.mlp!r} draws MLP weights: pass their streams (mlp_rs)")
 
     def layer(xk: torch.Tensor) -> torch.Tensor:
         y = attention_output(inputs(xk), q, None if forms is None else forms.next())
         xi = torch.zeros_like(xk) if silent else noise(y, q, rs)
-        return step(xk, y, xi, q, grid.dt)
+        if block is None or mlp_rs is None:
+            return step(xk, y, xi, q, grid.dt)
+        if scheme == "sde":  # the limit: one step with both noises (docs/variants.md §5)
+            return step(xk, y, xi.add_(block(xk, q, mlp_rs)), q, grid.dt)
+        xk = step(xk, y, xi, q, grid.dt)
+        return mlp_step(xk, block(mlp_input(xk, q), q, mlp_rs), q, grid.dt)
 
     return march(x, grid.steps, layer, checkpoints, record, progress, stop=stop)
 
@@ -370,14 +390,15 @@ def simulate(
                 toks[at, c] = xc.cpu()
 
         forms = qk_draws(params, scheme, rs, tdtype)
-        retain = rs.retain if forms is None else _both(rs.retain, forms.retain)
+        mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
+        retain = _both(rs.retain, *(f.retain for f in (forms, mlp_rs) if f is not None))
         halt = None if stopping is None else Stop(*stopping, stop - start, retain,
                                                   directions=params.norm != "post")
         if used == "gram":
             xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt)
         else:
             xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt,
-                           forms=forms)
+                           forms=forms, mlp_rs=mlp_rs)
         if halt is not None:
             layer_of[start:stop] = halt.layer
             if progress is not None:  # the layers that decided runs did not need

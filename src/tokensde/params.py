@@ -16,6 +16,7 @@ import numpy as np
 from .attention import ATTENTION_KINDS, AttentionKind
 from .checks import ParameterError, check_choice, check_int, check_real, real_array
 from .checks import require as _require
+from .mlp import MLPS, Activation
 from .noise import NOISE_LAWS, NoiseLaw
 from .qk import QK_LAWS, QKLaw
 from .qk.base import QK_SAMPLES
@@ -26,6 +27,7 @@ Attention = Literal["softmax", "usa"]
 Noise = Literal["matrix", "scalar", "symmetric"]
 Law = Literal["gaussian", "uniform", "rademacher"]
 NORMS: tuple[str, ...] = ("post", "pre", "peri")  # where the layer normalises (docs/variants.md §4)
+MLP_WIDTH_FACTOR = 4  # default hidden width of the MLP block: 4 d, as in most Transformers
 
 
 def _matrix(name: str, value: Any, d: int, heads: int = 1) -> np.ndarray | None:
@@ -111,10 +113,14 @@ class ModelParams:
     qk_redraw: str = "run"
     qk_samples: int = QK_SAMPLES
     norm: str = "post"
+    mlp: str = "none"
+    mlp_sigma: float = 1.0
+    mlp_width: int | None = None
     M: np.ndarray | None = field(init=False, repr=False)
     _noise_law: NoiseLaw = field(init=False, repr=False)
     _attention_kind: AttentionKind = field(init=False, repr=False)
     _qk_law: QKLaw = field(init=False, repr=False)
+    _mlp_block: Activation = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -144,9 +150,28 @@ class ModelParams:
             set_(self, name, value)
         set_(self, "norm", check_choice("norm", self.norm, NORMS))
         set_(self, "M", self._mean_matrix())
+        self._check_mlp()
         _require(self.norm != "peri" or self.M is not None or law.scale > 0, "norm",
                  "'post' or 'pre' when the branch output is zero (sigma = 0 and mean='none': "
                  "peri-norm cannot normalise it)", self.norm)
+
+    def _check_mlp(self) -> None:
+        block = MLPS.get(self.mlp)()
+        object.__setattr__(self, "_mlp_block", block)
+        sigma = check_real("mlp_sigma", self.mlp_sigma, 0.0)
+        width = None if self.mlp_width is None else check_int("mlp_width", self.mlp_width, 1)
+        object.__setattr__(self, "mlp_sigma", sigma)
+        object.__setattr__(self, "mlp_width", width)
+        _require(not (block.active and self.norm == "peri" and sigma == 0), "mlp_sigma",
+                 "> 0 with norm='peri' (peri-norm normalises the block output)", sigma)
+        if not block.active:
+            given = [(k, v) for k, v, default in (("mlp_sigma", sigma, 1.0),
+                                                  ("mlp_width", width, None)) if v != default]
+            if given:
+                active = ", ".join(n for n in MLPS.names() if n != "none")
+                raise ParameterError(f"{given[0][0]} is used only with an MLP block (mlp = "
+                                     f"{active}); got {given[0][0]}={given[0][1]!r} with "
+                                     "mlp='none'")
 
     def _mean_matrix(self) -> np.ndarray | None:
         if isinstance(self.mean, str):
@@ -172,6 +197,17 @@ class ModelParams:
         return self._qk_law
 
     @property
+    def mlp_block(self) -> Activation:
+        """The activation of the MLP block (`tokensde.mlp`); `mlp_block.active` is False for
+        'none'."""
+        return self._mlp_block
+
+    @property
+    def mlp_hidden(self) -> int:
+        """Hidden width `m` of the MLP block: `mlp_width`, or `4 d` when not given."""
+        return MLP_WIDTH_FACTOR * self.d if self.mlp_width is None else self.mlp_width
+
+    @property
     def noise_scale(self) -> float:
         """Standard deviation scale of the layer noise: `eps` for scalar noise, else `sigma`."""
         return self._noise_law.scale
@@ -185,7 +221,7 @@ class ModelParams:
     def rotation_invariant(self) -> bool:
         """True when Q^T K = c I and M = a I (and the noise law and attention kind allow the
         Gram-space sampler, as Gaussian matrix noise does): the Gram matrix is then Markov."""
-        if self.heads > 1 or self._qk_law.random or self.norm != "post":
+        if self.heads > 1 or self._qk_law.random or self.norm != "post" or self._mlp_block.active:
             return False
         qk = self.qk_matrix()
         iso_qk = qk is None or _is_scaled_identity(qk)
@@ -240,7 +276,8 @@ class ModelParams:
         return cls(**data)
 
 
-_VARIANTS = ("heads", "qk", "qk_scale", "qk_redraw", "qk_samples", "norm")  # in to_dict when not default
+_VARIANTS = ("heads", "qk", "qk_scale", "qk_redraw", "qk_samples", "norm", "mlp", "mlp_sigma",
+             "mlp_width")  # in to_dict when not default
 
 
 def _is_scaled_identity(a: np.ndarray, tol: float = 1e-12) -> bool:

@@ -93,6 +93,9 @@ def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     if sampler == "gram" and p.norm != "post":
         raise ParameterError(f"sampler='gram' needs norm='post' (tokens on the sphere); got "
                              f"norm={p.norm!r} (use sampler='fast' or 'full')")
+    if sampler == "gram" and p.mlp_block.active:
+        raise ParameterError(f"sampler='gram' needs mlp='none' (the Gram sampler has no MLP "
+                             f"block); got mlp={p.mlp!r} (use sampler='fast' or 'full')")
     if sampler == "gram" and p.qk_law.random:
         raise ParameterError(f"sampler='gram' needs qk='identity' (with random query/key forms "
                              f"the Gram matrix alone is not simulated); got qk={p.qk!r} (use "
@@ -104,6 +107,57 @@ def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
 
 
 NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}
+
+
+def psd_factor(k: torch.Tensor) -> torch.Tensor:
+    """`C` with `C C^T = K` for positive semi-definite `K` `(runs, n, n)`: Cholesky where it
+    succeeds, the symmetric square root (negative rounding eigenvalues set to 0) where not."""
+    c, info = torch.linalg.cholesky_ex(k)
+    bad = info != 0
+    if bool(bad.any()):
+        w, u = torch.linalg.eigh(k[bad])
+        c[bad] = (u * w.clamp(min=0.0).sqrt().unsqueeze(-2)) @ u.transpose(-1, -2)
+    return c
+
+
+def mlp_scale(p: ModelParams) -> float:
+    """Entry standard deviation of `W_2`: `mlp_sigma / sqrt(m kappa(1))`."""
+    return p.mlp_sigma / (p.mlp_hidden * p.mlp_block.second_moment) ** 0.5
+
+
+def mlp_noise_full(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """MLP output `W_2 phi(W_1 x_i)` `(runs, n, d)` with both weight matrices drawn (docs/variants.md §5)."""
+    w1 = rs.normal(p.mlp_hidden, p.d, dtype=x.dtype)
+    h = p.mlp_block(x @ w1.transpose(-1, -2))
+    w2 = rs.normal(p.d, p.mlp_hidden, dtype=x.dtype)
+    return (h @ w2.transpose(-1, -2)).mul_(mlp_scale(p))
+
+
+def mlp_noise_fast(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """The same law without d-sized weights: the pre-activations `W_1 x_i` of the `m` hidden
+    units are independent `N(0, X X^T)` vectors over the tokens, and given `H = phi(W_1 X^T)^T`
+    the output is `s C Z`, `C C^T = H H^T`, `Z` standard normal `(n, d)`."""
+    z = gram_factor(x) @ rs.normal(p.n, p.mlp_hidden, dtype=x.dtype)
+    h = p.mlp_block(z)
+    return (gram_factor(h) @ rs.normal(p.n, p.d, dtype=x.dtype)).mul_(mlp_scale(p))
+
+
+def mlp_noise_sde(x: torch.Tensor, p: ModelParams, rs: RunStreams | torch.Tensor
+                  ) -> torch.Tensor:
+    """The depth limit's MLP noise: Gaussian with cross-covariance `mlp_sigma^2 khat(<x_i, x_j>) I`,
+    drawn as `mlp_sigma C Z`, `C C^T = khat(X X^T)`; `rs` draws `Z`, or is `Z` `(runs, n, d)`."""
+    k = p.mlp_block.kernel_t(x @ x.transpose(-1, -2))
+    z = rs if isinstance(rs, torch.Tensor) else rs.normal(p.n, p.d, dtype=x.dtype)
+    return (psd_factor(k) @ z).mul_(p.mlp_sigma)
+
+
+MLP_SAMPLERS: dict[str, Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]] = {
+    "fast": mlp_noise_fast, "full": mlp_noise_full, "sde": mlp_noise_sde}
+
+
+def mlp_sampler(sampler: str, scheme: str) -> Sampler:
+    """The MLP-block noise of `scheme` ('sde': the kernel limit) with `sampler` ('fast', 'full')."""
+    return MLP_SAMPLERS["sde" if scheme == "sde" else sampler]
 
 
 def noise_sampler(sampler: str, p: ModelParams) -> Sampler:

@@ -21,10 +21,12 @@ from .params import ModelParams, TimeGrid
 def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Tensor:
     """Drift `-P_x Sigma(y) x - tr(P_x Sigma(y)) x / 2` that keeps `|x| = 1` (spec §3), `Sigma` the
     covariance of the noise law `p.noise_law`; with per-head outputs `y` `(runs, heads, n, d)`,
-    `Sigma = (1/heads) sum_h Sigma(y^h)` and the drift, linear in `Sigma`, is the heads' mean."""
-    if p.heads > 1:
-        return p.noise_law.ito(x.unsqueeze(-3), y).mean(-3)
-    return p.noise_law.ito(x, y)
+    `Sigma = (1/heads) sum_h Sigma(y^h)` and the drift, linear in `Sigma`, is the heads' mean.
+    An MLP block adds `-(d-1)/2 mlp_sigma^2 x` (its noise has covariance `mlp_sigma^2 I` at `x`)."""
+    ito = p.noise_law.ito(x.unsqueeze(-3), y).mean(-3) if p.heads > 1 else p.noise_law.ito(x, y)
+    if p.mlp_block.active:
+        ito = ito - 0.5 * (p.d - 1) * p.mlp_sigma**2 * x
+    return ito
 
 
 def sde_step(

@@ -121,6 +121,12 @@ def simulate_cmd(
                                    "(--scheme sde with --qk-redraw layer)."),
     norm: str = typer.Option("post", "--norm", help="Normalisation: post (tokens on the sphere) | "
                              "pre | peri (network only; docs/variants.md)."),
+    mlp: str = typer.Option("none", "--mlp", help="Random MLP block after attention: none | relu "
+                            "| gelu (docs/variants.md)."),
+    mlp_sigma: float = typer.Option(1.0, "--mlp-sigma", help="Output scale of the MLP block "
+                                    "(per coordinate, for a unit token; >= 0)."),
+    mlp_width: int | None = typer.Option(None, "--mlp-width", help="Hidden units of the MLP "
+                                         "block (default 4 d)."),
     mean: str = typer.Option("none", "--mean", help="Mean value part M: none | identity | FILE.npy"),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers L."),
     alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (with --layers; "
@@ -164,7 +170,7 @@ def simulate_cmd(
                           attention=cast(Attention, attention), causal=causal,
                           noise=cast(Noise, noise), eps=eps, heads=heads, qk=qk,
                           qk_scale=qk_scale, qk_redraw=qk_redraw, qk_samples=qk_samples,
-                          norm=norm,
+                          norm=norm, mlp=mlp, mlp_sigma=mlp_sigma, mlp_width=mlp_width,
                           mean=_name_or_npy("mean", mean, ("none", "identity")))
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:

@@ -1,0 +1,169 @@
+"""The random MLP block (docs/variants.md §5): dual kernels, the exact samplers' law, the SDE's
+noise, streams of their own, and bad values."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import special
+from typer.testing import CliRunner
+
+from tokensde import ModelParams, ParameterError, simulate
+from tokensde.cli import app
+from tokensde.mlp import MLPS
+from tokensde.rng import RunStreams
+from tokensde.samplers import choose_sampler, mlp_noise_fast, mlp_noise_full, mlp_noise_sde
+
+RELU, GELU = MLPS.get("relu")(), MLPS.get("gelu")()
+
+
+def _mc_kernel(phi, rho: float, n: int = 2_000_000, seed: int = 3) -> tuple[float, float]:
+    """Seeded Monte Carlo of E[phi(u) phi(v)] / E[phi(u)^2] and its standard error."""
+    g = np.random.default_rng(seed)
+    u = g.standard_normal(n)
+    v = rho * u + math.sqrt(1 - rho * rho) * g.standard_normal(n)
+    prod = phi(u) * phi(v)
+    m2 = float(np.mean(phi(u) ** 2))
+    return float(prod.mean()) / m2, float(prod.std() / math.sqrt(n)) / m2
+
+
+@pytest.mark.parametrize("rho", [-0.95, -0.4, 0.3, 0.85])
+def test_dual_kernels_match_monte_carlo(rho):
+    for block, phi in ((RELU, lambda z: np.maximum(z, 0.0)), (GELU, lambda z: z * special.ndtr(z))):
+        mc, se = _mc_kernel(phi, rho)
+        assert abs(float(block.kernel(np.array(rho))) - mc) < 5 * se + 2e-3
+
+
+def test_kernel_limits_and_closed_values():
+    for block in (RELU, GELU):
+        assert float(block.kernel(np.array(1.0))) == pytest.approx(1.0, abs=1e-14)
+    assert float(RELU.kernel(np.array(0.0))) == pytest.approx(1 / math.pi, abs=1e-15)
+    assert float(RELU.kernel(np.array(-1.0))) == pytest.approx(0.0, abs=1e-15)
+    assert RELU.second_moment == 0.5
+    # E[u^2 Phi(u)^2] by adaptive quadrature, independent of the Gauss-Hermite rule
+    from scipy import integrate
+
+    m2 = integrate.quad(lambda u: u * u * special.ndtr(u) ** 2 * math.exp(-u * u / 2)
+                        / math.sqrt(2 * math.pi), -np.inf, np.inf, epsabs=1e-13)[0]
+    assert GELU.second_moment == pytest.approx(m2, rel=1e-10)
+    # GELU at rho = -1: E[phi(u) phi(-u)] = -E[u^2 Phi(u) Phi(-u)]
+    m1 = integrate.quad(lambda u: u * u * special.ndtr(u) * special.ndtr(-u) * math.exp(-u * u / 2)
+                        / math.sqrt(2 * math.pi), -np.inf, np.inf, epsabs=1e-13)[0]
+    assert float(GELU.kernel(np.array(-1.0))) == pytest.approx(-m1 / m2, rel=1e-9)
+
+
+def test_tensor_kernels_agree_with_numpy():
+    r = torch.linspace(-1.0, 1.0, 3001, dtype=torch.float64)
+    for block, tol in ((RELU, 1e-14), (GELU, 1e-7)):
+        ref = torch.from_numpy(block.kernel(r.numpy()))
+        assert float((block.kernel_t(r) - ref).abs().max()) < tol
+
+
+def _tokens(runs: int) -> torch.Tensor:
+    x = torch.tensor([[1.0, 0, 0, 0, 0], [0.6, 0.8, 0, 0, 0], [-0.9, 0.0, 0.3, 0.1, 0.0]],
+                     dtype=torch.float64)
+    x = x / x.norm(dim=-1, keepdim=True)
+    return x.expand(runs, 3, 5).clone()
+
+
+@pytest.mark.parametrize("draw", [mlp_noise_full, mlp_noise_fast, mlp_noise_sde])
+@pytest.mark.parametrize("mlp", ["relu", "gelu"])
+def test_block_noise_has_the_kernel_covariance(draw, mlp):
+    """Each sampler's output has cross-covariance mlp_sigma^2 khat(<x_i, x_j>) I and mean 0."""
+    p = ModelParams(n=3, d=5, mlp=mlp, mlp_sigma=0.7, mlp_width=6)
+    runs = 40000
+    x = _tokens(runs)
+    xi = draw(x, p, RunStreams(5, runs))
+    cov = torch.einsum("ria,rja->ij", xi, xi) / (runs * 5)  # averaged over the d coordinates
+    want = 0.49 * p.mlp_block.kernel((x[0] @ x[0].T).numpy())
+    prod = (xi.unsqueeze(2) * xi.unsqueeze(1)).mean(-1)  # (runs, n, n): per-run coordinate mean
+    se = prod.std(0) / math.sqrt(runs)
+    assert torch.all((cov - torch.from_numpy(want)).abs() < 5 * se + 1e-3)
+    off = (xi[:, 0, 0] * xi[:, 1, 1]).mean()  # different coordinates are uncorrelated
+    assert abs(float(off)) < 5 * float((xi[:, 0, 0] * xi[:, 1, 1]).std()) / math.sqrt(runs)
+    assert torch.all(xi.mean(0).abs() < 5 * xi.std(0) / math.sqrt(runs))
+
+
+@pytest.mark.parametrize("draw", [mlp_noise_full, mlp_noise_fast])
+def test_exact_samplers_have_the_finite_width_fourth_moment(draw):
+    """With m = 2 ReLU units the output is a Gaussian scale mixture: E xi^4 = 3 s^4 E|h|^4 =
+    3 (2 E relu^4 + 2 (E relu^2)^2) = 10.5 at mlp_sigma = 1 (s^2 = 1/(m kappa(1)) = 1); a Gaussian
+    (the SDE's noise) would give 3."""
+    p = ModelParams(n=3, d=5, mlp="relu", mlp_width=2)
+    runs = 200000
+    xi = draw(_tokens(runs), p, RunStreams(8, runs))[:, 0]
+    m4 = xi.pow(4).mean()
+    se = xi.pow(4).std() / math.sqrt(xi.numel())
+    assert abs(float(xi.pow(2).mean()) - 1.0) < 0.01
+    assert abs(float(m4) - 10.5) < 5 * float(se)
+
+
+def test_streams_of_their_own_and_batch_independence():
+    """A block of zero output leaves the run of mlp='none' with the same seed (to rounding): the
+    initial tokens and the value noise come from the same streams; batches do not matter."""
+    base = ModelParams(n=3, d=6, beta=1.5)
+    zero = base.with_(mlp="relu", mlp_sigma=0.0)
+    a = simulate(base, T=0.5, dt=0.05, runs=300, seed=4, sampler="fast")
+    b = simulate(zero, T=0.5, dt=0.05, runs=300, seed=4, sampler="fast")
+    assert torch.allclose(a.gram, b.gram, atol=1e-13)
+    p = base.with_(mlp="gelu", mlp_sigma=0.5)
+    for sampler in ("fast", "full"):
+        c = simulate(p, T=0.3, dt=0.05, runs=600, seed=2, sampler=sampler, batch_size=256)
+        e = simulate(p, T=0.3, dt=0.05, runs=600, seed=2, sampler=sampler)
+        assert torch.equal(c.gram, e.gram)
+        assert not torch.allclose(c.gram[:, -1], a.gram[:300, -1].repeat(2, 1, 1), atol=1e-3)
+
+
+def test_until_decided_keeps_each_runs_numbers():
+    p = ModelParams(n=2, d=4, beta=2.0, mlp="relu", mlp_sigma=0.5)
+    fixed = simulate(p, T=3.0, dt=0.05, runs=256, seed=1, checkpoints=61)
+    dec = simulate(p, T=3.0, dt=0.05, runs=256, seed=1, until="decided", tol=1e-2,
+                   decide_every=1)
+    done = np.flatnonzero(dec.decided_at >= 0)
+    assert len(done) > 20
+    k = dec.decided_at[done]
+    g = fixed.gram[done, k]  # checkpoints are every layer
+    assert torch.allclose(dec.gram[done, -1], g, atol=1e-12)
+
+
+def test_network_and_sde_agree_on_a_pair_mean():
+    """The SDE of the block (kernel noise, Ito term) against the network at dt = 0.01: a seeded
+    check at 5 standard errors (the weak order itself: diagnostics/mlp_weak_order.py)."""
+    p = ModelParams(n=3, d=6, beta=1.0, mlp="relu", mlp_sigma=1.0)
+    net = simulate(p, T=0.5, dt=0.01, runs=20000, seed=1, sampler="fast").gram[:, -1, 0, 1]
+    sde = simulate(p, T=0.5, dt=0.005, runs=20000, seed=2, scheme="sde").gram[:, -1, 0, 1]
+    none = simulate(p.with_(mlp="none", mlp_sigma=1.0), T=0.5, dt=0.01, runs=20000, seed=1
+                    ).gram[:, -1, 0, 1]
+    se = math.sqrt(float(net.var() + sde.var()) / 20000)
+    assert abs(float(net.mean() - sde.mean())) < 5 * se
+    assert float(net.mean() - none.mean()) > 10 * se  # the block changes the law, visibly
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [({"mlp": "swish"}, "mlp must be one of none, gelu, relu; got 'swish'"),
+     ({"mlp": "relu", "mlp_sigma": -1.0}, "mlp_sigma must be a finite number >= 0"),
+     ({"mlp": "relu", "mlp_sigma": float("nan")}, "mlp_sigma must be a finite number >= 0"),
+     ({"mlp": "gelu", "mlp_width": 0}, "mlp_width must be an integer >= 1; got 0"),
+     ({"mlp_sigma": 0.5}, "mlp_sigma is used only with an MLP block"),
+     ({"mlp_width": 8}, "mlp_width is used only with an MLP block"),
+     ({"mlp": "relu", "norm": "peri", "mlp_sigma": 0.0}, "mlp_sigma must be > 0 with norm='peri'")],
+)
+def test_bad_mlp_values_name_the_parameter(kwargs, msg):
+    with pytest.raises(ParameterError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+        ModelParams(n=3, d=4, **kwargs)
+
+
+def test_gram_refused_and_cli_errors():
+    p = ModelParams(n=2, d=16, mlp="relu")
+    assert not p.rotation_invariant and choose_sampler(p) == "fast"
+    with pytest.raises(ParameterError, match="sampler='gram' needs mlp='none'"):
+        choose_sampler(p, "gram")
+    assert p.mlp_hidden == 64 and "mlp_width" not in p.to_dict()
+    assert ModelParams().to_dict() == {k: v for k, v in ModelParams().to_dict().items()
+                                       if not k.startswith("mlp")}
+    r = CliRunner().invoke(app, ["simulate", "--n", "2", "--d", "4", "--time", "1", "--dt",
+                                 "0.5", "--runs", "4", "--mlp", "relu", "--mlp-width", "-3"])
+    assert r.exit_code == 2 and "mlp_width must be an integer >= 1; got -3" in r.output
+    assert "Traceback" not in r.output
