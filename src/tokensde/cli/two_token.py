@@ -17,7 +17,23 @@ two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
 
 KIND_MC = "tokensde.two_token_mc"
 
-RHO0 = typer.Option("0", "--rho0", help="Initial <x1, x2> in [-1, 1], or 'uniform'.")
+
+# options that several two-token commands declare alike: constants, or a factory where each
+# command has its own default (mc and hybrid share all of these)
+def _rho0(default: str) -> Any:
+    return typer.Option(default, "--rho0", help="Initial <x1, x2> in [-1, 1], or 'uniform'.")
+
+
+def _dim(default: Any) -> Any:
+    """--d of the commands that run the network (`...`: required)."""
+    return typer.Option(default, "--d", help="Dimension (integer >= 2).")
+
+
+def _tol(default: float) -> Any:
+    return typer.Option(default, "--tol", help="Decided when 1 -+ rho < tol.")
+
+
+RHO0 = _rho0("0")
 RUNS = typer.Option(1000, "--runs", help="Independent runs (>= 1).")
 BETA = typer.Option(..., "--beta", help="Interaction strength (>= 0).")
 TIME = typer.Option(40.0, "--time", help="Depth time T (horizon).")
@@ -110,10 +126,7 @@ def critical_cmd(
 
 @two_token_app.command("mc")
 def mc_cmd(
-    beta: float = BETA,
-    d: int = typer.Option(..., "--d", help="Dimension (integer >= 2)."),
-    rho0: str = RHO0,
-    runs: int = RUNS,
+    beta: float = BETA, d: int = _dim(...), rho0: str = RHO0, runs: int = RUNS,
     time: float = typer.Option(200.0, "--time", help="Maximum depth time (--until decided) or "
                                "the horizon (--until horizon)."),
     until: str = typer.Option("decided", "--until", help="decided (each run stops once "
@@ -121,12 +134,9 @@ def mc_cmd(
     dt: float | None = typer.Option(None, "--dt", help="Layer step dt = alpha^2 (default 0.05/d)."),
     seed: int = SEED,
     sigma: float = typer.Option(1.0, "--sigma", help="Matrix noise scale (>= 0)."),
-    tol: float = typer.Option(1e-8, "--tol", help="Decided when 1 -+ rho < tol."),
+    tol: float = _tol(1e-8),
     sampler: str = typer.Option("auto", "--sampler", help="auto | fast | full."),
-    engine: str = ENGINE,
-    out: Path | None = OUT,
-    quiet: bool = QUIET,
-    json_out: bool = JSON,
+    engine: str = ENGINE, out: Path | None = OUT, quiet: bool = QUIET, json_out: bool = JSON,
 ) -> None:
     """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti."""
     from .. import two_token_mc as mc
@@ -166,8 +176,7 @@ def grid_cmd(
     betas: str = typer.Option("0.3,0.6,0.9,1.2,1.5,1.8,2.1,2.4,2.7,3.0", "--betas",
                               help="Comma-separated betas."),
     ds: str = typer.Option("3,4,5,6,8,10", "--ds", help="Comma-separated dimensions."),
-    rho0: str = typer.Option("uniform", "--rho0", help="Initial <x1, x2> in [-1, 1], or "
-                             "'uniform'."),
+    rho0: str = _rho0("uniform"),
     runs: int = typer.Option(200, "--runs", help="Runs per cell (>= 1)."),
     time: float = typer.Option(30.0, "--time", help="Maximum depth time (runs stop once "
                                "decided)."),
@@ -199,17 +208,11 @@ def grid_cmd(
 def hybrid_cmd(
     beta: float = BETA,
     eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale; runs Monte Carlo."),
-    d: int = typer.Option(3, "--d", help="Dimension (integer >= 2)."),
-    rho0: str = RHO0,
-    runs: int = RUNS,
+    d: int = _dim(3), rho0: str = RHO0, runs: int = RUNS,
     time: float = TIME,
     dt: float = typer.Option(0.01, "--dt", help="Layer step dt = alpha^2."),
-    seed: int = SEED,
-    tol: float = typer.Option(1e-6, "--tol", help="Decided when 1 -+ rho < tol."),
-    engine: str = ENGINE,
-    out: Path | None = OUT,
-    quiet: bool = QUIET,
-    json_out: bool = JSON,
+    seed: int = SEED, tol: float = _tol(1e-6),
+    engine: str = ENGINE, out: Path | None = OUT, quiet: bool = QUIET, json_out: bool = JSON,
 ) -> None:
     """Hybrid model of §6 (USA, M = I, scalar noise): threshold eps^2 = 2 e^-beta; MC with --eps."""
     import math

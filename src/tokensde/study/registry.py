@@ -6,56 +6,69 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 from ..report import Section
 from . import convergence, multi, phase, trajectories, variants, vit
 from .context import Context, FigureSpec
 
+
+def _figure(name: str, title: str, data: Callable[[Context], tuple[Any, bool]],
+            draw: Callable[[Context, FigureSpec, Any, bool], Section], claim: str) -> FigureSpec:
+    """A `FigureSpec` whose claim is written as a paragraph: its line breaks and indentation
+    become single spaces."""
+    return FigureSpec(name, title, " ".join(claim.split()), data, draw)
+
+
 FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
-    FigureSpec("phase-diagram", "Two tokens: phase diagram",
-               "Antipodal pairs persist with positive probability iff cosh(2 beta) > d - 2; "
-               "the Monte Carlo probability over (beta, d) changes where beta_c(d) says.",
-               phase.phase_data, phase.draw_phase),
-    FigureSpec("theory-vs-simulation", "Two tokens: exact theory vs simulation",
-               "The scale-function probability P_anti(beta, d) matches Monte Carlo of the full "
-               "network within its intervals.", phase.phase_data, phase.draw_theory),
-    FigureSpec("phase-over-d", "Two tokens: the boundary over three decades of d",
-               "P_anti is positive exactly above beta_c(d) = arccosh(d - 2)/2 for every d, and "
-               "the network matches the exact probability at d up to 4096 (Gram sampler).",
-               phase.phase_d_data, phase.draw_phase_d),
-    FigureSpec("decision-times", "How long runs stay undecided",
-               "Each run is followed until it is absorbed. For two tokens the time to decision "
-               "follows the exact survival law of the rho diffusion, whose tail slows down as "
-               "beta approaches beta_c; many tokens can take far longer.",
-               phase.decision_data, phase.draw_decisions),
-    FigureSpec("trajectories", "Tokens on the circle and the sphere",
-               "Under the random network tokens cluster, and may split into antipodal groups; "
-               "under the deterministic flow the same tokens merge into one cluster.",
-               trajectories.trajectories_data, trajectories.draw_trajectories),
-    FigureSpec("histograms", "Inner products across depth",
-               "The law of pairwise inner products moves to +1 (merging) below beta_c and to "
-               "both +1 and -1 (antipodal pairs) above it.",
-               trajectories.histograms_data, trajectories.draw_histograms),
-    FigureSpec("multi-token", "Many tokens: outcome probabilities",
-               "For n tokens the end states are one cluster or bipolar configurations, with "
-               "probabilities that depend on beta, d and n.", multi.multi_data, multi.draw_multi),
-    FigureSpec("variants", "Two tokens under heads, random query/key forms and norm placement",
-               "The antipodal phase of two tokens survives several heads and random query/key "
-               "forms, with a probability that the variant changes; pre- and peri-norm slow "
-               "the approach to the antipode (docs/variants.md).",
-               variants.variants_data, variants.draw_variants),
-    FigureSpec("convergence", "Depth limit: the network converges to the SDE",
-               "The L-layer network is a consistent scheme for the SDE: weak error O(1/L) "
-               "(expected order 1), strong error on a shared Brownian path O(L^-1/2).",
-               convergence.convergence_data, convergence.draw_convergence),
-    FigureSpec("vit", "ViT: value initialisation and accuracy",
-               "How the value-matrix initialisation (the noise law of the theory) affects a "
-               "trained ViT's accuracy.", vit.vit_data, vit.draw_vit),
-    FigureSpec("vit-depth", "ViT: value noise against depth, in the network of the theory",
-               "Suppressing the value-matrix noise at initialisation costs accuracy in the "
-               "attention-only network of spec §2 (1/sqrt(L) residual scale, RMS "
-               "re-normalisation), and the cost depends on depth; the standard pre-norm block "
-               "is the contrast.", vit.vit_depth_data, vit.draw_vit_depth),
+    _figure("phase-diagram", "Two tokens: phase diagram",
+            phase.phase_data, phase.draw_phase, """
+        Antipodal pairs persist with positive probability iff cosh(2 beta) > d - 2; the Monte Carlo
+        probability over (beta, d) changes where beta_c(d) says."""),
+    _figure("theory-vs-simulation", "Two tokens: exact theory vs simulation",
+            phase.phase_data, phase.draw_theory, """
+        The scale-function probability P_anti(beta, d) matches Monte Carlo of the full network
+        within its intervals."""),
+    _figure("phase-over-d", "Two tokens: the boundary over three decades of d",
+            phase.phase_d_data, phase.draw_phase_d, """
+        P_anti is positive exactly above beta_c(d) = arccosh(d - 2)/2 for every d, and the network
+        matches the exact probability at d up to 4096 (Gram sampler)."""),
+    _figure("decision-times", "How long runs stay undecided",
+            phase.decision_data, phase.draw_decisions, """
+        Each run is followed until it is absorbed. For two tokens the time to decision follows the
+        exact survival law of the rho diffusion, whose tail slows down as beta approaches beta_c;
+        many tokens can take far longer."""),
+    _figure("trajectories", "Tokens on the circle and the sphere",
+            trajectories.trajectories_data, trajectories.draw_trajectories, """
+        Under the random network tokens cluster, and may split into antipodal groups; under the
+        deterministic flow the same tokens merge into one cluster."""),
+    _figure("histograms", "Inner products across depth",
+            trajectories.histograms_data, trajectories.draw_histograms, """
+        The law of pairwise inner products moves to +1 (merging) below beta_c and to both +1 and -1
+        (antipodal pairs) above it."""),
+    _figure("multi-token", "Many tokens: outcome probabilities",
+            multi.multi_data, multi.draw_multi, """
+        For n tokens the end states are one cluster or bipolar configurations, with probabilities
+        that depend on beta, d and n."""),
+    _figure("variants", "Two tokens under heads, random query/key forms and norm placement",
+            variants.variants_data, variants.draw_variants, """
+        The antipodal phase of two tokens survives several heads and random query/key forms, with a
+        probability that the variant changes; pre- and peri-norm slow the approach to the antipode
+        (docs/variants.md)."""),
+    _figure("convergence", "Depth limit: the network converges to the SDE",
+            convergence.convergence_data, convergence.draw_convergence, """
+        The L-layer network is a consistent scheme for the SDE: weak error O(1/L) (expected order
+        1), strong error on a shared Brownian path O(L^-1/2)."""),
+    _figure("vit", "ViT: value initialisation and accuracy",
+            vit.vit_data, vit.draw_vit, """
+        How the value-matrix initialisation (the noise law of the theory) affects a trained ViT's
+        accuracy."""),
+    _figure("vit-depth", "ViT: value noise against depth, in the network of the theory",
+            vit.vit_depth_data, vit.draw_vit_depth, """
+        Suppressing the value-matrix noise at initialisation costs accuracy in the attention-only
+        network of spec §2 (1/sqrt(L) residual scale, RMS re-normalisation), and the cost depends on
+        depth; the standard pre-norm block is the contrast."""),
 )}
 
 
