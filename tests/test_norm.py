@@ -1,5 +1,6 @@
 """Normalisation placement (docs/variants.md §4): post (spec §2), pre (attention sees the normalised
-residual stream, which keeps its radius) and peri (the branch output normalised too); network only."""
+residual stream, which keeps its radius) and peri (the branch output normalised too), and their
+SDE limits (`tokensde.norm_limits`)."""
 
 import math
 
@@ -24,10 +25,11 @@ def test_bad_norm_values_name_the_parameter(kwargs, msg):
         ModelParams(n=3, d=4, **kwargs)
 
 
-def test_network_only_and_no_gram_sampler():
+def test_sde_limits_and_no_gram_sampler():
     p = ModelParams(n=2, d=9, norm="pre")
-    with pytest.raises(ParameterError, match="norm='pre' is simulated as a network only"):
-        simulate(p, layers=2, scheme="sde")
+    for bad in ({"noise": "scalar", "eps": 0.5}, {"mlp": "relu"}):
+        with pytest.raises(ParameterError, match="scheme='sde' with norm='peri' needs"):
+            simulate(p.with_(norm="peri", **bad), layers=2, scheme="sde")
     assert not p.rotation_invariant and choose_sampler(p) == "fast"
     with pytest.raises(ParameterError, match=r"sampler='gram' needs norm='post'.*got norm='pre'"):
         choose_sampler(p, "gram")
@@ -126,3 +128,50 @@ def test_variants_survive_the_results_file(tmp_path):
     back = load_result(save_result(res, tmp_path / "r.npz"))
     assert back.params.to_dict() == p.to_dict()
     torch.testing.assert_close(back.final_gram(), res.final_gram())
+
+
+def test_pre_norm_sde_step_is_the_network_for_gaussian_values():
+    """The pre-norm limit `dh = M y(u) dt + dW y(u)` has no Ito term: its Euler step with the
+    network's Gaussian value noise is the network's layer (docs/variants.md §4)."""
+    p = ModelParams(n=3, d=5, beta=2.0, norm="pre", mean="identity", heads=2)
+    a = simulate(p, T=1.0, dt=0.05, runs=64, seed=3, sampler="fast")
+    b = simulate(p, T=1.0, dt=0.05, runs=64, seed=3, sampler="fast", scheme="sde")
+    assert torch.equal(a.gram, b.gram) and torch.equal(a.x, b.x)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_peri_sde_noise_has_the_direction_correlation(heads):
+    """The peri-norm limit's noise has cross-covariance `phi_d(r_ij) / d I`, `r_ij` the
+    correlation of the value noises (heads' mean), and is centred."""
+    from tokensde.norm_limits import peri_noise
+    from tokensde.rng import RunStreams
+
+    p = ModelParams(n=3, d=4, norm="peri", heads=heads)
+    runs = 60000
+    g = torch.Generator().manual_seed(1)
+    y = torch.randn((1, heads, 3, 4) if heads > 1 else (1, 3, 4), generator=g,
+                    dtype=torch.float64).expand(runs, *([-1] * (3 if heads > 1 else 2)))
+    xi = peri_noise(y, p, RunStreams(2, runs))
+    c = (y[0] @ y[0].transpose(-1, -2))
+    c = c.mean(0) if heads > 1 else c
+    s = c.diagonal().sqrt()
+    r = np.clip((c / (s[:, None] * s[None, :])).numpy(), -1.0, 1.0)
+    want = np.vectorize(lambda v: phi(float(v), 4))(r) / 4
+    prod = (xi.unsqueeze(2) * xi.unsqueeze(1)).mean(-1)
+    se = prod.std(0) / math.sqrt(runs)
+    assert torch.all((prod.mean(0) - torch.from_numpy(want)).abs() < 5 * se + 1e-4)
+    assert torch.all(xi.mean(0).abs() < 5 * xi.std(0) / math.sqrt(runs))
+
+
+def test_peri_sde_agrees_with_the_network():
+    """Seeded: the peri-norm network at dt = 0.005 against its SDE on the mean inner product of
+    the directions, with the mean part M = I (which enters through c_d / (sigma |y|)); the weak
+    order itself: diagnostics/norm_weak_order.py."""
+    p = ModelParams(n=3, d=4, beta=2.0, norm="peri", mean="identity", sigma=0.8)
+    net = simulate(p, T=1.0, dt=0.005, runs=20000, seed=3).gram[:, -1, 0, 1]
+    sde = simulate(p, T=1.0, dt=0.005, runs=20000, seed=2, scheme="sde").gram[:, -1, 0, 1]
+    flat = simulate(p.with_(mean="none"), T=1.0, dt=0.005, runs=20000, seed=2,
+                    scheme="sde").gram[:, -1, 0, 1]
+    se = math.sqrt(float(net.var() + sde.var()) / 20000)
+    assert abs(float(net.mean() - sde.mean())) < 4 * se
+    assert float(sde.mean() - flat.mean()) > 6 * se  # the drift term is visible

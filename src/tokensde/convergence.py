@@ -301,7 +301,8 @@ def coupled_samples(
         raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
     if p.norm != "post":
         raise ParameterError(f"convergence needs norm='post' (the other placements are "
-                             f"network-only); got norm={p.norm!r}")
+                             f"are checked uncoupled: diagnostics/norm_weak_order.py); got "
+                             f"norm={p.norm!r}")
     names = tuple(problem.statistics)
     fns = [STATISTICS[k] for k in names]
     at = _strong_steps(strong_at, lv, ref_steps)

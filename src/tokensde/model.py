@@ -21,8 +21,17 @@ import torch
 
 from .clusters import check_tol
 from .gram import run_batch_gram, uniform_frame
-from .layers import NORM_STEPS, attention_output, mlp_input, mlp_step, network_step, normalize
+from .layers import (
+    NORM_STEPS,
+    attention_output,
+    mlp_input,
+    mlp_step,
+    network_step,
+    normalize,
+    residual_step,
+)
 from .loop import Progress, Stop, march
+from .norm_limits import check_peri_sde, peri_noise, peri_sde_step
 from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from .qk import QKDraws
 from .result import SimResult
@@ -31,6 +40,11 @@ from .samplers import choose_sampler, mlp_sampler, noise_sampler
 from .sde import sde_step
 
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
+# the step of each (scheme, norm) other than post-norm (docs/variants.md §4): the Euler step of the
+# pre-norm limit is the residual update itself
+NORM_SCHEMES: dict[tuple[str, str], Callable[..., torch.Tensor]] = {
+    **{("network", k): v for k, v in NORM_STEPS.items()},
+    ("sde", "pre"): residual_step, ("sde", "peri"): peri_sde_step}
 RECORDS: tuple[str, ...] = ("gram", "tokens")
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
@@ -251,8 +265,8 @@ def run_batch(
     query/key forms (`qk_draws`), needed when `p.qk` is a random law; `mlp_rs`: the streams of
     the MLP blocks (`rs.derived(MLP_STREAM)`), needed when `p.mlp` is not 'none'."""
     q = scheme_params(p, scheme)
-    step = SCHEMES[scheme] if p.norm == "post" else NORM_STEPS[p.norm]
-    noise = noise_sampler(sampler, q)
+    step = SCHEMES[scheme] if p.norm == "post" else NORM_SCHEMES[scheme, p.norm]
+    noise = peri_noise if (scheme, p.norm) == ("sde", "peri") else noise_sampler(sampler, q)
     silent = p.noise_scale == 0.0
     inputs = (lambda t: t) if p.norm == "post" else normalize  # what attention sees
     block = mlp_sampler(sampler, scheme) if p.mlp_block.active else None
@@ -265,7 +279,7 @@ def run_batch(
         if block is None or mlp_rs is None:
             return step(xk, y, xi, q, grid.dt)
         if scheme == "sde":  # the limit: one step with both noises (docs/variants.md §5)
-            return step(xk, y, xi.add_(block(xk, q, mlp_rs)), q, grid.dt)
+            return step(xk, y, xi.add_(block(mlp_input(xk, q), q, mlp_rs)), q, grid.dt)
         xk = step(xk, y, xi, q, grid.dt)
         return mlp_step(xk, block(mlp_input(xk, q), q, mlp_rs), q, grid.dt)
 
@@ -345,9 +359,8 @@ def simulate(
     seed = check_int("seed", seed, 0)
     if scheme not in SCHEMES:
         raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
-    if params.norm != "post" and scheme != "network":
-        raise ParameterError(f"norm={params.norm!r} is simulated as a network only (its depth "
-                             f"limit: docs/variants.md §4); got scheme={scheme!r}")
+    if params.norm == "peri" and scheme == "sde":
+        check_peri_sde(params)
     bad = set(record) - set(RECORDS)
     if bad:
         raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")

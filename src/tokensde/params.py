@@ -92,7 +92,7 @@ class ModelParams:
     'layer'.
     `norm` where the layer normalises (docs/variants.md §4): 'post' (spec §2, tokens on the sphere),
     'pre' (attention sees the normalised residual stream, which keeps its radius) or 'peri' (as
-    'pre', and the branch output is normalised too); 'pre' and 'peri' are network-only.
+    'pre', and the branch output is normalised too); their SDE schemes are in `norm_limits`.
     """
 
     n: int = 2

@@ -120,7 +120,7 @@ def simulate_cmd(
     qk_samples: int = typer.Option(8, "--qk-samples", help="Draws of the --qk law per SDE step "
                                    "(--scheme sde with --qk-redraw layer)."),
     norm: str = typer.Option("post", "--norm", help="Normalisation: post (tokens on the sphere) | "
-                             "pre | peri (network only; docs/variants.md)."),
+                             "pre | peri (docs/variants.md)."),
     mlp: str = typer.Option("none", "--mlp", help="Random MLP block after attention: none | relu "
                             "| gelu (docs/variants.md)."),
     mlp_sigma: float = typer.Option(1.0, "--mlp-sigma", help="Output scale of the MLP block "

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from ..registry import Registry
+from ..tabulate import Table
 
 if TYPE_CHECKING:
     import torch
@@ -47,27 +48,14 @@ class Activation(ABC):
 
     def kernel_t(self, rho: torch.Tensor) -> torch.Tensor:
         """`khat` on a tensor (the SDE's noise covariance); tabulated unless overridden."""
-        grid, table = self._table()
-        pos = (rho.clamp(-1.0, 1.0) + 1.0) * ((len(grid) - 1) / 2.0)
-        lo = pos.floor().clamp(max=len(grid) - 2)
-        t = rho.new_tensor(table)
-        i = lo.long()
-        w = pos - lo
-        return t[i] * (1.0 - w) + t[i + 1] * w
-
-    def _table(self) -> tuple[np.ndarray, np.ndarray]:
-        cached = type(self).__dict__.get("_cache")
-        if cached is None:
-            grid = np.linspace(-1.0, 1.0, TABLE_POINTS)
-            cached = (grid, self.kernel(grid))
-            type.__setattr__(type(self), "_cache", cached)
-        return cached
+        table = type(self).__dict__.get("_table")
+        if table is None:
+            table = Table(self.kernel)
+            type.__setattr__(type(self), "_table", table)
+        return table(rho)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
-
-
-TABLE_POINTS = 4097  # linear interpolation error <= h^2 max|khat''| / 8 ~ 3e-8 for a smooth phi
 
 
 class NoMLP(Activation):
