@@ -17,6 +17,7 @@ from typing import Any
 from . import absorption
 from . import two_tokens as tt
 from .experiments import ExperimentKind, Param, Stats, choice, integer, real, register
+from .mlp import MLPS
 from .params import ParameterError, check_real
 from .sweep import SweepConfig
 from .two_token_mc import ENGINES, monte_carlo
@@ -29,6 +30,7 @@ COLUMNS: tuple[str, ...] = (
     "theory", "theory_tol", "outside", "until", "t_decided_median", "t_decided_q90",
     "decision_rate", "beta_c", "wall_s", "version")
 DECISION_RATE_MAX_D = 64  # the survival eigenproblem is solved for d up to this
+MLP_DEFAULTS: dict[str, Any] = {"mlp": "none", "mlp_sigma": 1.0}
 
 
 def _optional_real(minimum: float, doc: str) -> Param:
@@ -57,6 +59,9 @@ def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
                              f"beta_offset={off!r}")
     if cell["dt"] == "auto":
         cell["dt"] = cell["dt_scale"] / cell["d"]
+    for key, default in MLP_DEFAULTS.items():  # out of the canonical cell at their defaults, so
+        if cell[key] == default:               # the ids and seeds of earlier cells are unchanged
+            del cell[key]
     return cell
 
 
@@ -64,11 +69,18 @@ def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     """`P_anti` of two tokens at (beta, d) by Monte Carlo (`two_token_mc.monte_carlo`), each run
     until decided (`1 - |rho| < tol`) or the maximum horizon T, with the exact theory."""
     beta, d, tol = cell["beta"], cell["d"], cell["tol"]
+    mlp = {k: cell.get(k, v) for k, v in MLP_DEFAULTS.items()}
     out = monte_carlo(beta, d, cell["rho0"], runs=cell["runs"], T=cell["T"], dt=cell["dt"],
                       seed=seed, tol=tol, engine=cell["engine"], sampler=cell["sampler"],
-                      until=cell["until"])
+                      until=cell["until"], **mlp)
     r = out.to_dict()
-    at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, tol)
+    block = mlp["mlp"] != "none"
+    if block:
+        from .pair_diffusion import p_first_from
+
+        at_tol = p_first_from(beta, d, out.rho0, tol, **mlp)
+    else:
+        at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, tol)
     return {
         "init": "uniform" if out.rho0 == "uniform" else "pair", "steps": out.steps,
         "antipodal": out.antipodal, "merged": out.merged, "undecided": out.undecided,
@@ -78,7 +90,7 @@ def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
         "t_decided_median": r.get("t_decided_median", math.nan),
         "t_decided_q90": r.get("t_decided_q90", math.nan),
         "decision_rate": (absorption.decision_rate(beta, d, tol)
-                          if d <= DECISION_RATE_MAX_D else math.nan),
+                          if d <= DECISION_RATE_MAX_D and not block else math.nan),
         "beta_c": tt.beta_c(d),
     }
 
@@ -101,6 +113,9 @@ register(ExperimentKind(
         "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
         "until": choice(("decided", "horizon"), "decided",
                         "decided: each run stops once decided, T is the maximum; horizon: all to T"),
+        "mlp": Param(lambda k, v: MLPS.check(v, k), "none",
+                     "random MLP block none | relu | gelu (docs/variants.md §5)"),
+        "mlp_sigma": real(0.0, 1.0, doc="output scale of the MLP block"),
     },
     "two tokens: P(antipodal) at (beta, d) against the exact theory (spec §5)",
     finalize=_finalize,

@@ -138,6 +138,8 @@ def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: in
     init: dict[str, Any] = {"init": "uniform"} if rho0 == "uniform" else {
         "init": "pair", "rho0": float(rho0)}
     stop: dict[str, Any] = {} if until == "horizon" else {"until": "decided", "tol": tol}
+    if until == "horizon":
+        sim.pop("decide_every", None)
     res = simulate(p, grid, runs=runs, seed=seed, **init, **stop, **sim)
     anti, merged = classify(*pair_log_gaps(res.x), tol)
     times = None if until == "horizon" else res.decision_times()
@@ -151,6 +153,16 @@ def _reduced_outcome(beta: float, d: float, rho0: float | str, grid: TimeGrid, r
     lp, lm = paths.log_gaps()
     anti, merged = classify(lp[:, -1], lm[:, -1], tol)
     return int(anti.sum()), int(merged.sum())
+
+
+def pair_theory(p: ModelParams, rho0: float | str) -> float:
+    """The absorbing `P_anti` of the pair (spec §5), or with an MLP block its tol -> 0 limit."""
+    if p.mlp_block.active:
+        from .pair_diffusion import p_first_limit
+
+        return float(p_first_limit(p.beta, p.d, rho0, p.mlp, p.mlp_sigma))
+    return float(p_anti_uniform(p.beta, p.d) if isinstance(rho0, str) else
+                 p_anti(p.beta, p.d, rho0))
 
 
 ENGINES: tuple[str, ...] = ("network", "reduced")
@@ -167,7 +179,7 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
                 T: float = 200.0, dt: float | None = None, seed: int = 0, sigma: float = 1.0,
                 tol: float = 1e-8, level: float = 0.95, engine: str = "network",
                 sampler: str = "auto", law: Law = "gaussian", batch_size: int | None = None,
-                until: str = "decided",
+                until: str = "decided", mlp: str = "none", mlp_sigma: float = 1.0,
                 progress: Callable[[int], None] | None = None) -> PairOutcome:
     """Fractions of two-token runs (§5: softmax, matrix noise) that end antipodal / merged.
 
@@ -175,21 +187,28 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
     at `rho0`, or `'uniform'`) with layer step `dt` (default `default_dt(d)`), each run until
     it is decided (`1 - |rho| < tol`) or depth time `T` (`until='decided'`, the default), or
     every run to `T` (`until='horizon'`); `'reduced'` runs the 1-D diffusion to `T` instead.
-    Theory: `p_anti` (or `p_anti_uniform`).
+    Theory: `p_anti` (or `p_anti_uniform`). With an MLP block (`mlp`, `mlp_sigma`; network
+    only, docs/variants.md §5) antipodal pairs are no longer absorbing, so each run is tested
+    at every layer (a first passage, not an absorption) and the theory is the tol -> 0 limit of
+    `pair_diffusion.p_first`.
     """
     if dt is None:
         dt = default_dt(check_int("d", d, 2))
     grid = _check_common(runs, T, dt, seed, tol, level)
     if engine not in ENGINES:
         raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    p = ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law)
+    p = ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law, mlp=mlp,
+                    mlp_sigma=mlp_sigma if mlp != "none" else 1.0)
+    if p.mlp_block.active and engine != "network":
+        raise ParameterError(f"engine must be 'network' with an MLP block; got engine={engine!r}")
     rho0 = check_rho0(rho0)
-    theory = p_anti_uniform(p.beta, p.d) if isinstance(rho0, str) else p_anti(p.beta, p.d, rho0)
+    theory = pair_theory(p, rho0)
     wall, times = 0.0, None
     if engine == "network":
+        every = {"decide_every": 1} if p.mlp_block.active and until == "decided" else {}
         anti, merged, wall, times = _network_outcome(
             p, rho0, grid, runs, seed, tol, _check_until(until), sampler=sampler,
-            batch_size=batch_size, progress=progress)
+            batch_size=batch_size, progress=progress, **every)
     else:
         anti, merged = _reduced_outcome(p.beta, p.d, rho0, grid, runs, seed, tol, p.sigma, None)
     return PairOutcome("softmax", p.to_dict(), rho0, runs, anti, merged, grid.T, grid.dt,
