@@ -167,3 +167,28 @@ def test_gram_refused_and_cli_errors():
                                  "0.5", "--runs", "4", "--mlp", "relu", "--mlp-width", "-3"])
     assert r.exit_code == 2 and "mlp_width must be an integer >= 1; got -3" in r.output
     assert "Traceback" not in r.output
+
+
+def test_pair_theory_starts_and_limits():
+    """`p_first_from` over a uniform pair (Gauss-Jacobi) against the independent trapezoid rule of
+    `absorption.p_anti_at_tol`; the tol -> 0 limit is P_anti without a block and 0 with one."""
+    from tokensde import absorption
+    from tokensde import two_tokens as tt
+    from tokensde.pair_diffusion import p_first_from, p_first_limit
+
+    for beta, d in ((1.0, 4), (2.0, 4), (2.0, 10)):
+        assert p_first_from(beta, d, "uniform", 1e-8) == pytest.approx(
+            absorption.p_anti_at_tol(beta, d, "uniform", 1e-8), abs=2e-6)
+        assert p_first_limit(beta, d, "uniform") == pytest.approx(tt.p_anti_uniform(beta, d))
+        assert p_first_limit(beta, d, -0.5, "relu", 0.3) == 0.0
+    assert p_first_limit(2.0, 2, -0.5, "relu", 0.3) > 0.0  # d < 3: -1 is reached
+
+
+def test_two_token_cells_keep_their_ids_without_a_block():
+    from tokensde.study.context import sweep_file
+    from tokensde.sweep import SweepConfig
+
+    cells = SweepConfig.load(sweep_file(("phase-quick",))).cells()
+    assert all("mlp" not in c.params and "mlp_sigma" not in c.params for c in cells)
+    mlp_cells = SweepConfig.load(sweep_file(("mlp-quick",))).cells()
+    assert {c.params.get("mlp", "none") for c in mlp_cells} == {"none", "relu"}

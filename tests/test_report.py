@@ -116,7 +116,7 @@ def test_figure_list():
     names = json.loads(res.output)
     assert list(names) == ["phase-diagram", "theory-vs-simulation", "phase-over-d", "decision-times",
                            "trajectories",
-                           "histograms", "multi-token", "variants", "convergence", "vit",
+                           "histograms", "multi-token", "variants", "mlp", "convergence", "vit",
                            "vit-depth"]
 
 

@@ -168,3 +168,31 @@ def test_variants_section_labels_every_arm_and_checks_the_spec_model(tmp_path):
     assert arm({"until": "decided", "heads": float("nan"), "qk": None}) == (
         "spec model (Q = K = I), H = 1")
     assert (tmp_path / "figures" / "variants.png").stat().st_size > 20_000
+
+
+def test_mlp_section_checks_every_cell_against_the_first_passage_theory(tmp_path):
+    from tokensde import absorption
+    from tokensde.pair_diffusion import p_first
+    from tokensde.plots.mlp import arm, mlp_rows
+
+    run, sections, _ = study.reproduce(tmp_path, "tiny", workers=1, only=["mlp"])
+    sec = sections[0]
+    assert sec.status == "ok", sec.note
+    (table,) = sec.tables
+    assert len(table.rows) == 6  # beta panel: 2 arms at beta 2; tol panel: 2 arms x 2 tols
+    for name, beta, tol, *_, r in [(r[0], r[1], r[2], r) for r in table.rows]:
+        want = (p_first(beta, 4, -0.5, tol, mlp="relu", mlp_sigma=0.3) if name.startswith("relu")
+                else absorption.p_anti_at_tol(beta, 4, -0.5, tol))
+        assert r[7] == pytest.approx(want, rel=1e-6)
+        assert r[8] == (0.0 if name.startswith("relu") else pytest.approx(0.5, abs=0.1))
+    assert arm({"mlp": float("nan")}) == "spec model (no MLP)"
+    assert set(mlp_rows(sec_table_frame(table)).panel) == {"beta", "tol"}
+    assert (tmp_path / "figures" / "mlp.png").stat().st_size > 20_000
+
+
+def sec_table_frame(table):
+    """A report table's rows as the columns `mlp_rows` reads."""
+    import pandas as pd
+
+    return pd.DataFrame([{"beta": r[1], "tol": r[2], "mlp": "relu" if r[0][0] == "r" else "none",
+                          "mlp_sigma": 0.3} for r in table.rows])

@@ -496,3 +496,39 @@ def monte_carlo_first(beta: float, d: float, rho0: float, tol: float, *, sigma: 
         theta, clock = new[keep], clock[keep]
     undecided = runs - anti - merged
     return FirstExit(anti / runs, merged / runs, undecided / runs, runs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Starts: a fixed rho0 or a uniformly random pair
+# ---------------------------------------------------------------------------------------------
+
+UNIFORM_NODES = 48  # Gauss-Jacobi nodes for the law of rho0 of a uniform pair
+
+
+def _uniform_average(f: Callable[[np.ndarray], np.ndarray], d: float) -> float:
+    """`E f(rho0)` for `rho0 = <x_1, x_2>` of a uniform pair: density `~ (1 - r^2)^((d-3)/2)`."""
+    a = 0.5 * (d - 3.0)
+    r, w = special.roots_jacobi(UNIFORM_NODES, a, a)
+    return float(np.dot(w, f(r)) / w.sum())
+
+
+def p_first_from(beta: float, d: float, rho0: float | str, tol: float, mlp: str = "none",
+                 mlp_sigma: float = 1.0, sigma: float = 1.0) -> float:
+    """`p_first` from `rho0`, or averaged over a uniform pair (`rho0 = 'uniform'`)."""
+    if rho0 == "uniform":
+        return _uniform_average(lambda r: p_first(beta, d, r, tol, sigma, mlp, mlp_sigma), d)
+    return float(p_first(beta, d, rho0, tol, sigma, mlp, mlp_sigma))
+
+
+def p_first_limit(beta: float, d: float, rho0: float | str, mlp: str = "none",
+                  mlp_sigma: float = 1.0, sigma: float = 1.0) -> float:
+    """`lim_{tol -> 0} p_first`: the absorbing `two_tokens.p_anti` without a block; with one, 0
+    for `d >= 3` (`-1` is never reached), else `p_first` at the smallest tolerance."""
+    bd = boundaries(beta, d, sigma, mlp, mlp_sigma)
+    if _Model.make(beta, d, sigma, mlp, mlp_sigma).m2 == 0:
+        from .two_tokens import p_anti, p_anti_uniform
+
+        return float(p_anti_uniform(beta, d) if rho0 == "uniform" else p_anti(beta, d, rho0))
+    if not bd.limit_positive:
+        return 0.0
+    return p_first_from(beta, d, rho0, TOL_MIN, mlp, mlp_sigma, sigma)

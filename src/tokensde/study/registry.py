@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..report import Section
-from . import convergence, multi, phase, trajectories, variants, vit
+from . import convergence, mlp, multi, phase, trajectories, variants, vit
 from .context import Context, FigureSpec
 
 
@@ -56,6 +56,12 @@ FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
         The antipodal phase of two tokens survives several heads and random query/key forms, with a
         probability that the variant changes; pre- and peri-norm slow the approach to the antipode
         (docs/variants.md)."""),
+    _figure("mlp", "Two tokens with a random MLP block: the antipodal state is lost",
+            mlp.mlp_data, mlp.draw_mlp, """
+        A random MLP block gives antipodal tokens noise that is not opposite, so for d >= 3 the
+        antipode is never reached: the chance of coming within tol of it first falls like
+        tol^((d-3)/2), as the exact first-passage law of the rho diffusion says
+        (docs/variants.md §5)."""),
     _figure("convergence", "Depth limit: the network converges to the SDE",
             convergence.convergence_data, convergence.draw_convergence, """
         The L-layer network is a consistent scheme for the SDE: weak error O(1/L) (expected order
