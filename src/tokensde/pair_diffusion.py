@@ -48,72 +48,9 @@ TOL_MIN = 1e-300  # smallest tol: distances to the endpoints stay normal floats
 # The kernel of the MLP noise
 # ---------------------------------------------------------------------------------------------
 
-_HX, _HW = np.polynomial.hermite_e.hermegauss(160)
-_HW = _HW / math.sqrt(2.0 * math.pi)
-SWITCH = 1e-3  # below this distance to rho = 1 a smooth kernel uses its Taylor series
-
-
-def _theta_minus_sin(th: np.ndarray) -> np.ndarray:
-    """`theta - sin(theta)` without cancellation (series below 1)."""
-    small = th < 1.0
-    out = th - np.sin(th)
-    ts = th[small]
-    term, acc = ts**3 / 6.0, np.zeros_like(ts)
-    for k in range(12):  # theta^(2k+3) / (2k+3)! with alternating signs
-        acc += term
-        term = -term * ts * ts / ((2 * k + 4) * (2 * k + 5))
-    out[small] = acc
-    return out
-
-
-def _relu_one_minus(w: np.ndarray) -> np.ndarray:
-    """ReLU: `1 - khat(1 - w) = (pi w - w theta + theta - sin theta) / pi`, `theta = arccos(1-w)`."""
-    th = 2.0 * np.arcsin(np.sqrt(0.5 * w))
-    return (math.pi * w - w * th + _theta_minus_sin(th)) / math.pi
-
-
-def _gelu_derivative(n: int, z: np.ndarray) -> np.ndarray:
-    """`phi^(n)(z)` of `phi(z) = z Phi(z)`: `Phi + z phi_N` for n = 1, `P_n(z) phi_N(z)` above,
-    `P_2 = 2 - z^2`, `P_(n+1) = P_n' - z P_n`."""
-    dens = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
-    if n == 1:
-        return np.asarray(special.ndtr(z) + z * dens)
-    poly = np.polynomial.Polynomial([2.0, 0.0, -1.0])
-    for _ in range(n - 2):
-        poly = poly.deriv() - np.polynomial.Polynomial([0.0, 1.0]) * poly
-    return np.asarray(poly(z) * dens)
-
-
-@cache
-def _taylor_at_one() -> tuple[float, ...]:
-    """`khat^(n)(1) = E[phi^(n)(u)^2] / E[phi(u)^2]`, n = 1..5 (Price), for 'gelu'."""
-    second = float((_HW * (_HX * special.ndtr(_HX)) ** 2).sum())
-    return tuple(float((_HW * _gelu_derivative(n, _HX) ** 2).sum()) / second for n in range(1, 6))
-
-
-def _gelu_one_minus(w: np.ndarray) -> np.ndarray:
-    """GELU: `1 - khat(1 - w)`, Taylor series at 1 below `SWITCH`, the kernel above."""
-    out = 1.0 - MLPS.get("gelu")().kernel(1.0 - w)
-    small = w < SWITCH
-    ws = w[small]
-    acc = np.zeros_like(ws)
-    for n, k in enumerate(_taylor_at_one(), start=1):
-        acc += (-1.0) ** (n + 1) * k * ws**n / math.factorial(n)
-    out[small] = acc
-    return out
-
-
-# `1 - khat(1 - w)` accurate for small w; other activations use the kernel itself (relative error
-# ~1e-16 / w near rho = 1)
-_NEAR_ONE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "relu": _relu_one_minus, "gelu": _gelu_one_minus}
-
-
 def _one_minus_khat_near_one(mlp: str, w: np.ndarray) -> np.ndarray:
-    fn = _NEAR_ONE.get(mlp)
-    if fn is not None:
-        return fn(np.asarray(w, dtype=float))
-    return 1.0 - MLPS.get(mlp)().kernel(1.0 - np.asarray(w, dtype=float))
+    """`1 - khat(1 - w)`, accurate for small `w` (`Activation.complement`)."""
+    return MLPS.get(mlp)().complement(np.asarray(w, dtype=float))
 
 
 @cache
@@ -123,13 +60,7 @@ def kernel_constants(mlp: str) -> tuple[float, float]:
     act = MLPS.get(mlp)()
     if not act.active:
         return 0.0, 0.0
-    at_minus = float(act.kernel(np.array(-1.0)))
-    if mlp == "relu":
-        return at_minus, 1.0  # khat'(rho) = (pi - arccos rho) / pi
-    if mlp == "gelu":
-        return at_minus, _taylor_at_one()[0]
-    h = 1e-6  # another activation: a difference quotient of its kernel
-    return at_minus, float(_one_minus_khat_near_one(mlp, np.array([h]))[0] / h)
+    return float(act.kernel(np.array(-1.0))), act.slope_at_one()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,6 +46,15 @@ class Activation(ABC):
     def kernel(self, rho: np.ndarray) -> np.ndarray:
         """`khat(rho) = E[phi(u) phi(v)] / E[phi(u)^2]` for correlations `rho` in [-1, 1]."""
 
+    def complement(self, w: np.ndarray) -> np.ndarray:
+        """`1 - khat(1 - w)`; a subclass makes it accurate for small `w` (near-merged pairs)."""
+        return 1.0 - self.kernel(1.0 - np.asarray(w, dtype=float))
+
+    def slope_at_one(self) -> float:
+        """`khat'(1) = E[phi'(u)^2] / E[phi(u)^2]`; by default a difference quotient."""
+        h = 1e-6
+        return float(self.complement(np.array([h]))[0] / h)
+
     def kernel_t(self, rho: torch.Tensor) -> torch.Tensor:
         """`khat` on a tensor (the SDE's noise covariance); tabulated unless overridden."""
         table = type(self).__dict__.get("_table")

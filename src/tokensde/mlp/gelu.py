@@ -33,6 +33,21 @@ def _smoothed(a: np.ndarray, s2: np.ndarray) -> np.ndarray:
     return a * special.ndtr(a / c) + s2 * np.exp(-0.5 * (a / c) ** 2) / (c * math.sqrt(2 * math.pi))
 
 
+SWITCH = 1e-3  # below this distance to rho = 1 the kernel's Taylor series at 1 is used
+
+
+def _derivative(n: int, z: np.ndarray) -> np.ndarray:
+    """`phi^(n)(z)`: `Phi + z phi_N` for n = 1, `P_n(z) phi_N(z)` above, `P_2 = 2 - z^2`,
+    `P_(n+1) = P_n' - z P_n`."""
+    dens = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    if n == 1:
+        return np.asarray(special.ndtr(z) + z * dens)
+    poly = np.polynomial.Polynomial([2.0, 0.0, -1.0])
+    for _ in range(n - 2):
+        poly = poly.deriv() - np.polynomial.Polynomial([0.0, 1.0]) * poly
+    return np.asarray(poly(z) * dens)
+
+
 def dual_kernel(rho: np.ndarray) -> np.ndarray:
     """`kappa(rho) = E[phi(u) phi(v)]` (not normalised)."""
     r = np.clip(np.asarray(rho, dtype=float), -1.0, 1.0)[..., None]
@@ -53,3 +68,24 @@ class GELU(Activation):
     def kernel(self, rho: np.ndarray) -> np.ndarray:
         """`kappa(rho) / kappa(1)` by the quadrature above."""
         return dual_kernel(rho) / self.second_moment
+
+    def taylor_at_one(self) -> tuple[float, ...]:
+        """`khat^(n)(1) = E[phi^(n)(u)^2] / E[phi(u)^2]`, n = 1..5 (Price's theorem)."""
+        return tuple(float((_W * _derivative(n, _U) ** 2).sum()) / self.second_moment
+                     for n in range(1, 6))
+
+    def complement(self, w: np.ndarray) -> np.ndarray:
+        """`1 - khat(1 - w)`: the Taylor series at 1 below `SWITCH`, the kernel above."""
+        w = np.asarray(w, dtype=float)
+        out = np.asarray(1.0 - self.kernel(1.0 - w), dtype=float)
+        small = w < SWITCH
+        ws = w[small]
+        acc = np.zeros_like(ws)
+        for n, k in enumerate(self.taylor_at_one(), start=1):
+            acc += (-1.0) ** (n + 1) * k * ws**n / math.factorial(n)
+        out[small] = acc
+        return out
+
+    def slope_at_one(self) -> float:
+        """`khat'(1) = E[phi'(u)^2] / E[phi(u)^2]`."""
+        return self.taylor_at_one()[0]
