@@ -446,7 +446,7 @@ def _uniform_average(f: Callable[[np.ndarray], np.ndarray], d: float) -> float:
 def p_first_from(beta: float, d: float, rho0: float | str, tol: float, mlp: str = "none",
                  mlp_sigma: float = 1.0, sigma: float = 1.0) -> float:
     """`p_first` from `rho0`, or averaged over a uniform pair (`rho0 = 'uniform'`)."""
-    if rho0 == "uniform":
+    if isinstance(rho0, str):
         return _uniform_average(lambda r: p_first(beta, d, r, tol, sigma, mlp, mlp_sigma), d)
     return float(p_first(beta, d, rho0, tol, sigma, mlp, mlp_sigma))
 
@@ -459,7 +459,7 @@ def p_first_limit(beta: float, d: float, rho0: float | str, mlp: str = "none",
     if _Model.make(beta, d, sigma, mlp, mlp_sigma).m2 == 0:
         from .two_tokens import p_anti, p_anti_uniform
 
-        return float(p_anti_uniform(beta, d) if rho0 == "uniform" else p_anti(beta, d, rho0))
+        return float(p_anti_uniform(beta, d) if isinstance(rho0, str) else p_anti(beta, d, rho0))
     if not bd.limit_positive:
         return 0.0
     return p_first_from(beta, d, rho0, TOL_MIN, mlp, mlp_sigma, sigma)
