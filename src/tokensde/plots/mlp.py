@@ -57,16 +57,19 @@ def plot_mlp(df: pd.DataFrame, path: str | Path) -> Path:
     """Left: P(first within tol of antipodal) against beta per arm, exact curves; right: the same
     against tol at one beta, the curves continued to tol = 1e-8 (95 % Wilson intervals)."""
     rows = df if "arm" in df.columns else mlp_rows(df)
+    color = {name: k for k, name in enumerate(sorted(rows["arm"].unique()))}  # one per arm
     with styled():
         fig = new_figure(12.0, 4.6)
         ax0, ax1 = fig.subplots(1, 2)
-        for k, (name, g) in enumerate(rows[rows["panel"] == "beta"].groupby("arm", sort=True)):
+        for name, g in rows[rows["panel"] == "beta"].groupby("arm", sort=True):
+            k = color[name]
             _points(ax0, g, "beta", k, name)
             b = np.linspace(max(0.05, 0.9 * g["beta"].min()), 1.05 * g["beta"].max(), 40)
             ax0.plot(b, theory_curve(g.iloc[0].to_dict(), b, g["tol"].iloc[0]), color=f"C{k}",
                      lw=1)
         ax0.set_xlabel(r"$\beta$")
-        for k, (name, g) in enumerate(rows[rows["panel"] == "tol"].groupby("arm", sort=True)):
+        for name, g in rows[rows["panel"] == "tol"].groupby("arm", sort=True):
+            k = color[name]
             _points(ax1, g, "tol", k, name)
             t = np.geomspace(1e-8, 1.2 * g["tol"].max(), 50)
             ax1.plot(t, theory_curve(g.iloc[0].to_dict(), g["beta"].iloc[0], t), color=f"C{k}",
