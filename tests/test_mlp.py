@@ -192,3 +192,18 @@ def test_two_token_cells_keep_their_ids_without_a_block():
     assert all("mlp" not in c.params and "mlp_sigma" not in c.params for c in cells)
     mlp_cells = SweepConfig.load(sweep_file(("mlp-quick",))).cells()
     assert {c.params.get("mlp", "none") for c in mlp_cells} == {"none", "relu"}
+
+
+def test_two_token_mc_cli_with_a_block():
+    import json
+
+    r = CliRunner().invoke(app, ["two-token", "mc", "--beta", "3", "--d", "4", "--rho0", "-0.5",
+                                 "--runs", "100", "--tol", "0.1", "--dt", "0.002", "--mlp",
+                                 "relu", "--mlp-sigma", "0.3", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["theory"] == 0.0 and out["theory_at_tol"] == pytest.approx(0.6449, abs=1e-3)
+    assert out["ci"][0] - 0.05 < out["theory_at_tol"] < out["ci"][1] + 0.05
+    r = CliRunner().invoke(app, ["two-token", "mc", "--beta", "3", "--d", "4", "--runs", "5",
+                                 "--mlp-sigma", "0.3"])
+    assert r.exit_code == 2 and "mlp_sigma is used only with an MLP block" in r.output

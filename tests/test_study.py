@@ -175,7 +175,7 @@ def test_mlp_section_checks_every_cell_against_the_first_passage_theory(tmp_path
     from tokensde.pair_diffusion import p_first
     from tokensde.plots.mlp import arm, mlp_rows
 
-    run, sections, _ = study.reproduce(tmp_path, "tiny", workers=1, only=["mlp"])
+    _, sections, _ = study.reproduce(tmp_path, "tiny", workers=1, only=["mlp"])
     sec = sections[0]
     assert sec.status == "ok", sec.note
     (table,) = sec.tables

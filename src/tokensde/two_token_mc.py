@@ -197,8 +197,7 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
     grid = _check_common(runs, T, dt, seed, tol, level)
     if engine not in ENGINES:
         raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    p = ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law, mlp=mlp,
-                    mlp_sigma=mlp_sigma if mlp != "none" else 1.0)
+    p = ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law, mlp=mlp, mlp_sigma=mlp_sigma)
     if p.mlp_block.active and engine != "network":
         raise ParameterError(f"engine must be 'network' with an MLP block; got engine={engine!r}")
     rho0 = check_rho0(rho0)

@@ -136,9 +136,13 @@ def mc_cmd(
     sigma: float = typer.Option(1.0, "--sigma", help="Matrix noise scale (>= 0)."),
     tol: float = _tol(1e-8),
     sampler: str = typer.Option("auto", "--sampler", help="auto | fast | full."),
+    mlp: str = typer.Option("none", "--mlp", help="Random MLP block: none | relu | gelu (each run "
+                            "then tested every layer; docs/variants.md §5)."),
+    mlp_sigma: float = typer.Option(1.0, "--mlp-sigma", help="Output scale of the MLP block."),
     engine: str = ENGINE, out: Path | None = OUT, quiet: bool = QUIET, json_out: bool = JSON,
 ) -> None:
-    """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti."""
+    """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti
+    (with an MLP block: against the exact first-passage probability at --tol)."""
     from .. import two_token_mc as mc
     from .. import two_tokens as tt
     from ..params import TimeGrid
@@ -148,8 +152,14 @@ def mc_cmd(
         steps = TimeGrid.make(T=time, dt=dt).steps
         result = _run(mc.monte_carlo, steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
-                      sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until)
-        if sigma == 1.0:
+                      sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until,
+                      mlp=mlp, mlp_sigma=mlp_sigma)
+        if mlp != "none":
+            from ..pair_diffusion import p_first_from
+
+            result["theory_at_tol"] = p_first_from(beta, d, tt.check_rho0(rho0), tol, mlp,
+                                                   mlp_sigma, sigma)
+        elif sigma == 1.0:
             from ..absorption import p_anti_at_tol
 
             result["theory_at_tol"] = p_anti_at_tol(beta, d, tt.check_rho0(rho0), tol)
