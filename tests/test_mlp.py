@@ -207,3 +207,29 @@ def test_two_token_mc_cli_with_a_block():
     r = CliRunner().invoke(app, ["two-token", "mc", "--beta", "3", "--d", "4", "--runs", "5",
                                  "--mlp-sigma", "0.3"])
     assert r.exit_code == 2 and "mlp_sigma is used only with an MLP block" in r.output
+
+
+def test_goe_forms_redrawn_two_token_theory():
+    """The averaged rho diffusion of GOE forms redrawn every layer (`two_token_forms`): at scale 0
+    it is the spec model's; against the network (seeded, forms redrawn every layer) at tol 1e-3."""
+    from tokensde import absorption
+    from tokensde import two_tokens as tt
+    from tokensde.stats import wilson
+    from tokensde.two_token_forms import forms_z_coefficients, p_first_forms
+    from tokensde.two_token_mc import pair_log_gaps
+
+    z = np.linspace(-9.0, 9.0, 61)
+    a, b = forms_z_coefficients(z, 2.5, 5.0, 0.0, 1.3)
+    a0, b0 = tt._z_coefficients(z, 2.5, 5.0, 1.3, None)
+    np.testing.assert_allclose(a, a0, atol=1e-12)
+    np.testing.assert_allclose(b, b0, atol=1e-12)
+    assert p_first_forms(2.0, 4, "uniform", 1e-8, 0.0) == pytest.approx(
+        absorption.p_anti_at_tol(2.0, 4, "uniform", 1e-8), abs=1e-9)
+    th = p_first_forms(3.0, 4, -0.5, 1e-3, 0.5)
+    p = ModelParams(n=2, d=4, beta=3.0, qk="goe", qk_scale=0.5, qk_redraw="layer")
+    res = simulate(p, T=60.0, dt=0.01, runs=1500, seed=7, init="pair", rho0=-0.5,
+                   until="decided", tol=1e-3)
+    anti, _ = tt.classify(*pair_log_gaps(res.x), 1e-3)
+    lo, hi = wilson(int(anti.sum()), 1500, 0.999)
+    assert lo - 0.01 < th < hi + 0.01  # 99.9 % interval, widened by the O(dt) bias
+    assert th < p_first_forms(3.0, 4, -0.5, 1e-3, 0.0) - 0.1  # the forms lower it, visibly

@@ -18,6 +18,7 @@ merged `mu = sigma^2 (d - 1)`, `s^2 = 4 sigma^2`; antipodal `mu = -lambda_anti`,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy import linalg, special
@@ -187,18 +188,29 @@ def p_anti_at_tol(beta: float, d: float, rho0: float | str = "uniform", tol: flo
     """Probability that the §5 pair reaches `1 + rho < tol` before `1 - rho < tol`: what a run
     stopped at decision with tolerance `tol` reports. It tends to `p_anti` as `tol -> 0` above
     `beta_c`, and to 0 below it; the difference is the chance that a pair once within `tol` of
-    -1 leaves again.
+    -1 leaves again (`first_passage` with the coefficients of `two_tokens._z_coefficients`).
+    """
+    b, dd, t, s = _check(beta, d, tol, sigma)
+    return first_passage(lambda z: _z_coefficients(z, b, dd, s, None), dd, rho0, t, nodes)
 
-    Scale function in `z = artanh(rho)`: `s(z) = exp(-int_0^z 2 a / b^2)`, hitting probability
+
+Coefficients = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def first_passage(coefficients: Coefficients, d: float, rho0: float | str, tol: float,
+                  nodes: int | None = None) -> float:
+    """`P(rho reaches -1 + tol before 1 - tol)` for `dz = a(z) dt + b(z) dB`, `z = artanh rho`,
+    from `rho0` or a uniform pair in dimension `d` (the initial law of `rho`).
+
+    Scale function in `z`: `s(z) = exp(-int_0^z 2 a / b^2)`, hitting probability
     `int_{z0}^{z+} s / int_{z-}^{z+} s`, both by the trapezoid rule on `nodes` points (default:
     enough for 1/20 of the drift's scale `1/d`).
     """
-    b, dd, t, s = _check(beta, d, tol, sigma)
-    edge = math.atanh(1.0 - t)
-    nodes = max(20001, int(40.0 * edge * dd)) if nodes is None else nodes
+    edge = math.atanh(1.0 - tol)
+    nodes = max(20001, int(40.0 * edge * d)) if nodes is None else nodes
     z = np.linspace(-edge, edge, check_int("nodes", nodes, 101))
     h = z[1] - z[0]
-    a, bb = _z_coefficients(z, b, dd, s, None)
+    a, bb = coefficients(z)
     g = 2.0 * a / (bb * bb)
     log_s = -np.concatenate([[0.0], np.cumsum(0.5 * (g[:-1] + g[1:]) * h)])
     cum = _log_cumtrapz(log_s, h)  # log int_{z-}^{z_k} s
@@ -207,7 +219,7 @@ def p_anti_at_tol(beta: float, d: float, rho0: float | str = "uniform", tol: flo
     p_node = -np.expm1(cum - total)
     r0 = check_rho0(rho0)
     if r0 == "uniform":
-        w = _initial_weights(z, dd, r0)
+        w = _initial_weights(z, d, r0)
         return float(np.clip(w @ p_node / w.sum(), 0.0, 1.0))
     z0 = math.atanh(max(-1.0 + 1e-300, min(1.0 - 1e-16, float(r0))))
     return float(np.interp(z0, z, p_node, left=1.0, right=0.0))

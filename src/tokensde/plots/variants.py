@@ -35,6 +35,14 @@ def arm(row: dict[str, Any]) -> str:
     return f"{qk} forms (s = {scale:g}) fixed per run, H = {heads}"
 
 
+def forms_redrawn(row: dict[str, Any]) -> float | None:
+    """The scale of a cell's GOE forms when they are redrawn every layer (an exact two-token
+    theory exists then, `tokensde.two_token_forms`), else None."""
+    if _value(row, "qk", "identity") == "goe" and _value(row, "qk_redraw", "run") == "layer":
+        return float(_value(row, "qk_scale", 1.0))
+    return None
+
+
 def variant_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The table with an `arm` column, sorted by arm and beta."""
     out = df.assign(arm=[arm(r) for r in df.to_dict("records")])
@@ -65,6 +73,15 @@ def plot_variants(df: pd.DataFrame, path: str | Path) -> Path:
             b = np.linspace(0.0, float(absorbed["beta"].max()) * 1.05, 200)
             ax0.plot(b, tt.p_anti_uniform(b, d), color="k", lw=1, ls="--",
                      label="exact P_anti, spec model")
+            scales = {forms_redrawn(r) for r in absorbed.to_dict("records")} - {None}
+            s = next(iter(scales), None)
+            if s is not None:
+                from ..two_token_forms import p_first_forms
+
+                tol = float(absorbed["tol"].iloc[0])
+                bb = np.linspace(0.1, float(absorbed["beta"].max()) * 1.05, 20)
+                ax0.plot(bb, [p_first_forms(x, d, "uniform", tol, s) for x in bb], color="k",
+                         lw=1, ls="-.", label=f"exact, goe forms (s = {s:g}) redrawn every layer")
             ax0.axvline(float(tt.beta_c(d)), color="0.6", lw=0.8, ls=":")
             ax0.legend(fontsize=7, loc="upper left")
             ax0.set_ylabel(f"P(antipodal), tol {absorbed['tol'].iloc[0]:g}")
