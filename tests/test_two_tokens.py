@@ -13,6 +13,7 @@ from scipy import integrate
 from typer.testing import CliRunner
 
 from tokensde import ModelParams, ParameterError, phase_grid
+from tokensde import pair_diffusion as pdf
 from tokensde import two_token_mc as mc
 from tokensde import two_tokens as tt
 from tokensde.experiments import get_kind
@@ -126,6 +127,57 @@ def test_uniform_pair_density_and_average():
         norm = integrate.quad(lambda r: 1.0, -1, 1, weight="alg", wvar=(a, a))[0]
         assert tt.p_anti_uniform(beta, d) == pytest.approx(direct / norm, abs=1e-8)
     assert tt.p_anti_uniform(0.5, 8) == 0.0
+
+
+# large d: S' falls like (1 - rho)^((d-3)/2) towards rho = 1, so int_{rho0}^1 S' sits in a layer
+# of width ~(1 - rho0)/d, and P_anti(0) can be far below 1e-10 near beta_c. Checked against the
+# independent first-passage quadrature at tol = 1e-250, which is the tol -> 0 limit to ~1e-12
+# here (its correction goes like tol^(1 + a_-), 1 + a_- >= 0.05 at beta_c + 0.05 for large d).
+LARGE_D_POINTS = [(beta_c_offset, d, rho0) for d in (300, 1024, 4096, 10000)
+                  for beta_c_offset in (1.0, 3.0) for rho0 in (-0.9, -0.5, -0.2, 0.0, 0.5, 0.9)]
+
+
+def test_large_d_agrees_with_first_passage_at_vanishing_tol():
+    beta = np.array([tt.beta_c(d) + off for off, d, _ in LARGE_D_POINTS] + [12.0] * 8)
+    d = np.array([d for _, d, _ in LARGE_D_POINTS] + [300, 1000, 3000, 10000] * 2, dtype=float)
+    rho0 = np.array([r for _, _, r in LARGE_D_POINTS] + [0.0] * 4 + [-0.7] * 2 + [0.9] * 2)
+    got = tt.p_anti(beta, d, rho0)
+    want = pdf.p_first(beta, d, rho0, 1e-250)
+    shown = want > 1e-290  # P_anti(0.9) underflows at the largest d
+    assert shown.sum() >= 50 and np.all(got[~shown] < 1e-280)
+    np.testing.assert_allclose(got[shown], want[shown], rtol=1e-8, atol=0)
+
+
+@pytest.mark.parametrize(("beta", "d", "rho0", "value"), [
+    (6.811, 1024, 0.0, 0.07325443482059), (6.811, 1024, -0.5, 0.36216133843417),
+    (7.505, 4096, -0.5, 0.32615461523856), (8.0, 1000, -0.9, 0.75018881482938),
+    (8.0, 300, 0.0, 0.20018193326434)])
+def test_points_that_the_endpoint_grid_got_wrong(beta, d, rho0, value):
+    # formerly -0.0, 0.3117, 0.2996, 0.7106 and off by 1e-8 (values: p_first at tol = 1e-250)
+    assert tt.p_anti(beta, d, rho0) == pytest.approx(value, rel=1e-8)
+    assert tt.p_anti(beta, d, rho0) == pytest.approx(pdf.p_first(beta, d, rho0, 1e-250), rel=1e-8)
+
+
+def test_small_p_anti_keeps_its_relative_accuracy():
+    beta = tt.beta_c(10000) + 0.05  # P_anti(0) ~ 2e-16, P_anti(0.9) below 1e-200
+    rho0 = np.array([-0.6, -0.1, 0.0, 0.9])
+    np.testing.assert_allclose(tt.p_anti(beta, 10000, rho0), pdf.p_first(beta, 10000, rho0, 1e-250),
+                               rtol=1e-8, atol=0)
+
+
+@pytest.mark.parametrize(("beta", "d"), [(6.811, 1024), (7.505, 4096), (12.0, 10000),
+                                         (tt.beta_c(3000) + 0.05, 3000)])
+def test_uniform_average_at_large_d(beta, d):
+    # the rho_0 density (1 - rho^2)^((d-3)/2) has width 1/sqrt(d): average p_anti over it directly
+    half_width = 14.0 / math.sqrt(d)
+    x, w = np.polynomial.legendre.leggauss(12)
+    edges = np.linspace(-half_width, half_width, 161)
+    mid, half = 0.5 * (edges[1:] + edges[:-1]), 0.5 * np.diff(edges)
+    rho = (mid[:, None] + half[:, None] * x).ravel()
+    log_density = 0.5 * (d - 3) * np.log1p(-rho * rho)
+    weights = np.exp(log_density - log_density.max()) * (half[:, None] * w).ravel()
+    direct = weights @ tt.p_anti(beta, d, rho) / weights.sum()
+    assert tt.p_anti_uniform(beta, d) == pytest.approx(direct, rel=1e-8)
 
 
 def test_lyapunov_exponents_are_the_endpoint_limits_of_the_drift():

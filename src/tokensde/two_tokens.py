@@ -16,12 +16,20 @@ Quadrature of `p_anti`. With `a_- = -1/2 - (d-2)/(2 cosh 2beta)` and `a_+ = (d-3
 
     S'(rho) = (1 + rho)^{a_-} (1 - rho)^{a_+} exp(-(d-2) R(rho)),   R(rho) = int_0^rho h,
 
-where `h` is `1/((1 - r^2) cosh(beta (1 - r)))` minus its two poles, bounded on [-1, 1]. An
-endpoint integral `int_0^{e0} e^a g(e) de` (`e` = distance to the endpoint) with `a < 0` is split
-into the exact `g(0) e0^{1+a}/(1+a)` plus `int e^a (g(e) - g(0))`; the rest is Gauss-Legendre in
-`t` with `e = e0 t^4`, and `R` is accumulated gap by gap between the nodes. Everything is carried
-in logarithms, so neither large `beta` nor large `d` overflows, and `1+a -> 0` (the critical
-line) is exact.
+where `h` is `1/((1 - r^2) cosh(beta (1 - r)))` minus its two poles, bounded on [-1, 1]; in
+closed form `d log S'/d rho = rho/(1 - rho^2) - (d-2) sech(beta (1 - rho))/(1 - rho^2)`. An
+endpoint integral `int_0^{e0} e^a g(e) de` (`e` = distance to the endpoint) is cut at `c = e0/4`.
+On `[0, c]`, for `a < 0`, it is split into the exact `g(0) c^{1+a}/(1+a)` plus
+`int e^a (g(e) - g(0))`, Gauss-Legendre in `t` with `e = c t^4`. On `[c, e0]`, Gauss panels in
+`s = log(e0/e)`: equal ones, and ones placed where the integrand has fallen by `e^-1/2, e^-1,
+..., e^-32` from the end it decays from (judged by its log-slope there, and for a weight by its
+curvature too). They matter at large `d`: `S'` then falls like `(1 - rho)^{(d-3)/2}` towards
+`rho = 1`, so `int_{rho0}^1 S'` sits in a layer of width `~ (1 - rho0)/d` next to `rho0`. `R` is
+accumulated gap by gap between all nodes. Everything is carried in logarithms (the power `e^a`
+included, as its range alone overflows at large `d`), so neither large `beta` nor large `d`
+overflows, and `1+a -> 0` (the critical line) is exact. `P_anti` is `int_{rho0}^1 S' / Z` itself
+unless `rho0 <= -3/4` (there `1 - int_{-1}^{rho0} S' / Z`, and `P_anti` is not small), so a tiny
+`P_anti` keeps its relative accuracy.
 """
 
 from __future__ import annotations
@@ -39,7 +47,8 @@ from .params import ParameterError, TimeGrid, check_int, check_real
 ArrayLike = float | np.ndarray
 Weight = Callable[[np.ndarray], np.ndarray]
 
-GRADE = 4  # e = e0 t^GRADE: grades the nodes towards the endpoint and its boundary layer
+GRADE = 4  # e = e0 t^GRADE / 4 next to the endpoint: grades the nodes towards it
+SPAN = math.log(4.0)  # the rest, [e0/4, e0], in s = log(e0/e) over [0, SPAN]
 
 
 def _gauss01(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,8 +56,11 @@ def _gauss01(n: int) -> tuple[np.ndarray, np.ndarray]:
     return (t + 1) / 2, w / 2
 
 
-_T, _W = _gauss01(40)  # outer rule in t
-_GT, _GW = _gauss01(8)  # rule on each gap between outer nodes, for R
+_T, _W = _gauss01(40)  # rule in t next to the endpoint
+_PX, _PW = _gauss01(8)  # rule on each panel of s
+_UNIFORM = np.linspace(0.0, SPAN, 6)  # five equal panels in s ...
+_GEO = 2.0 ** np.arange(-1, 6)  # ... and edges where it has fallen by e^-1/2, ..., e^-32
+_GT, _GW = _gauss01(5)  # rule on each gap between nodes, for R
 LOG2 = math.log(2.0)
 
 
@@ -130,12 +142,27 @@ def _h(beta: np.ndarray, v: np.ndarray, u: np.ndarray) -> np.ndarray:
     Written as `(sech(beta u) - sech(2 beta))/(2v) + (sech(beta u) - 1)/(2u)`, each difference
     with `expm1` so that nothing cancels near the endpoints.
     """
-    eu = np.exp(-beta * u)
-    # sech(A) - sech(B) = -2 e^-A expm1(A-B) (1 - e^-(A+B)) / ((1+e^-2A)(1+e^-2B)), A=beta u, B=2beta
-    near_minus = -eu * np.expm1(-beta * v) * (1.0 - eu * np.exp(-2.0 * beta))
-    near_minus /= (1.0 + eu * eu) * (1.0 + np.exp(-4.0 * beta)) * v
-    near_plus = -np.expm1(-beta * u) ** 2 / ((1.0 + eu * eu) * 2.0 * u)
-    return near_minus + near_plus
+    # sech(A) - sech(B) = -2 e^-A expm1(A-B) (1 - e^-(A+B)) / ((1+e^-2A)(1+e^-2B)), A=beta u, B=2beta;
+    # sech(A) - 1 = -expm1(-A)^2 / (1+e^-2A). In place: this is the inner loop of the quadrature.
+    x = np.multiply(beta, u)
+    np.negative(x, out=x)
+    eu = np.exp(x)
+    near_plus = np.expm1(x, out=x)
+    near_plus *= near_plus
+    near_plus /= u
+    near_plus *= 0.5
+    near_minus = np.multiply(beta, v)
+    np.negative(near_minus, out=near_minus)
+    np.expm1(near_minus, out=near_minus)
+    near_minus *= eu
+    near_minus *= 1.0 - eu * np.exp(-2.0 * beta)
+    near_minus /= v
+    near_minus /= 1.0 + np.exp(-4.0 * beta)
+    near_minus += near_plus
+    eu *= eu
+    eu += 1.0
+    near_minus /= eu
+    return np.negative(near_minus, out=near_minus)
 
 
 def _cumulative_h(beta: np.ndarray, e: np.ndarray, e0: np.ndarray, side: int) -> tuple[
@@ -179,31 +206,102 @@ class _Density:
         `(d-2) H(1)`, or None when `e0 = 1` (the integral then supplies it). `weight(e)` takes
         `(P, k)` distances; it may vanish at `e = 0` but must be positive inside. Returns
         `(log integral, (d-2) H(e0))`.
+
+        Two pieces. `[0, c]`, `c = e0/4`: Gauss in `t`, `e = c t^GRADE`, with `g(0) int_0^c e^a`
+        split off exactly where `e^a` is singular. `e^a` is carried in the exponent with the rest
+        (with large `d`, `e^a` and `g` each span more than the float range; their product does
+        not).
+        `[c, e0]`: Gauss panels in `s = log(e0/e)` (see `_edges`), which resolve the layer that
+        large `d` puts next to `e0` (the whole mass of `int_{rho0}^1 S'`, as thin as `e0/d`) and
+        a uniform-start weight puts next to `rho = 0` (width `1/sqrt(d)`).
         """
         a, b = (self.a_minus, self.a_plus) if side < 0 else (self.a_plus, self.a_minus)
+        a1 = (1.0 + a)[:, None]
         e0c = np.where(e0 > 0, e0, 1.0)[:, None]
-        t = _T[None, :]
-        e = e0c * t**GRADE
+        c = math.exp(-SPAN) * e0c
+        ea = c * _T**GRADE  # [0, c], ascending
+        edges = self._edges(e0c, side, weight)  # [c, e0], in s
+        width = np.diff(edges, axis=1)
+        sb = (edges[:, :-1, None] + width[..., None] * _PX).reshape(len(e0c), -1)
+        eb = e0c * np.exp(-sb)  # descending
+        e = np.concatenate([ea, eb[:, ::-1]], axis=1)
         H, H_end = _cumulative_h(self.beta[:, None], e, e0c, side)
         sign = -1.0 if side < 0 else 1.0
         lg = b[:, None] * np.log(2.0 - e) + sign * self.dm2[:, None] * H
-        lg0 = b * LOG2
+        lg0 = b[:, None] * LOG2
         if weight is not None:
             with np.errstate(divide="ignore"):  # a weight may vanish at the endpoint
                 lg = lg + np.log(weight(e))
-                lg0 = lg0 + np.log(weight(np.zeros_like(e0c)))[:, 0]
+                lg0 = lg0 + np.log(weight(np.zeros_like(e0c)))
+        n = _T.size
+        lga, lgb = lg[:, :n], lg[:, n:][:, ::-1]
         # subtract g(0) only where e^a is singular: for a >= 0 the far end can carry
         # g(e) << g(0), and the subtraction would cancel catastrophically
-        subtract = a < 0
-        top = np.maximum(lg.max(axis=1), np.where(subtract, lg0, -np.inf))
-        g = np.exp(lg - top[:, None])
-        g0 = np.where(subtract, np.exp(lg0 - top), 0.0)
-        power = GRADE * (1.0 + a)[:, None] - 1.0
-        bracket = g0 / (1.0 + a) + GRADE * ((t**power * (g - g0[:, None])) @ _W)
+        lg0 = np.where(a[:, None] < 0, lg0, -np.inf)
+        # log of weight x jacobian x e^a on [0, c], and the exact g(0) int_0^c e^a
+        scale_a = np.log(GRADE * _W) + a1 * np.log(c) + (GRADE * a1 - 1.0) * np.log(_T)
+        exact = a1 * np.log(c) + lg0 - np.log(a1)
+        with np.errstate(divide="ignore"):  # panels of zero width
+            terms_b = (np.log((width[..., None] * _PW).reshape(len(e0c), -1)) + a1 * np.log(eb)
+                       + lgb)
+        top = np.maximum(np.maximum((scale_a + lga).max(axis=1), exact[:, 0]),
+                         terms_b.max(axis=1))[:, None]
+        with np.errstate(over="ignore", invalid="ignore"):
+            # e^a (g - g0), with expm1 where g is close to g0
+            near = np.exp(scale_a + lg0 - top) * np.expm1(lga - lg0)
+            far = np.exp(scale_a + lga - top) - np.exp(scale_a + lg0 - top)
+            piece_a = np.where(np.abs(lga - lg0) < 1.0, near, far).sum(axis=1)
+        total = piece_a + np.exp(exact - top)[:, 0] + np.exp(terms_b - top).sum(axis=1)
         ref = self.dm2 * H_end if anchor is None else anchor
         with np.errstate(divide="ignore"):  # an integral below the float range is exp(-inf)
-            log_int = (1.0 + a) * np.log(e0c[:, 0]) + top + np.log(bracket) - sign * ref
+            log_int = top[:, 0] + np.log(total) - sign * ref
         return np.where(e0 > 0, log_int, -np.inf), self.dm2 * H_end
+
+    def _edges(self, e0: np.ndarray, side: int, weight: Weight | None) -> np.ndarray:
+        """Panel edges `(P, K)` in `s = log(e0/e)` over `[0, SPAN]` (see `log_integral`).
+
+        Besides the equal panels: from the end that the integrand (in `s`) falls off from, with
+        log-slope `lam`, edges where `lam w + kap w^2/2` reaches `k = 1/2, 1, 2, ..., 32`. That
+        is an exponential layer (`kap = 0`; a decay that slows down, as next to a power law, is
+        caught by the first edge, `1/(2 lam)`) or, where a weight falls off from that end, the
+        Gaussian layer that the distribution of a uniform `rho_0` makes (`kap` its curvature).
+        """
+        delta = 1e-3
+        shift = np.array([0.0, delta, SPAN, SPAN - delta])
+        at = e0 * np.exp(-shift)  # e0, just inside it, e0 e^-SPAN, just inside that
+        fall = at * self.slope(at, side) + 1.0  # -d/ds log(S' e): the fall-off towards larger s
+        dlw = np.zeros_like(at)
+        if weight is not None:
+            h = 1e-4
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lw = np.log(weight(at)) - np.log(weight(at * math.exp(-h)))
+            dlw = np.nan_to_num(lw / h, nan=0.0, posinf=0.0, neginf=0.0)
+            fall = fall + dlw
+        # a step in the weight next to e0 (a uniform rho_0 near rho = 0) is resolved even where
+        # S' rises across it
+        lam_in = np.maximum(np.maximum(fall[:, :1], np.abs(dlw[:, :1])), 0.0)
+        lam_out = np.maximum(-fall[:, 2:3], 0.0)
+        inward = lam_in >= lam_out
+        lam = np.where(inward, lam_in, lam_out)
+        kap = np.where(inward & (dlw[:, :1] > 0), (fall[:, 1:2] - fall[:, :1]) / delta, 0.0)
+        kap = np.where(~inward & (dlw[:, 2:3] < 0), (fall[:, 2:3] - fall[:, 3:]) / delta, kap)
+        kap = np.maximum(kap, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            w = 2.0 * _GEO / (lam + np.sqrt(lam * lam + 2.0 * kap * _GEO))
+        w = np.nan_to_num(w, nan=SPAN, posinf=SPAN)
+        geo = np.clip(np.where(inward, w, SPAN - w), 0.0, SPAN)
+        uniform = np.broadcast_to(_UNIFORM, (len(e0), _UNIFORM.size))
+        return np.sort(np.concatenate([uniform, geo], axis=1), axis=1)
+
+    def slope(self, e: np.ndarray, side: int) -> np.ndarray:
+        """`d log S' / de` at the distance `e` `(P, k)` from the endpoint `side`.
+
+        `d log S'/d rho = (1/u - 1/v)/2 - (d-2) sech(beta u)/(u v)`, `v = 1+rho`, `u = 1-rho`.
+        """
+        beta, dm2 = self.beta[:, None], self.dm2[:, None]
+        v, u = (e, 2.0 - e) if side < 0 else (2.0 - e, e)
+        drho = 0.5 * (1.0 / u - 1.0 / v) - dm2 * _sech(beta * u) / (u * v)
+        return np.asarray(drho if side < 0 else -drho)
 
     def halves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Logs of `int_{-1}^0 S'` and `int_0^1 S'`, and the anchors `(d-2) H_-+(1)`."""
@@ -238,7 +336,9 @@ def _p_anti_live(beta: np.ndarray, d: np.ndarray, rho0: np.ndarray) -> np.ndarra
     left, right, anchor_m, anchor_p = dens.halves()
     log_z = np.logaddexp(left, right)
     out = np.empty_like(rho0)
-    low = rho0 <= 0.0  # 1 - int_{-1}^{rho0}/Z on the left half, int_{rho0}^1/Z on the right
+    # 1 - int_{-1}^{rho0}/Z near -1; int_{rho0}^1/Z directly elsewhere, across 0 if need be, so
+    # that a small P_anti (large d: tiny already at rho0 = 0) keeps its relative accuracy
+    low = rho0 <= -0.75
     for mask, side, e0, anchor in ((low, -1, 1.0 + rho0, anchor_m),
                                    (~low, +1, 1.0 - rho0, anchor_p)):
         if mask.any():
