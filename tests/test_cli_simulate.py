@@ -71,7 +71,8 @@ def test_simulate_plot_writes_a_png(tmp_path):
         (["--norm", "mid"], "norm must be one of post, pre, peri; got 'mid'"),
         (["--norm", "peri", "--scheme", "sde", "--noise", "scalar"],
          "scheme='sde' with norm='peri' needs noise='matrix'"),
-        (["--mlp", "relu", "--sampler", "gram"], "sampler='gram' needs mlp='none'"),
+        (["--mlp", "relu", "--norm", "pre", "--sampler", "gram"],
+         "sampler='gram' needs norm='post'"),
         (["--mlp", "gelu", "--mlp-sigma", "-1"], "mlp_sigma must be a finite number >= 0"),
         (["--qk", "gpt"], "qk must be one of identity, gaussian, wigner, goe; got 'gpt'"),
         (["--qk", "goe", "--qk-scale", "0"], "qk_scale must be a finite number > 0"),
@@ -79,7 +80,9 @@ def test_simulate_plot_writes_a_png(tmp_path):
         (["--qk", "goe", "--qk-redraw", "never"], "qk_redraw must be one of run, layer"),
         (["--qk", "goe", "--qk-samples", "3"], "qk_samples (Monte Carlo draws of the qk law per "
          "SDE step) is used only with qk_redraw='layer'"),
-        (["--qk", "goe", "--sampler", "gram"], "sampler='gram' needs qk='identity'"),
+        (["--qk", "goe", "--sampler", "gram"], "sampler='gram' needs qk_redraw='layer'"),
+        (["--qk", "wigner", "--qk-redraw", "layer", "--sampler", "gram"],
+         "sampler='gram' needs a rotation-invariant qk law"),
         (["--value-init", "gpt3"], "value_init must be one of pytorch, gpt2, gaussian"),
         (["--value-init", "gpt2", "--sigma", "1"], "--value-init sets the law and sigma; give "
          "it without --sigma"),

@@ -67,11 +67,18 @@ def test_bad_heads_name_the_parameter(kwargs, msg):
         ModelParams(n=3, d=4, **kwargs)
 
 
-def test_gram_sampler_refuses_heads():
+def test_gram_sampler_takes_heads_sharing_one_form_and_refuses_forms_per_head():
+    # heads sharing Q^T K = c I have one output: the Gram sampler applies (tests/test_gram_variants.py)
     p = ModelParams(n=2, d=9, heads=2)
-    assert not p.rotation_invariant and choose_sampler(p) == "fast"
-    with pytest.raises(ParameterError, match=r"sampler='gram' needs heads = 1.*got heads=2"):
-        choose_sampler(p, "gram")
+    assert p.rotation_invariant and choose_sampler(p) == "gram"
+    assert choose_sampler(ModelParams(n=2, d=9, heads=2, Q=2 * np.eye(9)), "gram") == "gram"
+    q, k = _qk_heads(2, 9)
+    for per_head in (ModelParams(n=2, d=9, heads=2, Q=q, K=k),
+                     ModelParams(n=2, d=9, heads=2, Q=np.stack([np.eye(9)] * 2))):
+        assert not per_head.rotation_invariant and choose_sampler(per_head) == "fast"
+        with pytest.raises(ParameterError, match=r"sampler='gram' needs one query/key form "
+                           r"Q\^T K = c I shared by the heads; got Q/K per head, shape \(2, 9, 9\)"):
+            choose_sampler(per_head, "gram")
 
 
 def _qk_heads(heads: int, d: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:

@@ -55,11 +55,22 @@ def test_identity_keeps_the_fingerprint_and_random_laws_round_trip():
     assert "qk_scale" not in ModelParams(n=3, d=4, qk="wigner").to_dict()
 
 
-def test_gram_sampler_refuses_random_forms():
-    p = ModelParams(n=2, d=9, qk="goe", qk_redraw="layer")
-    assert not p.rotation_invariant and choose_sampler(p) == "fast"
-    with pytest.raises(ParameterError, match=r"sampler='gram' needs qk='identity'.*got qk='goe'"):
-        choose_sampler(p, "gram")
+def test_gram_sampler_takes_rotation_invariant_forms_redrawn_every_layer_only():
+    # the accepted cases are checked in law in tests/test_gram_variants.py
+    for law in ("goe", "gaussian"):
+        p = ModelParams(n=2, d=9, qk=law, qk_redraw="layer")
+        assert p.rotation_invariant and choose_sampler(p) == "gram"
+        fixed = p.with_(qk_redraw="run")
+        assert not fixed.rotation_invariant and choose_sampler(fixed) == "fast"
+        with pytest.raises(ParameterError, match=r"sampler='gram' needs qk_redraw='layer' with a "
+                           rf"random qk law .*got qk='{law}', qk_redraw='run'"):
+            choose_sampler(fixed, "gram")
+    for redraw in ("run", "layer"):
+        p = ModelParams(n=2, d=9, qk="wigner", qk_redraw=redraw)
+        assert not p.rotation_invariant and choose_sampler(p) == "fast"
+        with pytest.raises(ParameterError, match=r"sampler='gram' needs a rotation-invariant qk "
+                           r"law \(gaussian, goe, or 'identity'\); got qk='wigner'"):
+            choose_sampler(p, "gram")
 
 
 @pytest.mark.parametrize("name", RANDOM)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .clusters import check_tol
-from .gram import run_batch_gram, uniform_frame
+from .gram import frame_forms, run_batch_gram, uniform_frame
 from .layers import (
     NORM_STEPS,
     attention_output,
@@ -36,7 +36,7 @@ from .params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from .qk import QKDraws
 from .result import SimResult
 from .rng import RUN_BLOCK, RunStreams
-from .samplers import choose_sampler, mlp_sampler, noise_sampler
+from .samplers import choose_sampler, mlp_sampler, noise_sampler, scheme_params
 from .sde import sde_step
 
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
@@ -198,7 +198,7 @@ def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str
 
 def _mlp_width(p: ModelParams, sampler: str) -> int:
     """Per-run size of the MLP block's largest draw: both weight matrices (`full`) or the hidden
-    units' pre-activations (`fast`); 0 without a block."""
+    units' pre-activations and what draws them (`fast`, `gram`); 0 without a block."""
     if not p.mlp_block.active:
         return 0
     return 2 * p.mlp_hidden * p.d if sampler == "full" else 2 * p.n * p.mlp_hidden
@@ -209,14 +209,15 @@ def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
     """Runs per batch: all of them unless a batch passes the memory budget, else whole blocks.
 
     On CPU a layer is memory-bound once its largest tensor (`full`: V, d x d per run; `fast`: the
-    noise, n x d; `gram`: the noise factor, 2n x n) leaves the cache, so the budget is
-    CACHE_BYTES for that tensor. On CUDA, where a batch must be large to fill the device, it is
-    BATCH_BYTES for the whole noise workspace.
+    noise, n x d; `gram`: the noise factor, 2n x n, or 2n x heads n with forms per head) leaves
+    the cache, so the budget is CACHE_BYTES for that tensor. On CUDA, where a batch must be large
+    to fill the device, it is BATCH_BYTES for the whole noise workspace.
     """
     n, d = p.n, p.d
     width = {"full": d * d, "fast": n * max(n, d), "gram": 2 * n * n}[sampler]
-    if p.qk_law.random:  # the drawn query/key forms, one d x d per head
-        width = max(width, p.heads * d * d)
+    if p.qk_law.random:  # the drawn query/key forms, one d x d per head (gram: the noise factor
+        # of the heads' stacked outputs, 2n x heads n; the forms in the frame are n x n)
+        width = max(width, p.heads * (2 * n * n if sampler == "gram" else d * d))
     width = max(width, _mlp_width(p, sampler))
     if torch.device(device).type == "cuda":
         per_run, budget = (width + n * d) * 4 + 2 * n * n, BATCH_BYTES
@@ -224,15 +225,6 @@ def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
         per_run, budget = width, CACHE_BYTES
     fit = budget // (per_run * (torch.finfo(dtype).bits // 8))
     return min(runs, max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK))
-
-
-def scheme_params(p: ModelParams, scheme: str) -> ModelParams:
-    """The parameters `scheme` steps: `p`, except that the SDE of forms redrawn every layer
-    averages the attention over the qk law with `qk_samples` draws per head and step, i.e. steps
-    `heads * qk_samples` heads (docs/variants.md §3)."""
-    if scheme == "sde" and p.qk_law.random and p.qk_redraw == "layer":
-        return p.with_(heads=p.heads * p.qk_samples)
-    return p
 
 
 def qk_draws(p: ModelParams, scheme: str, rs: RunStreams, dtype: torch.dtype
@@ -402,13 +394,17 @@ def simulate(
             if toks is not None:
                 toks[at, c] = xc.cpu()
 
-        forms = qk_draws(params, scheme, rs, tdtype)
+        # the Gram sampler draws the forms' compressions to its frame, from the same streams
+        forms = qk_draws(params, scheme, rs, tdtype) if used != "gram" else None
+        framed = frame_forms(params, scheme, rs.derived(QK_STREAM), tdtype) if (
+            used == "gram" and params.qk_law.random) else None
         mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
-        retain = _both(rs.retain, *(f.retain for f in (forms, mlp_rs) if f is not None))
+        retain = _both(rs.retain, *(f.retain for f in (forms, framed, mlp_rs) if f is not None))
         halt = None if stopping is None else Stop(*stopping, stop - start, retain,
                                                   directions=params.norm != "post")
         if used == "gram":
-            xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt)
+            xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt,
+                                forms=framed, mlp_rs=mlp_rs)
         else:
             xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt,
                            forms=forms, mlp_rs=mlp_rs)

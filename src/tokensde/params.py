@@ -219,12 +219,19 @@ class ModelParams:
 
     @property
     def rotation_invariant(self) -> bool:
-        """True when Q^T K = c I and M = a I (and the noise law and attention kind allow the
-        Gram-space sampler, as Gaussian matrix noise does): the Gram matrix is then Markov."""
-        if self.heads > 1 or self._qk_law.random or self.norm != "post" or self._mlp_block.active:
+        """True when every piece of a layer is rotation invariant, so that the Gram matrix is
+        Markov and the Gram sampler applies (docs/gram.md, docs/variants.md): post-norm tokens on
+        the sphere, `M = a I`, the noise law and attention kind allowing it (Gaussian matrix
+        noise), and query/key forms that are either one `Q^T K = c I` shared by every head or drawn
+        afresh every layer from a rotation-invariant law (qk_redraw='layer'); any MLP block."""
+        if self.norm != "post":
             return False
-        qk = self.qk_matrix()
-        iso_qk = qk is None or _is_scaled_identity(qk)
+        law = self._qk_law
+        if law.random:
+            iso_qk = law.rotation_invariant and law.redraw == "layer"
+        else:
+            qk = self.qk_matrix()
+            iso_qk = qk is None or (qk.ndim == 2 and _is_scaled_identity(qk))
         iso_m = self.M is None or _is_scaled_identity(self.M)
         gram = "gram" in self._noise_law.samplers and "gram" in self._attention_kind.samplers
         return iso_qk and iso_m and gram

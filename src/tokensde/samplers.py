@@ -13,6 +13,7 @@ import torch
 
 from .noise import apply_matrices as apply_matrices
 from .params import ModelParams, ParameterError
+from .qk import QK_LAWS
 from .rng import RunStreams
 
 Sampler = Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]
@@ -67,16 +68,49 @@ def fast_applicable(p: ModelParams) -> bool:
 
 
 def gram_applicable(p: ModelParams) -> bool:
-    """The Gram-space sampler needs rotation-invariant attention and Gaussian matrix noise."""
+    """The Gram-space sampler needs every piece of a layer rotation invariant
+    (`ModelParams.rotation_invariant`) and Gaussian matrix noise."""
     return p.rotation_invariant
+
+
+def gram_refusal(p: ModelParams) -> str | None:
+    """Why `sampler='gram'` does not apply to `p` (a message naming the parameter), or None."""
+    use = " (use sampler='fast' or 'full')"
+    if p.norm != "post":
+        block = ", and the MLP block's input with it" if p.mlp_block.active else ""
+        return (f"sampler='gram' needs norm='post' (tokens on the sphere{block}); got "
+                f"norm={p.norm!r}{use}")
+    law = p.qk_law
+    if law.random and not law.rotation_invariant:
+        invariant = ", ".join(n for n in QK_LAWS.names()
+                              if QK_LAWS.get(n).random and QK_LAWS.get(n).rotation_invariant)
+        return (f"sampler='gram' needs a rotation-invariant qk law ({invariant}, or 'identity'); "
+                f"got qk={p.qk!r}, whose law changes under rotations, so the logits given the "
+                f"tokens depend on more than their Gram matrix{use}")
+    if law.random and law.redraw != "layer":
+        return (f"sampler='gram' needs qk_redraw='layer' with a random qk law (a form fixed for "
+                f"the run makes the logits depend on more than the tokens' Gram matrix); got "
+                f"qk={p.qk!r}, qk_redraw={p.qk_redraw!r}{use}")
+    qk = p.qk_matrix()
+    if qk is not None and qk.ndim == 3:
+        return (f"sampler='gram' needs one query/key form Q^T K = c I shared by the heads; got "
+                f"Q/K per head, shape {qk.shape} (fixed forms per head make the Gram matrix "
+                f"alone not Markov){use}")
+    if not gram_applicable(p):
+        return ("sampler='gram' needs Gaussian matrix noise and rotation-invariant attention "
+                "(Q^T K = c I, mean none/identity/a I)")
+    return None
 
 
 def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     """Resolve `sampler` to 'fast', 'full' or 'gram' for these parameters, or raise ParameterError.
 
-    `auto` takes `gram` when it applies and `d >= 4 n` (its cost per layer, `n^3`, does not grow
-    with d; benchmarks/bench_gram.py measures it level with `fast` near d = 2n), else `fast` for
-    Gaussian matrix noise when `n < d` (its cost `n^2 d` beats `n d^2`), else `full`.
+    `auto` takes `gram` when it applies and `d >= 4 n` (its cost per layer, `n^3`, `heads n^3`
+    with a random form per head, plus `n^2 m` for an MLP block of width m (4 d by default), does
+    not grow with d otherwise; benchmarks/bench_gram.py measures it level with `fast` near
+    d = 2n, and with heads, forms redrawn every layer or a block it was no slower than `fast` at
+    n = 8, d = 32), else `fast` for Gaussian matrix noise when `n < d` (its cost `n^2 d` beats
+    `n d^2`), else `full`.
     """
     if sampler not in SAMPLERS:
         raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
@@ -87,23 +121,20 @@ def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     if sampler == "fast" and not fast_applicable(p):
         raise ParameterError("sampler='fast' needs noise='matrix' with law='gaussian'; got "
                              f"noise={p.noise!r}, law={p.law!r} (use sampler='full')")
-    if sampler == "gram" and p.heads > 1:
-        raise ParameterError(f"sampler='gram' needs heads = 1 (one common value matrix); got "
-                             f"heads={p.heads} (use sampler='fast' or 'full')")
-    if sampler == "gram" and p.norm != "post":
-        raise ParameterError(f"sampler='gram' needs norm='post' (tokens on the sphere); got "
-                             f"norm={p.norm!r} (use sampler='fast' or 'full')")
-    if sampler == "gram" and p.mlp_block.active:
-        raise ParameterError(f"sampler='gram' needs mlp='none' (the Gram sampler has no MLP "
-                             f"block); got mlp={p.mlp!r} (use sampler='fast' or 'full')")
-    if sampler == "gram" and p.qk_law.random:
-        raise ParameterError(f"sampler='gram' needs qk='identity' (with random query/key forms "
-                             f"the Gram matrix alone is not simulated); got qk={p.qk!r} (use "
-                             f"sampler='fast' or 'full')")
-    if sampler == "gram" and not gram_applicable(p):
-        raise ParameterError("sampler='gram' needs Gaussian matrix noise and rotation-invariant "
-                             "attention (Q^T K = c I, mean none/identity/a I)")
+    if sampler == "gram":
+        why = gram_refusal(p)
+        if why is not None:
+            raise ParameterError(why)
     return sampler
+
+
+def scheme_params(p: ModelParams, scheme: str) -> ModelParams:
+    """The parameters `scheme` steps: `p`, except that the SDE of forms redrawn every layer
+    averages the attention over the qk law with `qk_samples` draws per head and step, i.e. steps
+    `heads * qk_samples` heads (docs/variants.md §3)."""
+    if scheme == "sde" and p.qk_law.random and p.qk_redraw == "layer":
+        return p.with_(heads=p.heads * p.qk_samples)
+    return p
 
 
 NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}

@@ -22,12 +22,23 @@ QK_REDRAWS: tuple[str, ...] = ("run", "layer")
 QK_SAMPLES = 8  # default Monte Carlo draws of the law per SDE step with redraw='layer'
 
 
+class FrameStreams(Streams, Protocol):
+    """Streams that also draw gamma variates (for chi-distributed Bartlett diagonals;
+    `tokensde.rng.RunStreams` is one)."""
+
+    def standard_gamma(self, shape_param: torch.Tensor) -> torch.Tensor:
+        """Gamma(`shape_param`, 1) variates `(runs, k)` for a shape vector `(k,)`."""
+        ...
+
+
 class QKLaw(ABC):
     """A law of the query/key form, bound to `d`, `scale` (> 0), `redraw` ('run': fixed for a run;
     'layer': drawn afresh every layer) and `samples` (draws per SDE step with redraw='layer').
 
     A subclass sets `name`, `rotation_invariant` (the law of `R` is that of `O^T R O` for every
-    orthogonal `O`) and defines `fluctuation`.
+    orthogonal `O`) and defines `fluctuation`; a rotation-invariant law also defines
+    `frame_fluctuation`, the law of its compression to an m-dimensional subspace (the Gram
+    sampler's frame).
     """
 
     name: ClassVar[str]
@@ -61,6 +72,24 @@ class QKLaw(ABC):
     def draw(self, rs: Streams, heads: int, dtype: torch.dtype) -> torch.Tensor:
         """`A = I + scale R`, one per run `(runs, d, d)`, or per run and head `(runs, heads, d, d)`."""
         r = self.fluctuation(rs, () if heads == 1 else (heads,), dtype).mul_(self.scale)
+        r.diagonal(dim1=-2, dim2=-1).add_(1.0)
+        return r
+
+    def frame_fluctuation(self, rs: FrameStreams, lead: tuple[int, ...], m: int,
+                          dtype: torch.dtype) -> torch.Tensor:
+        """The compression `B^T R B` `(runs, *lead, m, m)` of `R` to an orthonormal d x m frame
+        `B` (`m <= d`), drawn without `R`. Only a rotation-invariant law has one that does not
+        depend on `B` (`O^T R O` has the law of `R`, so `B^T R B` has that of the top-left m x m
+        block of `R`); the others raise ParameterError."""
+        raise ParameterError(f"qk={self.name!r} is not rotation invariant: the law of its "
+                             "compression to the tokens' span depends on the span")
+
+    def frame_draw(self, rs: FrameStreams, heads: int, m: int, dtype: torch.dtype
+                   ) -> torch.Tensor:
+        """`B^T A B = I_m + scale B^T R B` (`frame_fluctuation`), one per run `(runs, m, m)` or per
+        run and head `(runs, heads, m, m)`: the form the logits `<u_i, B^T A B u_j>` of tokens with
+        frame coordinates `u` see."""
+        r = self.frame_fluctuation(rs, () if heads == 1 else (heads,), m, dtype).mul_(self.scale)
         r.diagonal(dim1=-2, dim2=-1).add_(1.0)
         return r
 

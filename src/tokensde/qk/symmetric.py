@@ -4,6 +4,10 @@ Both have independent entries on and above the diagonal with the covariance of t
 orthogonal ensemble, `Cov(R_ab, R_ce) = delta_ac delta_be + delta_ae delta_bc` (off-diagonal
 variance 1, diagonal 2): `goe` Gaussian entries, `R = (G + G^T)/sqrt(2)` (a rotation-invariant law);
 `wigner` Rademacher entries, `+-1` off the diagonal and `+-sqrt(2)` on it (not rotation invariant).
+
+The compression `B^T R B` of a GOE matrix to an orthonormal d x m frame `B` is an m x m GOE matrix
+with the same entry variances (`B^T G B` is an m x m standard Gaussian matrix, and
+`B^T R B = (B^T G B + (B^T G B)^T)/sqrt(2)`), which the Gram sampler draws.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..noise import Streams
-from .base import QK_LAWS, QKLaw
+from .base import QK_LAWS, FrameStreams, QKLaw
 
 if TYPE_CHECKING:
     import torch
@@ -32,10 +36,14 @@ class WignerQK(QKLaw):
                     ) -> torch.Tensor:
         """`R_ab = R_ba = E_ab` (a < b), `R_aa = sqrt(2) E_aa`, from the upper triangle of unit
         entries `E` `(runs, *lead, d, d)`."""
-        e = self.entries(rs, (*lead, self.d, self.d), dtype)
-        diag = e.diagonal(dim1=-2, dim2=-1) * math.sqrt(2.0)
-        r = e.triu(1)
-        return (r + r.transpose(-1, -2)).diagonal_scatter(diag, dim1=-2, dim2=-1)
+        return _symmetric(self.entries(rs, (*lead, self.d, self.d), dtype))
+
+
+def _symmetric(e: torch.Tensor) -> torch.Tensor:
+    """`R_ab = R_ba = e_ab` (a < b), `R_aa = sqrt(2) e_aa` from unit entries `e` `(..., k, k)`."""
+    diag = e.diagonal(dim1=-2, dim2=-1) * math.sqrt(2.0)
+    r = e.triu(1)
+    return (r + r.transpose(-1, -2)).diagonal_scatter(diag, dim1=-2, dim2=-1)
 
 
 @QK_LAWS.register
@@ -48,3 +56,8 @@ class GOEQK(WignerQK):
     def entries(self, rs: Streams, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """Standard normal entries."""
         return rs.normal(*shape, dtype=dtype)
+
+    def frame_fluctuation(self, rs: FrameStreams, lead: tuple[int, ...], m: int,
+                          dtype: torch.dtype) -> torch.Tensor:
+        """An m x m GOE matrix `(runs, *lead, m, m)`, the law of `B^T R B` (module docstring)."""
+        return _symmetric(self.entries(rs, (*lead, m, m), dtype))
