@@ -376,3 +376,12 @@ def test_forms_and_blocks_must_be_passed_to_the_batch():
     with pytest.raises(ParameterError, match="mlp='relu' draws MLP weights: pass their streams"):
         run_batch_gram(x, ModelParams(n=2, d=5, mlp="relu"), TimeGrid(1, 0.1), rs, "network",
                        **kw)
+
+
+def test_identity_mean_part_is_never_built_at_huge_d():
+    """mean='identity' holds no d x d matrix: the Gram sampler runs it at d = 10^6."""
+    p = ModelParams(n=3, d=10**6, beta=1.0, mean="identity")
+    assert p._M is None and p.mean_trace == 1.0 and p.rotation_invariant
+    res = simulate(p, T=0.2, dt=0.05, runs=8, seed=0, sampler="gram")
+    g = res.final_gram()
+    assert torch.allclose(g.diagonal(dim1=-2, dim2=-1), torch.ones(8, 3, dtype=g.dtype))

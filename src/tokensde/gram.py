@@ -48,7 +48,7 @@ from .sde import ito_correction
 
 def iso_scales(p: ModelParams) -> tuple[float, float]:
     """`(a, c)` with `M = a I` (a = 0 for no mean part) and `Q^T K = c I`."""
-    a = 0.0 if p.M is None else float(np.trace(p.M)) / p.d
+    a = p.mean_trace
     qk = p.qk_matrix()
     c = 1.0 if qk is None else float(np.trace(qk)) / p.d
     return a, c

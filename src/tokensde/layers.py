@@ -78,7 +78,7 @@ def attention_output(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None
 def mean_part(y: torch.Tensor, p: ModelParams) -> torch.Tensor | None:
     """`M y_i` for the deterministic value part, or None when M = 0; per-head outputs
     `(runs, heads, n, d)` enter through their average `M (1/heads) sum_h y^h_i`."""
-    if p.M is None:
+    if not p.has_mean:
         return None
     if p.heads > 1:
         y = y.mean(-3)

@@ -116,7 +116,7 @@ class ModelParams:
     mlp: str = "none"
     mlp_sigma: float = 1.0
     mlp_width: int | None = None
-    M: np.ndarray | None = field(init=False, repr=False)
+    _M: np.ndarray | None = field(init=False, repr=False)
     _noise_law: NoiseLaw = field(init=False, repr=False)
     _attention_kind: AttentionKind = field(init=False, repr=False)
     _qk_law: QKLaw = field(init=False, repr=False)
@@ -149,9 +149,9 @@ class ModelParams:
                             ("qk_samples", qk.samples), ("_qk_law", qk)):
             set_(self, name, value)
         set_(self, "norm", check_choice("norm", self.norm, NORMS))
-        set_(self, "M", self._mean_matrix())
+        set_(self, "_M", self._mean_matrix())
         self._check_mlp()
-        _require(self.norm != "peri" or self.M is not None or law.scale > 0, "norm",
+        _require(self.norm != "peri" or self.has_mean or law.scale > 0, "norm",
                  "'post' or 'pre' when the branch output is zero (sigma = 0 and mean='none': "
                  "peri-norm cannot normalise it)", self.norm)
 
@@ -174,11 +174,32 @@ class ModelParams:
                                      "mlp='none'")
 
     def _mean_matrix(self) -> np.ndarray | None:
+        """The d x d array of `mean` when one is given; None for 'none' and 'identity' (the
+        identity is never built: `M` makes it on demand, and d may be 10^6)."""
         if isinstance(self.mean, str):
-            mean = check_choice("mean", self.mean, ("none", "identity"))
-            return None if mean == "none" else np.eye(self.d)
-        m = _matrix("mean", self.mean, self.d)
-        return m
+            check_choice("mean", self.mean, ("none", "identity"))
+            return None
+        return _matrix("mean", self.mean, self.d)
+
+    @property
+    def has_mean(self) -> bool:
+        """True when the deterministic value part `M` is not zero (mean != 'none')."""
+        return not (isinstance(self.mean, str) and self.mean == "none")
+
+    @property
+    def M(self) -> np.ndarray | None:
+        """The mean part as a d x d array (None for 'none'; the identity is built on each call,
+        so code on the hot path branches on `mean_kind` instead)."""
+        if self.mean_kind == "identity":
+            return np.eye(self.d)
+        return self._M
+
+    @property
+    def mean_trace(self) -> float:
+        """`tr(M) / d`: the `a` of `M = a I` for rotation-invariant parameters (0 for 'none')."""
+        if self._M is None:
+            return 1.0 if self.has_mean else 0.0
+        return float(np.trace(self._M)) / self.d
 
     @property
     def noise_law(self) -> NoiseLaw:
@@ -232,7 +253,7 @@ class ModelParams:
         else:
             qk = self.qk_matrix()
             iso_qk = qk is None or (qk.ndim == 2 and _is_scaled_identity(qk))
-        iso_m = self.M is None or _is_scaled_identity(self.M)
+        iso_m = self._M is None or _is_scaled_identity(self._M)
         gram = "gram" in self._noise_law.samplers and "gram" in self._attention_kind.samplers
         return iso_qk and iso_m and gram
 
