@@ -18,12 +18,21 @@ from tokensde.gram import (
     frame_forms,
     frame_layer,
     frame_mlp_layer,
+    frame_norm_layer,
     recompress,
     run_batch_gram,
     uniform_frame,
 )
-from tokensde.layers import attention_output, mlp_step, network_step, normalize
+from tokensde.layers import (
+    attention_output,
+    mlp_step,
+    network_step,
+    normalize,
+    peri_norm_step,
+    residual_step,
+)
 from tokensde.model import MLP_STREAM, QK_STREAM
+from tokensde.norm_limits import peri_factor, peri_sde_step
 from tokensde.qk import QK_LAWS
 from tokensde.rng import RunStreams
 from tokensde.samplers import apply_matrices, choose_sampler, mlp_noise_sde, mlp_scale, psd_factor
@@ -348,9 +357,8 @@ def test_a_million_dimensions_hold_nothing_of_size_d(kw):
      r"qk_redraw='run'"),
     ({"heads": 2, "Q": np.stack([np.eye(6), 2 * np.eye(6)])}, r"needs one query/key form Q\^T K = "
      r"c I shared by the heads; got Q/K per head, shape \(2, 6, 6\)"),
-    ({"mlp": "relu", "norm": "pre"}, r"needs norm='post' \(tokens on the sphere, and the MLP "
-     r"block's input with it\); got norm='pre'"),
-    ({"mlp": "gelu", "norm": "peri"}, r"needs norm='post' .*got norm='peri'"),
+    ({"norm": "pre", "qk": "wigner", "qk_redraw": "layer"}, r"needs a rotation-invariant qk law"),
+    ({"norm": "peri", "qk": "goe"}, r"needs qk_redraw='layer' with a random qk law"),
     ({"heads": 2, "mlp": "relu", "law": "uniform"}, "needs Gaussian matrix noise"),
 ])
 def test_what_stays_refused_names_why(kw, msg):
@@ -385,3 +393,143 @@ def test_identity_mean_part_is_never_built_at_huge_d():
     res = simulate(p, T=0.2, dt=0.05, runs=8, seed=0, sampler="gram")
     g = res.final_gram()
     assert torch.allclose(g.diagonal(dim1=-2, dim2=-1), torch.ones(8, 3, dtype=g.dtype))
+
+
+# --- pre- and peri-norm: the residual stream h in the frame, radii kept (docs/variants.md §4) ------
+
+def stream(runs: int, n: int, d: int, g: torch.Tensor) -> torch.Tensor:
+    """A residual stream off the sphere: random directions, radii in [0.5, 2]."""
+    x = normalize(torch.randn(runs, n, d, generator=g, dtype=F64))
+    return x * (0.5 + 1.5 * torch.rand(runs, n, 1, generator=g, dtype=F64))
+
+
+@pytest.mark.parametrize("norm", ["pre", "peri"])
+@pytest.mark.parametrize(("n", "d", "mean"), [(3, 8, "identity"), (4, 4, "none"),
+                                              (5, 3, "identity")])
+def test_pre_and_peri_frame_layer_equals_the_layer_with_the_whole_matrix(norm, n, d, mean):
+    # the whole Gram matrix of h (radii included), one attention layer and one MLP sublayer;
+    # peri normalises each branch output with its out-of-frame coordinates too
+    runs, dt = 4, 0.05
+    p = ModelParams(n=n, d=d, beta=1.7, sigma=0.8, mean=mean, norm=norm, mlp="gelu",
+                    mlp_sigma=1.2, mlp_width=11)
+    g = torch.Generator().manual_seed(21)
+    h = stream(runs, n, d, g)
+    v = torch.randn(runs, d, d, generator=g, dtype=F64)
+    y = attention_output(normalize(h), p)
+    h1 = (residual_step if norm == "pre" else peri_norm_step)(
+        h, y, p.sigma * apply_matrices(y, v), p, dt)
+    b, b_perp, hs = frame_of(h)
+    bt = b.transpose(-1, -2)
+    f = stacked_factor([bt @ v @ b], [b_perp.transpose(-1, -2) @ v @ b]) if b_perp.shape[-1] \
+        else [bt @ v @ b]
+    hs1 = frame_norm_layer(hs, p, dt, "network", f[0])
+    np.testing.assert_allclose(gram_of(hs1).numpy(), gram_of(h1).numpy(), atol=1e-12)
+    # the MLP sublayer on h1: the block sees N(h1)
+    w1 = torch.randn(runs, p.mlp_hidden, d, generator=g, dtype=F64)
+    w2 = torch.randn(runs, d, p.mlp_hidden, generator=g, dtype=F64)
+    hidden = p.mlp_block(normalize(h1) @ w1.transpose(-1, -2))
+    h2 = mlp_step(h1, mlp_scale(p) * hidden @ w2.transpose(-1, -2), p, dt)
+    b, b_perp, hs1 = frame_of(h1)
+    c = torch.linalg.cholesky(gram_of(hidden))
+    z = torch.linalg.solve_triangular(c, hidden @ w2.transpose(-1, -2), upper=False)
+    inner = (z @ b).transpose(-1, -2)
+    hb = stacked_factor([inner], [(z @ b_perp).transpose(-1, -2)])[0] if b_perp.shape[-1] \
+        else inner
+    hs2 = frame_mlp_layer(hs1, p, dt, w1 @ b, hb)
+    np.testing.assert_allclose(gram_of(hs2).numpy(), gram_of(h2).numpy(), atol=1e-12)
+
+
+@pytest.mark.parametrize(("n", "d"), [(3, 8), (4, 4), (5, 3)])
+def test_peri_sde_frame_step_equals_the_step_with_the_whole_noise(n, d):
+    # the peri limit's kernel noise C Z (Z n x d) in the frame: C [Z B; R factor of Z B_perp]^T
+    runs, dt = 4, 0.05
+    p = ModelParams(n=n, d=d, beta=1.7, sigma=0.8, mean="identity", norm="peri")
+    g = torch.Generator().manual_seed(23)
+    h = stream(runs, n, d, g)
+    zn = torch.randn(runs, n, d, generator=g, dtype=F64)
+    y = attention_output(normalize(h), p)
+    h1 = peri_sde_step(h, y, peri_factor(y, p) @ zn, p, dt)
+    b, b_perp, hs = frame_of(h)
+    inner = (zn @ b).transpose(-1, -2)
+    f = stacked_factor([inner], [(zn @ b_perp).transpose(-1, -2)])[0] if b_perp.shape[-1] \
+        else inner
+    hs1 = frame_norm_layer(hs, p, dt, "sde", f)
+    np.testing.assert_allclose(gram_of(hs1).numpy(), gram_of(h1).numpy(), atol=1e-12)
+
+
+NORM_CASES = {
+    # name: (model parameters, scheme, n, d)
+    "pre": ({"norm": "pre"}, "network", 3, 6),
+    "pre, identity mean": ({"norm": "pre", "mean": "identity"}, "network", 3, 6),
+    "pre, relu block": ({"norm": "pre", "mlp": "relu", "mlp_width": 5}, "network", 3, 6),
+    "pre, gelu block, identity mean, n > d": ({"norm": "pre", "mlp": "gelu", "mlp_width": 5,
+                                               "mean": "identity"}, "network", 4, 3),
+    "pre, goe forms, 2 heads": ({"norm": "pre", "qk": "goe", "qk_redraw": "layer", "heads": 2},
+                                "network", 3, 6),
+    "pre, sde, relu block, identity mean": ({"norm": "pre", "mlp": "relu", "mean": "identity"},
+                                            "sde", 3, 6),
+    "peri": ({"norm": "peri"}, "network", 3, 6),
+    "peri, identity mean": ({"norm": "peri", "mean": "identity"}, "network", 3, 6),
+    "peri, gelu block, 2 heads": ({"norm": "peri", "mlp": "gelu", "mlp_width": 5, "heads": 2},
+                                  "network", 3, 6),
+    "peri, sde": ({"norm": "peri"}, "sde", 3, 6),
+    "peri, sde, identity mean, n > d": ({"norm": "peri", "mean": "identity"}, "sde", 4, 3),
+}
+
+
+def norm_stats(res) -> dict[str, np.ndarray]:
+    """Per run at T: the pair statistics of the directions and the mean squared radius |h|^2."""
+    out = pair_stats(res.gram[:, -1])
+    out["radius^2"] = res.x.square().sum(-1).mean(-1).numpy()
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(NORM_CASES))
+def test_pre_and_peri_same_law_as_the_fast_sampler(name):
+    kw, scheme, n, d = NORM_CASES[name]
+    p, grid = ModelParams(n=n, d=d, beta=1.5, **kw), TimeGrid(12, 0.05)
+    got = simulate(p, grid, runs=RUNS, seed=12, sampler="gram", scheme=scheme)
+    ref = simulate(p, grid, runs=RUNS, seed=11, sampler="fast", scheme=scheme)
+    assert got.sampler == "gram" and got.x.shape == (RUNS, n, n)
+    # the record is the directions' Gram matrix, x the frame coordinates of h (radii kept)
+    diag = got.gram[:, -1].diagonal(dim1=-2, dim2=-1)
+    assert float((diag - 1).abs().max()) < 1e-12
+    assert float(got.x.norm(dim=-1).std()) > 0.05
+    z = z_scores(norm_stats(got), norm_stats(ref))
+    assert max(abs(v) for v in z.values()) < 5, z
+
+
+def test_pre_and_peri_records_and_post_unchanged_by_them():
+    # tokens and x are h in the frame; gram is their directions' Gram matrix; a post-norm run is
+    # untouched (same numbers as before: tests/test_gram.py holds them)
+    p = ModelParams(n=3, d=9, beta=1.5, norm="peri", mean="identity")
+    res = simulate(p, layers=6, runs=50, seed=2, sampler="gram", record=("gram", "tokens"),
+                   checkpoints=3)
+    u = normalize(res.tokens)
+    torch.testing.assert_close(res.gram, gram_of(u), rtol=0, atol=1e-13)
+    torch.testing.assert_close(res.tokens[:, -1], res.x, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kw", [{"norm": "pre", "mlp": "gelu", "mlp_width": 32},
+                                {"norm": "peri", "qk": "goe", "qk_redraw": "layer", "heads": 2},
+                                {"norm": "peri", "mean": "identity"}])
+def test_pre_and_peri_at_a_million_dimensions(kw):
+    p = ModelParams(n=4, d=10**6, beta=1.0, **kw)
+    for scheme in ("network", "sde"):
+        if scheme == "sde" and p.mlp_block.active and p.norm == "peri":
+            continue
+        res = simulate(p, layers=4, runs=256, seed=0, scheme=scheme, sampler="gram")
+        assert res.sampler == "gram" and res.x.shape == (256, 4, 4)
+        diag = torch.diagonal(res.gram, dim1=-2, dim2=-1)
+        assert float((diag - 1).abs().max()) < 1e-12
+        assert float((res.x.norm(dim=-1) - 1).abs().max()) > 1e-3
+
+
+def test_peri_sde_with_a_block_stays_refused_with_the_gram_sampler():
+    p = ModelParams(n=2, d=8, norm="peri", mlp="relu")
+    with pytest.raises(ParameterError, match=r"scheme='sde' with norm='peri' needs .*mlp='none'"):
+        simulate(p, layers=2, runs=2, sampler="gram", scheme="sde")
+    rs = RunStreams(0, 2)
+    with pytest.raises(ParameterError, match="scheme='sde' with norm='peri' needs"):
+        run_batch_gram(uniform_frame(rs, 2, 8), p, TimeGrid(1, 0.1), rs, "sde", np.array([1]),
+                       lambda c, xc: None, mlp_rs=rs.derived(MLP_STREAM))

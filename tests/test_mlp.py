@@ -155,16 +155,14 @@ def test_bad_mlp_values_name_the_parameter(kwargs, msg):
         ModelParams(n=3, d=4, **kwargs)
 
 
-def test_gram_with_post_norm_only_and_cli_errors():
-    # the Gram sampler's block is checked in law in tests/test_gram_variants.py
+def test_gram_sampler_choice_and_cli_errors():
+    # the Gram sampler's block is checked in law in tests/test_gram_variants.py (all norms)
     p = ModelParams(n=2, d=16, mlp="relu")
     assert p.rotation_invariant and choose_sampler(p) == "gram"
-    for norm in ("pre", "peri"):
+    for norm in ("pre", "peri"):  # taken when asked for; auto keeps 'fast' for pre/peri-norm
         q = p.with_(norm=norm)
-        assert not q.rotation_invariant and choose_sampler(q) == "fast"
-        with pytest.raises(ParameterError, match=rf"sampler='gram' needs norm='post' \(tokens on "
-                           rf"the sphere, and the MLP block's input with it\); got norm='{norm}'"):
-            choose_sampler(q, "gram")
+        assert q.rotation_invariant and choose_sampler(q) == "fast"
+        assert choose_sampler(q, "gram") == "gram"
     assert p.mlp_hidden == 64 and "mlp_width" not in p.to_dict()
     assert ModelParams().to_dict() == {k: v for k, v in ModelParams().to_dict().items()
                                        if not k.startswith("mlp")}

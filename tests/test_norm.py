@@ -25,14 +25,18 @@ def test_bad_norm_values_name_the_parameter(kwargs, msg):
         ModelParams(n=3, d=4, **kwargs)
 
 
-def test_sde_limits_and_no_gram_sampler():
+def test_sde_limits_and_the_gram_sampler_when_asked_for():
     p = ModelParams(n=2, d=9, norm="pre")
     for bad in ({"noise": "scalar", "eps": 0.5}, {"mlp": "relu"}):
-        with pytest.raises(ParameterError, match="scheme='sde' with norm='peri' needs"):
-            simulate(p.with_(norm="peri", **bad), layers=2, scheme="sde")
-    assert not p.rotation_invariant and choose_sampler(p) == "fast"
-    with pytest.raises(ParameterError, match=r"sampler='gram' needs norm='post'.*got norm='pre'"):
-        choose_sampler(p, "gram")
+        for sampler in ("auto", "gram"):
+            if sampler == "gram" and "noise" in bad:
+                continue  # scalar noise: no Gram sampler at all
+            with pytest.raises(ParameterError, match="scheme='sde' with norm='peri' needs"):
+                simulate(p.with_(norm="peri", **bad), layers=2, scheme="sde", sampler=sampler)
+    # rotation equivariant, so the Gram sampler applies (tests/test_gram_variants.py), but auto
+    # keeps 'fast' for pre/peri-norm (earlier auto runs keep their numbers)
+    assert p.rotation_invariant and choose_sampler(p) == "fast"
+    assert choose_sampler(p, "gram") == "gram"
     from tokensde.convergence import Problem, coupled_samples
 
     with pytest.raises(ParameterError, match="convergence needs norm='post'"):

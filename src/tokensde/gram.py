@@ -28,6 +28,13 @@ The variants whose every piece is rotation invariant (docs/variants.md §2, §3,
   `Wishart_n(d - m)` (`frame_mlp_layer`). In the SDE (one step with both noises) the block's
   kernel noise `mlp_sigma C_K Z` shares the out-of-frame directions of the attention noise
   (`sde_block`).
+
+pre- and peri-norm (docs/variants.md §4) are rotation equivariant as well, so the Gram matrix of the
+residual stream `h` (radii included) is Markov: `h` is kept in the frame unnormalised
+(`recompress_stream` keeps the row norms), attention and the MLP block see `u = N(h)`, and
+peri-norm normalises each branch output with its full length, in-frame and out-of-frame
+coordinates together, before the recompression (`frame_norm_layer`, `frame_mlp_layer`). The
+peri-norm SDE's kernel noise `C Z` (`norm_limits.peri_factor`) is framed as the MLP block's.
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .layers import normalize, normalize_, tangent, weights_from_logits
+from .layers import mlp_input, normalize, normalize_, tangent, weights_from_logits
 from .loop import Progress, Stop, march
+from .norm_limits import check_peri_sde, peri_drift, peri_factor
 from .params import ModelParams, ParameterError, TimeGrid
 from .qk import QKLaw
 from .rng import RunStreams
@@ -63,6 +71,16 @@ def recompress(z: torch.Tensor) -> torch.Tensor:
     a, _ = torch.geqrf(z.transpose(-1, -2))  # R is the upper triangle (faster than linalg.qr)
     # a is column-major, so a^T is row-major and so is its lower triangle R^T
     return normalize_(a.transpose(-1, -2)[..., :n].tril())
+
+
+def recompress_stream(z: torch.Tensor) -> torch.Tensor:
+    """`recompress` without the normalisation: rows of `z` `(runs, n, c)` in `min(n, c)`
+    coordinates with the same Gram matrix, norms included (the residual stream of pre/peri-norm)."""
+    n, c = z.shape[-2:]
+    if c <= n:
+        return z
+    a, _ = torch.geqrf(z.transpose(-1, -2))
+    return a.transpose(-1, -2)[..., :n].tril()
 
 
 def pad(u: torch.Tensor, width: int) -> torch.Tensor:
@@ -176,6 +194,54 @@ def frame_layer(u: torch.Tensor, p: ModelParams, dt: float, scheme: str,
     return recompress(z)
 
 
+def frame_norm_layer(hs: torch.Tensor, p: ModelParams, dt: float, scheme: str,
+                     h: torch.Tensor | None, scales: tuple[float, float] | None = None,
+                     forms: torch.Tensor | None = None,
+                     block: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """One pre- or peri-norm layer (`p.norm`, docs/variants.md §4) on the residual stream `hs`
+    `(runs, n, m)` in frame coordinates, not normalised, `-> (runs, n, min(n, m + k))`.
+
+    Attention sees `u = N(hs)`. `h` and `block` are as in `frame_layer` (pre: `hs + dt a ybar +
+    sqrt(dt) xi`, the network layer and its SDE's Euler step alike). peri, network: `hs +
+    sqrt(dt) N(xi + sqrt(dt) a ybar)`, each branch output normalised with its full length (in-
+    and out-of-frame coordinates) before the recompression. peri, SDE (`norm_limits`): the
+    kernel noise `sqrt(dt) C h^T`, `C C^T = phi_d(r) / d`, with `h` `(runs, m + k, n)` the unit
+    noise factor of `n` columns (`noise_factor(rs, m, d - m, n)`), plus the drift `dt
+    peri_drift`.
+    """
+    a, c = iso_scales(p) if scales is None else scales
+    w = frame_attention(normalize(hs), p, c, forms)
+    m = hs.shape[-1]
+    ybar = w if w.dim() == 3 else w.mean(-3)
+    if p.norm == "peri" and scheme == "sde":
+        if h is None:
+            raise ParameterError("scheme='sde' with norm='peri' needs sigma > 0")
+        z = (dt**0.5 * peri_factor(w, p)) @ h.transpose(-1, -2)
+        if a != 0.0:
+            z[..., :m].add_(peri_drift(w, a * ybar, p), alpha=dt)
+        z[..., :m].add_(hs)
+        return recompress_stream(z)
+    if h is None:
+        z = torch.zeros_like(hs)
+    else:  # the unit-time noise xi = sigma (w h^T), in and out of the frame
+        coef = w if w.dim() == 3 else w.transpose(-3, -2).flatten(-2).mul(p.heads ** -0.5)
+        z = (p.sigma * coef) @ h.transpose(-1, -2)
+    if p.norm == "peri":
+        if block is not None:
+            raise ParameterError("norm='peri' has no SDE with the MLP block (docs/variants.md §5)")
+        if a != 0.0:
+            z[..., :m].add_(ybar, alpha=dt**0.5 * a)
+        z = normalize_(z).mul_(dt**0.5)
+    else:
+        z.mul_(dt**0.5)
+        if block is not None:
+            z = pad(z, block[1].shape[-2]).add_(block[0] @ block[1].transpose(-1, -2))
+        if a != 0.0:
+            z[..., :m].add_(ybar, alpha=dt * a)
+    z[..., :m].add_(hs)
+    return recompress_stream(z)
+
+
 def frame_mlp_layer(u: torch.Tensor, p: ModelParams, dt: float, g1: torch.Tensor,
                     h: torch.Tensor) -> torch.Tensor:
     """The post-norm MLP sublayer `N(x + sqrt(dt) W_2 phi(W_1 x))` in frame coordinates,
@@ -186,9 +252,18 @@ def frame_mlp_layer(u: torch.Tensor, p: ModelParams, dt: float, g1: torch.Tensor
     standard normal, `s = samplers.mlp_scale(p)`), whose frame and out-of-frame coordinates are
     `s C_H h^T` with `h` `(runs, m + k, n)` the unit noise factor `[G; T]` of `n` columns
     (`noise_factor(rs, m, d - m, n)`).
+
+    pre/peri-norm: `u` is the residual stream `h`, the block sees `N(h)`, and the sublayer is
+    `h + sqrt(dt) xi` (pre) or `h + sqrt(dt) N(xi)` (peri, `xi` normalised with its full length),
+    recompressed with the norms kept (`recompress_stream`).
     """
     m = u.shape[-1]
-    hidden = p.mlp_block(u @ g1.transpose(-1, -2))
+    hidden = p.mlp_block(mlp_input(u, p) @ g1.transpose(-1, -2))
+    if p.norm != "post":
+        z = gram_factor(hidden).mul_(mlp_scale(p)) @ h.transpose(-1, -2)
+        z = (normalize_(z) if p.norm == "peri" else z).mul_(dt**0.5)
+        z[..., :m].add_(u)
+        return recompress_stream(z)
     z = gram_factor(hidden).mul_(dt**0.5 * mlp_scale(p)) @ h.transpose(-1, -2)
     z[..., :m].add_(u)
     return recompress(z)
@@ -268,7 +343,8 @@ def run_batch_gram(
 ) -> torch.Tensor:
     """Advance one batch through `grid.steps` layers in Gram space, calling `record(c, xc)` at
     checkpoint number `c` with `xc` `(runs, n, n)` in an isometric frame (`xc xc^T` = Gram
-    matrix); return the final tokens in that frame.
+    matrix); return the final tokens in that frame. With norm='pre'/'peri' `xc` is the residual
+    stream `h`, radii included (its directions' Gram matrix is what `simulate` records).
 
     `x` is `(runs, n, d)` in R^d, or `(runs, n, w)` coordinates in any isometric frame, w <= d (a
     previous result's tokens). `forms`: the random query/key forms (`frame_forms`), needed when
@@ -287,22 +363,29 @@ def run_batch_gram(
     if forms is not None and forms.heads != q.heads:
         raise ParameterError(f"forms drawn for {forms.heads} heads, but scheme={scheme!r} steps "
                              f"{q.heads}: draw them with gram.frame_forms(p, {scheme!r}, ...)")
-    u = recompress(x)
+    post = p.norm == "post"
+    if not post and scheme == "sde" and p.norm == "peri":
+        check_peri_sde(p)
+    # pre/peri: the residual stream h, radii kept (docs/variants.md §4)
+    u = recompress(x) if post else recompress_stream(x)
     silent = p.sigma == 0.0
     scales = iso_scales(q)
     per_head = 1 if forms is None else q.heads  # noise-factor columns per frame axis
+    step = frame_layer if post else frame_norm_layer
+    kernel = p.norm == "peri" and scheme == "sde"  # the peri limit's noise: n columns
 
     def layer(uk: torch.Tensor) -> torch.Tensor:
         m = uk.shape[-1]
         fk = None if forms is None else forms.next(m)
-        h = None if silent else noise_factor(rs, m, d - m + _dof_shift, per_head * m, uk.dtype)
+        cols = n if kernel else per_head * m
+        h = None if silent else noise_factor(rs, m, d - m + _dof_shift, cols, uk.dtype)
         if not q.mlp_block.active or mlp_rs is None:
-            return frame_layer(uk, q, grid.dt, scheme, h, scales, fk)
+            return step(uk, q, grid.dt, scheme, h, scales, fk)
         if scheme == "sde":  # the limit: one step with both noises (docs/variants.md §5)
             shared = 0 if h is None else h.shape[-2] - m
-            block = sde_block(uk, q, grid.dt, mlp_rs, shared, _dof_shift)
-            return frame_layer(uk, q, grid.dt, scheme, h, scales, fk, block)
-        uk = frame_layer(uk, q, grid.dt, scheme, h, scales, fk)
+            block = sde_block(mlp_input(uk, q), q, grid.dt, mlp_rs, shared, _dof_shift)
+            return step(uk, q, grid.dt, scheme, h, scales, fk, block)
+        uk = step(uk, q, grid.dt, scheme, h, scales, fk)
         m = uk.shape[-1]
         g1 = mlp_rs.normal(q.mlp_hidden, m, dtype=uk.dtype)
         hb = noise_factor(mlp_rs, m, d - m + _dof_shift, n, uk.dtype)

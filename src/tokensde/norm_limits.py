@@ -36,10 +36,25 @@ def inverse_norm_mean(d: int) -> float:
 
 
 def direction_correlation(r: np.ndarray, d: int) -> np.ndarray:
-    """`phi_d(r) = (2/d) (Gamma((d+1)/2) / Gamma(d/2))^2 r 2F1(1/2, 1/2; d/2 + 1; r^2)`."""
+    """`phi_d(r) = (2/d) (Gamma((d+1)/2) / Gamma(d/2))^2 r 2F1(1/2, 1/2; d/2 + 1; r^2)`
+    (`phi_d(+-1) = +-1`)."""
     rr = np.clip(np.asarray(r, dtype=float), -1.0, 1.0)
     c = math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2))
-    return 2.0 / d * c * c * rr * special.hyp2f1(0.5, 0.5, d / 2 + 1, rr * rr)
+    out = 2.0 / d * c * c * rr * special.hyp2f1(0.5, 0.5, d / 2 + 1, rr * rr)
+    bad = ~np.isfinite(out)
+    if np.any(bad):  # scipy's 2F1 is nan near |r| = 1 for large d (d >~ 1000): sum its series
+        out[bad] = 2.0 / d * c * c * rr[bad] * _hyp2f1_series(d / 2 + 1, rr[bad] ** 2)
+    return out
+
+
+def _hyp2f1_series(c: float, z: np.ndarray, terms: int = 400) -> np.ndarray:
+    """`2F1(1/2, 1/2; c; z)` for `0 <= z <= 1` by its series (term ratio `(k + 1/2)^2 z / ((c +
+    k)(k + 1))`), for large `c` only, where the terms vanish long before `terms`."""
+    total, term = np.ones_like(z), np.ones_like(z)
+    for k in range(terms):
+        term = term * ((k + 0.5) ** 2 / ((c + k) * (k + 1))) * z
+        total = total + term
+    return total
 
 
 @lru_cache(maxsize=32)
@@ -62,13 +77,26 @@ def check_peri_sde(p: ModelParams) -> None:
             f"mlp={p.mlp!r} (use scheme='network')")
 
 
-def peri_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
-    """Unit-time noise of the peri-norm limit: `C Z` with `C C^T = phi_d(r) / d`, `Z` `(n, d)`."""
+def peri_factor(y: torch.Tensor, p: ModelParams) -> torch.Tensor:
+    """`C` `(runs, n, n)` with `C C^T = phi_d(r) / d`, `r` the correlations of the outputs `y`
+    (any coordinates: only their Gram matrix enters; the Gram sampler passes frame ones)."""
     c = _output_gram(y)
     s = c.diagonal(dim1=-2, dim2=-1).clamp(min=1e-300).sqrt()
     r = c / (s.unsqueeze(-1) * s.unsqueeze(-2))
-    k = _phi_table(p.d)(r) / p.d
-    return psd_factor(k) @ rs.normal(p.n, p.d, dtype=y.dtype)
+    return psd_factor(_phi_table(p.d)(r) / p.d)
+
+
+def peri_drift(y: torch.Tensor, my: torch.Tensor, p: ModelParams) -> torch.Tensor:
+    """The peri-norm limit's drift `(1 - 1/d) c_d M ybar / (sigma |y|)` from the mean part
+    `my = M ybar` (`|y|^2` the heads' mean of `|y^h_i|^2`)."""
+    size = _output_gram(y).diagonal(dim1=-2, dim2=-1).clamp(min=1e-300).sqrt()
+    scale = (1.0 - 1.0 / p.d) * inverse_norm_mean(p.d) / p.noise_scale
+    return scale * my / size.unsqueeze(-1)
+
+
+def peri_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """Unit-time noise of the peri-norm limit: `C Z` with `C C^T = phi_d(r) / d`, `Z` `(n, d)`."""
+    return peri_factor(y, p) @ rs.normal(p.n, p.d, dtype=y.dtype)
 
 
 def peri_sde_step(h: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams,

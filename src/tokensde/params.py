@@ -241,12 +241,11 @@ class ModelParams:
     @property
     def rotation_invariant(self) -> bool:
         """True when every piece of a layer is rotation invariant, so that the Gram matrix is
-        Markov and the Gram sampler applies (docs/gram.md, docs/variants.md): post-norm tokens on
-        the sphere, `M = a I`, the noise law and attention kind allowing it (Gaussian matrix
-        noise), and query/key forms that are either one `Q^T K = c I` shared by every head or drawn
-        afresh every layer from a rotation-invariant law (qk_redraw='layer'); any MLP block."""
-        if self.norm != "post":
-            return False
+        Markov and the Gram sampler applies (docs/gram.md, docs/variants.md): `M = a I`, the noise
+        law and attention kind allowing it (Gaussian matrix noise), and query/key forms that are
+        either one `Q^T K = c I` shared by every head or drawn afresh every layer from a
+        rotation-invariant law (qk_redraw='layer'); any norm placement (pre/peri: the Gram matrix
+        of the residual stream, radii included) and any MLP block."""
         law = self._qk_law
         if law.random:
             iso_qk = law.rotation_invariant and law.redraw == "layer"

@@ -76,10 +76,6 @@ def gram_applicable(p: ModelParams) -> bool:
 def gram_refusal(p: ModelParams) -> str | None:
     """Why `sampler='gram'` does not apply to `p` (a message naming the parameter), or None."""
     use = " (use sampler='fast' or 'full')"
-    if p.norm != "post":
-        block = ", and the MLP block's input with it" if p.mlp_block.active else ""
-        return (f"sampler='gram' needs norm='post' (tokens on the sphere{block}); got "
-                f"norm={p.norm!r}{use}")
     law = p.qk_law
     if law.random and not law.rotation_invariant:
         invariant = ", ".join(n for n in QK_LAWS.names()
@@ -105,17 +101,18 @@ def gram_refusal(p: ModelParams) -> str | None:
 def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     """Resolve `sampler` to 'fast', 'full' or 'gram' for these parameters, or raise ParameterError.
 
-    `auto` takes `gram` when it applies and `d >= 4 n` (its cost per layer, `n^3`, `heads n^3`
-    with a random form per head, plus `n^2 m` for an MLP block of width m (4 d by default), does
-    not grow with d otherwise; benchmarks/bench_gram.py measures it level with `fast` near
-    d = 2n, and with heads, forms redrawn every layer or a block it was no slower than `fast` at
-    n = 8, d = 32), else `fast` for Gaussian matrix noise when `n < d` (its cost `n^2 d` beats
-    `n d^2`), else `full`.
+    `auto` takes `gram` when it applies, `norm='post'` (pre/peri-norm take it only when asked
+    for, so that their earlier `auto` runs keep their numbers) and `d >= 4 n` (its cost per
+    layer, `n^3`, `heads n^3` with a random form per head, plus `n^2 m` for an MLP block of width
+    m (4 d by default), does not grow with d otherwise; benchmarks/bench_gram.py measures it
+    level with `fast` near d = 2n, and with heads, forms redrawn every layer or a block it was
+    no slower than `fast` at n = 8, d = 32), else `fast` for Gaussian matrix noise when `n < d`
+    (its cost `n^2 d` beats `n d^2`), else `full`.
     """
     if sampler not in SAMPLERS:
         raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
     if sampler == "auto":
-        if gram_applicable(p) and p.d >= 4 * p.n:
+        if gram_applicable(p) and p.norm == "post" and p.d >= 4 * p.n:
             return "gram"
         return "fast" if fast_applicable(p) and p.n < p.d else "full"
     if sampler == "fast" and not fast_applicable(p):
