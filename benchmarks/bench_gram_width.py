@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _bench import banner, require_at_least
+from _bench import banner, parser, require_at_least
 
 import tokensde
 
@@ -63,15 +63,12 @@ def run_once(args: argparse.Namespace, d: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=8, help="tokens (default 8)")
+    ap = parser(__doc__, "100 runs, T = 10, 2 rounds")
     ap.add_argument("--large", type=int, default=1_000_000, help="the large d (default 10^6)")
     ap.add_argument("--runs", type=int, default=500, help="runs per process (default 500)")
     ap.add_argument("--time", type=float, default=20.0, help="depth time T (default 20)")
     ap.add_argument("--dt", type=float, default=0.01, help="layer step (default 0.01)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: 100 runs, T = 10, 2 rounds")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.time, args.rounds = min(args.runs, 100), min(args.time, 10.0), 2

@@ -14,13 +14,12 @@ layer, and full/fast. Target (issue 14): full/fast >= 5 at (n, d, heads) = (8, 1
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 
 import numpy as np
 import torch
-from _bench import banner, require_at_least
+from _bench import banner, parser, require_at_least
 from bench_gram import time_interleaved
 
 from tokensde import ModelParams
@@ -50,15 +49,12 @@ def compare(n: int, d: int, heads: int, runs: int, budget: float, repeats: int
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=8, help="tokens (default 8)")
+    ap = parser(__doc__, "64 runs, budget 0.1 s")
     ap.add_argument("--d", type=int, default=128, help="dimension (default 128)")
     ap.add_argument("--heads", type=int, default=4, help="heads (default 4; 1 is always run too)")
     ap.add_argument("--runs", type=int, default=RUNS, help=f"runs in the batch (default {RUNS})")
     ap.add_argument("--budget", type=float, default=1.0, help="seconds per measurement")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default 3)")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    ap.add_argument("--quick", action="store_true", help="a smoke run: 64 runs, budget 0.1 s")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.budget = min(args.runs, 64), min(args.budget, 0.1)

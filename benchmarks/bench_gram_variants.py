@@ -1,0 +1,68 @@
+"""The Gram sampler against fast for the rotation-invariant variants, side by side in one run.
+
+    python benchmarks/bench_gram_variants.py [--n 8] [--d 1024] [--runs 256] [--layers 20]
+        [--rounds 3] [--threads 1] [--quick]
+
+For each variant (an MLP block at the default width 4d and at width 64, 4 heads sharing the
+identity form, GOE forms redrawn every layer with 4 heads; docs/variants.md §2, §3, §5) it times
+`simulate` (network scheme, float64, CPU) with `sampler='fast'` and `sampler='gram'`, in
+interleaved rounds (best of `--rounds`), and prints microseconds per run and layer and fast/gram.
+`fast` with forms redrawn every layer draws `heads` d x d forms per run and layer, so it runs 16
+runs there; every other measurement runs `--runs`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from _bench import banner, parser, require_at_least
+
+from tokensde import ModelParams, simulate
+
+CASES: dict[str, dict[str, object]] = {
+    "MLP relu, width 4d": {"mlp": "relu"},
+    "MLP relu, width 64": {"mlp": "relu", "mlp_width": 64},
+    "4 heads sharing I": {"heads": 4},
+    "GOE forms redrawn, 4 heads": {"qk": "goe", "qk_redraw": "layer", "heads": 4},
+}
+FORMS_RUNS = 16  # fast with forms redrawn every layer holds heads x d x d forms per run
+
+
+def best_us(p: ModelParams, sampler: str, runs: int, layers: int, best: float) -> float:
+    """The better of `best` and one timed `simulate`, in microseconds per run and layer."""
+    t = time.perf_counter()
+    simulate(p, layers=layers, runs=runs, seed=0, sampler=sampler)
+    return min(best, 1e6 * (time.perf_counter() - t) / (runs * layers))
+
+
+def main() -> None:
+    ap = parser(__doc__, "64 runs, 5 layers, 1 round")
+    ap.add_argument("--d", type=int, default=1024, help="dimension (default 1024)")
+    ap.add_argument("--runs", type=int, default=256, help="runs (default 256)")
+    ap.add_argument("--layers", type=int, default=20, help="layers (default 20)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.layers, args.rounds = min(args.runs, 64), min(args.layers, 5), 1
+    require_at_least(ap, ("--n", args.n, 1), ("--d", args.d, 2), ("--runs", args.runs, 1),
+                     ("--layers", args.layers, 1), ("--rounds", args.rounds, 1),
+                     ("--threads", args.threads, 1))
+    print(banner(args.threads, f"float64, network scheme, n = {args.n}, d = {args.d}, "
+                               f"{args.layers} layers, best of {args.rounds}"))
+    print(f"{'variant':28s} {'fast us/rl':>11} {'gram us/rl':>11} {'fast/gram':>10}")
+    t0 = time.perf_counter()
+    for name, kw in CASES.items():
+        p = ModelParams(n=args.n, d=args.d, beta=1.0, **kw)  # type: ignore[arg-type]
+        runs = {"fast": min(args.runs, FORMS_RUNS) if "qk" in kw else args.runs,
+                "gram": args.runs}
+        best = {"fast": float("inf"), "gram": float("inf")}
+        for _ in range(args.rounds):
+            for s in ("fast", "gram"):
+                best[s] = best_us(p, s, runs[s], args.layers, best[s])
+        print(f"{name:28s} {best['fast']:11.1f} {best['gram']:11.1f} "
+              f"{best['fast'] / best['gram']:10.1f}", flush=True)
+    print(f"\nwall {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
