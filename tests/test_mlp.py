@@ -236,3 +236,19 @@ def test_goe_forms_redrawn_two_token_theory():
     lo, hi = wilson(int(anti.sum()), 1500, 0.999)
     assert lo - 0.01 < th < hi + 0.01  # 99.9 % interval, widened by the O(dt) bias
     assert th < p_first_forms(3.0, 4, -0.5, 1e-3, 0.0) - 0.1  # the forms lower it, visibly
+
+
+def test_bad_theory_and_sweep_inputs_name_the_parameter(tmp_path):
+    from tokensde.sweep import SweepConfig
+    from tokensde.two_token_forms import p_first_forms
+
+    with pytest.raises(ParameterError, match=r"tol must be a number in \[1e-14, 0.5\]; got 2.0"):
+        p_first_forms(1.0, 4, -0.5, 2.0, 0.5)
+    with pytest.raises(ParameterError, match="qk_scale must be a finite number >= 0"):
+        p_first_forms(1.0, 4, -0.5, 1e-3, -1.0)
+    toml = tmp_path / "bad.toml"
+    toml.write_text('name = "bad"\nkind = "two_token"\nmodule = "tokensde.phase_grid"\n'
+                    'runs = 10\nT = 1.0\nseed = 1\n[params]\nd = 4\nrho0 = -0.5\n[grid]\n'
+                    'beta = [1.0]\nmlp_sigma = [0.3]\n')
+    with pytest.raises(ParameterError, match="mlp_sigma is used only with an MLP block"):
+        SweepConfig.load(toml).cells()

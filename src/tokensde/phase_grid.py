@@ -59,6 +59,9 @@ def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
                              f"beta_offset={off!r}")
     if cell["dt"] == "auto":
         cell["dt"] = cell["dt_scale"] / cell["d"]
+    if cell["mlp"] == "none" and cell["mlp_sigma"] != MLP_DEFAULTS["mlp_sigma"]:
+        raise ParameterError(f"mlp_sigma is used only with an MLP block (mlp = relu, gelu); got "
+                             f"mlp_sigma={cell['mlp_sigma']!r} with mlp='none'")
     for key, default in MLP_DEFAULTS.items():  # out of the canonical cell at their defaults, so
         if cell[key] == default:               # the ids and seeds of earlier cells are unchanged
             del cell[key]

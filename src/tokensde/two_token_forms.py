@@ -30,7 +30,7 @@ import math
 import numpy as np
 from scipy import special
 
-from .absorption import first_passage
+from .absorption import _check, first_passage
 from .checks import check_real
 
 NODES = 40  # Gauss-Hermite nodes in E (delta has a spread of at most beta s)
@@ -85,11 +85,8 @@ def p_first_forms(beta: float, d: float, rho0: float | str, tol: float, scale: f
                   sigma: float = 1.0, nodes: int | None = None) -> float:
     """`P(rho reaches -1 + tol before 1 - tol)` for GOE forms of scale `scale` redrawn every
     layer, from `rho0` or a uniform pair (`absorption.first_passage`)."""
-    b = check_real("beta", beta)
-    dd = check_real("d", d, 2.0)
+    b, dd, t, sg = _check(beta, d, tol, sigma)
     s = check_real("qk_scale", scale, 0.0)
-    sg = check_real("sigma", sigma, 0.0, strict=True)
-    t = check_real("tol", tol, 0.0, strict=True)
     return first_passage(lambda z: _interpolated(z, b, dd, s, sg), dd, rho0, t, nodes)
 
 

@@ -25,7 +25,7 @@ def draw_mlp(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Sec
     png = plot_mlp(df, ctx.figures / f"{spec.name}.png")
     recs = df.to_dict("records")
     rows: list[list[Any]] = [
-        [r["arm"], r["beta"], r["tol"], r["dt"], int(r["runs"]), r["p_anti"],
+        [r["arm"], r["beta"], r["tol"], r["dt"], r["T"], int(r["runs"]), r["p_anti"],
          interval(r["ci_lo"], r["ci_hi"]), r["theory_tol"], r["theory"], r["p_undecided"],
          "outside" if r["outside"] else "", int(r["seed"])] for r in recs]
     flagged = [i for i, r in enumerate(recs) if r["outside"]]
@@ -33,11 +33,11 @@ def draw_mlp(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Sec
     ok = chance_explains(k, n)
     table = Table("mlp", "Two tokens with and without a random MLP block: Monte Carlo of the "
                   "network, each run tested every layer until <x_1, x_2> is first within tol of "
-                  "-1 or +1 (95 % Wilson), against the exact first-passage probability ('theory "
-                  "at tol') and its tol -> 0 limit (0 with the block: -1 is never reached for "
-                  "d >= 3)",
-                  ["model", "beta", "tol", "dt", "runs", "P(antipodal first)", "95%",
-                   "theory at tol", "tol -> 0", "undecided", "interval", "seed"], rows,
+                  "-1 or +1, at most to depth time T (95 % Wilson; 'undecided at T': neither "
+                  "yet), against the exact first-passage probability ('theory at tol') and its "
+                  "tol -> 0 limit (0 with the block: -1 is never reached for d >= 3)",
+                  ["model", "beta", "tol", "dt", "max T", "runs", "P(antipodal first)", "95%",
+                   "theory at tol", "tol -> 0", "undecided at T", "interval", "seed"], rows,
                   flagged=flagged)
     note = (f"{k} of {n} intervals exclude the theory (chance alone gives {k} or more with "
             f"probability {chance_excess(k, n):.3g}; "
