@@ -35,7 +35,7 @@ from tokensde.model import MLP_STREAM, QK_STREAM
 from tokensde.norm_limits import peri_factor, peri_sde_step
 from tokensde.qk import QK_LAWS
 from tokensde.rng import RunStreams
-from tokensde.samplers import apply_matrices, choose_sampler, mlp_noise_sde, mlp_scale, psd_factor
+from tokensde.samplers import apply_matrices, choose_sampler, mlp_kernel_noise, mlp_scale, psd_factor
 from tokensde.sde import sde_step
 
 F64 = torch.float64
@@ -133,7 +133,7 @@ def test_sde_step_with_block_equals_the_step_with_whole_matrices(n, d, sigma):
     v = torch.randn(runs, d, d, generator=g, dtype=F64)
     zm = torch.randn(runs, n, d, generator=g, dtype=F64)
     y = attention_output(x, p)
-    x1 = sde_step(x, y, p.sigma * apply_matrices(y, v) + mlp_noise_sde(x, p, zm), p, dt)
+    x1 = sde_step(x, y, p.sigma * apply_matrices(y, v) + mlp_kernel_noise(x, p, zm), p, dt)
     b, b_perp, u = frame_of(x)
     bt = b.transpose(-1, -2)
     c = psd_factor(p.mlp_block.kernel_t(gram_of(u))).mul_(dt**0.5 * p.mlp_sigma)

@@ -35,7 +35,7 @@ from .layers import attention_output, mlp_input, mlp_step, network_step
 from .model import MLP_STREAM, QK_STREAM, initial_tokens, qk_draws, scheme_params
 from .params import ModelParams, ParameterError, check_int
 from .rng import RUN_BLOCK, RunStreams, derive_seed
-from .samplers import apply_matrices, gram_factor, mlp_noise_sde, mlp_scale
+from .samplers import apply_matrices, gram_factor, mlp_kernel_noise, mlp_scale
 from .sde import sde_step
 from .store import check_meta, header
 
@@ -210,17 +210,18 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
     if mlp and mlp_rs is None:
         raise ParameterError(f"mlp={p.mlp!r} needs the streams of its weights (mlp_rs)")
 
-    def mlp_sde(x: torch.Tensor, z: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
-        return xi if not mlp else xi.add_(mlp_noise_sde(x, ps, z))
+    def mlp_sde(x: torch.Tensor, z: torch.Tensor | None, xi: torch.Tensor) -> torch.Tensor:
+        return xi if z is None else xi.add_(mlp_kernel_noise(x, ps, z))
 
     fine, half = x0.clone(), x0.clone()
     nets = {(law, L): x0.clone() for law in laws for L in levels}
     # one running sum of fine increments per coarse grid: the half-fine SDE and each level
     grids = [(None, 2), *((L, ref_steps // L) for L in levels)]
     acc = [torch.zeros(x0.shape[0], *shape, dtype=x0.dtype) for _ in grids]
-    acc_m = [torch.zeros(x0.shape[0], p.n, d, dtype=x0.dtype) for _ in grids]
+    # the block's Gaussian path, summed per coarse grid (nothing to sum without a block)
+    acc_m = [torch.zeros(x0.shape[0], p.n, d, dtype=x0.dtype) if mlp else None for _ in grids]
     started: dict[int | None, torch.Tensor | None] = {}  # forms at each grid's step start
-    zm = torch.zeros(x0.shape[0], p.n, d, dtype=x0.dtype)
+    zm: torch.Tensor | None = None
     for j in range(1, ref_steps + 1):
         dw = sig * math.sqrt(h) * rs.normal(*shape, dtype=x0.dtype)
         if mlp_rs is not None and mlp:
@@ -233,13 +234,15 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
             if (j - 1) % k == 0:
                 started[L] = f
             a += dw
-            am += zm
+            if am is not None and zm is not None:
+                am += zm
             if j % k:
                 continue
             if L is None:
                 y = attention_output(half, ps, started[L])
                 v = sde_paths(a) / math.sqrt(k * h)
-                xi = mlp_sde(half, am / math.sqrt(k), apply_matrices(y, v))
+                xi = mlp_sde(half, None if am is None else am / math.sqrt(k),
+                             apply_matrices(y, v))
                 half = sde_step(half, y, xi, ps, k * h)
             else:
                 v_gauss = net_paths(a) / math.sqrt(k * h)
@@ -251,13 +254,14 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
                     x = nets[law, L]
                     y = attention_output(x, p, g)
                     x = network_step(x, y, apply_matrices(y, v), p, k * h)
-                    if pre is not None:
+                    if pre is not None and am is not None:
                         hid = p.mlp_block(gram_factor(mlp_input(x, p)) @ pre)
                         xi = (gram_factor(hid) @ am).mul_(mlp_scale(p) / math.sqrt(k))
                         x = mlp_step(x, xi, p, k * h)
                     nets[law, L] = x
             a.zero_()
-            am.zero_()
+            if am is not None:
+                am.zero_()
         if on_step is not None:
             on_step(j, nets, fine)
         if progress is not None:

@@ -170,13 +170,16 @@ def mlp_noise_fast(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Ten
     return (gram_factor(h) @ rs.normal(p.n, p.d, dtype=x.dtype)).mul_(mlp_scale(p))
 
 
-def mlp_noise_sde(x: torch.Tensor, p: ModelParams, rs: RunStreams | torch.Tensor
-                  ) -> torch.Tensor:
-    """The depth limit's MLP noise: Gaussian with cross-covariance `mlp_sigma^2 khat(<x_i, x_j>) I`,
-    drawn as `mlp_sigma C Z`, `C C^T = khat(X X^T)`; `rs` draws `Z`, or is `Z` `(runs, n, d)`."""
+def mlp_kernel_noise(x: torch.Tensor, p: ModelParams, z: torch.Tensor) -> torch.Tensor:
+    """The depth limit's MLP noise driven by standard normals `z` `(runs, n, d)`: `mlp_sigma C z`
+    with `C C^T = khat(X X^T)`, cross-covariance `mlp_sigma^2 khat(<x_i, x_j>) I`."""
     k = p.mlp_block.kernel_t(x @ x.transpose(-1, -2))
-    z = rs if isinstance(rs, torch.Tensor) else rs.normal(p.n, p.d, dtype=x.dtype)
     return (psd_factor(k) @ z).mul_(p.mlp_sigma)
+
+
+def mlp_noise_sde(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """`mlp_kernel_noise` with `z` drawn from `rs`."""
+    return mlp_kernel_noise(x, p, rs.normal(p.n, p.d, dtype=x.dtype))
 
 
 MLP_SAMPLERS: dict[str, Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]] = {

@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 from scipy import special
+from scipy.interpolate import CubicSpline
 
 from .absorption import _check, first_passage
 from .checks import check_real
@@ -94,8 +95,6 @@ def _interpolated(z: np.ndarray, beta: float, d: float, scale: float, sigma: flo
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The coefficients on `COARSE` nodes spanning `z`, interpolated by cubic splines (they are
     smooth and bounded in z, and constant far from 0)."""
-    from scipy.interpolate import CubicSpline
-
     grid = np.linspace(float(z.min()), float(z.max()), COARSE)
     a, b = forms_z_coefficients(grid, beta, d, scale, sigma)
     return CubicSpline(grid, a)(z), CubicSpline(grid, b)(z)

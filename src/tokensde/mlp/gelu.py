@@ -9,6 +9,7 @@ s^2 phi_N(a/c)/c` with `c^2 = 1 + s^2` (`phi_N` the normal density), so that
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -48,6 +49,12 @@ def _derivative(n: int, z: np.ndarray) -> np.ndarray:
     return np.asarray(poly(z) * dens)
 
 
+@cache
+def _taylor_at_one() -> tuple[float, ...]:
+    second = float(dual_kernel(np.array(1.0)))
+    return tuple(float((_W * _derivative(n, _U) ** 2).sum()) / second for n in range(1, 6))
+
+
 def dual_kernel(rho: np.ndarray) -> np.ndarray:
     """`kappa(rho) = E[phi(u) phi(v)]` (not normalised)."""
     r = np.clip(np.asarray(rho, dtype=float), -1.0, 1.0)[..., None]
@@ -71,8 +78,7 @@ class GELU(Activation):
 
     def taylor_at_one(self) -> tuple[float, ...]:
         """`khat^(n)(1) = E[phi^(n)(u)^2] / E[phi(u)^2]`, n = 1..5 (Price's theorem)."""
-        return tuple(float((_W * _derivative(n, _U) ** 2).sum()) / self.second_moment
-                     for n in range(1, 6))
+        return _taylor_at_one()
 
     def complement(self, w: np.ndarray) -> np.ndarray:
         """`1 - khat(1 - w)`: the Taylor series at 1 below `SWITCH`, the kernel above."""
