@@ -258,12 +258,17 @@ class ModelParams:
 
     def qk_matrix(self) -> np.ndarray | None:
         """The bilinear form `Q^T K` of the logits (`(heads, d, d)` when Q or K is given per
-        head), or None for the identity."""
+        head), or None for the identity; computed once (the layer loop asks every layer)."""
         if self.Q is None and self.K is None:
             return None
-        q = np.eye(self.d) if self.Q is None else self.Q
-        k = np.eye(self.d) if self.K is None else self.K
-        return q.swapaxes(-1, -2) @ k
+        cached = self.__dict__.get("_qk_form")
+        if cached is None:
+            q = np.eye(self.d) if self.Q is None else self.Q
+            k = np.eye(self.d) if self.K is None else self.K
+            cached = q.swapaxes(-1, -2) @ k
+            cached.setflags(write=False)
+            object.__setattr__(self, "_qk_form", cached)
+        return cached
 
     @classmethod
     def from_preset(cls, value_init: str, d: int = 3, **kw: Any) -> ModelParams:
