@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from _bench import banner, parser, require_at_least
+from _bench import banner, check_common, parser
 
 from tokensde import ModelParams, simulate
 
@@ -36,17 +36,13 @@ def best_us(p: ModelParams, sampler: str, runs: int, layers: int, best: float) -
 
 
 def main() -> None:
-    ap = parser(__doc__, "64 runs, 5 layers, 1 round")
+    ap = parser(__doc__, "64 runs, 5 layers, 1 round", runs=256, rounds=3)
     ap.add_argument("--d", type=int, default=1024, help="dimension (default 1024)")
-    ap.add_argument("--runs", type=int, default=256, help="runs (default 256)")
     ap.add_argument("--layers", type=int, default=20, help="layers (default 20)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.layers, args.rounds = min(args.runs, 64), min(args.layers, 5), 1
-    require_at_least(ap, ("--n", args.n, 1), ("--d", args.d, 2), ("--runs", args.runs, 1),
-                     ("--layers", args.layers, 1), ("--rounds", args.rounds, 1),
-                     ("--threads", args.threads, 1))
+    check_common(ap, args, ("--d", args.d, 2), ("--layers", args.layers, 1))
     print(banner(args.threads, f"float64, network scheme, n = {args.n}, d = {args.d}, "
                                f"{args.layers} layers, best of {args.rounds}"))
     print(f"{'variant':28s} {'fast us/rl':>11} {'gram us/rl':>11} {'fast/gram':>10}")

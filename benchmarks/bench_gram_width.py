@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _bench import banner, parser, require_at_least
+from _bench import banner, check_common, parser
 
 import tokensde
 
@@ -63,19 +63,15 @@ def run_once(args: argparse.Namespace, d: int) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = parser(__doc__, "100 runs, T = 10, 2 rounds")
+    ap = parser(__doc__, "100 runs, T = 10, 2 rounds", runs=500, rounds=3)
     ap.add_argument("--large", type=int, default=1_000_000, help="the large d (default 10^6)")
-    ap.add_argument("--runs", type=int, default=500, help="runs per process (default 500)")
     ap.add_argument("--time", type=float, default=20.0, help="depth time T (default 20)")
     ap.add_argument("--dt", type=float, default=0.01, help="layer step (default 0.01)")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.time, args.rounds = min(args.runs, 100), min(args.time, 10.0), 2
-    require_at_least(ap, ("--n", args.n, 1), ("--large", args.large, SMALL),
-                     ("--runs", args.runs, 1), ("--time", args.time, 1e-9),
-                     ("--dt", args.dt, 1e-9), ("--rounds", args.rounds, 1),
-                     ("--threads", args.threads, 1))
+    check_common(ap, args, ("--large", args.large, SMALL), ("--time", args.time, 1e-9),
+                 ("--dt", args.dt, 1e-9))
     print(banner(args.threads, f"float64, network scheme, n = {args.n}, {args.runs} runs, "
                                f"T = {args.time:g}, dt = {args.dt:g}, whole processes"))
     print(f"{'round':>5} {'d':>9} {'layers':>7} {'wall s':>7} {'cpu s':>7} {'peak RSS MiB':>13}")
