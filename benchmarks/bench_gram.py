@@ -25,10 +25,10 @@ from _bench import require_at_least
 
 import tokensde
 from tokensde import ModelParams, TimeGrid
-from tokensde.gram import noise_factor, recompress, run_batch_gram
-from tokensde.layers import normalize
-from tokensde.model import default_batch, run_batch
-from tokensde.rng import RunStreams
+from tokensde.sim.gram import noise_factor, recompress, run_batch_gram
+from tokensde.sim.layers import normalize
+from tokensde.sim.rng import RunStreams
+from tokensde.sim.simulate import default_batch, run_batch
 
 FULL_BYTES = 4 * 2**30
 NOTHING = np.array([], dtype=int)

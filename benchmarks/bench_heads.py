@@ -23,7 +23,7 @@ from _bench import banner, parser, require_at_least
 from bench_gram import time_interleaved
 
 from tokensde import ModelParams
-from tokensde.layers import normalize
+from tokensde.sim.layers import normalize
 
 TARGET = 5.0
 RUNS = 512  # one batch, the same for both samplers

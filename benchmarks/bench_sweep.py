@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tokensde.sweep import SweepConfig, run_sweep
+from tokensde.sweep.engine import SweepConfig, run_sweep
 
 
 def measure(cells: int, backend: str, workers: int, root: Path) -> dict[str, float]:

@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from tokensde import two_tokens as tt
+from tokensde.theory import two_tokens as tt
 
 TARGETS = {"one point": 5e-3, "grid": 2.0}
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from tokensde.experiments import get_kind
-from tokensde.study.multi import SWEEP_DIR
-from tokensde.sweep import SweepConfig
+from tokensde.study.context import SWEEP_DIR
+from tokensde.sweep.engine import SweepConfig
+from tokensde.sweep.kinds import get_kind
 
 MODES = ("horizon", "decided")
 

@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gram import time_sampler
 
 from tokensde import ModelParams, simulate
-from tokensde.gram import recompress
-from tokensde.layers import normalize
+from tokensde.sim.gram import recompress
+from tokensde.sim.layers import normalize
 
 # (sampler, n, d, runs on CPU, runs on CUDA)
 SPEED = [
@@ -78,7 +78,7 @@ def law_ok(sampler: str, device: str) -> bool:
 def until_ok(sampler: str, device: str) -> bool:
     """Runs stopped at decision on `device`: P(antipodal) against the exact value at tol, and
     every decided run's state equal to the fixed-horizon run's at its decision layer."""
-    from tokensde.absorption import p_anti_at_tol
+    from tokensde.theory.decision_time import p_anti_at_tol
 
     kw = dict(T=20.0, dt=0.02, runs=LAW_RUNS, init="pair", rho0=-0.5, seed=3, sampler=sampler,
               device=device)
@@ -102,7 +102,7 @@ def until_ok(sampler: str, device: str) -> bool:
 def vit_depth_ok(device: str) -> bool:
     """The sweep kind vit_depth on `device`: geometry at init (measured on the CPU) identical,
     test accuracy within 5 points of the CPU run's (float32 training differs in rounding)."""
-    from tokensde.experiments import KINDS
+    from tokensde.sweep.kinds import KINDS
     from tokensde.vit.depth import DEVICE_ENV, KIND
 
     cell = {"block": "attention-only", "arm": "default", "depth": 4, "train_seed": 0,

@@ -5,7 +5,7 @@
     python diagnostics/convergence.py --docs               # also refresh docs/convergence.png
 
 For L = 4 ... 1024 layers over depth time T, on Brownian paths shared with a fine-step SDE
-reference (`tokensde.convergence`): the weak error of smooth statistics at T (two tokens:
+reference (`tokensde.analysis.convergence`): the weak error of smooth statistics at T (two tokens:
 E[rho_T], E[rho_T^2]; eight tokens: mean and mean square of the pairwise inner products) against
 the Richardson-extrapolated projected Euler SDE, and the strong (pathwise) RMS token error at T/4
 and T against the finest SDE path; Gaussian and uniform value laws side by side. Orders are the
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tokensde.io.store import atomic_write
 from tokensde.plots.convergence import plot_convergence
-from tokensde.store import atomic_write
 from tokensde.study import Context
 from tokensde.study.convergence import convergence_data
 

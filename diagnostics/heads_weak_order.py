@@ -3,7 +3,7 @@
     python diagnostics/heads_weak_order.py [--heads 2] [--runs 16384] [--seed 0] [--alone]
 
 Four tokens in d = 3, beta = 2, T = 1, heads with their own random Q_h, K_h (fixed seed): the
-convergence machinery of `tokensde.convergence` (one Brownian path per head shared by the networks
+convergence machinery of `tokensde.analysis.convergence` (one Brownian path per head shared by the networks
 at L = 4 ... 64 and the Richardson-extrapolated fine SDE, ref_steps = 256) for the mean and mean
 square of the pairwise inner products at T, Gaussian and uniform value laws. Prints the fitted weak
 orders with their bootstrap intervals, and the heads = 1 problem with the same Q_1, K_1 alongside.
@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 
 from tokensde import ModelParams
-from tokensde.convergence import Problem, coupled_samples, summarise
+from tokensde.analysis.convergence import Problem, coupled_samples, summarise
 
 LEVELS = (4, 8, 16, 32, 64)
 STATS = {"pair_mean": "E mean<x_i,x_j>", "pair_square_mean": "E mean<x_i,x_j>^2"}

@@ -3,7 +3,7 @@
     python diagnostics/mlp_weak_order.py [--mlp relu] [--mlp-sigma 1] [--d 4] [--runs 65536] [--seed 0]
 
 Four tokens, beta = 2, T = 1, softmax attention with identity Q, K, value noise sigma = 1 and an
-MLP block of width 4d: the convergence machinery of `tokensde.convergence` (networks at
+MLP block of width 4d: the convergence machinery of `tokensde.analysis.convergence` (networks at
 L = 4 ... 64 and the Richardson-extrapolated fine SDE, ref_steps = 256, coupled through one value
 path and one Gaussian path of the block, `coupled_states`) for the mean and mean square of the
 pairwise inner products at T, Gaussian and uniform value laws. Prints the weak errors, the SDE
@@ -18,7 +18,7 @@ import time
 from heads_weak_order import LEVELS, STATS, weak_orders  # noqa: F401 (LEVELS: the levels used)
 
 from tokensde import ModelParams
-from tokensde.convergence import Problem
+from tokensde.analysis.convergence import Problem
 
 
 def problem(mlp: str, mlp_sigma: float, d: int) -> Problem:

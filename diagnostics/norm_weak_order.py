@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from tokensde import ModelParams, simulate
-from tokensde.convergence import RESOLVE_Z, fit_order
+from tokensde.analysis.convergence import RESOLVE_Z, fit_order
 
 LEVELS = (4, 8, 16, 32, 64)
 STATS = ("pair_mean", "pair_square_mean")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tokensde import ModelParams, simulate
-from tokensde.stats import wilson
+from tokensde.analysis.stats import wilson
 
 CASES: list[dict[str, Any]] = [
     {}, {"qk": "goe", "qk_scale": 0.5}, {"qk": "goe", "qk_scale": 0.5, "qk_redraw": "layer"},

@@ -4,7 +4,7 @@
         [--samples 8] [--d 6] [--runs 16384] [--seed 0] [--laws gaussian,uniform]
 
 Four tokens in d = 6, beta = 2, T = 1, `A = I + scale R` with R of the law `--qk`, fixed per run or
-redrawn every layer: the convergence machinery of `tokensde.convergence` (one Brownian path per
+redrawn every layer: the convergence machinery of `tokensde.analysis.convergence` (one Brownian path per
 head shared by the networks at L = 4 ... 64 and the Richardson-extrapolated fine SDE, ref_steps =
 256; with redraw 'layer' the SDE averages the attention over the law with `--samples` draws per
 head and step) for the mean and mean square of the pairwise inner products at T. Prints the weak
@@ -22,9 +22,9 @@ import argparse
 from heads_weak_order import STATS, weak_orders
 
 from tokensde import ModelParams
-from tokensde.convergence import Problem
-from tokensde.qk import QK_LAWS, QK_REDRAWS
-from tokensde.qk.base import QK_SAMPLES
+from tokensde.analysis.convergence import Problem
+from tokensde.model.qk import QK_LAWS, QK_REDRAWS
+from tokensde.model.qk.base import QK_SAMPLES
 
 
 def problem(qk: str, redraw: str, scale: float, heads: int, samples: int, d: int = 6) -> Problem:

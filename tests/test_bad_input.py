@@ -17,10 +17,10 @@ import torch
 from typer.testing import CliRunner
 
 from tokensde.cli import app
-from tokensde.model import resolve_checkpoints, simulate
-from tokensde.params import ModelParams, ParameterError, TimeGrid
-from tokensde.store import StoreError, load_result, save_result
-from tokensde.sweep import SweepError, run_sweep, sweep_status
+from tokensde.io.store import StoreError, load_result, save_result
+from tokensde.model.params import ModelParams, ParameterError, TimeGrid
+from tokensde.sim.simulate import resolve_checkpoints, simulate
+from tokensde.sweep.engine import SweepError, run_sweep, sweep_status
 
 runner = CliRunner()
 S = ["simulate", "--json", "--n", "3", "--d", "3", "--runs", "10"]
@@ -255,7 +255,7 @@ def test_two_token_prob_wording():
     assert out.exit_code == 0, out.output
     assert "= 1\n" in out.output and "pairs merge almost surely" not in out.output
     assert "stays antipodal" in out.output
-    from tokensde.two_tokens import beta_c
+    from tokensde.theory.two_tokens import beta_c
 
     for d in (4.0, 3.5):  # one ulp above beta_c: P_anti is 0 to rounding (not -0.0, not nan)
         above = float(np.nextafter(beta_c(d), 10.0))

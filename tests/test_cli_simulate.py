@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from tokensde import __version__
 from tokensde.cli import app
-from tokensde.store import StoreError, load_result, save_result
+from tokensde.io.store import StoreError, load_result, save_result
 
 runner = CliRunner()
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokensde.clusters import (
+from tokensde.analysis.clusters import (
     LOG_GAP_FLOOR,
     Outcome,
     analyze,
@@ -27,7 +27,7 @@ from tokensde.clusters import (
     tolerance_report,
     upper_pairs,
 )
-from tokensde.params import ParameterError
+from tokensde.model.params import ParameterError
 
 TOL = 1e-3
 

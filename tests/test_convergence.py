@@ -16,7 +16,7 @@ import torch
 from scipy import integrate, special, stats
 
 from tokensde import ModelParams, ParameterError, TimeGrid
-from tokensde.convergence import (
+from tokensde.analysis.convergence import (
     PROBLEMS,
     ConvergenceResult,
     Problem,
@@ -29,9 +29,9 @@ from tokensde.convergence import (
     summarise,
     uniform_from_gaussian,
 )
-from tokensde.rng import RunStreams
-from tokensde.sde import coupled_paths
-from tokensde.store import StoreError
+from tokensde.io.store import StoreError
+from tokensde.sim.rng import RunStreams
+from tokensde.sim.sde import coupled_paths
 
 D = 3  # chi^2_{d-1} = chi^2_2 is exponential with mean 2: closed forms below use that
 

@@ -11,7 +11,8 @@ import torch
 from scipy import stats
 
 from tokensde import ModelParams, ParameterError, TimeGrid, simulate
-from tokensde.gram import (
+from tokensde.analysis.stats import wilson
+from tokensde.sim.gram import (
     bartlett,
     frame_layer,
     frame_weights,
@@ -19,12 +20,11 @@ from tokensde.gram import (
     recompress,
     run_batch_gram,
 )
-from tokensde.layers import attention_output, network_step, normalize, weights_from_logits
-from tokensde.model import initial_tokens
-from tokensde.rng import RunStreams
-from tokensde.samplers import apply_matrices, choose_sampler
-from tokensde.sde import sde_step
-from tokensde.stats import wilson
+from tokensde.sim.layers import attention_output, network_step, normalize, weights_from_logits
+from tokensde.sim.rng import RunStreams
+from tokensde.sim.samplers import apply_matrices, choose_sampler
+from tokensde.sim.sde import sde_step
+from tokensde.sim.simulate import initial_tokens
 
 F64 = torch.float64
 
@@ -350,7 +350,7 @@ def antipode_exponent(beta: float, d: int) -> float:
 
 def _p_anti_reference():
     try:
-        from tokensde.two_tokens import p_anti
+        from tokensde.theory.two_tokens import p_anti
     except ImportError:
         return None
     return p_anti

@@ -14,7 +14,8 @@ import torch
 from scipy import stats
 
 from tokensde import ModelParams, ParameterError, TimeGrid, simulate
-from tokensde.gram import (
+from tokensde.model.qk import QK_LAWS
+from tokensde.sim.gram import (
     frame_forms,
     frame_layer,
     frame_mlp_layer,
@@ -23,7 +24,7 @@ from tokensde.gram import (
     run_batch_gram,
     uniform_frame,
 )
-from tokensde.layers import (
+from tokensde.sim.layers import (
     attention_output,
     mlp_step,
     network_step,
@@ -31,12 +32,11 @@ from tokensde.layers import (
     peri_norm_step,
     residual_step,
 )
-from tokensde.model import MLP_STREAM, QK_STREAM
-from tokensde.norm_limits import peri_factor, peri_sde_step
-from tokensde.qk import QK_LAWS
-from tokensde.rng import RunStreams
-from tokensde.samplers import apply_matrices, choose_sampler, mlp_kernel_noise, mlp_scale, psd_factor
-from tokensde.sde import sde_step
+from tokensde.sim.norm_sde import peri_factor, peri_sde_step
+from tokensde.sim.rng import RunStreams
+from tokensde.sim.samplers import apply_matrices, choose_sampler, mlp_kernel_noise, mlp_scale, psd_factor
+from tokensde.sim.sde import sde_step
+from tokensde.sim.simulate import MLP_STREAM, QK_STREAM
 
 F64 = torch.float64
 

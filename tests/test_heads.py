@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from tokensde import ModelParams, ParameterError, simulate
-from tokensde.layers import attention_output
-from tokensde.rng import RunStreams
-from tokensde.samplers import choose_sampler, noise_sampler
-from tokensde.sde import ito_correction
+from tokensde.sim.layers import attention_output
+from tokensde.sim.rng import RunStreams
+from tokensde.sim.samplers import choose_sampler, noise_sampler
+from tokensde.sim.sde import ito_correction
 
 Q = np.arange(16.0).reshape(4, 4) / 20 + np.eye(4)
 
@@ -149,7 +149,7 @@ def test_simulate_with_heads_stays_on_the_sphere_and_is_seeded(scheme, sampler):
 
 def test_coupled_network_and_sde_with_heads_agree_on_a_fine_grid():
     # the discrete network and the SDE on one Brownian path per head: strong error -> 0 with dt
-    from tokensde.convergence import coupled_states
+    from tokensde.analysis.convergence import coupled_states
 
     q, k = _qk_heads(2, 3)
     p = ModelParams(n=3, d=3, beta=1.0, heads=2, Q=q, K=k)

@@ -83,8 +83,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_graph_sees_lazy_and_relative_imports():
     graph = import_graph()
-    assert "tokensde.model" in graph["tokensde.two_token_mc"]  # module level, relative
-    assert "tokensde.experiments" in graph["tokensde.sweep"]  # inside a function
+    assert "tokensde.sim.simulate" in graph["tokensde.analysis.pair_monte_carlo"]  # relative
+    assert "tokensde.sweep.kinds" in graph["tokensde.sweep.engine"]  # inside a function
     assert "tokensde.plots.style" in graph["tokensde.plots.phase"]  # one level down
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
@@ -95,22 +95,59 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        for nxt in graph[todo.pop()] - seen:
-            seen.add(nxt)
-            todo.append(nxt)
-    return seen
+# The layers, bottom first: a folder imports only from folders of a lower rank (or from itself).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("_version", "model"),       # what is simulated: parameters, strategies, validation
+    ("theory",),                 # exact results, numpy/scipy only
+    ("sim",),                    # how it is simulated
+    ("io",),                     # results on disk, the HTML report, progress bars
+    ("analysis",),               # measurements of runs, Monte Carlo against theory, convergence
+    ("sweep",),                  # parameter grids run cell by cell
+    ("plots",),                  # figures from saved tables and results
+    ("vit", "real", "meanfield"),  # applications built on the layers below
+    ("study",),                  # every figure of the report as data
+    ("cli",),                    # the command line, a thin shell
+)
+RANK = {folder: i for i, group in enumerate(LAYERS) for folder in group}
 
 
-def test_layers_stay_below_the_simulator():
-    graph = import_graph()
-    for low in ("tokensde.gram", "tokensde.loop", "tokensde.result", "tokensde.store",
-                "tokensde.two_tokens", "tokensde.absorption", "tokensde._version"):
-        assert "tokensde.model" not in _reach(graph, low), low
-    for mod in graph:  # only the CLI imports from the package root (e.g. `from .. import simulate`)
-        assert PACKAGE not in graph[mod] or mod.startswith("tokensde.cli."), mod
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_folder_has_a_layer():
+    folders = {_folder(m) for m in import_graph()} - {""}
+    assert folders <= set(RANK), sorted(folders - set(RANK))
+
+
+def test_each_folder_imports_only_the_layers_below():
+    bad = []
+    for mod, targets in import_graph().items():
+        here = _folder(mod)
+        if not here:
+            continue
+        for t in targets:
+            there = _folder(t)
+            if there and there != here and RANK[there] >= RANK[here]:
+                bad.append(f"{mod} -> {t}")
+    assert not bad, "imports up or across the layers: " + ", ".join(sorted(bad))
+
+
+def test_only_the_cli_imports_the_package_root():
+    for mod, targets in import_graph().items():  # e.g. `from .. import simulate`
+        assert PACKAGE not in targets or mod.startswith("tokensde.cli."), mod
+
+
+def test_no_private_name_is_imported_across_modules():
+    mods = _modules()
+    bad = []
+    for name, (path, package) in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and _resolve(node, name, package).startswith(PACKAGE):
+                bad += [f"{name}: {a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not bad, "private names imported from another module: " + ", ".join(bad)
 
 
 def test_nothing_outside_the_cli_imports_it():
@@ -131,15 +168,16 @@ def test_nothing_outside_the_cli_imports_it():
 
 def test_plots_only_draw():
     graph = import_graph()
-    simulators = {"tokensde.model", "tokensde.gram", "tokensde.two_token_mc",
-                  "tokensde.phase_grid", "tokensde.study"}
+    simulators = {"tokensde.sim.simulate", "tokensde.sim.gram", "tokensde.analysis.pair_monte_carlo",
+                  "tokensde.sweep.two_token", "tokensde.study"}
     for mod, targets in graph.items():
         if mod.startswith("tokensde.plots"):
             assert not targets & simulators, f"{mod} imports {sorted(targets & simulators)}"
 
 
-def test_pure_core_does_not_import_torch():
-    code = ("import sys, tokensde, tokensde.two_tokens, tokensde.params, tokensde.stats, "
-            "tokensde.absorption; print('torch' in sys.modules)")
+def test_model_and_theory_do_not_import_torch():
+    pure = sorted(m for m in import_graph() if _folder(m) in ("model", "theory", "_version"))
+    code = ("import sys, tokensde, tokensde.analysis.stats, " + ", ".join(pure)
+            + "; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

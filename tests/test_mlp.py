@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from tokensde import ModelParams, ParameterError, simulate
 from tokensde.cli import app
-from tokensde.mlp import MLPS
-from tokensde.rng import RunStreams
-from tokensde.samplers import choose_sampler, mlp_noise_fast, mlp_noise_full, mlp_noise_sde
+from tokensde.model.mlp import MLPS
+from tokensde.sim.rng import RunStreams
+from tokensde.sim.samplers import choose_sampler, mlp_noise_fast, mlp_noise_full, mlp_noise_sde
 
 RELU, GELU = MLPS.get("relu")(), MLPS.get("gelu")()
 
@@ -175,9 +175,9 @@ def test_gram_sampler_choice_and_cli_errors():
 def test_pair_theory_starts_and_limits():
     """`p_first_from` over a uniform pair (Gauss-Jacobi) against the independent trapezoid rule of
     `absorption.p_anti_at_tol`; the tol -> 0 limit is P_anti without a block and 0 with one."""
-    from tokensde import absorption
-    from tokensde import two_tokens as tt
-    from tokensde.pair_diffusion import p_first_from, p_first_limit
+    from tokensde.theory import decision_time as absorption
+    from tokensde.theory import two_tokens as tt
+    from tokensde.theory.mlp_block import p_first_from, p_first_limit
 
     for beta, d in ((1.0, 4), (2.0, 4), (2.0, 10)):
         assert p_first_from(beta, d, "uniform", 1e-8) == pytest.approx(
@@ -189,7 +189,7 @@ def test_pair_theory_starts_and_limits():
 
 def test_two_token_cells_keep_their_ids_without_a_block():
     from tokensde.study.context import sweep_file
-    from tokensde.sweep import SweepConfig
+    from tokensde.sweep.engine import SweepConfig
 
     cells = SweepConfig.load(sweep_file(("phase-quick",))).cells()
     assert all("mlp" not in c.params and "mlp_sigma" not in c.params for c in cells)
@@ -215,15 +215,15 @@ def test_two_token_mc_cli_with_a_block():
 def test_goe_forms_redrawn_two_token_theory():
     """The averaged rho diffusion of GOE forms redrawn every layer (`two_token_forms`): at scale 0
     it is the spec model's; against the network (seeded, forms redrawn every layer) at tol 1e-3."""
-    from tokensde import absorption
-    from tokensde import two_tokens as tt
-    from tokensde.stats import wilson
-    from tokensde.two_token_forms import forms_z_coefficients, p_first_forms
-    from tokensde.two_token_mc import pair_log_gaps
+    from tokensde.analysis.pair_monte_carlo import pair_log_gaps
+    from tokensde.analysis.stats import wilson
+    from tokensde.theory import decision_time as absorption
+    from tokensde.theory import two_tokens as tt
+    from tokensde.theory.redrawn_forms import forms_z_coefficients, p_first_forms
 
     z = np.linspace(-9.0, 9.0, 61)
     a, b = forms_z_coefficients(z, 2.5, 5.0, 0.0, 1.3)
-    a0, b0 = tt._z_coefficients(z, 2.5, 5.0, 1.3, None)
+    a0, b0 = tt.z_coefficients(z, 2.5, 5.0, 1.3, None)
     np.testing.assert_allclose(a, a0, atol=1e-12)
     np.testing.assert_allclose(b, b0, atol=1e-12)
     assert p_first_forms(2.0, 4, "uniform", 1e-8, 0.0) == pytest.approx(
@@ -239,8 +239,8 @@ def test_goe_forms_redrawn_two_token_theory():
 
 
 def test_bad_theory_and_sweep_inputs_name_the_parameter(tmp_path):
-    from tokensde.sweep import SweepConfig
-    from tokensde.two_token_forms import p_first_forms
+    from tokensde.sweep.engine import SweepConfig
+    from tokensde.theory.redrawn_forms import p_first_forms
 
     with pytest.raises(ParameterError, match=r"tol must be a number in \[1e-14, 0.5\]; got 2.0"):
         p_first_forms(1.0, 4, -0.5, 2.0, 0.5)

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from tokensde import ModelParams, ParameterError, simulate
-from tokensde.layers import attention_weights, network_step
-from tokensde.model import CACHE_BYTES, default_batch
-from tokensde.rng import RUN_BLOCK, RunStreams
-from tokensde.samplers import choose_sampler, fast_noise, full_noise
-from tokensde.stats import wilson
+from tokensde.analysis.stats import wilson
+from tokensde.sim.layers import attention_weights, network_step
+from tokensde.sim.rng import RUN_BLOCK, RunStreams
+from tokensde.sim.samplers import choose_sampler, fast_noise, full_noise
+from tokensde.sim.simulate import CACHE_BYTES, default_batch
 
 
 def unit_sphere_error(x: torch.Tensor) -> float:
@@ -226,7 +226,7 @@ def test_pure_noise_at_large_beta_ends_bipolar_in_most_runs():
 def test_fast_sampler_is_exact_for_rank_deficient_tokens():
     """Merged (x_2 = x_1) and antipodal (x_3 = -x_1) tokens: the factor reproduces Y Y^T exactly,
     merged tokens stay merged, and fast and full agree in law after one layer."""
-    from tokensde.samplers import gram_factor
+    from tokensde.sim.samplers import gram_factor
 
     g = torch.Generator().manual_seed(0)
     base = torch.nn.functional.normalize(torch.randn(4, 5, generator=g, dtype=torch.float64), dim=-1)

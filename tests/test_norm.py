@@ -1,6 +1,6 @@
 """Normalisation placement (docs/variants.md §4): post (spec §2), pre (attention sees the normalised
 residual stream, which keeps its radius) and peri (the branch output normalised too), and their
-SDE limits (`tokensde.norm_limits`)."""
+SDE limits (`tokensde.sim.norm_sde`)."""
 
 import math
 
@@ -10,7 +10,7 @@ import torch
 from scipy import special
 
 from tokensde import ModelParams, ParameterError, simulate
-from tokensde.samplers import choose_sampler
+from tokensde.sim.samplers import choose_sampler
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_sde_limits_and_the_gram_sampler_when_asked_for():
     # keeps 'fast' for pre/peri-norm (earlier auto runs keep their numbers)
     assert p.rotation_invariant and choose_sampler(p) == "fast"
     assert choose_sampler(p, "gram") == "gram"
-    from tokensde.convergence import Problem, coupled_samples
+    from tokensde.analysis.convergence import Problem, coupled_samples
 
     with pytest.raises(ParameterError, match="convergence needs norm='post'"):
         coupled_samples(Problem("x", p.with_(norm="peri"), T=1.0), (2,), 4, runs=4)
@@ -70,7 +70,7 @@ def test_pre_norm_radius_grows_as_the_noise_variance():
     p = ModelParams(n=3, d=6, beta=1.5, norm="pre", sigma=0.7, mean="identity")
     dt, runs = 0.04, 20_000
     res = simulate(p, T=dt, dt=dt, runs=runs, init=x0, seed=1, record=("tokens",))
-    from tokensde.layers import attention_output
+    from tokensde.sim.layers import attention_output
 
     x = torch.as_tensor(x0).unsqueeze(0)
     y = attention_output(x, p)[0]
@@ -124,7 +124,7 @@ def test_until_decided_on_directions():
 
 
 def test_variants_survive_the_results_file(tmp_path):
-    from tokensde.store import load_result, save_result
+    from tokensde.io.store import load_result, save_result
 
     p = ModelParams(n=3, d=4, heads=2, qk="goe", qk_scale=0.5, qk_redraw="layer", qk_samples=3,
                     norm="pre")
@@ -147,8 +147,8 @@ def test_pre_norm_sde_step_is_the_network_for_gaussian_values():
 def test_peri_sde_noise_has_the_direction_correlation(heads):
     """The peri-norm limit's noise has cross-covariance `phi_d(r_ij) / d I`, `r_ij` the
     correlation of the value noises (heads' mean), and is centred."""
-    from tokensde.norm_limits import peri_noise
-    from tokensde.rng import RunStreams
+    from tokensde.sim.norm_sde import peri_noise
+    from tokensde.sim.rng import RunStreams
 
     p = ModelParams(n=3, d=4, norm="peri", heads=heads)
     runs = 60000

@@ -21,13 +21,13 @@ ROOT = Path(tokensde.__file__).resolve().parent
 # where each computation may stand (paths relative to src/tokensde), and why
 ALLOWED: dict[str, dict[str, str]] = {
     "pairs": {
-        "clusters.py": "the definition (upper_pairs)",
-        "gram.py": "the upper entries of a Bartlett factor, not token pairs",
+        "analysis/clusters.py": "the definition (upper_pairs)",
+        "sim/gram.py": "the upper entries of a Bartlett factor, not token pairs",
     },
     "near": {
-        "clusters.py": "the definition (is_merged, is_antipodal)",
+        "analysis/clusters.py": "the definition (is_merged, is_antipodal)",
     },
-    "beta_c": {"two_tokens.py": "the definition (beta_c)"},
+    "beta_c": {"theory/two_tokens.py": "the definition (beta_c)"},
     "savefig": {"plots/style.py": "the definition (save)"},
 }
 

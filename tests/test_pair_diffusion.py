@@ -1,4 +1,4 @@
-"""Two tokens with the MLP block (tokensde.pair_diffusion): the rho coefficients against the spec
+"""Two tokens with the MLP block (tokensde.theory.mlp_block): the rho coefficients against the spec
 and a one-step simulation, p_first against p_anti, an ODE reference and a seeded Monte Carlo, and
 the boundary classification against p_first at small tolerances."""
 
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from tokensde import pair_diffusion as pdf
-from tokensde import two_tokens as tt
-from tokensde.checks import ParameterError
-from tokensde.mlp import MLPS
+from tokensde.model.checks import ParameterError
+from tokensde.model.mlp import MLPS
+from tokensde.theory import mlp_block as pdf
+from tokensde.theory import two_tokens as tt
 
 SPEC_VALUES = [((1.0, 3, 0.0), 0.22242), ((2.0, 4, -0.5), 0.46624), ((1.5, 6, -0.5), 0.21707),
                ((2.5, 10, 0.0), 0.12202)]

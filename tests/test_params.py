@@ -79,7 +79,7 @@ def test_time_grid_both_forms():
 )
 @pytest.mark.parametrize("d", [2, 64, 768])
 def test_value_init_presets_closed_form(name, law, sigma2, rate, d):
-    from tokensde.params import VALUE_INIT_PRESETS
+    from tokensde.model.params import VALUE_INIT_PRESETS
 
     preset = VALUE_INIT_PRESETS[name]
     assert preset.sigma(d) == pytest.approx(math.sqrt(sigma2(d)), rel=1e-14)

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from tokensde import ModelParams, ParameterError, simulate
-from tokensde.layers import attention_output
-from tokensde.model import QK_STREAM, qk_draws, scheme_params
-from tokensde.qk import QK_LAWS, QKDraws
-from tokensde.rng import RunStreams
-from tokensde.samplers import choose_sampler
+from tokensde.model.qk import QK_LAWS, QKDraws
+from tokensde.sim.layers import attention_output
+from tokensde.sim.rng import RunStreams
+from tokensde.sim.samplers import choose_sampler
+from tokensde.sim.simulate import QK_STREAM, qk_draws, scheme_params
 
 RANDOM = ("gaussian", "wigner", "goe")
 
@@ -173,7 +173,7 @@ def test_forms_come_from_their_own_streams():
 
 
 def test_coupled_network_and_sde_with_forms_fixed_per_run_agree_on_a_fine_grid():
-    from tokensde.convergence import coupled_states
+    from tokensde.analysis.convergence import coupled_states
 
     p = ModelParams(n=3, d=3, beta=1.0, heads=2, qk="gaussian", qk_scale=0.5)
     x0 = _tokens(64, 3, 3)
@@ -195,8 +195,8 @@ def test_heads_drop_out_of_the_sde_of_forms_redrawn_every_layer():
 
 def test_sweep_cells_carry_variants_only_when_not_default():
     # a multi-token cell keeps its canonical form (id, seed) unless a variant is asked for
-    from tokensde.experiments import get_kind
-    from tokensde.sweep import canonical
+    from tokensde.sweep.engine import canonical
+    from tokensde.sweep.kinds import get_kind
 
     kind = get_kind("multi_token")
     base = dict(n=3, d=3, beta=2.0, runs=8, T=0.5)

@@ -11,9 +11,9 @@ from PIL import Image as PILImage
 from typer.testing import CliRunner
 
 from tokensde import study
+from tokensde.analysis.convergence import ConvergenceResult
 from tokensde.cli import figure as figure_cli
-from tokensde.convergence import ConvergenceResult
-from tokensde.report import Image, Section, Table, fmt, interval, render, write_report
+from tokensde.io.report import Image, Section, Table, fmt, interval, render, write_report
 from tokensde.study.convergence import convergence_data, convergence_tables
 
 
@@ -96,7 +96,7 @@ def test_failure_becomes_a_failed_section(monkeypatch, tmp_path):
 @pytest.fixture
 def small_tiny(monkeypatch):
     """An even smaller 'tiny' convergence size for these tests."""
-    from tokensde import convergence
+    from tokensde.analysis import convergence
 
     runs = {"two_tokens": 256, "eight_tokens": 256}
     monkeypatch.setitem(convergence.SIZES, "tiny", convergence.Size(
@@ -135,7 +135,7 @@ def test_figure_reuses_its_saved_result(tmp_path, monkeypatch, small_tiny):
     data = tmp_path / "data" / "convergence-tiny.json"
     saved = ConvergenceResult.from_dict(json.loads(data.read_text()))
     # the second call must not simulate at all
-    monkeypatch.setattr("tokensde.convergence.run_convergence",
+    monkeypatch.setattr("tokensde.analysis.convergence.run_convergence",
                         lambda *a, **k: pytest.fail("re-ran a saved simulation"))
     second = CliRunner().invoke(_app(), args)
     assert second.exit_code == 0, second.output
@@ -148,7 +148,7 @@ def test_figure_reuses_its_saved_result(tmp_path, monkeypatch, small_tiny):
 
 def test_interrupted_convergence_resumes_from_finished_chunks(tmp_path, monkeypatch,
                                                              small_tiny):
-    from tokensde import convergence
+    from tokensde.analysis import convergence
 
     real, calls = convergence._task, []
 

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from tokensde.stats import t_interval, wilson
+from tokensde.analysis.stats import t_interval, wilson
 
 
 def test_wilson_known_values_and_edges():

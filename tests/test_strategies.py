@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from tokensde import ModelParams, ParameterError, simulate
-from tokensde.attention import ATTENTION_KINDS, AttentionKind
-from tokensde.layers import attention_output, attention_weights, normalize
-from tokensde.noise import ENTRY_LAWS, NOISE_LAWS, NoiseLaw, Streams
-from tokensde.rng import RunStreams
-from tokensde.samplers import choose_sampler, full_noise
+from tokensde.model.attention import ATTENTION_KINDS, AttentionKind
+from tokensde.model.noise import ENTRY_LAWS, NOISE_LAWS, NoiseLaw, Streams
+from tokensde.sim.layers import attention_output, attention_weights, normalize
+from tokensde.sim.rng import RunStreams
+from tokensde.sim.samplers import choose_sampler, full_noise
 
 
 class DiagonalNoise(NoiseLaw):
@@ -125,7 +125,7 @@ def test_a_name_is_taken_once():
     class Impostor(DiagonalNoise):
         name = "matrix"
 
-    with pytest.raises(ValueError, match=r"'matrix' is already registered by tokensde\.noise\.matrix\."):
+    with pytest.raises(ValueError, match=r"'matrix' is already registered by tokensde\.model\.noise\."):
         NOISE_LAWS.register(Impostor)
     assert NOISE_LAWS.get("matrix").__name__ == "MatrixNoise"
 

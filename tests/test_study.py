@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import tokensde.study as study
-from tokensde.params import ParameterError
+from tokensde.model.params import ParameterError
 from tokensde.study import context, multi
-from tokensde.sweep import SweepConfig
+from tokensde.sweep.engine import SweepConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,8 +67,8 @@ def test_a_failing_figure_becomes_a_failed_section_and_the_report_is_still_writt
 
 
 def test_interrupted_phase_grid_resumes_from_its_saved_cells(tmp_path, monkeypatch):
-    from tokensde import phase_grid
     from tokensde.study.phase import phase_data
+    from tokensde.sweep import two_token as phase_grid
 
     real, ran = phase_grid.monte_carlo, []
 
@@ -149,9 +149,9 @@ def test_plot_modules_leave_the_matplotlib_backend_alone():
 
 
 def test_variants_section_labels_every_arm_and_checks_the_spec_model(tmp_path):
-    from tokensde import absorption
     from tokensde.plots.variants import arm
-    from tokensde.two_token_forms import p_first_forms
+    from tokensde.theory import decision_time as absorption
+    from tokensde.theory.redrawn_forms import p_first_forms
 
     _, sections, _ = study.reproduce(tmp_path, "tiny", workers=1, only=["variants"])
     sec = sections[0]
@@ -175,9 +175,9 @@ def test_variants_section_labels_every_arm_and_checks_the_spec_model(tmp_path):
 
 
 def test_mlp_section_checks_every_cell_against_the_first_passage_theory(tmp_path):
-    from tokensde import absorption
-    from tokensde.pair_diffusion import p_first
     from tokensde.plots.mlp import arm, mlp_rows
+    from tokensde.theory import decision_time as absorption
+    from tokensde.theory.mlp_block import p_first
 
     _, sections, _ = study.reproduce(tmp_path, "tiny", workers=1, only=["mlp"])
     sec = sections[0]

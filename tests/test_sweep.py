@@ -18,10 +18,9 @@ import typer
 from typer.testing import CliRunner
 
 from tokensde.cli.sweep import register
-from tokensde.experiments import get_kind
-from tokensde.params import ParameterError
-from tokensde.store import StoreError
-from tokensde.sweep import (
+from tokensde.io.store import StoreError
+from tokensde.model.params import ParameterError
+from tokensde.sweep.engine import (
     TIMING_COLUMNS,
     SweepConfig,
     SweepError,
@@ -30,6 +29,7 @@ from tokensde.sweep import (
     run_sweep,
     sweep_status,
 )
+from tokensde.sweep.kinds import get_kind
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,7 +145,7 @@ def test_ray_backend_gives_the_same_table(reference, tmp_path):
 
 KILL_SCRIPT = """
 import sys
-from tokensde.sweep import run_sweep
+from tokensde.sweep.engine import run_sweep
 if __name__ == "__main__":
     run_sweep(sys.argv[1], sys.argv[2], workers=1)
 """
@@ -364,7 +364,7 @@ def test_pure_noise_large_beta_is_often_bipolar_and_never_below_beta_c():
 @pytest.mark.slow
 def test_two_tokens_bipolar_probability_matches_scale_function():
     # d = 3: rho0 = <x1, x2> of uniform tokens is uniform on [-1, 1]
-    from tokensde.two_tokens import p_anti_uniform
+    from tokensde.theory.two_tokens import p_anti_uniform
 
     truth = p_anti_uniform(1.5, 3)
     assert truth == pytest.approx(0.3296, abs=1e-3)
@@ -402,3 +402,34 @@ def test_figures_and_markdown_table_read_the_saved_table(tmp_path):
     assert markdown_table(df) in r.output
     r = CliRunner().invoke(cli(), ["sweep", "plot", str(tmp_path / "nowhere"), str(tmp_path)])
     assert r.exit_code == 2 and r.output.startswith("error:")
+
+
+LEGACY = Path(__file__).parent / "data" / "legacy-sweep"
+
+
+def test_a_sweep_written_before_kinds_by_name_still_loads_and_resumes(tmp_path):
+    """tests/data/legacy-sweep: a sweep file and directory written by tokensde 0.1.0 with the flat
+    layout, whose file and manifest name the module `tokensde.phase_grid` (gone since)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "cells").mkdir()
+    (out / "sweep.json").write_bytes((LEGACY / "sweep.json").read_bytes())
+    for part in (LEGACY / "cells").iterdir():
+        (out / "cells" / part.name).write_bytes(part.read_bytes())
+    assert json.loads((out / "sweep.json").read_text())["config"]["module"] == "tokensde.phase_grid"
+    status = sweep_status(out)
+    assert (status["kind"], status["total"], status["done"]) == ("two_token", 2, 2)
+    before = comparable(load_table(out))
+    summary = run_sweep(LEGACY / "legacy.toml", out)
+    assert (summary["ran"], summary["skipped"]) == (0, 2)
+    pd.testing.assert_frame_equal(comparable(load_table(out)), before)
+    # the same cells from today's spelling of the file (no module): same ids, nothing re-run
+    today = write_config(tmp_path, (LEGACY / "legacy.toml").read_text()
+                         .replace('module = "tokensde.phase_grid"\n', ""))
+    assert run_sweep(today, out)["ran"] == 0
+
+
+def test_a_sweep_file_cannot_choose_code_to_import(tmp_path):
+    text = (LEGACY / "legacy.toml").read_text().replace("tokensde.phase_grid", "os")
+    with pytest.raises(ParameterError, match=r"module 'os' .* is not read: kinds are found by name"):
+        run_sweep(write_config(tmp_path, text), tmp_path / "out")

@@ -12,16 +12,17 @@ import typer
 from scipy import integrate
 from typer.testing import CliRunner
 
-from tokensde import ModelParams, ParameterError, phase_grid
-from tokensde import pair_diffusion as pdf
-from tokensde import two_token_mc as mc
-from tokensde import two_tokens as tt
-from tokensde.experiments import get_kind
-from tokensde.layers import attention_weights, network_step
-from tokensde.rng import RunStreams
-from tokensde.samplers import full_noise
-from tokensde.stats import wilson
-from tokensde.sweep import read_table
+from tokensde import ModelParams, ParameterError
+from tokensde.analysis import pair_monte_carlo as mc
+from tokensde.analysis.stats import wilson
+from tokensde.sim.layers import attention_weights, network_step
+from tokensde.sim.rng import RunStreams
+from tokensde.sim.samplers import full_noise
+from tokensde.sweep import two_token as phase_grid
+from tokensde.sweep.engine import read_table
+from tokensde.sweep.kinds import get_kind
+from tokensde.theory import mlp_block as pdf
+from tokensde.theory import two_tokens as tt
 
 SPEC_VALUES = [((1.0, 3, 0.0), 0.22242), ((2.0, 4, -0.5), 0.46624), ((1.5, 6, -0.5), 0.21707),
                ((2.5, 10, 0.0), 0.12202)]

@@ -11,12 +11,12 @@ import torch
 from scipy import stats
 
 from tokensde import ModelParams, simulate
-from tokensde import absorption as ab
-from tokensde import two_token_mc as mc
-from tokensde import two_tokens as tt
-from tokensde.params import ParameterError
-from tokensde.rng import RunStreams
-from tokensde.stats import censored_quantiles, chance_excess, chance_explains
+from tokensde.analysis import pair_monte_carlo as mc
+from tokensde.analysis.stats import censored_quantiles, chance_excess, chance_explains
+from tokensde.model.params import ParameterError
+from tokensde.sim.rng import RunStreams
+from tokensde.theory import decision_time as ab
+from tokensde.theory import two_tokens as tt
 
 CASES = [
     (ModelParams(n=2, d=4, beta=2.0), "fast", "network"),
@@ -198,7 +198,7 @@ def test_censored_quantiles_are_nan_past_the_horizon():
 def test_unequal_bipolar_formations_hover_instead_of_closing():
     # n = 8, d = 8, beta = 4: many bipolar formations keep antipodal gaps of ~1e-5, so they are
     # undecided at tol = 1e-8 yet bipolar at 1e-3 over the whole last window
-    from tokensde.experiments import get_kind
+    from tokensde.sweep.kinds import get_kind
 
     kind = get_kind("multi_token")
     cell = {"n": 8, "d": 8, "beta": 4.0, "runs": 100, "T": 50.0, "dt": "auto"}

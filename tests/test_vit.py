@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tokensde.layers import attention_output, network_step
-from tokensde.params import ModelParams, ParameterError
+from tokensde.model.params import ModelParams, ParameterError
+from tokensde.sim.layers import attention_output, network_step
 from tokensde.vit import ValueInit, ViTConfig, build_vit, make_model, pair_cosines, parse_arms, value_weights
 from tokensde.vit.geometry import geometry
 

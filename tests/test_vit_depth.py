@@ -14,10 +14,10 @@ import torch
 from scipy import stats as st
 from test_vit_train import _write_cifar
 
-from tokensde.experiments import KINDS
-from tokensde.layers import attention_output, network_step
-from tokensde.params import ModelParams, ParameterError
-from tokensde.sweep import SweepConfig, load_table, run_sweep
+from tokensde.model.params import ModelParams, ParameterError
+from tokensde.sim.layers import attention_output, network_step
+from tokensde.sweep.engine import SweepConfig, load_table, run_sweep
+from tokensde.sweep.kinds import KINDS
 from tokensde.vit import ViTConfig, build_vit, make_model, value_weights
 from tokensde.vit.depth import (
     KIND,

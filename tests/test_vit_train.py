@@ -21,8 +21,8 @@ import typer
 from typer.testing import CliRunner
 
 from tokensde.cli.vit import register
-from tokensde.params import ParameterError
-from tokensde.store import StoreError
+from tokensde.io.store import StoreError
+from tokensde.model.params import ParameterError
 from tokensde.vit import (
     DatasetError,
     MissingDatasetError,

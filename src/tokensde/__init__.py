@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .params import ModelParams, ParameterError, TimeGrid
+from .model.params import ModelParams, ParameterError, TimeGrid
 
 if TYPE_CHECKING:
-    from .model import simulate
-    from .result import SimResult
+    from .sim.result import SimResult
+    from .sim.simulate import simulate
 
 __all__ = ["ModelParams", "ParameterError", "SimResult", "TimeGrid", "__version__", "simulate"]
 
@@ -23,11 +23,11 @@ __all__ = ["ModelParams", "ParameterError", "SimResult", "TimeGrid", "__version_
 def __getattr__(name: str) -> Any:
     """`simulate` (from `model`) and `SimResult` (from `result`), imported when first asked for."""
     if name == "simulate":
-        from .model import simulate
+        from .sim.simulate import simulate
 
         return simulate
     if name == "SimResult":
-        from .result import SimResult
+        from .sim.result import SimResult
 
         return SimResult
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,9 +9,9 @@ from typing import Any, NoReturn
 
 import typer
 
-from ..params import ParameterError
-from ..progress import progress_bar
-from ..store import to_jsonable
+from ..io.progress import progress_bar
+from ..io.store import to_jsonable
+from ..model.params import ParameterError
 
 __all__ = ["JSON", "SEED", "SIZE", "WORKERS", "emit_json", "fail", "progress_bar", "to_jsonable",
            "user_errors"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from ..params import ParameterError, check_choice
+from ..model.params import ParameterError, check_choice
 from ._common import JSON, SEED, SIZE, WORKERS, emit_json, user_errors
 
 DEFAULT_OUT = Path("results")
@@ -34,7 +34,7 @@ def figure_cmd(
         if name is None:
             raise ParameterError("NAME is required: one of " + ", ".join(FIGURES))
         check_choice("NAME", name, tuple(FIGURES))
-        from ..store import check_output
+        from ..io.store import check_output
 
         check_output(out, "--out", directory=True)
         ctx = Context(out, size or ("quick" if quick else "full"), seed, workers,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from ..params import ParameterError
+from ..model.params import ParameterError
 from ._common import JSON, SEED, SIZE, WORKERS, emit_json, user_errors
 
 

@@ -8,9 +8,10 @@ from typing import Any, cast
 import numpy as np
 import typer
 
-from ..clusters import Outcome, check_tol, classify, pair_fractions, upper_pairs
-from ..params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
-from ..progress import progress_bar
+from ..analysis.clusters import Outcome, classify, pair_fractions, upper_pairs
+from ..io.progress import progress_bar
+from ..model.checks import check_tol
+from ..model.params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
 from ._common import emit_json, user_errors
 
 
@@ -36,7 +37,7 @@ def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.nda
 
 def pair_summary(gram: np.ndarray, tol: float) -> dict[str, Any]:
     """Fractions of token pairs merged and antipodal, and of runs single-cluster and bipolar
-    (`tokensde.clusters`, spec §7), of Gram matrices `(runs, n, n)`."""
+    (`tokensde.analysis.clusters`, spec §7), of Gram matrices `(runs, n, n)`."""
     rho = upper_pairs(gram)
     if rho.size == 0:
         return {"pairs": 0}
@@ -67,7 +68,7 @@ def decision_summary(res: Any) -> dict[str, Any]:
     (nan past the horizon), for a result run with until='decided'."""
     if res.decided_at is None:
         return {}
-    from ..experiments import decision_stats
+    from ..sweep.kinds import decision_stats
 
     st = decision_stats(res.decided_at, res.grid.steps, res.grid.dt, res.runs)
     return {"until": "decided", **{k: st[k] for k in ("p_decided", "t_decided_median",
@@ -154,8 +155,8 @@ def simulate_cmd(
     plot: Path | None = typer.Option(None, "--plot", help="Write a summary figure (PNG)."),
 ) -> None:
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
-    from ..model import simulate
-    from ..store import check_output, save_result
+    from ..io.store import check_output, save_result
+    from ..sim.simulate import simulate
 
     with user_errors():
         time = _max_time(time, max_time)

@@ -20,7 +20,7 @@ sweep_app = typer.Typer(no_args_is_help=True, add_completion=False,
                              "resumable Parquet table.")
 
 
-class _Bar:
+class Bar:
     """A tqdm bar of cells with the failure count; tqdm supplies the ETA."""
 
     def __init__(self, enabled: bool) -> None:
@@ -47,7 +47,7 @@ class _Bar:
 
 
 @contextmanager
-def _term_as_interrupt() -> Iterator[dict[str, Any]]:
+def term_as_interrupt() -> Iterator[dict[str, Any]]:
     """Turn SIGTERM (from `timeout` or a batch scheduler) into KeyboardInterrupt while the sweep
     runs, so the pool is shut down and the workers stopped; yields which signal came."""
     got: dict[str, Any] = {"signal": "SIGINT", "number": signal.SIGINT}
@@ -70,10 +70,10 @@ def run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "loca
                   address: str | None = None, quiet: bool = False) -> dict[str, Any]:
     """`run_sweep` with a progress bar; an interrupt (SIGINT, SIGTERM) stops the cells in
     progress and exits with a one-line message that says how to resume."""
-    from ..sweep import SweepDir, run_sweep
+    from ..sweep.engine import SweepDir, run_sweep
 
-    bar = _Bar(not quiet)
-    with _term_as_interrupt() as got:
+    bar = Bar(not quiet)
+    with term_as_interrupt() as got:
         try:
             return run_sweep(config, out, workers=workers, backend=backend, address=address,
                              on_start=bar.start, on_cell=bar.cell)
@@ -107,7 +107,7 @@ def run_cmd(
 @sweep_app.command("status")
 def status_cmd(out: Path = typer.Argument(..., help="Sweep output directory.")) -> None:
     """Cells done, failed and pending (JSON); checks every stored file."""
-    from ..sweep import sweep_status
+    from ..sweep.engine import sweep_status
 
     with user_errors():
         emit_json(sweep_status(out))
@@ -121,8 +121,8 @@ def table_cmd(
                                help="Where to write (default DIR/table.<format>; '-' = stdout)."),
 ) -> None:
     """Consolidate the finished cells into one table (one row per cell); print where it went."""
-    from ..store import check_output
-    from ..sweep import export_table, render_table
+    from ..io.store import check_output
+    from ..sweep.engine import export_table, render_table
 
     with user_errors():
         if output == "-":
@@ -143,8 +143,8 @@ def plot_cmd(
     """Figures from a saved sweep (never simulates): for a multi_token sweep the multi-token
     figures and README tables, for a two_token sweep the phase diagram (or, with
     `beta_offset` cells, P_anti against beta - beta_c(d))."""
+    from ..io.store import check_output
     from ..plots import multi, phase
-    from ..store import check_output
 
     with user_errors():
         check_output(out_dir, "OUT_DIR", directory=True)
@@ -160,7 +160,7 @@ def plot_cmd(
 @sweep_app.command("kinds")
 def kinds_cmd() -> None:
     """List the registered experiment kinds and their parameters (JSON)."""
-    from ..experiments import KINDS, describe
+    from ..sweep.kinds import KINDS, describe
 
     emit_json([describe(name) for name in sorted(KINDS)])
 

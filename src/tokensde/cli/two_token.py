@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from ..params import ParameterError
-from ..progress import progress_bar
+from ..io.progress import progress_bar
+from ..model.params import ParameterError
 from ._common import JSON, SEED, emit_json, user_errors
 
 two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -48,7 +48,7 @@ def _fmt(x: float) -> str:
 
 
 def _save(result: dict[str, Any], out: Path) -> str:
-    from ..store import header, write_json
+    from ..io.store import header, write_json
 
     write_json(out, header(KIND_MC, **result), indent=2)
     return str(out)
@@ -87,7 +87,7 @@ def prob_cmd(
     json_out: bool = JSON,
 ) -> None:
     """Exact probability that the pair ends antipodal (scale function of spec §5)."""
-    from .. import two_tokens as tt
+    from ..theory import two_tokens as tt
 
     with user_errors():
         r0 = tt.check_rho0(rho0)
@@ -113,7 +113,7 @@ def critical_cmd(
     json_out: bool = JSON,
 ) -> None:
     """Critical interaction beta_c(d) = arccosh(d - 2)/2: antipodal attracts iff beta > beta_c."""
-    from .. import two_tokens as tt
+    from ..theory import two_tokens as tt
 
     with user_errors():
         bc = tt.beta_c(d)
@@ -143,9 +143,9 @@ def mc_cmd(
 ) -> None:
     """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti
     (with an MLP block: against the exact first-passage probability at --tol)."""
-    from .. import two_token_mc as mc
-    from .. import two_tokens as tt
-    from ..params import TimeGrid
+    from ..analysis import pair_monte_carlo as mc
+    from ..model.params import TimeGrid
+    from ..theory import two_tokens as tt
 
     with user_errors():
         dt = tt.default_dt(d) if dt is None else dt
@@ -155,12 +155,12 @@ def mc_cmd(
                       sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until,
                       mlp=mlp, mlp_sigma=mlp_sigma)
         if mlp != "none":
-            from ..pair_diffusion import p_first_from
+            from ..theory.mlp_block import p_first_from
 
             result["theory_at_tol"] = p_first_from(beta, d, tt.check_rho0(rho0), tol, mlp,
                                                    mlp_sigma, sigma)
         elif sigma == 1.0:
-            from ..absorption import p_anti_at_tol
+            from ..theory.decision_time import p_anti_at_tol
 
             result["theory_at_tol"] = p_anti_at_tol(beta, d, tt.check_rho0(rho0), tol)
         if out is not None:
@@ -198,11 +198,11 @@ def grid_cmd(
     """Monte Carlo P_anti over a (beta, d) grid (dt = 0.05/d) as a `two_token` sweep in --out
     (every finished cell saved; the same command resumes), then the phase diagram drawn from
     the sweep's table. Prints the table's path and the figure's."""
-    from ..phase_grid import grid_config
+    from ..io.store import check_output
     from ..plots.multi import load
     from ..plots.phase import plot_phase_diagram
-    from ..store import check_output
-    from ..sweep import SweepDir
+    from ..sweep.engine import SweepDir
+    from ..sweep.two_token import grid_config
     from .sweep import run_resumable
 
     with user_errors():
@@ -227,9 +227,9 @@ def hybrid_cmd(
     """Hybrid model of §6 (USA, M = I, scalar noise): threshold eps^2 = 2 e^-beta; MC with --eps."""
     import math
 
-    from .. import two_token_mc as mc
-    from .. import two_tokens as tt
-    from ..params import TimeGrid
+    from ..analysis import pair_monte_carlo as mc
+    from ..model.params import TimeGrid
+    from ..theory import two_tokens as tt
 
     with user_errors():
         eps2_c = tt.hybrid_eps2_c(beta)

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ..params import ParameterError, check_choice
-from ..store import atomic_write, check_output, header
+from ..io.store import atomic_write, check_output, header
+from ..model.params import ParameterError, check_choice
 from ._common import emit_json, fail, progress_bar, user_errors
 
 DEFAULT_ARMS = "default,noise:0,noise:0.1,identity,shared"
@@ -199,12 +199,12 @@ def depth_cmd(
 ) -> None:
     """Run (or resume) the ViT depth sweep: arms x depths x seeds x blocks, one training run a
     cell; then write gaps.json, gaps.md and the figures into --out."""
-    from ..sweep import SweepDir
+    from ..sweep.engine import SweepDir
     from ..vit.depth import depth_config, run_depth
-    from .sweep import _Bar, _term_as_interrupt
+    from .sweep import Bar, term_as_interrupt
 
-    bar = _Bar(not quiet)
-    with user_errors(), _term_as_interrupt() as got:
+    bar = Bar(not quiet)
+    with user_errors(), term_as_interrupt() as got:
         check_output(out, "--out", directory=True)
         cfg = depth_config(size, dataset=dataset,
                            data_dir=None if data_dir is None else str(data_dir), epochs=epochs,

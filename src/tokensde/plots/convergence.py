@@ -1,6 +1,6 @@
 """Log-log convergence figure: weak and strong errors of the L-layer network against the SDE.
 
-Reads a `tokensde.convergence.ConvergenceResult` (or its JSON dict); never simulates. Resolved
+Reads a `tokensde.analysis.convergence.ConvergenceResult` (or its JSON dict); never simulates. Resolved
 points carry 95% Monte Carlo intervals; a point whose error is within `RESOLVE_Z` standard errors
 of zero is drawn as an upper limit (hollow down-triangle at |e| + 1.96 se) and left out of the fit.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 
-from ..convergence import LEVEL_Z, ConvergenceResult
+from ..analysis.convergence import LEVEL_Z, ConvergenceResult
 from .style import COLORS, new_figure, save, styled
 
 GUIDE = {"weak": 1.0, "strong": 0.5}

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..clusters import pair_fractions, upper_pairs
+from ..analysis.clusters import pair_fractions, upper_pairs
 from .style import COLORS, new_figure, save, styled
 
 Panel = tuple[str, Any]  # (row title, SimResult with gram recorded)

@@ -1,6 +1,6 @@
 """Two tokens with a random MLP block (docs/variants.md §5), from a saved `two_token` sweep (the
 study's `mlp-<size>.toml`): the probability of first coming within `tol` of antipodal, against
-beta and against tol, with the exact first-passage curves of `tokensde.pair_diffusion`. Reads the
+beta and against tol, with the exact first-passage curves of `tokensde.theory.mlp_block`. Reads the
 table only; never simulates."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import absorption
-from ..pair_diffusion import p_first_from
+from ..theory import decision_time as absorption
+from ..theory.mlp_block import p_first_from
 from .style import new_figure, save, styled
 
 

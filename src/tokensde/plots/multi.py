@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from scipy.special import comb
 
-from ..two_tokens import beta_c
+from ..theory.two_tokens import beta_c
 from .style import save
 
 OUTCOMES = (("single", "#c0392b", "o"), ("bipolar", "#2c7a4b", "s"),
@@ -35,7 +35,7 @@ def load(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     if isinstance(source, pd.DataFrame):
         df = source
     else:
-        from ..sweep import read_table
+        from ..sweep.engine import read_table
 
         df = read_table(source)
     return df[df["status"] == "ok"].copy()

@@ -1,6 +1,6 @@
 """The two-token phase diagram (spec §5): Monte Carlo P_anti over (beta, d) against the theory.
 
-The table is that of a `two_token` sweep (`tokensde.phase_grid`: one
+The table is that of a `two_token` sweep (`tokensde.sweep.two_token`: one
 `two_token_mc.monte_carlo` cell per (beta, d)); the plotting functions only read such a table (a
 DataFrame, e.g. loaded from a saved file) and evaluate the exact theory, which costs
 milliseconds. They never simulate.
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import two_tokens as tt
+from ..theory import two_tokens as tt
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
 
 
@@ -194,7 +194,7 @@ def plot_decision_times(two: dict[str, np.ndarray], many: dict[str, np.ndarray],
     (dashed); many-token cells (steps). Keys: `'beta,d'` and `'n,d,beta'`; values are
     decision times (nan: undecided at the horizon) and, for two tokens, `'theory:...'` curves
     on the grid `'t'`."""
-    from .. import absorption
+    from ..theory import decision_time as absorption
 
     with styled():
         fig = new_figure(11.0, 4.2)

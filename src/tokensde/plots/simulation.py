@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..clusters import is_antipodal, is_merged, upper_pairs
+from ..analysis.clusters import is_antipodal, is_merged, upper_pairs
 from .style import save
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import matplotlib as mpl
 from matplotlib.figure import Figure
 
-from ..store import atomic_write
+from ..io.store import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType

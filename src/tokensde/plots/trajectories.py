@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.animation import PillowWriter
 from matplotlib.axes import Axes
 
-from ..store import atomic_write
+from ..io.store import atomic_write
 from .style import COLORS, new_figure, save, styled, token_color
 
 Panel = tuple[str, Any]  # (title, SimResult)

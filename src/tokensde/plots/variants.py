@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import two_tokens as tt
+from ..theory import two_tokens as tt
 from .style import new_figure, save, styled
 
 
@@ -37,7 +37,7 @@ def arm(row: dict[str, Any]) -> str:
 
 def forms_redrawn(row: dict[str, Any]) -> float | None:
     """The scale of a cell's GOE forms when they are redrawn every layer (an exact two-token
-    theory exists then, `tokensde.two_token_forms`), else None."""
+    theory exists then, `tokensde.theory.redrawn_forms`), else None."""
     if _value(row, "qk", "identity") == "goe" and _value(row, "qk_redraw", "run") == "layer":
         return float(_value(row, "qk_scale", 1.0))
     return None
@@ -76,7 +76,7 @@ def plot_variants(df: pd.DataFrame, path: str | Path) -> Path:
             scales = {forms_redrawn(r) for r in absorbed.to_dict("records")} - {None}
             s = next(iter(scales), None)
             if s is not None:
-                from ..two_token_forms import p_first_forms
+                from ..theory.redrawn_forms import p_first_forms
 
                 tol = float(absorbed["tol"].iloc[0])
                 bb = np.linspace(0.1, float(absorbed["beta"].max()) * 1.05, 20)

@@ -11,7 +11,7 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..store import check_meta, read_json
+from ..io.store import check_meta, read_json
 from .style import save
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..params import check_choice, check_int
-from ..report import Section
+from ..io.report import Section
+from ..model.params import check_choice, check_int
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -161,7 +161,7 @@ def run_packaged_sweep(ctx: Context, names: tuple[str, ...]) -> SweepRun:
     """Run (or resume) the first sweep file of `names` (`sweep_file`) into `OUT/sweeps/<stem>/`
     on `ctx.workers` processes; its finished cells are reused."""
     from ..plots.multi import load
-    from ..sweep import run_sweep
+    from ..sweep.engine import run_sweep
 
     cfg = sweep_file(names)
     out = ctx.out / "sweeps" / cfg.stem

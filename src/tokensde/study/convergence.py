@@ -1,6 +1,6 @@
 """Figure `convergence`: weak and strong errors of the L-layer network against its SDE limit.
 
-The computation is `tokensde.convergence.run_convergence`; here it is saved (JSON and CSV under
+The computation is `tokensde.analysis.convergence.run_convergence`; here it is saved (JSON and CSV under
 `data/convergence-<size>.*`, finished chunks under `data/convergence-<size>.parts/` so that an
 interrupted run resumes), drawn and tabulated.
 """
@@ -16,15 +16,15 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..report import Image, Section, Table, interval
+from ..io.report import Image, Section, Table, interval
 from .context import Context, FigureSpec, process_map, saved_or
 
 
 def cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
     """A `map` for `run_convergence` that keeps each finished chunk in `cache/<task_key>.npz`
     and reuses it, so an interrupted diagnostic resumes where it stopped."""
-    from ..convergence import samples_from_arrays, samples_to_arrays, task_key
-    from ..store import atomic_write
+    from ..analysis.convergence import samples_from_arrays, samples_to_arrays, task_key
+    from ..io.store import atomic_write
 
     def load(path: Path) -> Any:
         with np.load(path, allow_pickle=False) as z:
@@ -56,9 +56,9 @@ def cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
 def convergence_data(ctx: Context) -> tuple[Any, bool]:
     """The saved convergence result of this size (computed and saved if absent; finished chunks
     of an interrupted computation are kept under `data/convergence-<size>.parts/`)."""
-    from ..convergence import SIZES, ConvergenceResult, run_convergence
-    from ..progress import progress_bar
-    from ..store import write_json
+    from ..analysis.convergence import SIZES, ConvergenceResult, run_convergence
+    from ..io.progress import progress_bar
+    from ..io.store import write_json
 
     size = SIZES[ctx.size]
     parts = ctx.data_path("convergence", ".parts")
@@ -90,7 +90,7 @@ def write_points_csv(res: Any, path: Path) -> Path:
     """The error points of a ConvergenceResult as CSV (one row per problem, law, kind, L)."""
     import pandas as pd
 
-    from ..store import atomic_write
+    from ..io.store import atomic_write
 
     df = pd.DataFrame(res.points)
     return atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))

@@ -1,12 +1,12 @@
 """Figure `mlp`: two tokens with a random MLP block (docs/variants.md §5), from the packaged sweep
 `mlp-<size>.toml` (kind `two_token`): every cell against the exact probability of first coming
-within tol of antipodal (`tokensde.pair_diffusion`, the spec model's by `absorption`)."""
+within tol of antipodal (`tokensde.theory.mlp_block`, the spec model's by `absorption`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..report import Image, Section, Table, interval
+from ..io.report import Image, Section, Table, interval
 from .context import Context, FigureSpec, SweepRun, run_packaged_sweep
 
 
@@ -18,8 +18,8 @@ def mlp_data(ctx: Context) -> tuple[SweepRun, bool]:
 
 def draw_mlp(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
     """P(first within tol of antipodal) per arm against beta and against tol, with theory."""
+    from ..analysis.stats import chance_excess, chance_explains
     from ..plots.mlp import mlp_rows, plot_mlp
-    from ..stats import chance_excess, chance_explains
 
     df = mlp_rows(run.table)
     png = plot_mlp(df, ctx.figures / f"{spec.name}.png")

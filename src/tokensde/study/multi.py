@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..report import Image, Section, Table, interval
+from ..io.report import Image, Section, Table, interval
 from .context import Context, FigureSpec, SweepRun, run_packaged_sweep, sweep_file
 
 # sweep files tried for each size, in order

@@ -1,6 +1,6 @@
 """Two-token figures: `phase-diagram`, `theory-vs-simulation`, `phase-over-d`, `decision-times`.
 
-The Monte Carlo grids are sweeps of kind `two_token` (`tokensde.phase_grid`), packaged as
+The Monte Carlo grids are sweeps of kind `two_token` (`tokensde.sweep.two_token`), packaged as
 `sweeps/phase-<size>.toml` and `sweeps/phase-d-<size>.toml` and run like every sweep into
 `OUT/sweeps/<stem>/` (resumable cell by cell, on `workers` processes); the decision times are
 `simulate(..., until='decided')` runs saved under `data/decision-times-<size>.npz`. Each section
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..params import ModelParams
-from ..report import Image, Section, Table
-from ..rng import derive_seed
+from ..io.report import Image, Section, Table
+from ..model.params import ModelParams
+from ..sim.rng import derive_seed
 from .context import Context, FigureSpec, SweepRun, one_thread, run_packaged_sweep, saved_or
 
 
@@ -60,7 +60,7 @@ def agreement(df: Any, level: float = 0.95) -> tuple[str, str]:
     """Section status and a sentence: 'ok' when the number of cells whose interval excludes the
     theory is what chance explains (`stats.chance_explains`), for the cells away from beta_c
     (|beta - beta_c| > NEAR_BETA_C) and for all cells; else 'disagrees'."""
-    from ..stats import chance_excess, chance_explains
+    from ..analysis.stats import chance_excess, chance_explains
 
     far = (df["beta"] - df["beta_c"]).abs() > NEAR_BETA_C
     parts, ok = [], True
@@ -144,9 +144,9 @@ DECISION_TOL = {"two": 1e-8, "many": 1e-8}
 
 def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]:
     """Decision times of two-token cells (uniform pairs) and of multi-token cells, saved."""
-    from ..experiments import auto_dt
-    from ..model import simulate
-    from ..two_tokens import default_dt
+    from ..sim.simulate import simulate
+    from ..sweep.kinds import auto_dt
+    from ..theory.two_tokens import default_dt
 
     cfg = DECISION_SIZES[ctx.size]
     path = ctx.data_path("decision-times", ".npz")
@@ -168,7 +168,7 @@ def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]
         return out
 
     def save(obj: dict[str, dict[str, np.ndarray]], where: Path) -> None:
-        from ..store import atomic_write
+        from ..io.store import atomic_write
 
         arrays = {f"{g}|{k}": v for g, part in obj.items() for k, v in part.items()}
 
@@ -193,9 +193,9 @@ def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]
 def draw_decisions(ctx: Context, spec: FigureSpec, data: dict[str, dict[str, np.ndarray]],
                    reused: bool) -> Section:
     """How long runs stay undecided: two tokens against the exact survival, many tokens."""
-    from .. import absorption
+    from ..analysis.stats import censored_quantiles
     from ..plots.phase import plot_decision_times
-    from ..stats import censored_quantiles
+    from ..theory import decision_time as absorption
 
     cfg = DECISION_SIZES[ctx.size]
     png = plot_decision_times(data["two"], data["many"], ctx.figures / "decision-times.png",

@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..report import Section
+from ..io.report import Section
 from . import convergence, mlp, multi, phase, trajectories, variants, vit
 from .context import Context, FigureSpec
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..params import ParameterError
-from ..report import Section, write_report
-from ..store import header, write_json
+from ..io.report import Section, write_report
+from ..io.store import header, write_json
+from ..model.params import ParameterError
 from .context import Context
 from .registry import FIGURES, build_section
 

@@ -1,6 +1,6 @@
 """Figures `trajectories` and `histograms`: single simulations of few tokens, saved per panel.
 
-Each panel is one `tokensde.model.simulate` call saved under `data/<figure>-<size>/<panel>.npz`
+Each panel is one `tokensde.sim.simulate.simulate` call saved under `data/<figure>-<size>/<panel>.npz`
 with the settings that made it; a saved panel is reused only when those settings match.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..params import ModelParams
-from ..report import Image, Section, Table
-from ..rng import derive_seed
+from ..io.report import Image, Section, Table
+from ..model.params import ModelParams
+from ..sim.rng import derive_seed
 from .context import Context, FigureSpec, saved_or
 
 Panels = list[tuple[str, Any]]  # (panel title, SimResult)
@@ -27,7 +27,7 @@ def sim_results(ctx: Context, name: str, setups: list[tuple[str, str, ModelParam
                 ) -> tuple[Panels, bool]:
     """Load or simulate (and save) each panel's result; `settings` (horizon, runs, ...) and the
     panel's parameters and seed are stored with the result and must match for it to be reused."""
-    from ..store import load_result, save_result
+    from ..io.store import load_result, save_result
 
     panels, all_reused = [], True
     for k, (key, title, p, init) in enumerate(setups):
@@ -85,7 +85,7 @@ def trajectory_setups(seed: int) -> list[tuple[str, str, ModelParams, np.ndarray
 
 def trajectories_data(ctx: Context) -> tuple[Panels, bool]:
     """One run per trajectory panel, recording the tokens at 121 checkpoints (saved per panel)."""
-    from ..model import simulate
+    from ..sim.simulate import simulate
 
     def run(p: ModelParams, init: Any, k: int) -> Any:
         return simulate(p, T=TRAJ_T, dt=TRAJ_DT, runs=1, init=init,
@@ -123,7 +123,7 @@ HIST_TOL = 1e-3  # merged / antipodal tolerance of the histogram figure and tabl
 
 def histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
     """(key, title, params, init) of the histogram rows: beta below and above beta_c(d = 4)."""
-    from ..two_tokens import beta_c
+    from ..theory.two_tokens import beta_c
 
     d = 4
     bc = beta_c(d)
@@ -133,7 +133,7 @@ def histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
 
 def histograms_data(ctx: Context) -> tuple[Panels, bool]:
     """`HIST_RUNS[size]` runs per histogram row, Gram matrices at the checkpoints (saved)."""
-    from ..model import simulate
+    from ..sim.simulate import simulate
 
     def run(p: ModelParams, init: Any, k: int) -> Any:
         return simulate(p, T=HIST_T, dt=HIST_DT, runs=HIST_RUNS[ctx.size], init=init,
@@ -146,7 +146,7 @@ def histograms_data(ctx: Context) -> tuple[Panels, bool]:
 
 def draw_histograms(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool) -> Section:
     """The law of pairwise inner products across depth, below and above beta_c."""
-    from ..clusters import pair_fractions, upper_pairs
+    from ..analysis.clusters import pair_fractions, upper_pairs
     from ..plots.histograms import plot_histograms
 
     png = plot_histograms(panels, ctx.figures / "histograms.png", columns=5, tol=HIST_TOL)
@@ -174,7 +174,7 @@ def draw_histograms(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool
 
 
 def _wilson(p: float, n: int) -> tuple[float, float]:
-    from ..stats import wilson
+    from ..analysis.stats import wilson
 
     lo, hi = wilson(round(p * n), n)
     return float(lo), float(hi)

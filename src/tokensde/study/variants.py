@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..report import Image, Section, Table, interval
+from ..io.report import Image, Section, Table, interval
 from .context import Context, FigureSpec, SweepRun, run_packaged_sweep
 
 
@@ -20,8 +20,8 @@ def variants_data(ctx: Context) -> tuple[SweepRun, bool]:
 def _theory(r: dict[str, Any]) -> float | None:
     """Exact P(reach the antipodal tolerance first) where a two-token theory exists: the spec
     model, and GOE forms redrawn every layer (any number of heads: they drop out of the limit)."""
-    from .. import absorption
     from ..plots.variants import forms_redrawn
+    from ..theory import decision_time as absorption
 
     if r["until"] == "horizon":
         return None
@@ -29,7 +29,7 @@ def _theory(r: dict[str, Any]) -> float | None:
         return float(absorption.p_anti_at_tol(r["beta"], int(r["d"]), "uniform", r["tol"]))
     scale = forms_redrawn(r)
     if scale is not None:
-        from ..two_token_forms import p_first_forms
+        from ..theory.redrawn_forms import p_first_forms
 
         return p_first_forms(r["beta"], int(r["d"]), "uniform", r["tol"], scale)
     return None
@@ -37,8 +37,8 @@ def _theory(r: dict[str, Any]) -> float | None:
 
 def draw_variants(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
     """P(antipodal) per variant against beta, and the norm placements at a fixed horizon."""
+    from ..analysis.stats import chance_explains
     from ..plots.variants import plot_variants, variant_rows
-    from ..stats import chance_explains
 
     df = variant_rows(run.table)
     png = plot_variants(df, ctx.figures / f"{spec.name}.png")

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..report import Image, Section, Table, interval
+from ..io.report import Image, Section, Table, interval
 from .context import Context, FigureSpec
 
 
@@ -74,7 +74,7 @@ def draw_vit(ctx: Context, spec: FigureSpec, summary: dict[str, Any], reused: bo
 
 
 def _vit_table(s: dict[str, Any]) -> Table:
-    from ..stats import t_interval
+    from ..analysis.stats import t_interval
 
     rows = []
     for name, arm in s.get("arms", {}).items():

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from ..params import check_int
-from ..stats import t_interval
-from ..store import atomic_write, header
+from ..analysis.stats import t_interval
+from ..io.store import atomic_write, header
+from ..model.params import check_int
 from .data import ImageData, load_dataset
 from .init import ValueInit
 from .model import ViTConfig

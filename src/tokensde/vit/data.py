@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from ..params import check_choice, check_int
+from ..model.params import check_choice, check_int
 
 DATASETS: tuple[str, ...] = ("fashion-mnist", "cifar10", "digits")
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")

@@ -32,11 +32,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .. import clusters
-from ..experiments import ExperimentKind, Param, choice, integer, real, register
-from ..params import ParameterError, check_choice, check_real
-from ..stats import t_interval
-from ..sweep import OnCell, SweepConfig, load_table, run_sweep
+from ..analysis import clusters
+from ..analysis.stats import t_interval
+from ..model.params import ParameterError, check_choice, check_real
+from ..sweep.engine import OnCell, SweepConfig, load_table, run_sweep
+from ..sweep.kinds import ExperimentKind, Param, choice, integer, real, register
 from .compare import BASELINE, DataSpec
 from .data import DATASETS
 from .geometry import pair_cosines
@@ -252,7 +252,7 @@ def _ordered(gaps: pd.DataFrame) -> pd.DataFrame:
 def pooled_table(out: str | os.PathLike, also: Sequence[str | os.PathLike] = ()) -> pd.DataFrame:
     """The finished cells of the depth sweep in `out` and of the sweeps in `also`, one row per
     cell id (a cell's numbers depend on its parameters only, so any sweep may have run it)."""
-    from ..sweep import SweepDir
+    from ..sweep.engine import SweepDir
 
     for d in (out, *also):
         kind = SweepDir(d).manifest()["config"].get("kind")
@@ -267,9 +267,9 @@ def depth_report(out: str | os.PathLike, figures: bool = True,
     """From the sweep table in `out` (pooled with the sweeps in `also`): the paired gaps
     (`gaps.json`, with a header naming the sweeps), the markdown tables (`gaps.md`) and the
     figures, all written into `out`; return the file paths."""
+    from ..io.store import atomic_write, header
     from ..plots.vit_depth import draw_all
-    from ..store import atomic_write, header
-    from ..sweep import SweepDir
+    from ..sweep.engine import SweepDir
 
     out = Path(out)
     table = pooled_table(out, also)
@@ -296,7 +296,7 @@ def json_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 def read_gaps(path: str | os.PathLike) -> pd.DataFrame:
     """The gap table saved by `depth_report` (a directory or its gaps.json)."""
-    from ..store import read_json
+    from ..io.store import read_json
 
     p = Path(path)
     p = p / GAPS if p.is_dir() else p

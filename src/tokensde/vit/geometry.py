@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import clusters
-from ..params import ParameterError, check_int, check_real
+from ..analysis import clusters
+from ..model.params import ParameterError, check_int, check_real
 from .init import ValueInit, make_model
 from .model import ViTConfig
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..params import ParameterError, check_real
-from ..rng import derive_seed
+from ..model.params import ParameterError, check_real
+from ..sim.rng import derive_seed
 from .model import ViT, ViTConfig, build_vit
 
 ARM_KINDS: tuple[str, ...] = ("default", "noise", "hybrid", "gaussian", "identity", "shared")

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from ..params import ParameterError, check_choice, check_int
+from ..model.params import ParameterError, check_choice, check_int
 
 NORMS: tuple[str, ...] = ("layer", "rms")
 BLOCKS: tuple[str, ...] = ("standard", "attention-only")

@@ -22,9 +22,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from ..params import ParameterError, check_int, check_real
-from ..rng import derive_seed
-from ..store import StoreError, atomic_write, check_meta, header
+from ..io.store import StoreError, atomic_write, check_meta, header
+from ..model.params import ParameterError, check_int, check_real
+from ..sim.rng import derive_seed
 from .data import ImageData
 from .init import ValueInit, make_model
 from .model import ViT, ViTConfig

@@ -1,0 +1,1 @@
+"""Measurements of simulated runs: clusters, statistics, Monte Carlo against theory, convergence."""

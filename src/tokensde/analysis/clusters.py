@@ -1,0 +1,271 @@
+"""Cluster analysis of token configurations from their Gram matrices (spec §7), batched over runs.
+
+Every function takes Gram matrices `gram` `(runs, n, n)` (or one `(n, n)`) of unit tokens,
+`G_ij = <x_i, x_j>`, and works on the *gaps* `1 - G_ij` (distance to merged) and `1 + G_ij`
+(distance to antipodal), whose logarithms are what relaxes linearly in depth time:
+
+- `i, j` are *merged* if `1 - G_ij < tol`, *antipodal* if `1 + G_ij < tol`;
+- *clusters* are the connected components of the merged graph, *poles* those of the
+  merged-or-antipodal graph (clusters up to sign);
+- a configuration is *single-cluster* with one cluster, *bipolar* with one pole made of
+  two clusters.
+
+Outcome at the horizon (`classify`): single-cluster and bipolar are the absorbing formations of the
+noisy dynamics. Any other configuration is *other* if it is frozen — no inner product moved by more
+than `move_tol` since an earlier checkpoint `before` (e.g. metastable clusters of the deterministic
+flow) — and *undecided* if it is still moving (or if no earlier checkpoint is given).
+
+In float64 a Gram entry resolves gaps down to about 1e-16, so `tol` must lie in
+[`TOL_MIN`, `TOL_MAX`]; `log_gaps` gives the gaps in log10 space for histograms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from ..model.checks import check_tol
+from ..model.params import ParameterError, check_real
+
+if TYPE_CHECKING:
+    import torch
+
+# inner products as a numpy array or a torch tensor: the pair helpers below work on either
+Inner = TypeVar("Inner", np.ndarray, "torch.Tensor")
+
+# Floor of the log-gap scale: a float64 Gram cannot resolve 1 - G below ~1e-16.
+LOG_GAP_FLOOR = -16.0
+
+
+class Outcome(IntEnum):
+    """Outcome of one run at the horizon."""
+
+    SINGLE = 0
+    BIPOLAR = 1
+    OTHER = 2
+    UNDECIDED = 3
+
+
+OUTCOME_NAMES: tuple[str, ...] = tuple(o.name.lower() for o in Outcome)
+
+
+def as_gram(gram: Any) -> np.ndarray:
+    """Gram matrices as a float64 array `(runs, n, n)`; a single `(n, n)` gets a runs axis."""
+    g = np.asarray(gram.cpu() if hasattr(gram, "cpu") else gram, dtype=np.float64)
+    if g.ndim == 2:
+        g = g[None]
+    if g.ndim != 3 or g.shape[-1] != g.shape[-2] or g.shape[-1] < 1:
+        raise ParameterError(f"gram must have shape (runs, n, n) or (n, n); got {g.shape}")
+    if not np.all(np.isfinite(g)):
+        raise ParameterError("gram must be finite")
+    return g
+
+
+def _closure(adj: np.ndarray) -> np.ndarray:
+    """Reflexive-transitive closure of boolean adjacency `(runs, n, n)` by repeated squaring."""
+    n = adj.shape[-1]
+    r = adj | np.eye(n, dtype=bool)
+    for _ in range(max(1, int(np.ceil(np.log2(max(n, 2)))))):
+        r = (r.astype(np.float32) @ r.astype(np.float32)) > 0
+    return r
+
+
+def component_labels(adj: np.ndarray) -> np.ndarray:
+    """Label of each node: the smallest index in its connected component, `(runs, n)`."""
+    return np.argmax(_closure(adj), axis=-1)
+
+
+def is_merged(g: Inner, tol: float) -> Inner:
+    """Elementwise `1 - g < tol`: inner products `g` of merged pairs (spec §7)."""
+    return 1.0 - g < tol
+
+
+def is_antipodal(g: Inner, tol: float) -> Inner:
+    """Elementwise `1 + g < tol`: inner products `g` of antipodal pairs (spec §7)."""
+    return 1.0 + g < tol
+
+
+def merged(gram: Any, tol: float) -> np.ndarray:
+    """Boolean `(runs, n, n)`: `1 - G_ij < tol`."""
+    return is_merged(as_gram(gram), check_tol(tol))
+
+
+def antipodal(gram: Any, tol: float) -> np.ndarray:
+    """Boolean `(runs, n, n)`: `1 + G_ij < tol`."""
+    return is_antipodal(as_gram(gram), check_tol(tol))
+
+
+def cluster_labels(gram: Any, tol: float) -> np.ndarray:
+    """Cluster label of each token (smallest index in its cluster), `(runs, n)`."""
+    return component_labels(merged(gram, tol))
+
+
+def pole_labels(gram: Any, tol: float) -> np.ndarray:
+    """Pole label of each token (clusters up to sign), `(runs, n)`."""
+    return component_labels(merged(gram, tol) | antipodal(gram, tol))
+
+
+def count_labels(labels: np.ndarray) -> np.ndarray:
+    """Number of distinct labels per run, `(runs,)`: labels are roots, so count `label_i == i`."""
+    return (labels == np.arange(labels.shape[-1])).sum(-1)
+
+
+def label_sizes(labels: np.ndarray) -> np.ndarray:
+    """Component sizes per run, sorted descending and zero-padded, `(runs, n)`."""
+    n = labels.shape[-1]
+    sizes = (labels[..., None] == np.arange(n)).sum(-2)
+    return -np.sort(-sizes, axis=-1)
+
+
+def upper_pairs(gram: Inner) -> Inner:
+    """Off-diagonal entries `G_ij, i < j` (row-major), of Gram matrices `(..., n, n)`:
+    `(..., n(n-1)/2)`, a numpy array or a torch tensor like `gram`."""
+    i, j = np.triu_indices(gram.shape[-1], k=1)
+    return gram[..., i, j]
+
+
+def pair_fractions(pairs: Any, tol: float) -> tuple[float, float]:
+    """Fractions `(merged, antipodal)` of the inner products `pairs` (any shape, e.g. from
+    `upper_pairs`; compared in float64, as `analyze` does): `1 - G_ij < tol`, `1 + G_ij < tol`."""
+    g = np.asarray(pairs, dtype=np.float64)
+    return float(is_merged(g, tol).mean()), float(is_antipodal(g, tol).mean())
+
+
+def antipodal_fraction(gram: Any, tol: float) -> np.ndarray:
+    """Fraction of pairs `i < j` that are antipodal, `(runs,)` (nan for n = 1)."""
+    g = as_gram(gram)
+    pairs = upper_pairs(g)
+    if pairs.shape[-1] == 0:
+        return np.full(g.shape[0], np.nan)
+    return is_antipodal(pairs, check_tol(tol)).mean(-1)
+
+
+def effective_rank(gram: Any) -> np.ndarray:
+    """Participation ratio of the Gram spectrum, `(tr G)^2 / tr(G^2)`, `(runs,)`: 1 on one pole,
+    n for orthonormal tokens."""
+    g = as_gram(gram)
+    tr = np.trace(g, axis1=-2, axis2=-1)
+    return tr * tr / (g * g).sum((-2, -1))
+
+
+def log_gaps(gram: Any) -> np.ndarray:
+    """`log10(1 - |G_ij|)` for pairs `i < j`, floored at LOG_GAP_FLOOR, `(runs, n(n-1)/2)`."""
+    gap = 1.0 - np.abs(upper_pairs(as_gram(gram)))
+    with np.errstate(divide="ignore"):
+        return np.maximum(np.log10(np.maximum(gap, 0.0)), LOG_GAP_FLOOR)
+
+
+def inner_product_histogram(gram: Any, bins: int = 40) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram of pairwise inner products `G_ij, i < j` over all runs on [-1, 1]:
+    `(counts (bins,), edges (bins + 1,))`."""
+    edges = np.linspace(-1.0, 1.0, bins + 1)
+    counts, _ = np.histogram(np.clip(upper_pairs(as_gram(gram)), -1.0, 1.0), bins=edges)
+    return counts, edges
+
+
+def log_gap_histogram(gram: Any, bins: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram of `log10(1 - |G_ij|)` over all pairs and runs on [LOG_GAP_FLOOR, 0]."""
+    edges = np.linspace(LOG_GAP_FLOOR, 0.0, bins + 1)
+    counts, _ = np.histogram(log_gaps(gram), bins=edges)
+    return counts, edges
+
+
+def motion(gram: Any, before: Any) -> np.ndarray:
+    """Largest change of an inner product between two checkpoints, `max_ij |G_ij - B_ij|`,
+    `(runs,)`."""
+    g, b = as_gram(gram), as_gram(before)
+    if g.shape != b.shape:
+        raise ParameterError(f"before must have the shape of gram {g.shape}; got {b.shape}")
+    return np.abs(g - b).max((-2, -1))
+
+
+@dataclass(frozen=True)
+class ClusterReport:
+    """Per-run cluster analysis at tolerance `tol`; arrays have a leading runs axis."""
+
+    tol: float
+    n_clusters: np.ndarray
+    n_poles: np.ndarray
+    cluster_sizes: np.ndarray
+    antipodal_fraction: np.ndarray
+    effective_rank: np.ndarray
+    moved: np.ndarray | None
+    outcome: np.ndarray
+
+    @property
+    def bipolar(self) -> np.ndarray:
+        """Boolean `(runs,)`: one pole split into two antipodal clusters."""
+        return self.outcome == Outcome.BIPOLAR
+
+    @property
+    def sides(self) -> np.ndarray:
+        """Sizes `(major, minor)` of the two sides of each run, `(runs, 2)`; 0 where not bipolar."""
+        return np.where(self.bipolar[:, None], self.cluster_sizes[:, :2], 0)
+
+    def counts(self) -> dict[str, int]:
+        """Number of runs in each outcome."""
+        return {name: int((self.outcome == o).sum()) for name, o in zip(OUTCOME_NAMES, Outcome,
+                                                                         strict=True)}
+
+
+def _outcome(n_clusters: np.ndarray, n_poles: np.ndarray, frozen: np.ndarray) -> np.ndarray:
+    out = np.where(frozen, Outcome.OTHER, Outcome.UNDECIDED)
+    out = np.where((n_poles == 1) & (n_clusters == 2), Outcome.BIPOLAR, out)
+    return np.where(n_clusters == 1, Outcome.SINGLE, out).astype(np.int8)
+
+
+def analyze(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | None = None
+            ) -> ClusterReport:
+    """Clusters, poles, antipodal fraction, effective rank and outcome of each run.
+
+    `before`: Gram matrices at an earlier checkpoint; a configuration that is neither single nor
+    bipolar is *other* if `max |G - before| <= move_tol` (default `tol`), else *undecided*.
+    """
+    g = as_gram(gram)
+    tol = check_tol(tol)
+    mtol = tol if move_tol is None else check_real("move_tol", move_tol, 0.0)
+    near1, near_1 = is_merged(g, tol), is_antipodal(g, tol)
+    clusters = component_labels(near1)
+    poles = component_labels(near1 | near_1)
+    n_clusters, n_poles = count_labels(clusters), count_labels(poles)
+    moved = None if before is None else motion(g, before)
+    frozen = np.zeros(g.shape[0], bool) if moved is None else moved <= mtol
+    return ClusterReport(
+        tol=tol, n_clusters=n_clusters, n_poles=n_poles, cluster_sizes=label_sizes(clusters),
+        antipodal_fraction=antipodal_fraction(g, tol), effective_rank=effective_rank(g),
+        moved=moved, outcome=_outcome(n_clusters, n_poles, frozen),
+    )
+
+
+def classify(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | None = None
+             ) -> np.ndarray:
+    """Outcome code (`Outcome`) of each run, `(runs,)`; see `analyze`."""
+    return analyze(gram, tol, before, move_tol).outcome
+
+
+def minority_law(report: ClusterReport, n: int) -> np.ndarray:
+    """Counts of the minority side size `m = 1..n//2` over the bipolar runs, `(n//2,)`."""
+    minor = report.sides[report.bipolar, 1]
+    return np.bincount(minor, minlength=n // 2 + 1)[1:n // 2 + 1]
+
+
+def tolerance_report(gram: Any, tol: float = 1e-4, before: Any = None,
+                     move_tol: float | None = None, factor: float = 10.0) -> dict[str, Any]:
+    """How outcomes move when `tol` is divided and multiplied by `factor` (move_tol scales with it).
+
+    Returns the outcome counts at `tol / factor`, `tol`, `tol * factor` and the fraction of runs
+    whose outcome differs from the one at `tol`.
+    """
+    tol = check_tol(tol)
+    f = check_real("factor", factor, 1.0, strict=True)
+    mtol = tol if move_tol is None else move_tol
+    base = analyze(gram, tol, before, mtol)
+    out: dict[str, Any] = {"tol": tol, "factor": f, "counts": base.counts()}
+    for label, scale in (("down", 1.0 / f), ("up", f)):
+        other = analyze(gram, check_tol(tol * scale, f"tol * {scale:g}"), before, mtol * scale)
+        out[f"counts_{label}"] = other.counts()
+        out[f"changed_{label}"] = float((other.outcome != base.outcome).mean())
+    return out

@@ -1,0 +1,688 @@
+"""How fast the L-layer network approaches its depth limit: weak and strong errors, fitted orders.
+
+Every level `L` (network with `L` layers over depth time `T`, `dt = T/L`) and the SDE reference run
+on **one Brownian path** per run: the fine grid has `ref_steps` steps of `h = T/ref_steps`, the
+network at level `L` uses `V_k = (sum of the fine dW in layer k) / sqrt(dt)` (Gaussian law) or its
+entry-wise quantile transform `sigma sqrt(3) erf(V_k / (sigma sqrt 2))` (uniform law, same
+variance). The reference is the projected Euler SDE on the fine grid, Richardson-extrapolated with
+the same path on the grid twice as coarse: `E f_ref = 2 E f(h) - E f(2h)` (bias O(h^2)).
+
+- weak error of a statistic f: `e_L = E[f(X_L) - f_ref]`, estimated on the coupled samples, so its
+  Monte Carlo error is that of a difference (common random numbers);
+- strong error: `(E mean_i |x_i^L - x_i^ref|^2)^(1/2)` against the fine SDE on the same path;
+- order: `-slope` of the least-squares line of `log |e_L|` on `log L`, with its standard error and a
+  Poisson-bootstrap interval over runs (so Monte Carlo error enters the interval). Weak errors are
+  fitted only where they exceed `RESOLVE_Z` standard errors.
+
+Pure: tensors in, arrays and dicts out, explicit seed. Shapes: tokens `(runs, n, d)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import stats as _st
+
+from ..io.store import check_meta, header
+from ..model.params import ModelParams, ParameterError, check_int
+from ..sim.layers import attention_output, mlp_input, mlp_step, network_step
+from ..sim.rng import RUN_BLOCK, RunStreams, derive_seed
+from ..sim.samplers import apply_matrices, gram_factor, mlp_kernel_noise, mlp_scale
+from ..sim.sde import sde_step
+from ..sim.simulate import MLP_STREAM, QK_STREAM, initial_tokens, qk_draws, scheme_params
+from .clusters import upper_pairs
+
+KIND_CONV = "tokensde.convergence"
+LEVELS: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
+LAWS: tuple[str, ...] = ("gaussian", "uniform")
+RESOLVE_Z = 3.0
+LEVEL_Z = 1.96
+
+Statistic = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Progress = Callable[[int], None]
+
+
+def _pairs(x: torch.Tensor) -> torch.Tensor:
+    return upper_pairs(x @ x.transpose(-1, -2))
+
+
+def pair_mean(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+    """Mean pairwise inner product `mean_{i<j} <x_i, x_j>` per run (for n = 2: `rho`)."""
+    return _pairs(x).mean(-1)
+
+
+def pair_square_mean(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+    """Mean squared pairwise inner product `mean_{i<j} <x_i, x_j>^2` per run (n = 2: `rho^2`)."""
+    return _pairs(x).square().mean(-1)
+
+
+def self_overlap(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+    """Mean overlap with the start `mean_i <x_i(T), x_i(0)>` per run."""
+    return (x * x0).sum(-1).mean(-1)
+
+
+STATISTICS: dict[str, Statistic] = {
+    "pair_mean": pair_mean,
+    "pair_square_mean": pair_square_mean,
+    "self_overlap": self_overlap,
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A reference problem: model, horizon `T`, initial state, and the statistics to test.
+
+    `statistics` maps a key of `STATISTICS` to its display label.
+    """
+
+    name: str
+    params: ModelParams
+    T: float
+    init: str = "uniform"
+    rho0: float | None = None
+    statistics: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description."""
+        return {"name": self.name, "params": self.params.to_dict(), "T": self.T,
+                "init": self.init, "rho0": self.rho0, "statistics": dict(self.statistics)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Problem:
+        """Inverse of `to_dict`."""
+        return cls(name=data["name"], params=ModelParams.from_dict(data["params"]), T=data["T"],
+                   init=data["init"], rho0=data["rho0"], statistics=dict(data["statistics"]))
+
+
+PROBLEMS: dict[str, Problem] = {
+    "two_tokens": Problem(
+        "two_tokens", ModelParams(n=2, d=3, beta=1.0), T=2.0, init="pair", rho0=0.0,
+        statistics={"pair_mean": "E[rho_T]", "pair_square_mean": "E[rho_T^2]"}),
+    "eight_tokens": Problem(
+        "eight_tokens", ModelParams(n=8, d=3, beta=1.0), T=2.0, init="uniform",
+        statistics={"pair_mean": "E mean<x_i,x_j>", "pair_square_mean": "E mean<x_i,x_j>^2"}),
+}
+
+
+def check_levels(levels: Sequence[int], ref_steps: int) -> tuple[int, ...]:
+    """Sorted distinct levels, each >= 1 and dividing `ref_steps`; `ref_steps` even."""
+    ref_steps = check_int("ref_steps", ref_steps, 2)
+    out = tuple(sorted({check_int("level", L, 1) for L in levels}))
+    if not out:
+        raise ParameterError("levels must hold at least one layer count; got none")
+    bad = [L for L in out if ref_steps % L]
+    if bad or ref_steps % 2:
+        raise ParameterError(f"ref_steps must be even and a multiple of every level; got "
+                             f"ref_steps={ref_steps}, levels not dividing it: {bad}")
+    return out
+
+
+def uniform_from_gaussian(v: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Entry-wise quantile map `N(0, sigma^2) -> U(-sigma sqrt 3, sigma sqrt 3)` (same variance)."""
+    if sigma == 0.0:
+        return torch.zeros_like(v)
+    return sigma * math.sqrt(3.0) * torch.special.erf(v / (sigma * math.sqrt(2.0)))
+
+
+@dataclass
+class CoupledSamples:
+    """Per-run values from one pass over a shared Brownian path.
+
+    `net`: statistic values of the networks at time T `(laws, levels, stats, runs)`; `ref_fine`,
+    `ref_half`: of the SDE on the fine grid and on the grid twice as coarse `(stats, runs)`;
+    `sq_err`: the per-run `mean_i |x_i^L(t) - x_i^fine(t)|^2` at the times `strong_at * T`
+    `(times, laws, levels, runs)`.
+    """
+
+    levels: tuple[int, ...]
+    laws: tuple[str, ...]
+    stats: tuple[str, ...]
+    net: np.ndarray
+    ref_fine: np.ndarray
+    ref_half: np.ndarray
+    sq_err: np.ndarray
+    strong_at: tuple[float, ...] = (1.0,)
+
+
+def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[int],
+                   ref_steps: int, rs: RunStreams, laws: Sequence[str] = LAWS,
+                   progress: Progress | None = None,
+                   on_step: Callable[[int, dict[tuple[str, int], torch.Tensor], torch.Tensor],
+                                     None] | None = None,
+                   qk_rs: RunStreams | None = None,
+                   mlp_rs: RunStreams | None = None,
+                   ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Final states `(runs, n, d)` of every (law, level) network, of the SDE on the fine grid
+    (`ref_steps` steps over `[0, T]`) and of the SDE on the grid twice as coarse, all driven by one
+    Brownian path: fine step `j` draws `dW_j = sigma sqrt(h) Z_j`, `Z_j = rs.normal(d, d)`; with
+    `heads > 1`, one path per head, `Z_j = rs.normal(heads, d, d)` and `sigma / sqrt(heads)`.
+
+    A random qk law draws its forms from `qk_rs`: with qk_redraw='run' once, shared by every
+    network and SDE of a run; with 'layer' afresh at every fine step of the SDE, which averages
+    over the law with `qk_samples` draws per head and step (`model.scheme_params`): its path is
+    `Z_j = rs.normal(heads, qk_samples, d, d)` over `sqrt(heads qk_samples)`, a network's head `h`
+    takes the sum over the draws as its path and, as its form for a layer, the first draw of head
+    `h` at the first fine step of the layer (the SDE twice as coarse: the draws of its first fine
+    step). Each scheme then still sees forms independent over its steps and of the noise, and the
+    shared draws keep the schemes close (common random numbers).
+
+    An MLP block (docs/variants.md §5) draws from `mlp_rs`: fine step `j` of the SDE drives its
+    kernel noise `mlp_sigma C_K(x) Z^m_j` by standard normals `Z^m_j` `(n, d)`; a network's layer
+    draws its hidden pre-activations afresh and drives the block's output `s C_H Z` (the exact
+    fast form, `tokensde.sim.samplers.mlp_noise_fast`) by the sum of the `Z^m_j` of its fine steps
+    over `sqrt(k)`: one Gaussian path for both, coupled as far as `s^2 H H^T` is close to
+    `mlp_sigma^2 khat(X X^T)`.
+
+    `on_step(j, nets, fine)` is called after fine step `j` (every network has then done the
+    layers that end at or before `j h`)."""
+    levels = check_levels(levels, ref_steps)
+    h = T / ref_steps
+    d, ps = p.d, scheme_params(p, "sde")
+    m = ps.heads // p.heads  # draws of the qk law per head and SDE step
+    sig = p.sigma / math.sqrt(ps.heads)  # the entry scale of one SDE head's value noise
+    sig_net = p.sigma / math.sqrt(p.heads)  # and of one network head's
+    net_shape = (d, d) if p.heads == 1 else (p.heads, d, d)
+    shape = net_shape if m == 1 else (p.heads, m, d, d)
+
+    def sde_paths(dw: torch.Tensor) -> torch.Tensor:
+        return dw if m == 1 else dw.flatten(1, 2)
+
+    def net_paths(dw: torch.Tensor) -> torch.Tensor:
+        return dw if m == 1 else dw.sum(2).reshape(-1, *net_shape)
+
+    draws = None if qk_rs is None else qk_draws(p, "sde", qk_rs, x0.dtype)
+
+    def head_forms(f: torch.Tensor | None) -> torch.Tensor | None:
+        """The networks' forms: the first of the `m` draws of each head."""
+        if f is None or m == 1:
+            return f
+        g = f.unflatten(1, (p.heads, m))[:, :, 0]
+        return g[:, 0] if p.heads == 1 else g
+
+    mlp = p.mlp_block.active
+    if mlp and mlp_rs is None:
+        raise ParameterError(f"mlp={p.mlp!r} needs the streams of its weights (mlp_rs)")
+
+    def mlp_sde(x: torch.Tensor, z: torch.Tensor | None, xi: torch.Tensor) -> torch.Tensor:
+        return xi if z is None else xi.add_(mlp_kernel_noise(x, ps, z))
+
+    fine, half = x0.clone(), x0.clone()
+    nets = {(law, L): x0.clone() for law in laws for L in levels}
+    # one running sum of fine increments per coarse grid: the half-fine SDE and each level
+    grids = [(None, 2), *((L, ref_steps // L) for L in levels)]
+    acc = [torch.zeros(x0.shape[0], *shape, dtype=x0.dtype) for _ in grids]
+    # the block's Gaussian path, summed per coarse grid (nothing to sum without a block)
+    acc_m = [torch.zeros(x0.shape[0], p.n, d, dtype=x0.dtype) if mlp else None for _ in grids]
+    started: dict[int | None, torch.Tensor | None] = {}  # forms at each grid's step start
+    zm: torch.Tensor | None = None
+    for j in range(1, ref_steps + 1):
+        dw = sig * math.sqrt(h) * rs.normal(*shape, dtype=x0.dtype)
+        if mlp_rs is not None and mlp:
+            zm = mlp_rs.normal(p.n, d, dtype=x0.dtype)
+        f = None if draws is None else draws.next()
+        y = attention_output(fine, ps, f)
+        xi = mlp_sde(fine, zm, apply_matrices(y, sde_paths(dw) / math.sqrt(h)))
+        fine = sde_step(fine, y, xi, ps, h)
+        for (L, k), a, am in zip(grids, acc, acc_m, strict=True):
+            if (j - 1) % k == 0:
+                started[L] = f
+            a += dw
+            if am is not None and zm is not None:
+                am += zm
+            if j % k:
+                continue
+            if L is None:
+                y = attention_output(half, ps, started[L])
+                v = sde_paths(a) / math.sqrt(k * h)
+                xi = mlp_sde(half, None if am is None else am / math.sqrt(k),
+                             apply_matrices(y, v))
+                half = sde_step(half, y, xi, ps, k * h)
+            else:
+                v_gauss = net_paths(a) / math.sqrt(k * h)
+                g = head_forms(started[L])
+                pre = None if not mlp or mlp_rs is None else mlp_rs.normal(
+                    p.n, p.mlp_hidden, dtype=x0.dtype)
+                for law in laws:
+                    v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, sig_net)
+                    x = nets[law, L]
+                    y = attention_output(x, p, g)
+                    x = network_step(x, y, apply_matrices(y, v), p, k * h)
+                    if pre is not None and am is not None:
+                        hid = p.mlp_block(gram_factor(mlp_input(x, p)) @ pre)
+                        xi = (gram_factor(hid) @ am).mul_(mlp_scale(p) / math.sqrt(k))
+                        x = mlp_step(x, xi, p, k * h)
+                    nets[law, L] = x
+            a.zero_()
+            if am is not None:
+                am.zero_()
+        if on_step is not None:
+            on_step(j, nets, fine)
+        if progress is not None:
+            progress(x0.shape[0])
+    return nets, fine, half
+
+
+def coupled_samples(
+    problem: Problem,
+    levels: Sequence[int] = LEVELS,
+    ref_steps: int = 2048,
+    runs: int = 1024,
+    seed: int = 0,
+    laws: Sequence[str] = LAWS,
+    start: int = 0,
+    stop: int | None = None,
+    strong_at: Sequence[float] = (1.0,),
+    batch_size: int = 4096,
+    progress: Progress | None = None,
+) -> CoupledSamples:
+    """Runs `[start, stop)` of a `runs`-run experiment: every level and both references on shared
+    Brownian paths, reduced to per-run statistics (strong errors at the times `strong_at * T`,
+    fractions in (0, 1] that put a layer boundary of every level on the time).
+
+    Runs are cut into batches of whole `RUN_BLOCK`s, so the numbers depend only on `seed` and the
+    run index, never on `start`, `stop` or `batch_size`.
+    """
+    lv = check_levels(levels, ref_steps)
+    runs = check_int("runs", runs, 1)
+    seed = check_int("seed", seed, 0)
+    stop = runs if stop is None else stop
+    if start % RUN_BLOCK or not 0 <= start < stop <= runs:
+        raise ParameterError(f"run range [{start}, {stop}) must lie in [0, {runs}] and start on a "
+                             f"multiple of {RUN_BLOCK}")
+    laws = tuple(laws)
+    for law in laws:
+        if law not in LAWS:
+            raise ParameterError(f"law must be one of {', '.join(LAWS)}; got {law!r}")
+    p = problem.params
+    if p.noise != "matrix":
+        raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
+    if p.norm != "post":
+        raise ParameterError(f"convergence needs norm='post' (the other placements are "
+                             f"are checked uncoupled: diagnostics/norm_weak_order.py); got "
+                             f"norm={p.norm!r}")
+    names = tuple(problem.statistics)
+    fns = [STATISTICS[k] for k in names]
+    at = _strong_steps(strong_at, lv, ref_steps)
+    bs = max(RUN_BLOCK, check_int("batch_size", batch_size, 1) // RUN_BLOCK * RUN_BLOCK)
+    m = stop - start
+    net = np.empty((len(laws), len(lv), len(names), m))
+    ref_f, ref_h = np.empty((len(names), m)), np.empty((len(names), m))
+    sq = np.empty((len(at), len(laws), len(lv), m))
+    for lo in range(start, stop, bs):
+        hi = min(lo + bs, stop)
+        rs_init = RunStreams(derive_seed(seed, 1), runs, lo, hi)
+        x0 = initial_tokens(problem.init, p, rs_init, lo, torch.float64, problem.rho0)
+        cols = slice(lo - start, hi - start)
+
+        def on_step(j: int, nets: dict[tuple[str, int], torch.Tensor], fine: torch.Tensor,
+                    cols: slice = cols) -> None:
+            if j in at:
+                for a, law in enumerate(laws):
+                    for b, L in enumerate(lv):
+                        err = (nets[law, L] - fine).square().sum(-1).mean(-1)
+                        sq[at[j], a, b, cols] = err.numpy()
+
+        rs = RunStreams(seed, runs, lo, hi)
+        nets, fine, half = coupled_states(x0, p, problem.T, lv, ref_steps, rs, laws, progress,
+                                          on_step, rs.derived(QK_STREAM), rs.derived(MLP_STREAM))
+        for s, f in enumerate(fns):
+            ref_f[s, cols] = f(fine, x0).numpy()
+            ref_h[s, cols] = f(half, x0).numpy()
+        for a, law in enumerate(laws):
+            for b, L in enumerate(lv):
+                x = nets[law, L]
+                for s, f in enumerate(fns):
+                    net[a, b, s, cols] = f(x, x0).numpy()
+    return CoupledSamples(lv, laws, names, net, ref_f, ref_h, sq, tuple(float(f) for f in strong_at))
+
+
+def concat_samples(parts: Sequence[CoupledSamples]) -> CoupledSamples:
+    """Join samples of consecutive run ranges of one experiment."""
+    first = parts[0]
+    cat = lambda name: np.concatenate([getattr(q, name) for q in parts], axis=-1)  # noqa: E731
+    return CoupledSamples(first.levels, first.laws, first.stats, cat("net"), cat("ref_fine"),
+                          cat("ref_half"), cat("sq_err"), first.strong_at)
+
+
+SAMPLE_ARRAYS: tuple[str, ...] = ("net", "ref_fine", "ref_half", "sq_err")
+
+
+def samples_to_arrays(s: CoupledSamples) -> dict[str, np.ndarray]:
+    """Arrays (and a JSON `meta` entry) from which `samples_from_arrays` rebuilds `s`."""
+    meta = {"levels": list(s.levels), "laws": list(s.laws), "stats": list(s.stats),
+            "strong_at": list(s.strong_at)}
+    return {"meta": np.array(json.dumps(meta)), **{k: getattr(s, k) for k in SAMPLE_ARRAYS}}
+
+
+def samples_from_arrays(data: Any) -> CoupledSamples:
+    """Inverse of `samples_to_arrays` (a dict or an open .npz)."""
+    meta = json.loads(str(data["meta"]))
+    net, fine, half, sq = (np.asarray(data[k]) for k in SAMPLE_ARRAYS)
+    return CoupledSamples(tuple(meta["levels"]), tuple(meta["laws"]), tuple(meta["stats"]),
+                          net, fine, half, sq, tuple(meta["strong_at"]))
+
+
+def _strong_steps(strong_at: Sequence[float], levels: tuple[int, ...], ref_steps: int
+                  ) -> dict[int, int]:
+    """Fine-step index -> position, for each time fraction in `strong_at`."""
+    out: dict[int, int] = {}
+    for k, f in enumerate(strong_at):
+        j = round(float(f) * ref_steps)
+        ok = 0 < float(f) <= 1 and abs(j - f * ref_steps) < 1e-9
+        bad = [L for L in levels if (j * L) % ref_steps] if ok else list(levels)
+        if bad:
+            raise ParameterError(f"strong_at fractions must lie in (0, 1] and fall on a layer "
+                                 f"boundary of every level; {f!r} does not for levels {bad}")
+        out[j] = k
+    return out
+
+
+@dataclass(frozen=True)
+class OrderFit:
+    """`error ~ constant * L^(-order)`: least-squares order, its standard error and intervals."""
+
+    order: float
+    se: float
+    constant: float
+    ci_lo: float
+    ci_hi: float
+    boot_lo: float
+    boot_hi: float
+    levels: tuple[int, ...]
+
+
+def _ols(logL: np.ndarray, logE: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Slopes and intercepts of the least-squares lines of each row of `logE` on `logL`."""
+    xm = logL - logL.mean()
+    slope = (logE - logE.mean(-1, keepdims=True)) @ xm / (xm @ xm)
+    return slope, logE.mean(-1) - slope * logL.mean()
+
+
+def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.ndarray,
+              replicates: np.ndarray | None = None, level: float = 0.95) -> OrderFit:
+    """Order `-slope` of `log|e|` on `log L`; t-interval from the residuals; bootstrap percentile
+    interval from `replicates` `(B, len(levels))` of the errors when given."""
+    L = np.asarray(levels, dtype=float)
+    e = np.abs(np.asarray(errors, dtype=float))
+    if L.size < 2 or L.size != e.size or np.any(e <= 0):
+        raise ValueError(f"fit_order needs >= 2 levels with non-zero errors; got {L.size} levels")
+    logL = np.log(L)
+    slopes, icpts = _ols(logL, np.log(e)[None])
+    slope, icpt = float(slopes[0]), float(icpts[0])
+    dof = L.size - 2
+    if dof > 0:
+        resid = np.log(e) - (icpt + slope * logL)
+        se = float(np.sqrt(resid @ resid / dof / np.sum((logL - logL.mean()) ** 2)))
+        half = float(_st.t.ppf(0.5 + level / 2, dof)) * se
+    else:
+        se, half = math.nan, math.nan
+    blo = bhi = math.nan
+    if replicates is not None:
+        r = np.abs(np.asarray(replicates, dtype=float))
+        r = r[np.all(r > 0, axis=1)]
+        if len(r):
+            orders = -_ols(logL, np.log(r))[0]
+            blo, bhi = (float(q) for q in np.quantile(orders, [0.5 - level / 2, 0.5 + level / 2]))
+    return OrderFit(-slope, se, math.exp(icpt), -slope - half, -slope + half, blo, bhi,
+                    tuple(int(v) for v in L))
+
+
+def poisson_weights(runs: int, replicates: int, seed: int) -> np.ndarray:
+    """Poisson(1) bootstrap weights `(replicates, runs)`, seeded."""
+    return np.random.default_rng(seed).poisson(1.0, (replicates, runs)).astype(float)
+
+
+def weighted_means(values: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Bootstrap means of `values` `(..., runs)` under weights `w` `(B, runs)`: `(B, ...)`."""
+    flat = values.reshape(-1, values.shape[-1])
+    return (w @ flat.T / w.sum(1, keepdims=True)).reshape(w.shape[0], *values.shape[:-1])
+
+
+def _interval(mean: float, se: float) -> tuple[float, float]:
+    return mean - LEVEL_Z * se, mean + LEVEL_Z * se
+
+
+def summarise(weak: CoupledSamples, strong: CoupledSamples, problem: Problem,
+              bootstrap: int = 400, seed: int = 0, strong_from: int = 1
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Error points and fitted orders as two lists of JSON-ready rows.
+
+    Weak errors come from `weak` (Richardson reference), strong errors from `strong` (finest SDE
+    path; the strong fit uses levels >= `strong_from`). Point rows: problem, law, kind
+    ('weak' | 'strong' | 'reference_correction'), statistic, L, error, se, ci_lo, ci_hi,
+    resolved, used. Fit rows: order, order_se, t-interval (ci_lo, ci_hi), bootstrap interval
+    (boot_lo, boot_hi), constant and the levels used; order is None when fewer than 3 levels are
+    resolved.
+    """
+    base = {"problem": problem.name}
+    points: list[dict[str, Any]] = []
+    fits: list[dict[str, Any]] = []
+    runs = weak.ref_fine.shape[-1]
+    ref = 2.0 * weak.ref_fine - weak.ref_half
+    diff = weak.net - ref[None, None]
+    boot = weighted_means(diff, poisson_weights(runs, bootstrap, seed))  # (B, laws, levels, stats)
+    lv = np.array(weak.levels)
+    for a, law in enumerate(weak.laws):
+        for s, stat in enumerate(weak.stats):
+            err = diff[a, :, s].mean(-1)
+            se = diff[a, :, s].std(-1, ddof=1) / math.sqrt(runs)
+            used = _weak_used(err, se)
+            row = {**base, "law": law, "kind": "weak", "statistic": stat,
+                   "label": problem.statistics[stat], "runs": runs}
+            points += _point_rows(row, lv, err, se, used)
+            fits.append({**row, **_fit_row(lv[used], err[used], boot[:, a, used, s])})
+    for s, stat in enumerate(weak.stats):
+        corr = weak.ref_fine[s] - weak.ref_half[s]
+        points.append({**base, "law": "sde", "kind": "reference_correction", "statistic": stat,
+                       "label": problem.statistics[stat], "runs": runs, "L": None,
+                       "error": float(corr.mean()), "se": _se(corr),
+                       "value": float(ref[s].mean()), "value_se": _se(ref[s])})
+    sruns = strong.sq_err.shape[-1]
+    boot_sq = weighted_means(strong.sq_err, poisson_weights(sruns, bootstrap, seed + 1))
+    slv = np.array(strong.levels)
+    used = slv >= strong_from
+    for ti, frac in enumerate(strong.strong_at):
+        t = frac * problem.T
+        for a, law in enumerate(strong.laws):
+            sq = strong.sq_err[ti, a]
+            rms = np.sqrt(sq.mean(-1))
+            # delta method: se(sqrt(m)) = se(m) / (2 sqrt(m))
+            se = sq.std(-1, ddof=1) / math.sqrt(sruns) / (2 * np.maximum(rms, 1e-300))
+            row = {**base, "law": law, "kind": "strong", "statistic": strong_name(frac),
+                   "label": f"rms token error at t = {t:g}", "t": t, "runs": sruns}
+            points += _point_rows(row, slv, rms, se, used)
+            fits.append({**row, **_fit_row(slv[used], rms[used],
+                                           np.sqrt(boot_sq[:, ti, a, used]))})
+    return points, fits
+
+
+def strong_name(frac: float) -> str:
+    """Statistic key of the strong error at time `frac * T`: 'rms_token_error' at T."""
+    return "rms_token_error" if frac == 1.0 else f"rms_token_error_{frac:g}T"
+
+
+def _se(v: np.ndarray) -> float:
+    return float(v.std(ddof=1) / math.sqrt(v.shape[-1]))
+
+
+def _weak_used(err: np.ndarray, se: np.ndarray) -> np.ndarray:
+    """Levels fitted: resolved above Monte Carlo noise, finer than any resolved level whose error
+    has the other sign (pre-asymptotic coarse levels where the error changes sign are dropped)."""
+    resolved = np.abs(err) >= RESOLVE_Z * se
+    if not resolved.any():
+        return resolved
+    sign = np.sign(err[np.flatnonzero(resolved)[-1]])
+    flips = np.flatnonzero(resolved & (np.sign(err) != sign))
+    tail = np.arange(len(err)) > (flips[-1] if len(flips) else -1)
+    return resolved & tail
+
+
+def _point_rows(row: dict[str, Any], lv: np.ndarray, err: np.ndarray, se: np.ndarray,
+                used: np.ndarray) -> list[dict[str, Any]]:
+    out = []
+    for k, L in enumerate(lv):
+        lo, hi = _interval(float(err[k]), float(se[k]))
+        out.append({**row, "L": int(L), "error": float(err[k]), "se": float(se[k]),
+                    "ci_lo": lo, "ci_hi": hi,
+                    "resolved": bool(abs(err[k]) >= RESOLVE_Z * se[k]), "used": bool(used[k])})
+    return out
+
+
+def _fit_row(lv: np.ndarray, err: np.ndarray, boot: np.ndarray) -> dict[str, Any]:
+    if len(lv) < 3:
+        return {"order": None, "order_se": None, "ci_lo": None, "ci_hi": None, "boot_lo": None,
+                "boot_hi": None, "constant": None, "levels": [int(v) for v in lv]}
+    f = fit_order(lv, err, boot)
+    return {"order": f.order, "order_se": f.se, "ci_lo": f.ci_lo, "ci_hi": f.ci_hi,
+            "boot_lo": f.boot_lo, "boot_hi": f.boot_hi, "constant": f.constant,
+            "levels": list(f.levels)}
+
+
+@dataclass
+class ConvergenceResult:
+    """Points and fits of every problem, with the settings that produced them."""
+
+    settings: dict[str, Any]
+    problems: list[dict[str, Any]]
+    points: list[dict[str, Any]]
+    fits: list[dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with the package header (kind, schema, version)."""
+        return {**header(KIND_CONV, **self.settings), "problems": self.problems,
+                "points": self.points, "fits": self.fits}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "convergence data") -> ConvergenceResult:
+        """Inverse of `to_dict`; a foreign or newer-schema document raises StoreError."""
+        check_meta(data, KIND_CONV, where)
+        skip = {"problems", "points", "fits"}
+        return cls({k: v for k, v in data.items() if k not in skip}, data["problems"],
+                   data["points"], data["fits"])
+
+    def fit(self, problem: str, law: str, kind: str, statistic: str) -> dict[str, Any]:
+        """The fit row for one curve (KeyError if absent)."""
+        for f in self.fits:
+            if (f["problem"], f["law"], f["kind"], f["statistic"]) == (problem, law, kind,
+                                                                       statistic):
+                return f
+        raise KeyError((problem, law, kind, statistic))
+
+
+@dataclass(frozen=True)
+class Size:
+    """How much Monte Carlo: runs of the weak and strong passes per problem, reference grids.
+
+    The weak pass uses `weak_ref * max(levels)` fine steps (Richardson makes its bias O(h^2));
+    the strong pass `strong_ref * max(levels)` so that the reference path is much finer.
+    """
+
+    weak_runs: dict[str, int]
+    strong_runs: dict[str, int]
+    levels: tuple[int, ...] = LEVELS
+    weak_ref: int = 2
+    strong_ref: int = 16
+    strong_at: tuple[float, ...] = (0.25, 1.0)
+    strong_from: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description."""
+        return {"weak_runs": dict(self.weak_runs), "strong_runs": dict(self.strong_runs),
+                "levels": list(self.levels), "weak_ref": self.weak_ref,
+                "strong_ref": self.strong_ref, "strong_at": list(self.strong_at),
+                "strong_from": self.strong_from}
+
+
+SIZES: dict[str, Size] = {
+    "full": Size({"two_tokens": 65536, "eight_tokens": 8192},
+                 {"two_tokens": 1024, "eight_tokens": 512}, strong_from=32),
+    "quick": Size({"two_tokens": 32768, "eight_tokens": 4096},
+                  {"two_tokens": 512, "eight_tokens": 512}, levels=(4, 8, 16, 32, 64, 128, 256),
+                  strong_from=32),
+    "tiny": Size({"two_tokens": 512, "eight_tokens": 256}, {"two_tokens": 256, "eight_tokens": 256},
+                 levels=(4, 8, 16, 32), strong_ref=8),
+}
+
+Task = tuple[Problem, tuple[int, ...], int, int, int, tuple[str, ...], int, int,
+             tuple[float, ...]]
+
+
+def task_key(args: Task) -> str:
+    """A stable digest of one chunk of work: its numbers depend on nothing else."""
+    prob, *rest = args
+    text = json.dumps([prob.to_dict(), *rest], sort_keys=True, default=list)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _task(args: Task) -> CoupledSamples:
+    prob, lv, ref, runs, seed, laws, lo, hi, at = args
+    return coupled_samples(prob, lv, ref, runs, seed, laws, lo, hi, at)
+
+
+def _tasks(prob: Problem, lv: tuple[int, ...], ref: int, runs: int, seed: int,
+           laws: tuple[str, ...], chunk: int, at: tuple[float, ...]) -> list[Task]:
+    return [(prob, lv, ref, runs, seed, laws, lo, min(lo + chunk, runs), at)
+            for lo in range(0, runs, chunk)]
+
+
+def run_convergence(
+    size: Size | str = "quick",
+    problems: Sequence[str | Problem] = tuple(PROBLEMS),
+    seed: int = 0,
+    laws: Sequence[str] = LAWS,
+    bootstrap: int = 400,
+    map_fn: Callable[..., Any] = map,
+    chunk: int = 8 * RUN_BLOCK,
+    progress: Progress | None = None,
+) -> ConvergenceResult:
+    """The whole diagnostic: weak and strong passes for each problem, summarised and fitted.
+
+    Work is cut into run chunks (`Task`s, identified by `task_key`) and handed to `map_fn` (the
+    builtin `map`, a process pool's `map`, or a caching map that keeps finished chunks); numbers
+    depend only on `seed`: problem `k` uses seeds `derive_seed(seed, k, pass)`.
+    `progress(runs)` is called as each chunk finishes.
+    """
+    sz = SIZES[size] if isinstance(size, str) else size
+    probs = [PROBLEMS[p] if isinstance(p, str) else p for p in problems]
+    lv, laws = tuple(sz.levels), tuple(laws)
+    top = max(lv)
+    chunk = max(RUN_BLOCK, chunk // RUN_BLOCK * RUN_BLOCK)
+    jobs: list[Task] = []
+    counts = []
+    for k, prob in enumerate(probs):
+        wr, sr = sz.weak_runs[prob.name], sz.strong_runs[prob.name]
+        w = _tasks(prob, lv, sz.weak_ref * top, wr, derive_seed(seed, k, 0), laws, chunk, (1.0,))
+        s = _tasks(prob, lv, sz.strong_ref * top, sr, derive_seed(seed, k, 1), laws, chunk,
+                   tuple(sz.strong_at))
+        jobs += w + s
+        counts.append((len(w), len(s)))
+    done = []
+    for part in map_fn(_task, jobs):
+        done.append(part)
+        if progress is not None:
+            progress(part.ref_fine.shape[-1])
+    points, fits, meta = [], [], []
+    i = 0
+    for k, (prob, (nw, ns)) in enumerate(zip(probs, counts, strict=True)):
+        weak, strong = concat_samples(done[i:i + nw]), concat_samples(done[i + nw:i + nw + ns])
+        i += nw + ns
+        pts, fts = summarise(weak, strong, prob, bootstrap, derive_seed(seed, k, 2),
+                             sz.strong_from)
+        points += pts
+        fits += fts
+        meta.append({**prob.to_dict(), "weak_runs": sz.weak_runs[prob.name],
+                     "strong_runs": sz.strong_runs[prob.name],
+                     "weak_seed": derive_seed(seed, k, 0), "strong_seed": derive_seed(seed, k, 1),
+                     "weak_ref_steps": sz.weak_ref * top, "strong_ref_steps": sz.strong_ref * top})
+    settings = {"size": sz.to_dict(), "seed": seed, "laws": list(laws), "bootstrap": bootstrap,
+                "resolve_z": RESOLVE_Z, "interval_z": LEVEL_Z,
+                "weak_reference": "projected Euler SDE on the shared path, Richardson 2f(h)-f(2h)",
+                "strong_reference": "projected Euler SDE on the shared path, finest grid"}
+    return ConvergenceResult(settings, meta, points, fits)

@@ -1,0 +1,244 @@
+"""Two-token Monte Carlo (spec §5-§6): outcome fractions of the full d-dimensional network.
+
+`monte_carlo` (softmax, matrix noise) and `hybrid_monte_carlo` (§6: USA, `M = I`, scalar noise)
+run `tokensde.sim.simulate.simulate` with two tokens (`engine='network'`) or the reduced 1-D diffusion of
+`tokensde.theory.two_tokens` (`engine='reduced'`), and return a `PairOutcome`: antipodal / merged counts
+with Wilson intervals, beside the theory value of `tokensde.theory.two_tokens`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._version import __version__
+from ..model.params import Law, ModelParams, ParameterError, TimeGrid, check_int, check_real
+from ..sim.simulate import simulate
+from ..theory.two_tokens import (
+    beta_c,
+    check_rho0,
+    classify,
+    default_dt,
+    hybrid_eps2_c,
+    hybrid_lyapunov,
+    hybrid_p_anti,
+    p_anti,
+    p_anti_uniform,
+    reduced_diffusion,
+)
+from .stats import censored_quantiles, wilson
+
+
+def pair_log_gaps(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """`(log(1 + rho), log(1 - rho))` of token pairs `x` `(runs, 2, d)`, from `|x_1 +- x_2|^2/2`
+    (exact where `rho = <x_1, x_2>` itself rounds to +-1)."""
+    s = (x[:, 0] + x[:, 1]).pow(2).sum(-1) / 2
+    m = (x[:, 0] - x[:, 1]).pow(2).sum(-1) / 2
+    with np.errstate(divide="ignore"):
+        return np.log(s.double().numpy()), np.log(m.double().numpy())
+
+
+@dataclass(frozen=True)
+class PairOutcome:
+    """Outcome counts of `runs` two-token runs at the horizon, with the theory value beside.
+
+    Fractions come with Wilson intervals at `level`; `undecided` runs are neither within `tol`
+    of -1 nor of +1.
+    """
+
+    model: str
+    params: dict[str, Any]
+    rho0: float | str
+    runs: int
+    antipodal: int
+    merged: int
+    T: float
+    dt: float
+    steps: int
+    seed: int
+    tol: float
+    theory: float
+    level: float = 0.95
+    engine: str = "network"
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    times: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def undecided(self) -> int:
+        """Runs neither antipodal nor merged at the horizon."""
+        return self.runs - self.antipodal - self.merged
+
+    def fraction(self, count: int) -> tuple[float, list[float]]:
+        """`count / runs` and its Wilson interval at `level`."""
+        lo, hi = wilson(count, self.runs, self.level)
+        return count / self.runs, [float(lo), float(hi)]
+
+    @property
+    def p_anti(self) -> float:
+        """Fraction of runs that ended antipodal."""
+        return self.antipodal / self.runs
+
+    @property
+    def ci(self) -> list[float]:
+        """Wilson interval of `p_anti`."""
+        return self.fraction(self.antipodal)[1]
+
+    def decision_summary(self) -> dict[str, Any]:
+        """Time to decision: median and 10/90 % quantiles over all runs (undecided runs count as
+        later than the horizon, so a quantile past it is nan), and the mean over decided runs."""
+        if self.times is None:
+            return {"until": "horizon"}
+        q = censored_quantiles(self.times, [0.1, 0.5, 0.9])
+        done = ~np.isnan(self.times)
+        return {"until": "decided", "t_decided_q10": q[0], "t_decided_median": q[1],
+                "t_decided_q90": q[2],
+                "t_decided_mean": float(self.times[done].mean()) if done.any() else math.nan}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary, with horizon, seed and package version."""
+        p_m, ci_m = self.fraction(self.merged)
+        p_u, ci_u = self.fraction(self.undecided)
+        return {
+            "p_anti": self.p_anti, "ci": self.ci, "p_merged": p_m, "ci_merged": ci_m,
+            "undecided": p_u, "ci_undecided": ci_u, "theory": self.theory,
+            "counts": {"antipodal": self.antipodal, "merged": self.merged,
+                       "undecided": self.undecided, "runs": self.runs},
+            "level": self.level, "model": self.model, "engine": self.engine,
+            "params": self.params, "rho0": self.rho0, "T": self.T, "dt": self.dt,
+            "steps": self.steps, "seed": self.seed, "tol": self.tol, "wall_s": self.wall_s,
+            "package": "tokensde", "version": __version__, **self.decision_summary(),
+            **self.extra,
+        }
+
+
+def _check_common(runs: int, T: float, dt: float, seed: int, tol: float, level: float
+                  ) -> TimeGrid:
+    check_int("runs", runs, 1)
+    check_int("seed", seed, 0)
+    t = check_real("tol", tol, 0.0, strict=True)
+    if t >= 1:
+        raise ParameterError(f"tol must be a number in (0, 1); got {tol!r}")
+    lv = check_real("level", level, 0.0, strict=True)
+    if lv >= 1:
+        raise ParameterError(f"level must be a number in (0, 1); got {level!r}")
+    return TimeGrid.make(T=T, dt=dt)
+
+
+def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int, seed: int,
+                     tol: float, until: str = "horizon", **sim: Any
+                     ) -> tuple[int, int, float, np.ndarray | None]:
+    """Antipodal and merged counts of the full network after `grid` (or at decision), the wall
+    time and the decision times."""
+    init: dict[str, Any] = {"init": "uniform"} if rho0 == "uniform" else {
+        "init": "pair", "rho0": float(rho0)}
+    stop: dict[str, Any] = {} if until == "horizon" else {"until": "decided", "tol": tol}
+    if until == "horizon":
+        sim.pop("decide_every", None)
+    res = simulate(p, grid, runs=runs, seed=seed, **init, **stop, **sim)
+    anti, merged = classify(*pair_log_gaps(res.x), tol)
+    times = None if until == "horizon" else res.decision_times()
+    return int(anti.sum()), int(merged.sum()), res.wall_s, times
+
+
+def _reduced_outcome(beta: float, d: float, rho0: float | str, grid: TimeGrid, runs: int,
+                     seed: int, tol: float, sigma: float, eps: float | None) -> tuple[int, int]:
+    paths = reduced_diffusion(beta, d, rho0, T=grid.T, dt=grid.dt, runs=runs, seed=seed,
+                              sigma=sigma, eps=eps)
+    lp, lm = paths.log_gaps()
+    anti, merged = classify(lp[:, -1], lm[:, -1], tol)
+    return int(anti.sum()), int(merged.sum())
+
+
+def pair_theory(p: ModelParams, rho0: float | str) -> float:
+    """The absorbing `P_anti` of the pair (spec §5), or with an MLP block its tol -> 0 limit."""
+    if p.mlp_block.active:
+        from ..theory.mlp_block import p_first_limit
+
+        return float(p_first_limit(p.beta, p.d, rho0, p.mlp, p.mlp_sigma))
+    return float(p_anti_uniform(p.beta, p.d) if isinstance(rho0, str) else
+                 p_anti(p.beta, p.d, rho0))
+
+
+ENGINES: tuple[str, ...] = ("network", "reduced")
+UNTIL: tuple[str, ...] = ("decided", "horizon")
+
+
+def _check_until(until: str) -> str:
+    if until not in UNTIL:
+        raise ParameterError(f"until must be one of {', '.join(UNTIL)}; got {until!r}")
+    return until
+
+
+def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 1000,
+                T: float = 200.0, dt: float | None = None, seed: int = 0, sigma: float = 1.0,
+                tol: float = 1e-8, level: float = 0.95, engine: str = "network",
+                sampler: str = "auto", law: Law = "gaussian", batch_size: int | None = None,
+                until: str = "decided", mlp: str = "none", mlp_sigma: float = 1.0,
+                progress: Callable[[int], None] | None = None) -> PairOutcome:
+    """Fractions of two-token runs (§5: softmax, matrix noise) that end antipodal / merged.
+
+    `engine='network'` runs the full d-dimensional discrete network (`simulate`, `init='pair'`
+    at `rho0`, or `'uniform'`) with layer step `dt` (default `default_dt(d)`), each run until
+    it is decided (`1 - |rho| < tol`) or depth time `T` (`until='decided'`, the default), or
+    every run to `T` (`until='horizon'`); `'reduced'` runs the 1-D diffusion to `T` instead.
+    Theory: `p_anti` (or `p_anti_uniform`). With an MLP block (`mlp`, `mlp_sigma`; network
+    only, docs/variants.md §5) antipodal pairs are no longer absorbing, so each run is tested
+    at every layer (a first passage, not an absorption) and the theory is the tol -> 0 limit of
+    `pair_diffusion.p_first`.
+    """
+    if dt is None:
+        dt = default_dt(check_int("d", d, 2))
+    grid = _check_common(runs, T, dt, seed, tol, level)
+    if engine not in ENGINES:
+        raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    p = ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law, mlp=mlp, mlp_sigma=mlp_sigma)
+    if p.mlp_block.active and engine != "network":
+        raise ParameterError(f"engine must be 'network' with an MLP block; got engine={engine!r}")
+    rho0 = check_rho0(rho0)
+    theory = pair_theory(p, rho0)
+    wall, times = 0.0, None
+    if engine == "network":
+        every = {"decide_every": 1} if p.mlp_block.active and until == "decided" else {}
+        anti, merged, wall, times = _network_outcome(
+            p, rho0, grid, runs, seed, tol, _check_until(until), sampler=sampler,
+            batch_size=batch_size, progress=progress, **every)
+    else:
+        anti, merged = _reduced_outcome(p.beta, p.d, rho0, grid, runs, seed, tol, p.sigma, None)
+    return PairOutcome("softmax", p.to_dict(), rho0, runs, anti, merged, grid.T, grid.dt,
+                       grid.steps, seed, tol, float(theory), level, engine, wall,
+                       {"beta_c": beta_c(p.d)}, times)
+
+
+def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str = 0.0,
+                       runs: int = 1000, T: float = 40.0, dt: float = 0.01, seed: int = 0,
+                       tol: float = 1e-6, level: float = 0.95, engine: str = "network",
+                       law: Law = "gaussian",
+                       progress: Callable[[int], None] | None = None) -> PairOutcome:
+    """Two-token outcome fractions for the §6 hybrid model (USA, `M = I`, scalar noise `eps`).
+
+    Theory: antipodal a.s. above `eps^2 = 2 e^{-beta}`, merged a.s. below (`hybrid_p_anti`).
+    """
+    grid = _check_common(runs, T, dt, seed, tol, level)
+    if engine not in ENGINES:
+        raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    p = ModelParams(n=2, d=d, beta=beta, attention="usa", mean="identity", noise="scalar",
+                    eps=eps, law=law)
+    rho0 = check_rho0(rho0)
+    theory = hybrid_p_anti(p.beta, p.noise_scale, 0.0 if isinstance(rho0, str) else rho0)
+    wall = 0.0
+    if engine == "network":
+        anti, merged, wall, _ = _network_outcome(p, rho0, grid, runs, seed, tol,
+                                                 progress=progress)
+    else:
+        anti, merged = _reduced_outcome(p.beta, p.d, rho0, grid, runs, seed, tol, 0.0, p.eps)
+    lam_minus, lam_plus = hybrid_lyapunov(p.beta, p.noise_scale)
+    return PairOutcome("hybrid", p.to_dict(), rho0, runs, anti, merged, grid.T, grid.dt,
+                       grid.steps, seed, tol, theory, level, engine, wall,
+                       {"eps2_c": hybrid_eps2_c(p.beta), "lyapunov_antipodal": lam_minus,
+                        "lyapunov_merged": lam_plus})

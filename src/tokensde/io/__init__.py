@@ -1,0 +1,1 @@
+"""Files: results on disk, the HTML report, progress bars."""

@@ -1,0 +1,219 @@
+"""Results on disk: every file carries its parameters, seed, package version and a schema version.
+
+Simulation results are `.npz` archives with a JSON `meta` entry. Writes are atomic (temporary
+file + rename), and loading a corrupt, foreign or newer-schema file raises `StoreError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._version import __version__
+from ..model.params import ModelParams, ParameterError, TimeGrid
+from ..sim.result import SimResult
+
+SCHEMA = 1
+KIND_SIM = "tokensde.simulation"
+
+
+class StoreError(ValueError):
+    """A results file that cannot be read: corrupt, foreign, or written by a newer schema."""
+
+
+def check_output(path: str | os.PathLike, name: str, directory: bool = False) -> Path:
+    """`path` if a file (or, with `directory`, a directory) can be written there: it is not the
+    other kind of thing, and no part of it above is a file. Raise ParameterError naming `name`."""
+    path = Path(path)
+    want = "a directory" if directory else "a file path"
+    if path.exists() and path.is_dir() != directory:
+        what = "a directory" if path.is_dir() else "a file"
+        raise ParameterError(f"{name} must be {want}; {path} is {what}")
+    for above in path.parents:
+        if above.exists():
+            if not above.is_dir():
+                raise ParameterError(f"{name} must be {want}; {path} sits under {above}, "
+                                     "which is a file")
+            if not os.access(above, os.W_OK | os.X_OK):
+                raise ParameterError(f"{name}: cannot write under {above} (permission denied)")
+            break
+    return path
+
+
+def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """Call `write(tmp)` on a temporary file next to `path`, then rename it over `path` (what
+    `write` returns is ignored)."""
+    path = check_output(path, "output path")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; results are ordinary files
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def check_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
+    """Validate the header of a stored object: right kind, schema not newer than ours."""
+    if not isinstance(meta, dict) or meta.get("kind") != kind:
+        found = meta.get("kind") if isinstance(meta, dict) else type(meta).__name__
+        raise StoreError(f"{where} is not a {kind} file (found kind {found!r})")
+    schema = meta.get("schema")
+    if not isinstance(schema, int) or schema < 1:
+        raise StoreError(f"{where} has no valid schema version (found {schema!r})")
+    if schema > SCHEMA:
+        raise StoreError(f"{where} was written with schema {schema} by tokensde "
+                         f"{meta.get('version')}; this tokensde {__version__} reads up to {SCHEMA}")
+    return meta
+
+
+def read_json(path: str | os.PathLike, kind: str, remedy: str) -> dict[str, Any]:
+    """A JSON document of `kind` (see `header`); StoreError naming the file and `remedy` when it
+    is truncated, corrupt or foreign."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise StoreError(f"{path} is not readable JSON (truncated or corrupt?): {err}; "
+                         f"{remedy}") from err
+    try:
+        return check_meta(doc, kind, str(path))
+    except StoreError as err:
+        raise StoreError(f"{err}; {remedy}") from err
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy / torch scalars and arrays (and nan) to plain JSON values."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def write_json(path: str | os.PathLike, doc: Any, indent: int = 1) -> Path:
+    """Write `doc` (made JSON-ready by `to_jsonable`) to `path` atomically."""
+    return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(to_jsonable(doc),
+                                                                    indent=indent)))
+
+
+def header(kind: str, **fields: Any) -> dict[str, Any]:
+    """A metadata header with kind, schema and package version."""
+    return {"kind": kind, "schema": SCHEMA, "package": "tokensde", "version": __version__, **fields}
+
+
+def save_result(result: SimResult, path: str | os.PathLike) -> Path:
+    """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata."""
+    meta = header(KIND_SIM, **result.metadata())
+    arrays: dict[str, np.ndarray] = {"x": result.x.numpy(), "checkpoints": result.checkpoints}
+    if result.gram is not None:
+        arrays["gram"] = result.gram.numpy()
+    if result.tokens is not None:
+        arrays["tokens"] = result.tokens.numpy()
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            # numpy's stub: a **dict might hold `allow_pickle`, so mypy cannot match it
+            np.savez_compressed(fh, meta=np.array(json.dumps(meta)), **arrays)  # type: ignore[arg-type]
+
+    return atomic_write(path, write)
+
+
+def load_result(path: str | os.PathLike) -> SimResult:
+    """Read a `SimResult` written by `save_result`; raise StoreError on a bad file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"results file {path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            data = {k: z[k] for k in z.files if k != "meta"}
+    except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError) as err:
+        raise StoreError(f"{path} is not a readable tokensde results file: {err}") from err
+    check_meta(meta, KIND_SIM, str(path))
+    try:
+        return _sim_result(meta, data)
+    except KeyError as err:
+        raise StoreError(f"{path} lacks the field {err.args[0]!r} of a tokensde results file "
+                         "(damaged, or not written by save_result); re-run the simulation") from err
+
+
+def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
+    t = lambda k: torch.from_numpy(data[k]) if k in data else None  # noqa: E731
+    known = {"params", "steps", "dt", "runs", "seed", "sampler", "scheme", "init", "dtype",
+             "device", "wall_s", "checkpoints", "alpha", "T", "kind", "schema", "package",
+             "version"}
+    return SimResult(
+        params=ModelParams.from_dict(meta["params"]), grid=TimeGrid(meta["steps"], meta["dt"]),
+        runs=meta["runs"], seed=meta["seed"], sampler=meta["sampler"], scheme=meta["scheme"],
+        init=meta["init"], checkpoints=data["checkpoints"], x=torch.from_numpy(data["x"]), gram=t("gram"),
+        tokens=t("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
+        extra={k: v for k, v in meta.items() if k not in known},
+    )
+
+
+# ----------------------------------------------------------------------------- Parquet tables
+
+PARQUET_META_KEY = b"tokensde"
+
+
+def write_parquet(table: Any, path: str | os.PathLike, meta: dict[str, Any]) -> Path:
+    """Write a pyarrow Table (or pandas DataFrame) to `path` atomically, with the JSON header
+    `meta` (see `header`) in the Parquet schema metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, preserve_index=False)
+    old = dict(t.schema.metadata or {})
+    old.pop(b"pandas", None)
+    t = t.replace_schema_metadata({**old, PARQUET_META_KEY: json.dumps(meta).encode()})
+    return atomic_write(path, lambda tmp: pq.write_table(t, tmp))
+
+
+def read_parquet(path: str | os.PathLike, kind: str) -> tuple[Any, dict[str, Any]]:
+    """Read a Parquet file written by `write_parquet`: `(pyarrow Table, header)`.
+
+    Raises FileNotFoundError if absent and StoreError if truncated, foreign or from a newer schema.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"results file {path} does not exist")
+    try:
+        t = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise StoreError(f"{path} is not a readable Parquet file (truncated or corrupt?): "
+                         f"{err}") from err
+    raw = (t.schema.metadata or {}).get(PARQUET_META_KEY)
+    try:
+        meta = json.loads(raw) if raw is not None else None
+    except ValueError as err:
+        raise StoreError(f"{path} has an unreadable tokensde header: {err}") from err
+    if meta is None:
+        raise StoreError(f"{path} is not a tokensde file (no tokensde header in its metadata)")
+    return t, check_meta(meta, kind, str(path))

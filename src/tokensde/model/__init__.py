@@ -1,0 +1,1 @@
+"""What is simulated, torch-free: parameters, validation and the strategy families."""

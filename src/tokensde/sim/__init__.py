@@ -1,0 +1,1 @@
+"""How it is simulated: the driver, the layers, the SDE schemes, the exact samplers."""

@@ -1,0 +1,207 @@
+"""Samplers of the unit-time layer noise `xi_i = V y_i` for each noise law (spec §2, §4).
+
+`full` draws the d x d matrix V itself (through the law's strategy object, `tokensde.model.noise`);
+`fast` draws `(V y_1..V y_n)` directly as `sigma C Z` with `C C^T = Y Y^T` (exact in law for
+Gaussian V, `n d` normals instead of `d^2`). A law lists the exact samplers it allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..model.noise import apply_matrices as apply_matrices
+from ..model.params import ModelParams, ParameterError
+from ..model.qk import QK_LAWS
+from .rng import RunStreams
+
+Sampler = Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]
+SAMPLERS: tuple[str, ...] = ("auto", "fast", "full", "gram")
+
+
+def value_matrices(p: ModelParams, rs: RunStreams, dtype: torch.dtype) -> torch.Tensor:
+    """One value-noise matrix per run, `(runs, d, d)`, of the law `p.noise_law`."""
+    return p.noise_law.matrices(rs, dtype)
+
+
+def full_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """Noise `xi_i = V y_i` by drawing the whole value matrix (any law); `d^2` draws per run."""
+    return p.noise_law.draw(y, rs)
+
+
+def gram_factor(y: torch.Tensor) -> torch.Tensor:
+    """`C` with `C C^T = Y Y^T` for each run (rank-deficient Gram matrices included, no jitter).
+
+    Cholesky where it succeeds; for the runs where it fails (merged or antipodal tokens make
+    `Y Y^T` singular) `C = R^T` from the QR factorisation `Y^T = Q R`, which always exists.
+    Each run's factor depends on that run alone, never on the others in its batch.
+    """
+    c, info = torch.linalg.cholesky_ex(y @ y.transpose(-1, -2))
+    bad = info != 0
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return c
+    if n_bad == bad.numel():
+        r = torch.linalg.qr(y.transpose(-1, -2), mode="r")[1]
+        return _pad_columns(r.transpose(-1, -2), y.shape[-2])
+    r = torch.linalg.qr(y[bad].transpose(-1, -2), mode="r")[1]
+    c[bad] = _pad_columns(r.transpose(-1, -2), y.shape[-2])
+    return c
+
+
+def _pad_columns(c: torch.Tensor, n: int) -> torch.Tensor:
+    """Zero-pad `(runs, n, k)` factors to `(runs, n, n)` (k = min(n, d) < n when n > d)."""
+    k = c.shape[-1]
+    return c if k == n else torch.nn.functional.pad(c, (0, n - k))
+
+
+def fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """Exact-in-law Gaussian matrix noise `sigma C Z`, `Z` standard normal `(runs, n, d)`."""
+    z = rs.normal(y.shape[-2], p.d, dtype=y.dtype)
+    return (gram_factor(y) @ z).mul_(p.sigma)
+
+
+def fast_applicable(p: ModelParams) -> bool:
+    """The fast sampler is exact for Gaussian matrix noise only (the laws that list 'fast')."""
+    return "fast" in p.noise_law.samplers and "fast" in p.attention_kind.samplers
+
+
+def gram_applicable(p: ModelParams) -> bool:
+    """The Gram-space sampler needs every piece of a layer rotation invariant
+    (`ModelParams.rotation_invariant`) and Gaussian matrix noise."""
+    return p.rotation_invariant
+
+
+def gram_refusal(p: ModelParams) -> str | None:
+    """Why `sampler='gram'` does not apply to `p` (a message naming the parameter), or None."""
+    use = " (use sampler='fast' or 'full')"
+    law = p.qk_law
+    if law.random and not law.rotation_invariant:
+        invariant = ", ".join(n for n in QK_LAWS.names()
+                              if QK_LAWS.get(n).random and QK_LAWS.get(n).rotation_invariant)
+        return (f"sampler='gram' needs a rotation-invariant qk law ({invariant}, or 'identity'); "
+                f"got qk={p.qk!r}, whose law changes under rotations, so the logits given the "
+                f"tokens depend on more than their Gram matrix{use}")
+    if law.random and law.redraw != "layer":
+        return (f"sampler='gram' needs qk_redraw='layer' with a random qk law (a form fixed for "
+                f"the run makes the logits depend on more than the tokens' Gram matrix); got "
+                f"qk={p.qk!r}, qk_redraw={p.qk_redraw!r}{use}")
+    qk = p.qk_matrix()
+    if qk is not None and qk.ndim == 3:
+        return (f"sampler='gram' needs one query/key form Q^T K = c I shared by the heads; got "
+                f"Q/K per head, shape {qk.shape} (fixed forms per head make the Gram matrix "
+                f"alone not Markov){use}")
+    if not gram_applicable(p):
+        return ("sampler='gram' needs Gaussian matrix noise and rotation-invariant attention "
+                "(Q^T K = c I, mean none/identity/a I)")
+    return None
+
+
+def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
+    """Resolve `sampler` to 'fast', 'full' or 'gram' for these parameters, or raise ParameterError.
+
+    `auto` takes `gram` when it applies, `norm='post'` (pre/peri-norm take it only when asked
+    for, so that their earlier `auto` runs keep their numbers) and `d >= 4 n` (its cost per
+    layer, `n^3`, `heads n^3` with a random form per head, plus `n^2 m` for an MLP block of width
+    m (4 d by default), does not grow with d otherwise; benchmarks/bench_gram.py measures it
+    level with `fast` near d = 2n, and with heads, forms redrawn every layer or a block it was
+    no slower than `fast` at n = 8, d = 32), else `fast` for Gaussian matrix noise when `n < d`
+    (its cost `n^2 d` beats `n d^2`), else `full`.
+    """
+    if sampler not in SAMPLERS:
+        raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
+    if sampler == "auto":
+        if gram_applicable(p) and p.norm == "post" and p.d >= 4 * p.n:
+            return "gram"
+        return "fast" if fast_applicable(p) and p.n < p.d else "full"
+    if sampler == "fast" and not fast_applicable(p):
+        raise ParameterError("sampler='fast' needs noise='matrix' with law='gaussian'; got "
+                             f"noise={p.noise!r}, law={p.law!r} (use sampler='full')")
+    if sampler == "gram":
+        why = gram_refusal(p)
+        if why is not None:
+            raise ParameterError(why)
+    return sampler
+
+
+def scheme_params(p: ModelParams, scheme: str) -> ModelParams:
+    """The parameters `scheme` steps: `p`, except that the SDE of forms redrawn every layer
+    averages the attention over the qk law with `qk_samples` draws per head and step, i.e. steps
+    `heads * qk_samples` heads (docs/variants.md §3)."""
+    if scheme == "sde" and p.qk_law.random and p.qk_redraw == "layer":
+        return p.with_(heads=p.heads * p.qk_samples)
+    return p
+
+
+NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}
+
+
+def psd_factor(k: torch.Tensor) -> torch.Tensor:
+    """`C` with `C C^T = K` for positive semi-definite `K` `(runs, n, n)`: Cholesky where it
+    succeeds, the symmetric square root (negative rounding eigenvalues set to 0) where not."""
+    c, info = torch.linalg.cholesky_ex(k)
+    bad = info != 0
+    if bool(bad.any()):
+        w, u = torch.linalg.eigh(k[bad])
+        c[bad] = (u * w.clamp(min=0.0).sqrt().unsqueeze(-2)) @ u.transpose(-1, -2)
+    return c
+
+
+def mlp_scale(p: ModelParams) -> float:
+    """Entry standard deviation of `W_2`: `mlp_sigma / sqrt(m kappa(1))`."""
+    return p.mlp_sigma / (p.mlp_hidden * p.mlp_block.second_moment) ** 0.5
+
+
+def mlp_noise_full(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """MLP output `W_2 phi(W_1 x_i)` `(runs, n, d)` with both weight matrices drawn (docs/variants.md §5)."""
+    w1 = rs.normal(p.mlp_hidden, p.d, dtype=x.dtype)
+    h = p.mlp_block(x @ w1.transpose(-1, -2))
+    w2 = rs.normal(p.d, p.mlp_hidden, dtype=x.dtype)
+    return (h @ w2.transpose(-1, -2)).mul_(mlp_scale(p))
+
+
+def mlp_noise_fast(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """The same law without d-sized weights: the pre-activations `W_1 x_i` of the `m` hidden
+    units are independent `N(0, X X^T)` vectors over the tokens, and given `H = phi(W_1 X^T)^T`
+    the output is `s C Z`, `C C^T = H H^T`, `Z` standard normal `(n, d)`."""
+    z = gram_factor(x) @ rs.normal(p.n, p.mlp_hidden, dtype=x.dtype)
+    h = p.mlp_block(z)
+    return (gram_factor(h) @ rs.normal(p.n, p.d, dtype=x.dtype)).mul_(mlp_scale(p))
+
+
+def mlp_kernel_noise(x: torch.Tensor, p: ModelParams, z: torch.Tensor) -> torch.Tensor:
+    """The depth limit's MLP noise driven by standard normals `z` `(runs, n, d)`: `mlp_sigma C z`
+    with `C C^T = khat(X X^T)`, cross-covariance `mlp_sigma^2 khat(<x_i, x_j>) I`."""
+    k = p.mlp_block.kernel_t(x @ x.transpose(-1, -2))
+    return (psd_factor(k) @ z).mul_(p.mlp_sigma)
+
+
+def mlp_noise_sde(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+    """`mlp_kernel_noise` with `z` drawn from `rs`."""
+    return mlp_kernel_noise(x, p, rs.normal(p.n, p.d, dtype=x.dtype))
+
+
+MLP_SAMPLERS: dict[str, Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]] = {
+    "fast": mlp_noise_fast, "full": mlp_noise_full, "sde": mlp_noise_sde}
+
+
+def mlp_sampler(sampler: str, scheme: str) -> Sampler:
+    """The MLP-block noise of `scheme` ('sde': the kernel limit) with `sampler` ('fast', 'full')."""
+    return MLP_SAMPLERS["sde" if scheme == "sde" else sampler]
+
+
+def noise_sampler(sampler: str, p: ModelParams) -> Sampler:
+    """The sampler `sampler` ('fast' or 'full'); with `heads > 1` it draws each head's noise
+    independently from outputs `(runs, heads, n, d)` and returns `heads^(-1/2) sum_h V_h y^h`."""
+    one = NOISE_SAMPLERS[sampler]
+    if p.heads == 1:
+        return one
+
+    def heads(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+        xi = one(y[:, 0], p, rs)
+        for h in range(1, p.heads):
+            xi.add_(one(y[:, h], p, rs))
+        return xi.mul_(p.heads ** -0.5)
+
+    return heads

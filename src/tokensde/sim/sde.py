@@ -1,0 +1,70 @@
+"""The depth limit: the Ito SDE of tokens on the sphere driven by one common matrix Brownian motion.
+
+    dx_i = P_{x_i} M y_i dt + P_{x_i} dW_t y_i - P_x Sigma(y_i) x_i dt - tr(P_x Sigma(y_i)) x_i dt / 2
+
+(spec §3). `sde_step` is Euler-Maruyama followed by projection onto the sphere; it takes the noise
+as an explicit increment so that a network and its SDE can share one Brownian path
+(`coupled_paths`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..model.noise import apply_matrices
+from ..model.params import ModelParams, TimeGrid
+from .layers import attention_output, mean_part, network_step, normalize_, tangent
+
+
+def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Tensor:
+    """Drift `-P_x Sigma(y) x - tr(P_x Sigma(y)) x / 2` that keeps `|x| = 1` (spec §3), `Sigma` the
+    covariance of the noise law `p.noise_law`; with per-head outputs `y` `(runs, heads, n, d)`,
+    `Sigma = (1/heads) sum_h Sigma(y^h)` and the drift, linear in `Sigma`, is the heads' mean.
+    An MLP block adds `-(d-1)/2 mlp_sigma^2 x` (its noise has covariance `mlp_sigma^2 I` at `x`)."""
+    ito = p.noise_law.ito(x.unsqueeze(-3), y).mean(-3) if p.heads > 1 else p.noise_law.ito(x, y)
+    if p.mlp_block.active:
+        ito = ito - 0.5 * (p.d - 1) * p.mlp_sigma**2 * x
+    return ito
+
+
+def sde_step(
+    x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
+) -> torch.Tensor:
+    """Euler-Maruyama step of the Ito SDE (spec §3) followed by projection onto the sphere.
+
+    `x <- N(x + dt [P_x M y + ito(x, y)] + sqrt(dt) P_x xi)`, where `sqrt(dt) xi = dW y`.
+    """
+    drift = ito_correction(x, y, p)
+    my = mean_part(y, p)
+    if my is not None:
+        drift = drift + tangent(x, my)
+    return normalize_(x + dt * drift + dt**0.5 * tangent(x, xi))
+
+
+
+def coupled_paths(
+    x0: torch.Tensor,
+    p: ModelParams,
+    grid: TimeGrid,
+    increments: Callable[[int], torch.Tensor],
+    substeps: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the network and the SDE on one Brownian path; return both final states `(runs, n, d)`.
+
+    `increments(k)` gives the Brownian increments `dW` `(runs, substeps, d, d)` of layer `k` on a
+    grid `substeps` times finer. The network uses `V_k = sum(dW) / sqrt(dt)`; the SDE steps on the
+    fine grid. Matrix noise only; with `heads > 1`, `dW` `(runs, substeps, heads, d, d)`, one per head.
+    """
+    x_net, x_sde = x0.clone(), x0.clone()
+    h = grid.dt / substeps
+    for k in range(grid.steps):
+        dw = increments(k)
+        v = dw.sum(1) / grid.dt**0.5
+        y = attention_output(x_net, p)
+        x_net = network_step(x_net, y, apply_matrices(y, v), p, grid.dt)
+        for j in range(substeps):
+            y = attention_output(x_sde, p)
+            x_sde = sde_step(x_sde, y, apply_matrices(y, dw[:, j] / h**0.5), p, h)
+    return x_net, x_sde

@@ -1,0 +1,425 @@
+"""The batched simulator: many independent deep random-attention networks (or their SDE limit).
+
+`simulate` runs `runs` independent systems of `n` tokens in R^d for `grid.steps` layers,
+
+    x_i^{k+1} = N(x_i^k + dt M y_i^k + sqrt(dt) V_k y_i^k)       (scheme="network", spec §2)
+
+or the Euler-Maruyama-projected SDE of spec §3 (scheme="sde"), and records Gram matrices (and
+optionally tokens) at chosen checkpoints. Numbers depend only on `seed`, never on `batch_size`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..model.checks import check_tol
+from ..model.params import ModelParams, ParameterError, TimeGrid, check_int, check_real
+from ..model.qk import QKDraws
+from .gram import frame_forms, run_batch_gram, uniform_frame
+from .layers import (
+    NORM_STEPS,
+    attention_output,
+    mlp_input,
+    mlp_step,
+    network_step,
+    normalize,
+    residual_step,
+)
+from .loop import Progress, Stop, march
+from .norm_sde import check_peri_sde, peri_noise, peri_sde_step
+from .result import SimResult
+from .rng import RUN_BLOCK, RunStreams
+from .samplers import choose_sampler, mlp_sampler, noise_sampler, scheme_params
+from .sde import sde_step
+
+SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
+# the step of each (scheme, norm) other than post-norm (docs/variants.md §4): the Euler step of the
+# pre-norm limit is the residual update itself
+NORM_SCHEMES: dict[tuple[str, str], Callable[..., torch.Tensor]] = {
+    **{("network", k): v for k, v in NORM_STEPS.items()},
+    ("sde", "pre"): residual_step, ("sde", "peri"): peri_sde_step}
+RECORDS: tuple[str, ...] = ("gram", "tokens")
+DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
+BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
+CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
+QK_STREAM = 0x514B  # `derive_seed` key of the streams of random query/key forms
+MLP_STREAM = 0x4D4C50  # `derive_seed` key of the streams of the MLP blocks' weights
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """'float64' / 'float32' (or a torch dtype) to a torch dtype."""
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if dtype not in DTYPES:
+        raise ParameterError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """A torch device, checking that CUDA exists when asked for."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ParameterError(f"device {device!r} asked for, but CUDA is not available here")
+    if dev.type not in ("cpu", "cuda"):
+        raise ParameterError(f"device must be 'cpu' or 'cuda'; got {device!r}")
+    return dev
+
+
+def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> np.ndarray:
+    """Layer indices to record: None -> [0, steps]; an int K >= 2 -> K evenly spaced (both ends
+    included); a sequence -> those layer indices (whole numbers in [0, steps])."""
+    if checkpoints is None:
+        return np.array([0, steps])
+    if isinstance(checkpoints, int | np.integer) and not isinstance(checkpoints, bool):
+        if checkpoints < 2:
+            raise ParameterError("checkpoints (a count K of evenly spaced records, the start and "
+                                 f"the end included) must be an integer >= 2; got {checkpoints!r}")
+        return np.unique(np.round(np.linspace(0, steps, int(checkpoints))).astype(int))
+    bad = ParameterError(f"checkpoints must be layer indices in [0, {steps}] (whole numbers), a "
+                         f"count K >= 2 or None; got {checkpoints!r}")
+    if isinstance(checkpoints, str | bytes | bool) or not isinstance(checkpoints, Iterable):
+        raise bad
+    try:
+        a = np.asarray(list(checkpoints), dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise bad from err
+    if a.ndim != 1 or a.size == 0 or not np.all(np.isfinite(a)) or np.any(a != np.round(a)) \
+            or a.min() < 0 or a.max() > steps:
+        raise bad
+    return np.unique(a.astype(int))
+
+
+def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | torch.device,
+               dtype: str | torch.dtype, checkpoints: Any, record: Sequence[str],
+               progress: Any, init: Any = "uniform") -> None:
+    """The checks of `simulate` that come before any work: argument types, USA beta for the
+    dtype, and a lower bound on the memory the run needs (kept records + one block of layer
+    workspace) against the machine's; the Gram sampler from a uniform start holds nothing of
+    size d."""
+    if not isinstance(params, ModelParams):
+        raise TypeError(f"params must be a ModelParams (e.g. ModelParams(**d)); got "
+                        f"{type(params).__name__}")
+    if not isinstance(grid, TimeGrid):
+        raise TypeError(f"grid (the second positional argument) must be a TimeGrid or None; got "
+                        f"{grid!r}: give the horizon by keyword, layers=... or T=..., dt=...")
+    if progress is not None and not callable(progress):
+        raise TypeError("progress must be None or a callable taking the number of runs "
+                        f"advanced; got {progress!r}")
+    runs = check_int("runs", runs, 1)
+    tdtype, dev = resolve_dtype(dtype), resolve_device(device)
+    name = str(tdtype).removeprefix("torch.")
+    params.attention_kind.check_dtype(name)
+    k = len(resolve_checkpoints(checkpoints, grid.steps))
+    used = choose_sampler(params, sampler)
+    n = params.n
+    # the width of what is held: the Gram sampler from a uniform start never holds size d
+    w = n if used == "gram" and isinstance(init, str) and init == "uniform" else params.d
+    kept = runs * (n * w + k * n * n * ("gram" in record)
+                   + k * n * (n if used == "gram" else w) * ("tokens" in record))
+    layer = min(runs, RUN_BLOCK) * (4 * n * w + n * n + (w * w if used == "full" else
+                                                         2 * n * max(n, w)) + _mlp_width(params, used))
+    size = torch.finfo(tdtype).bits // 8
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for need, where in ((kept + layer, "cpu"), (layer, dev.type)):
+        have = host if where == "cpu" else torch.cuda.get_device_properties(dev).total_memory
+        if need * size > have:
+            raise ParameterError(
+                f"this simulation needs at least {need * size / 2**30:.3g} GiB of {where} memory "
+                f"({runs} runs, n = {n}, d = {params.d}, {k} checkpoints, sampler {used}, {name}), more "
+                f"than the {have / 2**30:.3g} GiB there: lower runs, n, d or checkpoints")
+
+
+def pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Two unit vectors with `<x_1, x_2> = rho0`: `e_1` and `rho0 e_1 + sqrt(1 - rho0^2) e_2`."""
+    x = torch.zeros(2, d, dtype=dtype, device=device)
+    x[0, 0] = 1.0
+    x[1, 0] = rho0
+    x[1, 1] = math.sqrt(max(0.0, 1.0 - rho0 * rho0))
+    return x
+
+
+def initial_tokens(
+    init: str | np.ndarray | torch.Tensor,
+    p: ModelParams,
+    rs: RunStreams,
+    start: int,
+    dtype: torch.dtype,
+    rho0: float | None = None,
+) -> torch.Tensor:
+    """Initial tokens `(runs, n, d)` for this batch: 'uniform' on the sphere, 'pair' at `rho0`, or
+    a given array `(n, d)` or `(runs_total, n, d)` (rows are normalised)."""
+    b, n, d = rs.runs, p.n, p.d
+    if isinstance(init, str):
+        if init == "uniform":
+            return normalize(rs.normal(n, d, dtype=dtype))
+        if init == "pair":
+            if rho0 is None:
+                raise ParameterError("init='pair' needs rho0 in [-1, 1]")
+            return pair_tokens(float(rho0), d, dtype, rs.device).expand(b, 2, d).clone()
+        raise ParameterError(f"init must be 'uniform', 'pair' or an array; got {init!r}")
+    a = torch.as_tensor(init, dtype=dtype, device=rs.device)
+    a = a[start:start + b] if a.ndim == 3 else a.expand(b, n, d)
+    return normalize(a.clone())
+
+
+def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str:
+    if isinstance(init, str):
+        if init == "pair":
+            if p.n != 2:
+                raise ParameterError(f"init='pair' needs n = 2; got n = {p.n}")
+            if rho0 is None:
+                raise ParameterError("init='pair' needs rho0 in [-1, 1]")
+            r = check_real("rho0", rho0, -1.0)
+            if r > 1.0:
+                raise ParameterError(f"rho0 must be a finite number in [-1, 1]; got {rho0!r}")
+        elif rho0 is not None:
+            raise ParameterError("rho0 is only used with init='pair'")
+        return init
+    a = np.asarray(init.cpu() if isinstance(init, torch.Tensor) else init, dtype=float)
+    ok_shape = a.shape == (p.n, p.d) or a.shape == (runs, p.n, p.d)
+    if not ok_shape:
+        raise ParameterError(f"init array must have shape ({p.n}, {p.d}) or ({runs}, {p.n}, "
+                             f"{p.d}); got {a.shape}")
+    norms = np.linalg.norm(a, axis=-1)
+    if not np.all(np.isfinite(a)) or np.any(norms == 0):
+        raise ParameterError("init array must hold finite, non-zero token vectors")
+    return "array"
+
+
+def _mlp_width(p: ModelParams, sampler: str) -> int:
+    """Per-run size of the MLP block's largest draw: both weight matrices (`full`) or the hidden
+    units' pre-activations and what draws them (`fast`, `gram`); 0 without a block."""
+    if not p.mlp_block.active:
+        return 0
+    return 2 * p.mlp_hidden * p.d if sampler == "full" else 2 * p.n * p.mlp_hidden
+
+
+def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
+                  device: torch.device | str = "cpu") -> int:
+    """Runs per batch: all of them unless a batch passes the memory budget, else whole blocks.
+
+    On CPU a layer is memory-bound once its largest tensor (`full`: V, d x d per run; `fast`: the
+    noise, n x d; `gram`: the noise factor, 2n x n, or 2n x heads n with forms per head) leaves
+    the cache, so the budget is CACHE_BYTES for that tensor. On CUDA, where a batch must be large
+    to fill the device, it is BATCH_BYTES for the whole noise workspace.
+    """
+    n, d = p.n, p.d
+    width = {"full": d * d, "fast": n * max(n, d), "gram": 2 * n * n}[sampler]
+    if p.qk_law.random:  # the drawn query/key forms, one d x d per head (gram: the noise factor
+        # of the heads' stacked outputs, 2n x heads n; the forms in the frame are n x n)
+        width = max(width, p.heads * (2 * n * n if sampler == "gram" else d * d))
+    width = max(width, _mlp_width(p, sampler))
+    if torch.device(device).type == "cuda":
+        per_run, budget = (width + n * d) * 4 + 2 * n * n, BATCH_BYTES
+    else:
+        per_run, budget = width, CACHE_BYTES
+    fit = budget // (per_run * (torch.finfo(dtype).bits // 8))
+    return min(runs, max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK))
+
+
+def qk_draws(p: ModelParams, scheme: str, rs: RunStreams, dtype: torch.dtype
+             ) -> QKDraws | None:
+    """The random query/key forms of the runs of `rs` (None for qk='identity'), drawn from streams
+    of their own (`rs.derived(QK_STREAM)`): the initial tokens and the value noise stay those of
+    qk='identity' with the same seed."""
+    if not p.qk_law.random:
+        return None
+    q = scheme_params(p, scheme)
+    return QKDraws(q.qk_law, q.heads, rs.derived(QK_STREAM), dtype)
+
+
+def run_batch(
+    x: torch.Tensor,
+    p: ModelParams,
+    grid: TimeGrid,
+    rs: RunStreams,
+    sampler: str,
+    scheme: str,
+    checkpoints: np.ndarray,
+    record: Callable[..., None],
+    progress: Progress | None = None,
+    stop: Stop | None = None,
+    forms: QKDraws | None = None,
+    mlp_rs: RunStreams | None = None,
+) -> torch.Tensor:
+    """Advance one batch `x` `(runs, n, d)` through `grid.steps` layers, calling `record(c, x)` at
+    checkpoint number `c`; return the final state (see `march` for `stop`). `forms`: the random
+    query/key forms (`qk_draws`), needed when `p.qk` is a random law; `mlp_rs`: the streams of
+    the MLP blocks (`rs.derived(MLP_STREAM)`), needed when `p.mlp` is not 'none'."""
+    q = scheme_params(p, scheme)
+    step = SCHEMES[scheme] if p.norm == "post" else NORM_SCHEMES[scheme, p.norm]
+    noise = peri_noise if (scheme, p.norm) == ("sde", "peri") else noise_sampler(sampler, q)
+    silent = p.noise_scale == 0.0
+    inputs = (lambda t: t) if p.norm == "post" else normalize  # what attention sees
+    block = mlp_sampler(sampler, scheme) if p.mlp_block.active else None
+    if block is not None and mlp_rs is None:
+        raise ParameterError(f"mlp={p.mlp!r} draws MLP weights: pass their streams (mlp_rs)")
+
+    def layer(xk: torch.Tensor) -> torch.Tensor:
+        y = attention_output(inputs(xk), q, None if forms is None else forms.next())
+        xi = torch.zeros_like(xk) if silent else noise(y, q, rs)
+        if block is None or mlp_rs is None:
+            return step(xk, y, xi, q, grid.dt)
+        if scheme == "sde":  # the limit: one step with both noises (docs/variants.md §5)
+            return step(xk, y, xi.add_(block(mlp_input(xk, q), q, mlp_rs)), q, grid.dt)
+        xk = step(xk, y, xi, q, grid.dt)
+        return mlp_step(xk, block(mlp_input(xk, q), q, mlp_rs), q, grid.dt)
+
+    return march(x, grid.steps, layer, checkpoints, record, progress, stop=stop)
+
+
+def _both(*fns: Callable[[torch.Tensor], None]) -> Callable[[torch.Tensor], None]:
+    """One callback calling each of `fns` with its argument."""
+    def call(mask: torch.Tensor) -> None:
+        for f in fns:
+            f(mask)
+    return call
+
+
+UNTIL: tuple[str, ...] = ("horizon", "decided")
+DECIDE_DT = 0.05  # default test interval for until='decided', in depth time
+
+
+def decide_every(dt: float) -> int:
+    """Layers between two decision tests: the most that stay within depth time `DECIDE_DT`."""
+    return max(1, int(DECIDE_DT / dt + 1e-9))
+
+
+def _check_until(until: str, tol: float | None, every: int | None, dt: float,
+                 dtype: str | torch.dtype = "float64") -> tuple[float, int] | None:
+    if until not in UNTIL:
+        raise ParameterError(f"until must be one of {', '.join(UNTIL)}; got {until!r}")
+    if until == "horizon":
+        if tol is not None or every is not None:
+            raise ParameterError("tol and decide_every are only used with until='decided'")
+        return None
+    name = str(resolve_dtype(dtype)).removeprefix("torch.")
+    t = check_tol(DECIDE_TOL if tol is None else tol, "tol", name)
+    return t, decide_every(dt) if every is None else check_int("decide_every", every, 1)
+
+
+DECIDE_TOL = 1e-6
+
+
+def simulate(
+    params: ModelParams,
+    grid: TimeGrid | None = None,
+    *,
+    layers: int | None = None,
+    alpha: float | None = None,
+    T: float | None = None,
+    dt: float | None = None,
+    runs: int = 1,
+    init: str | np.ndarray | torch.Tensor = "uniform",
+    rho0: float | None = None,
+    seed: int = 0,
+    sampler: str = "auto",
+    scheme: str = "network",
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float64",
+    checkpoints: int | Sequence[int] | None = None,
+    record: Sequence[str] = ("gram",),
+    batch_size: int | None = None,
+    progress: Progress | None = None,
+    until: str = "horizon",
+    tol: float | None = None,
+    decide_every: int | None = None,
+) -> SimResult:
+    """Simulate `runs` independent systems; the horizon is `grid`, `(layers, alpha)` or `(T, dt)`.
+
+    `sampler`: 'auto' | 'fast' | 'full' | 'gram' (see `samplers.choose_sampler`). `scheme`:
+    'network' (the discrete model) or 'sde' (its depth limit). `record`: any of 'gram', 'tokens'.
+    `batch_size`: runs advanced together (default `default_batch`); the numbers never depend on it.
+    `until='decided'`: the horizon is a maximum; each run stops at the first test (every
+    `decide_every` layers, default `decide_every(dt)`) at which every pair of tokens is within
+    `tol` (default 1e-6) of +1 or -1, and `SimResult.decided_at` holds that layer (-1: never).
+    A run's numbers up to its decision are those of the fixed-horizon run with the same seed.
+    """
+    grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt)
+    _check_call(params, grid, runs, sampler, device, dtype, checkpoints, record, progress, init)
+    runs = check_int("runs", runs, 1)
+    seed = check_int("seed", seed, 0)
+    if scheme not in SCHEMES:
+        raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+    if params.norm == "peri" and scheme == "sde":
+        check_peri_sde(params)
+    bad = set(record) - set(RECORDS)
+    if bad:
+        raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
+    stopping = _check_until(until, tol, decide_every, grid.dt, dtype)
+    init_kind = _check_init(init, params, runs, rho0)
+    tdtype, dev = resolve_dtype(dtype), resolve_device(device)
+    used = choose_sampler(params, sampler)
+    ck = resolve_checkpoints(checkpoints, grid.steps)
+    bs = default_batch(runs, params, used, tdtype, dev) if batch_size is None else check_int(
+        "batch_size", batch_size, 1)
+    bs = runs if bs >= runs else math.ceil(bs / RUN_BLOCK) * RUN_BLOCK
+    n, d, K = params.n, params.d, len(ck)
+    width = n if used == "gram" else d
+    gram = torch.empty(runs, K, n, n, dtype=tdtype) if "gram" in record else None
+    toks = torch.empty(runs, K, n, width, dtype=tdtype) if "tokens" in record else None
+    finals = []
+    layer_of = np.full(runs, -1, dtype=np.int64)
+    t0 = time.perf_counter()
+    for start in range(0, runs, bs):
+        stop = min(start + bs, runs)
+        rs = RunStreams(seed, runs, start, stop, dev)
+        if used == "gram" and isinstance(init, str) and init == "uniform":
+            x = uniform_frame(rs, n, d, tdtype)
+        else:
+            x = initial_tokens(init, params, rs, start, tdtype, rho0)
+
+        def rec(c: int, xc: torch.Tensor, rows: torch.Tensor | None = None, lo: int = start,
+                hi: int = stop) -> None:
+            if not bool(torch.isfinite(xc).all()):
+                hint = "lower beta or sigma" + (" or use float64" if tdtype != torch.float64
+                                                else "")
+                raise FloatingPointError(
+                    f"non-finite tokens at checkpoint {c} (beta={params.beta}, sigma="
+                    f"{params.noise_scale}, dtype={tdtype}): the step overflowed; {hint}")
+            at = slice(lo, hi) if rows is None else rows + lo
+            if gram is not None:
+                u = xc if params.norm == "post" else normalize(xc)  # the tokens' directions
+                gram[at, c] = (u @ u.transpose(-1, -2)).cpu()
+            if toks is not None:
+                toks[at, c] = xc.cpu()
+
+        # the Gram sampler draws the forms' compressions to its frame, from the same streams
+        forms = qk_draws(params, scheme, rs, tdtype) if used != "gram" else None
+        framed = frame_forms(params, scheme, rs.derived(QK_STREAM), tdtype) if (
+            used == "gram" and params.qk_law.random) else None
+        mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
+        retain = _both(rs.retain, *(f.retain for f in (forms, framed, mlp_rs) if f is not None))
+        halt = None if stopping is None else Stop(*stopping, stop - start, retain,
+                                                  directions=params.norm != "post")
+        if used == "gram":
+            xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt,
+                                forms=framed, mlp_rs=mlp_rs)
+        else:
+            xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt,
+                           forms=forms, mlp_rs=mlp_rs)
+        if halt is not None:
+            layer_of[start:stop] = halt.layer
+            if progress is not None:  # the layers that decided runs did not need
+                progress(int(np.where(halt.layer >= 0, grid.steps - halt.layer, 0).sum()))
+        finals.append(xf.cpu())
+    extra = {} if stopping is None else {"tol": stopping[0], "decide_every": stopping[1],
+                                         "max_T": grid.T}
+    return SimResult(
+        params=params, grid=grid, runs=runs, seed=seed, sampler=used, scheme=scheme,
+        init=init_kind if init_kind != "pair" else f"pair(rho0={rho0})", checkpoints=ck,
+        x=torch.cat(finals), gram=gram, tokens=toks,
+        dtype=str(tdtype).removeprefix("torch."), device=str(dev),
+        wall_s=time.perf_counter() - t0, extra=extra,
+        decided_at=None if stopping is None else layer_of,
+    )

@@ -1,0 +1,364 @@
+"""Experiment kinds for sweeps: pure functions `(cell, seed) -> statistics`, kept in a registry.
+
+A *kind* declares its parameters (type, default, allowed range); `ExperimentKind.normalize` turns a
+raw cell (from a TOML grid) into its canonical form — every parameter present, coerced and
+validated — so that equal cells hash equally. `run(cell, seed)` must depend on nothing else.
+Other modules add kinds with `register` or the `experiment` decorator; a sweep file names its kind
+and nothing else: built-in kinds are found by name (`BUILTIN_KINDS`), and installed packages add
+theirs through the entry-point group `tokensde.kinds`.
+
+Built-in kinds:
+- `multi_token`: n tokens from uniform initial positions; outcome probabilities at the horizon
+  (spec §7, `tokensde.analysis.clusters`) with Wilson intervals and the law of the minority side of
+  bipolar states, for `model` = 'noise' (the pure-noise model, M = 0), 'flow' (the deterministic
+  attention flow, sigma = 0, M = I) or 'hybrid' (M = I with matrix noise sigma; turn sigma down
+  towards 0 to approach the flow);
+- `null`: a seeded uniform and an optional sleep, for engine tests and overhead benchmarks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..analysis import clusters
+from ..analysis.stats import censored_quantiles, wilson
+from ..model.attention import ATTENTION_KINDS
+from ..model.checks import check_tol
+from ..model.mlp import MLPS
+from ..model.params import NORMS, ParameterError, check_choice, check_int, check_real
+from ..model.qk import QK_LAWS, QK_REDRAWS
+
+Stats = dict[str, Any]
+RunFn = Callable[[dict[str, Any], int], Stats]
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a kind: `check(name, value)` validates and coerces a value."""
+
+    check: Callable[[str, Any], Any]
+    default: Any = _REQUIRED
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        """True when the parameter has no default."""
+        return self.default is _REQUIRED
+
+
+def integer(minimum: int, default: Any = _REQUIRED, doc: str = "") -> Param:
+    """An integer parameter >= minimum."""
+    return Param(lambda k, v: check_int(k, v, minimum), default, doc)
+
+
+def real(minimum: float = 0.0, default: Any = _REQUIRED, strict: bool = False,
+         doc: str = "") -> Param:
+    """A finite real parameter >= minimum (> if strict)."""
+    return Param(lambda k, v: check_real(k, v, minimum, strict), default, doc)
+
+
+def choice(choices: tuple[str, ...], default: Any = _REQUIRED, doc: str = "") -> Param:
+    """A string parameter from `choices`."""
+    return Param(lambda k, v: check_choice(k, v, choices), default, doc)
+
+
+def fraction(default: float, doc: str = "") -> Param:
+    """A real parameter in (0, 1]."""
+    def check(k: str, v: Any) -> float:
+        x = check_real(k, v, 0.0, strict=True)
+        if x > 1.0:
+            raise ParameterError(f"{k} must be a number in (0, 1]; got {v!r}")
+        return x
+    return Param(check, default, doc)
+
+
+def real_or_auto(default: Any = "auto", doc: str = "") -> Param:
+    """'auto' or a finite real > 0."""
+    def check(k: str, v: Any) -> float | str:
+        return "auto" if v == "auto" else check_real(k, v, 0.0, strict=True)
+    return Param(check, default, doc)
+
+
+@dataclass(frozen=True)
+class ExperimentKind:
+    """A named experiment: its parameters and the pure function that runs one cell."""
+
+    name: str
+    run: RunFn
+    params: Mapping[str, Param]
+    doc: str = ""
+    finalize: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None
+
+    def normalize(self, cell: Mapping[str, Any]) -> dict[str, Any]:
+        """The canonical cell: keys sorted, defaults filled in, values validated and coerced."""
+        unknown = sorted(set(cell) - set(self.params))
+        if unknown:
+            raise ParameterError(f"{', '.join(unknown)}: not a parameter of experiment kind "
+                                 f"{self.name!r} (known: {', '.join(sorted(self.params))})")
+        out: dict[str, Any] = {}
+        for key in sorted(self.params):
+            spec = self.params[key]
+            if key in cell:
+                out[key] = spec.check(key, cell[key])
+            elif spec.required:
+                raise ParameterError(f"{key} is required by experiment kind {self.name!r}")
+            else:
+                out[key] = spec.default
+        return out if self.finalize is None else self.finalize(out, set(cell))
+
+    def __call__(self, cell: Mapping[str, Any], seed: int) -> Stats:
+        """Run one (raw or canonical) cell with `seed`."""
+        return self.run(self.normalize(cell), check_int("seed", seed, 0))
+
+
+KINDS: dict[str, ExperimentKind] = {}
+
+
+def register(kind: ExperimentKind) -> ExperimentKind:
+    """Add `kind` to the registry; a name can be registered once (re-registering the same
+    function, as on a module reload, is allowed)."""
+    old = KINDS.get(kind.name)
+    if old is not None and old.run.__qualname__ != kind.run.__qualname__:
+        raise ValueError(f"experiment kind {kind.name!r} is already registered by "
+                         f"{old.run.__module__}.{old.run.__qualname__}")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def experiment(name: str, doc: str = "", **params: Param) -> Callable[[RunFn], RunFn]:
+    """Decorator: register `fn(cell, seed) -> stats` as kind `name` with these parameters."""
+    def deco(fn: RunFn) -> RunFn:
+        register(ExperimentKind(name, fn, dict(params), doc or (fn.__doc__ or "").strip()))
+        return fn
+    return deco
+
+
+# Built-in kinds by name -> the module that registers them (imported on first use).
+BUILTIN_KINDS = {"multi_token": __name__, "null": __name__, "two_token": "tokensde.sweep.two_token",
+                 "vit_depth": "tokensde.vit.depth"}
+# `module` values written by earlier versions into sweep files and manifests: read and ignored.
+LEGACY_MODULES = frozenset({"tokensde.experiments", "tokensde.phase_grid", "tokensde.two_tokens",
+                            "tokensde.vit.depth", "tokensde.sweep.kinds", "tokensde.sweep.two_token"})
+ENTRY_POINTS = "tokensde.kinds"  # installed packages add kinds here: name = "pkg.mod"
+
+
+def _plugin_kinds() -> dict[str, str]:
+    from importlib.metadata import entry_points
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINTS)}
+
+
+def kind_names() -> list[str]:
+    """Every kind a sweep can name: built in, registered, or from an installed entry point."""
+    return sorted({*BUILTIN_KINDS, *KINDS, *_plugin_kinds()})
+
+
+def get_kind(name: str, module: str | None = None) -> ExperimentKind:
+    """The kind called `name`: registered, built in, or from the entry-point group `tokensde.kinds`.
+
+    `module` is what sweep files of earlier versions named; those names are accepted and ignored,
+    any other is refused (a sweep file never chooses code to import)."""
+    if module and module not in LEGACY_MODULES:
+        raise ParameterError(f"module {module!r} (for experiment kind {name!r}) is not read: kinds are "
+                             f"found by name ({', '.join(kind_names())}); a package adds one through "
+                             f"the entry-point group {ENTRY_POINTS!r}")
+    if name not in KINDS:
+        target = BUILTIN_KINDS.get(name) or _plugin_kinds().get(name)
+        if target is not None:
+            importlib.import_module(target.split(":")[0])
+    if name not in KINDS:
+        raise ParameterError(f"kind must be a registered experiment kind "
+                             f"({', '.join(kind_names())}); got {name!r}")
+    return KINDS[name]
+
+
+# ----------------------------------------------------------------------------- multi-token
+
+DT_MAX = 0.02
+# Auto step: dt = min(DT_MAX, DT_KICK / d) keeps the per-layer noise kick sqrt(dt d) sigma
+# and the Ito term (d - 1) dt sigma^2 / 2 of the discrete network small for every d.
+DT_KICK = 0.2
+
+
+def auto_dt(d: int, dt: float | str) -> float:
+    """Layer step of a cell: `dt` itself, or `min(DT_MAX, DT_KICK / d)` for 'auto'."""
+    return min(DT_MAX, DT_KICK / d) if dt == "auto" else float(dt)
+
+
+def outcome_stats(report: clusters.ClusterReport, n: int) -> Stats:
+    """Counts, probabilities and 95% Wilson intervals of each outcome; minority-side law."""
+    runs = report.outcome.shape[0]
+    out: Stats = {}
+    for name, k in report.counts().items():
+        lo, hi = wilson(k, runs)
+        out.update({f"k_{name}": k, f"p_{name}": k / runs, f"p_{name}_lo": float(lo),
+                    f"p_{name}_hi": float(hi)})
+    law = clusters.minority_law(report, n)
+    m = np.arange(1, n // 2 + 1)
+    out["minority"] = [int(c) for c in law]
+    out["minority_mean"] = float((law * m).sum() / law.sum()) if law.sum() else math.nan
+    return out
+
+
+def summary_stats(report: clusters.ClusterReport) -> Stats:
+    """Run averages of the cluster descriptors."""
+    return {
+        "mean_clusters": float(report.n_clusters.mean()),
+        "mean_poles": float(report.n_poles.mean()),
+        "mean_antipodal_fraction": float(report.antipodal_fraction.mean()),
+        "mean_effective_rank": float(report.effective_rank.mean()),
+    }
+
+
+def model_params(cell: dict[str, Any]) -> Any:
+    """`ModelParams` of a multi-token cell: M = 0 for model 'noise', M = I otherwise."""
+    from ..model.params import ModelParams
+
+    mean = "none" if cell["model"] == "noise" else "identity"
+    variants = {k: cell[k] for k in VARIANTS if k in cell}
+    return ModelParams(n=cell["n"], d=cell["d"], beta=cell["beta"], attention=cell["attention"],
+                       mean=mean, sigma=cell["sigma"], **variants)
+
+
+def decision_stats(decided_at: np.ndarray | None, steps: int, dt: float, runs: int) -> Stats:
+    """Run-layers stepped, and the time to decision: fraction decided, median and 90 % quantile
+    over all runs (undecided runs count as later than the horizon: nan past it)."""
+    if decided_at is None:
+        return {"run_layers": runs * steps}
+    done = decided_at >= 0
+    t = np.where(done, decided_at * dt, np.nan)
+    q = censored_quantiles(t, [0.5, 0.9])
+    return {"run_layers": int(np.where(done, decided_at, steps).sum()),
+            "p_decided": float(done.mean()), "t_decided_median": q[0], "t_decided_q90": q[1],
+            "t_decided_max": float(np.nanmax(t)) if done.any() else math.nan}
+
+
+def hovering_stats(report: clusters.ClusterReport, g_end: np.ndarray, g_before: np.ndarray,
+                   loose_tol: float) -> Stats:
+    """Runs not decided at `tol` that are bipolar at `loose_tol` at both checkpoints (the start
+    and the end of the motion window): formations whose antipodal gaps hover between the two
+    tolerances instead of closing. Count, fraction and 95 % Wilson interval."""
+    und = report.outcome == clusters.Outcome.UNDECIDED
+    k = 0
+    if und.any():
+        end = clusters.analyze(g_end[und], loose_tol).bipolar
+        start = clusters.analyze(g_before[und], loose_tol).bipolar
+        k = int((end & start).sum())
+    runs = len(report.outcome)
+    lo, hi = wilson(k, runs)
+    return {"k_hovering": k, "p_hovering": k / runs, "p_hovering_lo": float(lo),
+            "p_hovering_hi": float(hi)}
+
+
+def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
+    """Simulate `runs` systems of n uniform tokens, each until decided (every pair within `tol`
+    of +-1) or to the horizon T (`until='horizon'`: every run to T), and classify the outcomes
+    at `tol`; a run still undecided at T gets the motion test over the last `window * T`."""
+    from ..model.params import TimeGrid
+    from ..sim.simulate import simulate
+
+    p = model_params(cell)
+    grid = TimeGrid.make(T=cell["T"], dt=auto_dt(p.d, cell["dt"]))
+    before = min(grid.steps - 1, round(grid.steps * (1.0 - cell["window"])))
+    tol = cell["tol"]
+    stop = {"until": "decided", "tol": tol} if cell["until"] == "decided" else {}
+    res = simulate(p, grid, runs=cell["runs"], seed=seed, sampler=cell["sampler"],
+                   scheme=cell["scheme"], checkpoints=[before, grid.steps], **stop)
+    if res.gram is None:  # simulate keeps the Gram matrices at the checkpoints asked for
+        raise RuntimeError("simulate returned no Gram matrices at the checkpoints")
+    g_end, g_before = res.gram[:, -1].numpy(), res.gram[:, 0].numpy()
+    report = clusters.analyze(g_end, tol, before=g_before)
+    robust = clusters.tolerance_report(g_end, tol, before=g_before)
+    return {
+        "horizon": grid.T, "steps": grid.steps, "layer_dt": grid.dt, "sampler_used": res.sampler,
+        **outcome_stats(report, p.n), **summary_stats(report),
+        **hovering_stats(report, g_end, g_before, cell["loose_tol"]),
+        **decision_stats(res.decided_at, grid.steps, grid.dt, cell["runs"]),
+        # a run stopped at tol is by construction not yet within tol / 10: not measurable
+        "tol_changed_down": robust["changed_down"] if cell["until"] == "horizon" else math.nan,
+        "tol_changed_up": robust["changed_up"],
+    }
+
+
+MODELS = ("noise", "flow", "hybrid")
+
+
+# the model variants of docs/variants.md: in a canonical cell only when not at their defaults,
+# so the ids and seeds of the cells of earlier sweeps are unchanged
+VARIANTS: dict[str, Param] = {
+    "heads": integer(1, 1, "attention heads (docs/variants.md §2)"),
+    "qk": Param(lambda k, v: QK_LAWS.check(v, k), "identity",
+                "query/key law: identity | gaussian | wigner | goe (docs/variants.md §3)"),
+    "qk_scale": real(0.0, 1.0, strict=True, doc="scale s of a random qk law"),
+    "qk_redraw": choice(QK_REDRAWS, "run", "run: forms fixed per run; layer: redrawn every layer"),
+    "norm": choice(NORMS, "post", "normalisation placement post | pre | peri (docs/variants.md §4)"),
+    "mlp": Param(lambda k, v: MLPS.check(v, k), "none",
+                 "random MLP block: none | relu | gelu (docs/variants.md §5)"),
+    "mlp_sigma": real(0.0, 1.0, doc="output scale of the MLP block (per coordinate, unit token)"),
+}
+
+
+def _check_model(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    if cell["model"] == "flow":
+        if "sigma" in given and cell["sigma"] != 0.0:
+            raise ParameterError(f"sigma must be 0 (or left out) for model='flow'; got "
+                                 f"{cell['sigma']!r}")
+        cell["sigma"] = 0.0
+    for key, spec in VARIANTS.items():
+        if cell[key] == spec.default:
+            del cell[key]
+    return cell  # an invalid combination (qk_scale without a random qk) fails as its cell runs
+
+
+register(ExperimentKind(
+    "multi_token",
+    multi_token_cell,
+    {
+        "model": choice(MODELS, "noise", "noise: M = 0; flow: sigma = 0, M = I; hybrid: M = I"),
+        "n": integer(2, doc="number of tokens"),
+        "d": integer(2, doc="dimension"),
+        "beta": real(0.0, doc="attention strength"),
+        "sigma": real(0.0, 1.0, doc="matrix-noise scale (0 for the flow)"),
+        "runs": integer(1, doc="independent systems"),
+        "T": real(0.0, strict=True, doc="horizon in depth time"),
+        "dt": real_or_auto(doc="layer step alpha^2 ('auto': min(0.02, 0.2/d))"),
+        "tol": Param(lambda k, v: check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
+        "window": fraction(0.1, "motion test over the last window*T"),
+        "loose_tol": Param(lambda k, v: check_tol(v, k), 1e-3,
+                           "undecided runs bipolar at this looser tolerance over the whole "
+                           "window are counted as hovering"),
+        "attention": Param(lambda k, v: ATTENTION_KINDS.check(v, k), "softmax",
+                           "an attention kind of tokensde.model.attention"),
+        "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
+        "scheme": choice(("network", "sde"), "network"),
+        "until": choice(("decided", "horizon"), "decided",
+                        "decided: each run stops once decided, T is the maximum; horizon: all to T"),
+        **VARIANTS,
+    },
+    "n tokens from uniform positions: outcome law at absorption (spec §7)",
+    finalize=_check_model,
+))
+
+
+@experiment("null", sleep_s=real(0.0, 0.0), x=real(-math.inf, 0.0), runs=integer(1, 1),
+            T=real(0.0, 1.0))
+def null_cell(cell: dict[str, Any], seed: int) -> Stats:
+    """Engine check: `u` is a uniform drawn from `seed`, after sleeping `sleep_s` seconds."""
+    if cell["sleep_s"]:
+        time.sleep(cell["sleep_s"])
+    return {"u": float(np.random.default_rng(seed).random()), "x2": cell["x"] ** 2}
+
+
+def describe(name: str) -> dict[str, Any]:
+    """Parameters of kind `name` with their defaults (required ones as None) and docs."""
+    k = get_kind(name)
+    return {"kind": k.name, "doc": k.doc,
+            "params": {p: {"default": None if s.required else s.default, "doc": s.doc}
+                       for p, s in sorted(k.params.items())}}

@@ -1,0 +1,136 @@
+"""The two-token phase grid (spec §5) as the sweep kind `two_token`.
+
+One cell is one `two_token_mc.monte_carlo` estimate of `P_anti` at `(beta, d)`, with the exact
+theory beside it: the tol -> 0 probability and the probability of reaching the antipodal
+tolerance first, which is what runs stopped at `tol` measure. A grid is a sweep file (the study's
+are `tokensde/study/sweeps/phase-*.toml`) run by `tokensde.sweep.engine.run_sweep` or `tokensde sweep
+run`: resumable cell by cell, on a local pool or Ray, and seeded like every sweep (a cell's seed
+comes from the hash of its parameters). `beta_offset` places a cell relative to the boundary,
+`beta = beta_c(d) + beta_offset`; `dt = 'auto'` is `dt_scale / d`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..analysis.pair_monte_carlo import ENGINES, monte_carlo
+from ..model.mlp import MLPS
+from ..model.params import ParameterError, check_real
+from ..theory import decision_time as absorption
+from ..theory import two_tokens as tt
+from .engine import SweepConfig
+from .kinds import ExperimentKind, Param, Stats, choice, integer, real, register
+
+KIND = "two_token"
+# the study tabulates these columns of a two_token sweep table, in this order
+COLUMNS: tuple[str, ...] = (
+    "beta", "d", "init", "rho0", "engine", "runs", "T", "dt", "steps", "seed", "tol",
+    "antipodal", "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "p_merged", "p_undecided",
+    "theory", "theory_tol", "outside", "until", "t_decided_median", "t_decided_q90",
+    "decision_rate", "beta_c", "wall_s", "version")
+DECISION_RATE_MAX_D = 64  # the survival eigenproblem is solved for d up to this
+MLP_DEFAULTS: dict[str, Any] = {"mlp": "none", "mlp_sigma": 1.0}
+
+
+def _optional_real(minimum: float, doc: str) -> Param:
+    def check(k: str, v: Any) -> float | None:
+        return None if v is None else check_real(k, v, minimum)
+    return Param(check, None, doc)
+
+
+def _dt(k: str, v: Any) -> float | str:
+    return "auto" if v == "auto" else check_real(k, v, 0.0, strict=True)
+
+
+def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    """Resolve `beta_offset` into `beta` and `dt = 'auto'` into `dt_scale / d` (idempotent: a
+    canonical cell carries both `beta_offset` and the `beta` it gives)."""
+    beta, off = cell["beta"], cell["beta_offset"]
+    if off is not None:
+        bc = float(tt.beta_c(cell["d"]))
+        cell["beta"] = round(bc + off, 6)
+        if cell["beta"] < 0:
+            raise ParameterError(f"beta_offset must be >= -beta_c(d) = {-bc:.6g} at d = "
+                                 f"{cell['d']} (beta must be >= 0); got {off!r}")
+    if cell["beta"] is None or (off is not None and beta not in (None, cell["beta"])):
+        raise ParameterError("give exactly one of beta (>= 0) and beta_offset "
+                             f"(beta = beta_c(d) + beta_offset); got beta={beta!r}, "
+                             f"beta_offset={off!r}")
+    if cell["dt"] == "auto":
+        cell["dt"] = cell["dt_scale"] / cell["d"]
+    if cell["mlp"] == "none" and cell["mlp_sigma"] != MLP_DEFAULTS["mlp_sigma"]:
+        raise ParameterError(f"mlp_sigma is used only with an MLP block (mlp = relu, gelu); got "
+                             f"mlp_sigma={cell['mlp_sigma']!r} with mlp='none'")
+    for key, default in MLP_DEFAULTS.items():  # out of the canonical cell at their defaults, so
+        if cell[key] == default:               # the ids and seeds of earlier cells are unchanged
+            del cell[key]
+    return cell
+
+
+def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
+    """`P_anti` of two tokens at (beta, d) by Monte Carlo (`two_token_mc.monte_carlo`), each run
+    until decided (`1 - |rho| < tol`) or the maximum horizon T, with the exact theory."""
+    beta, d, tol = cell["beta"], cell["d"], cell["tol"]
+    mlp = {k: cell.get(k, v) for k, v in MLP_DEFAULTS.items()}
+    out = monte_carlo(beta, d, cell["rho0"], runs=cell["runs"], T=cell["T"], dt=cell["dt"],
+                      seed=seed, tol=tol, engine=cell["engine"], sampler=cell["sampler"],
+                      until=cell["until"], **mlp)
+    r = out.to_dict()
+    block = mlp["mlp"] != "none"
+    if block:
+        from ..theory.mlp_block import p_first_from
+
+        at_tol = p_first_from(beta, d, out.rho0, tol, **mlp)
+    else:
+        at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, tol)
+    return {
+        "init": "uniform" if out.rho0 == "uniform" else "pair", "steps": out.steps,
+        "antipodal": out.antipodal, "merged": out.merged, "undecided": out.undecided,
+        "p_anti": out.p_anti, "ci_lo": r["ci"][0], "ci_hi": r["ci"][1],
+        "p_merged": r["p_merged"], "p_undecided": r["undecided"], "theory": out.theory,
+        "theory_tol": at_tol, "outside": not r["ci"][0] <= at_tol <= r["ci"][1],
+        "t_decided_median": r.get("t_decided_median", math.nan),
+        "t_decided_q90": r.get("t_decided_q90", math.nan),
+        "decision_rate": (absorption.decision_rate(beta, d, tol)
+                          if d <= DECISION_RATE_MAX_D and not block else math.nan),
+        "beta_c": tt.beta_c(d),
+    }
+
+
+register(ExperimentKind(
+    KIND,
+    two_token_cell,
+    {
+        "beta": _optional_real(0.0, "attention strength (or give beta_offset)"),
+        "beta_offset": _optional_real(-math.inf, "beta = beta_c(d) + beta_offset"),
+        "d": integer(2, doc="dimension"),
+        "rho0": Param(lambda k, v: tt.check_rho0(v), "uniform",
+                      "initial <x1, x2> in [-1, 1], or 'uniform'"),
+        "runs": integer(1, doc="independent pairs"),
+        "T": real(0.0, strict=True, doc="maximum horizon in depth time"),
+        "dt": Param(_dt, "auto", "layer step alpha^2 ('auto': dt_scale / d)"),
+        "dt_scale": real(0.0, 0.05, strict=True, doc="dt = dt_scale / d when dt = 'auto'"),
+        "tol": real(0.0, 1e-8, strict=True, doc="decided when 1 - |rho| < tol"),
+        "engine": choice(ENGINES, "network", "network: the d-dim network; reduced: rho SDE"),
+        "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
+        "until": choice(("decided", "horizon"), "decided",
+                        "decided: each run stops once decided, T is the maximum; horizon: all to T"),
+        "mlp": Param(lambda k, v: MLPS.check(v, k), "none",
+                     "random MLP block none | relu | gelu (docs/variants.md §5)"),
+        "mlp_sigma": real(0.0, 1.0, doc="output scale of the MLP block"),
+    },
+    "two tokens: P(antipodal) at (beta, d) against the exact theory (spec §5)",
+    finalize=_finalize,
+))
+
+
+def grid_config(betas: list[float], ds: list[int], rho0: float | str = "uniform", *,
+                runs: int = 200, T: float = 30.0, seed: int = 0, engine: str = "network",
+                name: str = "two-token-grid") -> SweepConfig:
+    """A `two_token` sweep over every (beta, d) of `betas` x `ds` (dt = 0.05/d), as
+    `tokensde two-token grid` runs it."""
+    return SweepConfig.from_dict({
+        "name": name, "kind": KIND, "module": __name__, "seed": seed, "runs": runs, "T": T,
+        "params": {"rho0": rho0, "engine": engine},
+        "grid": {"beta": list(betas), "d": list(ds)}}, where="two-token grid")

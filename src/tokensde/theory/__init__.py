@@ -1,0 +1,1 @@
+"""Exact results (numpy/scipy only): two-token laws, first passage, decision times."""

@@ -1,0 +1,227 @@
+"""Time to decision of two tokens (spec §5): how long a pair stays undecided, from theory.
+
+A pair is *decided* once `1 - |rho| < tol`. In `z = artanh(rho)` the §5 diffusion has bounded
+coefficients, and the decision time is the exit time of `[-z_tol, z_tol]`,
+`z_tol = artanh(1 - tol)`. Its survival function `S(t) = P(tau > t)` solves the backward equation
+`u_t = a u' + b^2 u''/2`, `u(0) = 1` inside and `u = 0` on the edges, averaged over the initial law.
+It is computed here by finite differences in z, stepped in time by Crank-Nicolson; its tail
+decays at the principal rate `kappa_0` (`decision_rate`), the top eigenvalue of the symmetrised
+generator.
+
+As `tol -> 0`, `kappa_0` tends to the slower of the two boundary rates (`boundary_rates`): near an
+attracting edge the log-gap is a Brownian motion with drift `-mu` (the Lyapunov exponent) and
+variance `s^2` per unit time, whose first-passage tail decays like `exp(-mu^2 t / (2 s^2))`:
+merged `mu = sigma^2 (d - 1)`, `s^2 = 4 sigma^2`; antipodal `mu = -lambda_anti`,
+`s^2 = 8 sigma^2 / (1 + sech 2beta)`. Near `beta_c`, `mu -> 0` and decisions take ever longer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+from scipy import linalg, special
+
+from ..model.params import ParameterError, check_int, check_real
+from .two_tokens import check_rho0, lyapunov_antipodal, z_coefficients
+
+NODES = 1200  # interior grid nodes in z (at least; more where the drift is strong)
+
+
+def boundary_rates(beta: float, d: float, sigma: float = 1.0) -> dict[str, float]:
+    """Tail rates `mu^2 / (2 s^2)` of the time to reach a small gap at each attracting edge
+    (nan for an edge that repels)."""
+    b, dd, s = check_real("beta", beta), check_real("d", d, 2.0), check_real("sigma", sigma)
+    lam = float(lyapunov_antipodal(b, dd, s))
+    s_anti = 8.0 * s * s / (1.0 + 1.0 / math.cosh(min(2.0 * b, 700.0)))
+    return {"merged": (s * s * (dd - 1.0)) ** 2 / (8.0 * s * s),
+            "antipodal": lam * lam / (2.0 * s_anti) if lam < 0 else math.nan}
+
+
+def _generator(beta: float, d: float, tol: float, sigma: float, nodes: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Nodes `z`, and the generator symmetrised by a diagonal similarity (same eigenvalues):
+    diagonal, off-diagonal, and the node spacing."""
+    edge = math.atanh(1.0 - tol)
+    a_max = sigma**2 * (d - 2.0 + 1.0)  # |drift| <= sigma^2 ((d-2) m + s) <= sigma^2 (d - 1)
+    # central differences need positive off-diagonals: h < b^2 / |a|, b^2 >= sigma^2
+    n = max(nodes, int(2.0 * edge * a_max / (0.5 * sigma**2)) + 1)
+    z = np.linspace(-edge, edge, n + 2)[1:-1]
+    h = z[1] - z[0]
+    a, b = z_coefficients(z, beta, d, sigma, None)
+    diff = 0.5 * b * b / (h * h)
+    up, down = diff + 0.5 * a / h, diff - 0.5 * a / h  # A[i, i+1], A[i, i-1]
+    diag = -2.0 * diff
+    # D_{i+1} / D_i = sqrt(A[i, i+1] / A[i+1, i]) makes D A D^-1 symmetric, off-diagonal:
+    off = np.sqrt(up[:-1] * down[1:])
+    return z, diag, off, h
+
+
+def check_first_passage(beta: float, d: float, tol: float,
+                        sigma: float) -> tuple[float, float, float, float]:
+    """Validated `(beta, d, tol, sigma)` of a first-passage question; ParameterError names each."""
+    b = check_real("beta", beta)
+    dd = check_real("d", d, 2.0)
+    t = check_real("tol", tol, 0.0, strict=True)
+    if not 1e-14 <= t <= 0.5:
+        raise ParameterError(f"tol must be a number in [1e-14, 0.5]; got {tol!r}")
+    s = check_real("sigma", sigma, 0.0, strict=True)
+    return b, dd, t, s
+
+
+def decision_rate(beta: float, d: float, tol: float = 1e-8, sigma: float = 1.0,
+                  nodes: int = NODES) -> float:
+    """Principal rate `kappa_0`: `P(tau > t) ~ C exp(-kappa_0 t)` for the decision time at `tol`."""
+    b, dd, t, s = check_first_passage(beta, d, tol, sigma)
+    _, diag, off, _ = _generator(b, dd, t, s, check_int("nodes", nodes, 50))
+    top = linalg.eigh_tridiagonal(diag, off, select="i", select_range=(len(diag) - 1,
+                                                                        len(diag) - 1),
+                                  eigvals_only=True)
+    return float(-top[0])
+
+
+def _initial_weights(z: np.ndarray, d: float, rho0: float | str) -> np.ndarray:
+    """Probability of each node under the initial law (a point mass is split linearly)."""
+    w = np.zeros_like(z)
+    if rho0 == "uniform":
+        a = 0.5 * (d - 1.0)
+        h = z[1] - z[0]
+        edges = np.tanh(np.concatenate([[z[0] - h / 2], z + h / 2]))
+        cdf = special.betainc(a, a, 0.5 * (1.0 + np.clip(edges, -1.0, 1.0)))
+        w = np.diff(cdf)
+        return w / w.sum()
+    z0 = math.atanh(max(-1.0 + 1e-300, min(1.0 - 1e-16, float(rho0))))
+    k = np.searchsorted(z, z0)
+    if k == 0 or k == len(z):
+        return w  # starts decided
+    f = (z0 - z[k - 1]) / (z[k] - z[k - 1])
+    w[k - 1], w[k] = 1.0 - f, f
+    return w
+
+
+def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "uniform",
+             tol: float = 1e-8, sigma: float = 1.0, nodes: int = NODES) -> np.ndarray:
+    """`P(tau > t)` at each of `times` for the §5 pair started at `rho0` (or 'uniform').
+
+    The backward equation `u_t = A u` (A the finite-difference generator) is stepped by
+    Crank-Nicolson, after four implicit-Euler steps that damp the jump of `u(0) = 1` at the
+    edges; `S(t) = sum_i w_i u_i(t)` with `w` the initial law on the nodes.
+    """
+    b, dd, t, s = check_first_passage(beta, d, tol, sigma)
+    tt = np.asarray(times, dtype=float)
+    if tt.ndim != 1 or not np.all(np.isfinite(tt)) or np.any(tt < 0):
+        raise ParameterError("times must be a 1-D array of finite numbers >= 0")
+    z, diag, up, down = _tridiagonal(b, dd, t, s, check_int("nodes", nodes, 50))
+    w = _initial_weights(z, dd, check_rho0(rho0))
+    order = np.argsort(tt)
+    out = np.empty_like(tt)
+    u = np.ones_like(z)
+    now, first = 0.0, True
+    h_max = 0.02 / max(1.0, s * s * (dd - 1.0) / 4.0)
+    for k in order:
+        span = tt[k] - now
+        steps = math.ceil(span / h_max - 1e-12) if span > 0 else 0
+        for _ in range(steps):
+            h = span / steps
+            if first:
+                for _ in range(4):
+                    u = _implicit_step(u, diag, up, down, h / 4, 1.0)
+                first = False
+            else:
+                u = _implicit_step(u, diag, up, down, h, 0.5)
+        now = tt[k]
+        out[k] = w @ u
+    return np.clip(out, 0.0, 1.0)
+
+
+def _tridiagonal(beta: float, d: float, tol: float, sigma: float, nodes: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Nodes and the generator's diagonal, super-diagonal `A[i, i+1]` and sub-diagonal
+    `A[i+1, i]` (Dirichlet edges)."""
+    z, diag, _, _ = _generator(beta, d, tol, sigma, nodes)
+    h = z[1] - z[0]
+    a, b = z_coefficients(z, beta, d, sigma, None)
+    half = 0.5 * b * b / (h * h)
+    return z, diag, (half + 0.5 * a / h)[:-1], (half - 0.5 * a / h)[1:]
+
+
+def _implicit_step(u: np.ndarray, diag: np.ndarray, up: np.ndarray, down: np.ndarray,
+                   h: float, theta: float) -> np.ndarray:
+    """One theta-step of `u_t = A u`: `(I - theta h A) u' = (I + (1 - theta) h A) u`."""
+    rhs = u.copy()
+    if theta < 1.0:
+        c = (1.0 - theta) * h
+        rhs += c * diag * u
+        rhs[:-1] += c * up * u[1:]
+        rhs[1:] += c * down * u[:-1]
+    band = np.zeros((3, len(u)))
+    band[0, 1:] = -theta * h * up
+    band[1] = 1.0 - theta * h * diag
+    band[2, :-1] = -theta * h * down
+    return linalg.solve_banded((1, 1), band, rhs)
+
+
+def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float = 1e-8,
+                sigma: float = 1.0, t_max: float = 1e4) -> float:
+    """Median decision time, to 0.1 % of the horizon searched (nan if more than half are
+    undecided at `t_max`)."""
+    span = 1.0
+    while True:
+        grid = np.linspace(0.0, span, 1001)
+        surv = survival(grid, beta, d, rho0, tol, sigma)
+        if surv[-1] <= 0.5:
+            k = int(np.argmax(surv <= 0.5))
+            lo, hi = surv[k - 1], surv[k]
+            return float(grid[k - 1] + (lo - 0.5) / (lo - hi) * (grid[k] - grid[k - 1]))
+        if span >= t_max:
+            return math.nan
+        span = min(4.0 * span, t_max)
+
+
+def _log_cumtrapz(log_f: np.ndarray, h: float) -> np.ndarray:
+    """`log int_{z_0}^{z_k} f` at every node k (trapezoid rule in logs; -inf at k = 0)."""
+    pair = np.logaddexp(log_f[:-1], log_f[1:]) + math.log(0.5 * h)
+    return np.concatenate([[-np.inf], np.logaddexp.accumulate(pair)])
+
+
+def p_anti_at_tol(beta: float, d: float, rho0: float | str = "uniform", tol: float = 1e-8,
+                  sigma: float = 1.0, nodes: int | None = None) -> float:
+    """Probability that the §5 pair reaches `1 + rho < tol` before `1 - rho < tol`: what a run
+    stopped at decision with tolerance `tol` reports. It tends to `p_anti` as `tol -> 0` above
+    `beta_c`, and to 0 below it; the difference is the chance that a pair once within `tol` of
+    -1 leaves again (`first_passage` with the coefficients of `two_tokens.z_coefficients`).
+    """
+    b, dd, t, s = check_first_passage(beta, d, tol, sigma)
+    return first_passage(lambda z: z_coefficients(z, b, dd, s, None), dd, rho0, t, nodes)
+
+
+Coefficients = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def first_passage(coefficients: Coefficients, d: float, rho0: float | str, tol: float,
+                  nodes: int | None = None) -> float:
+    """`P(rho reaches -1 + tol before 1 - tol)` for `dz = a(z) dt + b(z) dB`, `z = artanh rho`,
+    from `rho0` or a uniform pair in dimension `d` (the initial law of `rho`).
+
+    Scale function in `z`: `s(z) = exp(-int_0^z 2 a / b^2)`, hitting probability
+    `int_{z0}^{z+} s / int_{z-}^{z+} s`, both by the trapezoid rule on `nodes` points (default:
+    enough for 1/20 of the drift's scale `1/d`).
+    """
+    edge = math.atanh(1.0 - tol)
+    nodes = max(20001, int(40.0 * edge * d)) if nodes is None else nodes
+    z = np.linspace(-edge, edge, check_int("nodes", nodes, 101))
+    h = z[1] - z[0]
+    a, bb = coefficients(z)
+    g = 2.0 * a / (bb * bb)
+    log_s = -np.concatenate([[0.0], np.cumsum(0.5 * (g[:-1] + g[1:]) * h)])
+    cum = _log_cumtrapz(log_s, h)  # log int_{z-}^{z_k} s
+    total = cum[-1]
+    # P(antipodal first | z0) = 1 - int_{z-}^{z0} s / total
+    p_node = -np.expm1(cum - total)
+    r0 = check_rho0(rho0)
+    if r0 == "uniform":
+        w = _initial_weights(z, d, r0)
+        return float(np.clip(w @ p_node / w.sum(), 0.0, 1.0))
+    z0 = math.atanh(max(-1.0 + 1e-300, min(1.0 - 1e-16, float(r0))))
+    return float(np.interp(z0, z, p_node, left=1.0, right=0.0))
