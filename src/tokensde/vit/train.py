@@ -75,21 +75,37 @@ def lr_at(step: int, total: int, warmup: float, base: float) -> float:
     return base * 0.5 * (1.0 + math.cos(math.pi * (step - w) / max(1, total - w)))
 
 
+def draw_augment(batch: int, shift: int, flip: bool, gen: torch.Generator
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The random part of `augment` for `batch` images: offsets `(2, batch)` in [0, 2 shift]
+    (None without shift) and the flip mask `(batch,)` (None without flip), drawn in this order."""
+    offsets = torch.randint(0, 2 * shift + 1, (2, batch), generator=gen) if shift > 0 else None
+    mask = torch.rand(batch, generator=gen) < 0.5 if flip else None
+    return offsets, mask
+
+
+def shift_flip(x: torch.Tensor, offsets: torch.Tensor | None, mask: torch.Tensor | None,
+               shift: int) -> torch.Tensor:
+    """Images `(B, C, H, W)` shifted by `offsets - shift` pixels (zero fill), then flipped where
+    `mask`; `offsets`, `mask` from `draw_augment` (any device)."""
+    B, C, H, W = x.shape
+    if offsets is not None:
+        dev = x.device
+        dy, dx = offsets.to(dev)
+        padded = F.pad(x, (shift, shift, shift, shift))
+        rows = (dy[:, None] + torch.arange(H, device=dev))[:, None, :, None]
+        cols = (dx[:, None] + torch.arange(W, device=dev))[:, None, None, :]
+        batch = torch.arange(B, device=dev)[:, None, None, None]
+        channel = torch.arange(C, device=dev)[None, :, None, None]
+        x = padded[batch, channel, rows, cols]
+    if mask is not None:
+        x = torch.where(mask.to(x.device)[:, None, None, None], x.flip(-1), x)
+    return x
+
+
 def augment(x: torch.Tensor, shift: int, flip: bool, gen: torch.Generator) -> torch.Tensor:
     """Shift each image `(B, C, H, W)` by up to `shift` pixels (zero fill), flip half if `flip`."""
-    B, _, H, W = x.shape
-    if shift > 0:
-        padded = F.pad(x, (shift, shift, shift, shift))
-        dy, dx = (torch.randint(0, 2 * shift + 1, (2, B), generator=gen))
-        rows = (dy[:, None] + torch.arange(H))[:, None, :, None]
-        cols = (dx[:, None] + torch.arange(W))[:, None, None, :]
-        batch = torch.arange(B)[:, None, None, None]
-        channel = torch.arange(x.shape[1])[None, :, None, None]
-        x = padded[batch, channel, rows, cols]
-    if flip:
-        mask = torch.rand(B, generator=gen) < 0.5
-        x = torch.where(mask[:, None, None, None], x.flip(-1), x)
-    return x
+    return shift_flip(x, *draw_augment(len(x), shift, flip, gen), shift)
 
 
 @torch.no_grad()
