@@ -143,7 +143,7 @@ def experiment(name: str, doc: str = "", **params: Param) -> Callable[[RunFn], R
 
 # Built-in kinds by name -> the module that registers them (imported on first use).
 BUILTIN_KINDS = {"multi_token": __name__, "null": __name__, "two_token": "tokensde.sweep.two_token",
-                 "vit_depth": "tokensde.vit.depth"}
+                 "vit_depth": "tokensde.vit.depth", "vit_fair": "tokensde.vit.fair"}
 # `module` values written by earlier versions into sweep files and manifests: read and ignored.
 LEGACY_MODULES = frozenset({"tokensde.experiments", "tokensde.phase_grid", "tokensde.two_tokens",
                             "tokensde.vit.depth", "tokensde.sweep.kinds", "tokensde.sweep.two_token"})

@@ -1,0 +1,90 @@
+"""Figures of the fair ViT protocol, drawn from its saved report (`fair.json`) only.
+
+- `fair_lr.png`: validation accuracy against the peak learning rate, one panel per budget, one line
+  per arm, the chosen rate ringed;
+- `fair_gaps.png`: the paired gap to `default` against the budget, each arm at its own chosen
+  rate (filled: the 95 % interval excludes 0), and dashed the gap with both at 2e-3.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
+
+ARM_ORDER = ("default", "noise:0", "hybrid:0", "identity", "shared")
+
+
+def _arms(arms: Any) -> list[str]:
+    rank = {a: i for i, a in enumerate(ARM_ORDER)}
+    return sorted(set(arms), key=lambda a: (rank.get(a, len(rank)), a))
+
+
+def plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
+    """Validation accuracy (mean over seeds) against the learning rate; chosen rates ringed."""
+    budgets = sorted(chosen["epochs"].unique())
+    arms = _arms(chosen["arm"])
+    with styled():
+        fig = new_figure(3.0 * len(budgets), 3.4)
+        axes = np.atleast_1d(fig.subplots(1, len(budgets)))
+        for ax, e in zip(axes, budgets, strict=True):
+            for k, arm in enumerate(arms):
+                rows = chosen[(chosen["arm"] == arm) & (chosen["epochs"] == e)]
+                if rows.empty:
+                    continue
+                r = rows.iloc[0]
+                color = TOKEN_COLORS[k % len(TOKEN_COLORS)]
+                ax.plot(r["grid"], r["val_by_lr"], "o-", color=color, label=arm, ms=3)
+                ax.plot([r["lr"]], [r["val"]], "o", mfc="none", color=color, ms=9)
+            ax.set_xscale("log")
+            ax.set(xlabel="peak learning rate", title=f"{e} epoch{'s' if e > 1 else ''}")
+        axes[0].set_ylabel("validation accuracy (%)")
+        axes[0].legend(fontsize=7)
+        fig.suptitle("learning-rate grid per arm (ringed: chosen, highest validation accuracy)",
+                     fontsize=9)
+        return save(fig, out)
+
+
+def plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
+    """Paired gap to default against the budget, per arm at its chosen rate (solid) and with
+    both at 2e-3 (dashed)."""
+    arms = [a for a in _arms(gaps["arm"]) if a != "default"]
+    with styled():
+        fig = new_figure(5.4, 3.8)
+        ax = fig.subplots()
+        for k, arm in enumerate(arms):
+            rows = gaps[gaps["arm"] == arm].sort_values("epochs")
+            color = TOKEN_COLORS[(k + 1) % len(TOKEN_COLORS)]
+            x = rows["epochs"].to_numpy(float) * 1.04 ** (k - len(arms) / 2)
+            y = rows["gap"].to_numpy(float)
+            lo, hi = rows["gap_lo"].to_numpy(float), rows["gap_hi"].to_numpy(float)
+            ax.plot(x, y, color=color, lw=1.0)
+            ax.errorbar(x, y, yerr=[y - lo, hi - y], fmt="none", ecolor=color, capsize=2, lw=1)
+            decided = (hi < 0) | (lo > 0)
+            ax.plot(x[decided], y[decided], "o", color=color, label=f"{arm} (own rate)")
+            ax.plot(x[~decided], y[~decided], "o", mfc="white", color=color)
+            if rows["gap_fixed"].notna().any():
+                ax.plot(x, rows["gap_fixed"].to_numpy(float), "--", color=color, lw=0.9,
+                        alpha=0.7, label=f"{arm} (both at 2e-3)")
+        ax.axhline(0.0, color=COLORS["theory"], lw=0.8)
+        budgets = sorted(gaps["epochs"].unique())
+        ax.set_xscale("log")
+        ax.set_xticks(budgets, [str(e) for e in budgets])
+        ax.minorticks_off()
+        ax.set(xlabel="training budget (epochs)", ylabel="accuracy − default (points)",
+               title="paired gap to default, 95 % t-interval (open: contains 0)")
+        ax.legend(fontsize=7)
+        return save(fig, out)
+
+
+def draw_fair(doc: dict[str, Any], out: str | os.PathLike) -> dict[str, Path]:
+    """Both figures, from the saved report `doc` (the content of `fair.json`), into `out`."""
+    chosen, gaps = pd.DataFrame(doc["chosen"]), pd.DataFrame(doc["gaps"])
+    out = Path(out)
+    return {"lr_figure": plot_lr(chosen, out / "fair_lr.png"),
+            "gap_figure": plot_gaps(gaps, out / "fair_gaps.png")}

@@ -1,0 +1,408 @@
+"""The fair protocol, as the sweep kind `vit_fair`: each arm at its own best learning rate, trained
+to a plateau.
+
+One cell trains `seeds` attention-only ViTs (training seeds `seed0 .. seed0 + seeds - 1`) of one
+value-matrix arm at one peak learning rate `lr` for a budget of `epochs` epochs (warm-up over the
+first 10 % of the steps, then cosine decay to 0 at the end of the budget, so every budget is a
+complete schedule), all at once (`stack.train_stack`). After every epoch it records the accuracy on
+a *validation* split — the `val_subset` training images after the first `train_subset` — and on
+the test images.
+
+The choice (`choose_lr`): for each arm and budget, the rate of the grid with the highest mean
+validation accuracy at the end of training (over the seeds). It reads the validation columns only;
+the test accuracy at the chosen rate is what is reported (`fair_gaps`). Pairing is as in the depth
+sweep: every arm of a training seed starts from the same non-value weights and sees the same data
+order and augmentation, so `acc(arm) - acc(default)` over seeds is a paired difference, each arm
+at its own chosen rate.
+
+`poison_test = true` replaces the test labels by a fixed random permutation of them: a control that
+the choice and the validation numbers do not move (tests/test_vit_fair.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..analysis.stats import t_interval
+from ..model.params import ParameterError, check_choice
+from ..sweep.engine import OnCell, SweepConfig, SweepDir, load_table, run_sweep
+from ..sweep.kinds import ExperimentKind, Param, choice, integer, real, register
+from .compare import BASELINE
+from .data import DATASETS, ImageData, load_dataset
+from .depth import DEVICE_ENV, PATCH, SWEEPS, json_rows
+from .init import ValueInit
+from .model import ViTConfig
+from .stack import Member, StackedViT, train_stack
+from .train import TrainConfig
+
+KIND = "vit_fair"
+SIZES = ("fair", "fair-tiny", "fair-cifar")
+# Columns that identify a training set-up (rows equal on all of them are comparable).
+SETUP = ("depth", "dataset", "data_dir", "train_subset", "val_subset", "test_subset", "dim",
+         "heads", "patch", "batch_size", "seeds", "seed0", "poison_test")
+# What the learning-rate choice may read: nothing about the test images.
+VAL_COLUMNS = ("arm", "epochs", "lr", "train_seed", "val_acc")
+POISON_SEED = 20261204
+LAST_THIRD = 1 / 3
+
+
+def _arm(key: str, value: Any) -> str:
+    try:
+        return ValueInit.parse(str(value)).name
+    except ParameterError as err:
+        raise ParameterError(f"{key}: {err}") from err
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ParameterError(f"{key} must be true or false; got {value!r}")
+    return value
+
+
+PARAMS: dict[str, Param] = {
+    "arm": Param(_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity"),
+    "lr": real(0.0, strict=True, doc="peak AdamW learning rate of the grid"),
+    "epochs": integer(1, doc="training budget in epochs (the cosine ends at its last step)"),
+    "seeds": integer(1, 16, "models per cell: training seeds seed0 .. seed0 + seeds - 1"),
+    "seed0": integer(0, 0, "first training seed"),
+    "depth": integer(1, 24, "number of blocks L (branch scale 1/sqrt(L))"),
+    "dataset": choice(DATASETS, "fashion-mnist"),
+    "data_dir": Param(lambda k, v: str(v), "", "data set directory or .npz file ('' = default)"),
+    "train_subset": integer(1, 5000, "first N training images"),
+    "val_subset": integer(1, 2000, "the next N training images: the validation split"),
+    "test_subset": integer(0, 2000, "first N test images (0 = all)"),
+    "dim": integer(2, 64, "token width D"),
+    "heads": integer(1, 1),
+    "patch": integer(0, 0, "patch side (0: 7 for fashion-mnist, 4 otherwise)"),
+    "batch_size": integer(1, 128),
+    "poison_test": Param(_flag, False, "control: test labels permuted (the choice must not move)"),
+}
+
+
+@functools.lru_cache(maxsize=2)
+def _data(dataset: str, data_dir: str, train: int, val: int, test: int) -> ImageData:
+    return load_dataset(dataset, data_dir or None, train, test or None, val)
+
+
+def cell_data(cell: dict[str, Any]) -> ImageData:
+    """The images of a cell (cached per process), test labels permuted if `poison_test`."""
+    data = _data(cell["dataset"], cell["data_dir"], cell["train_subset"], cell["val_subset"],
+                 cell["test_subset"])
+    if not cell["poison_test"]:
+        return data
+    gen = torch.Generator().manual_seed(POISON_SEED)
+    y = data.y_test[torch.randperm(len(data.y_test), generator=gen)]
+    return dataclasses.replace(data, y_test=y)
+
+
+def cell_config(cell: dict[str, Any], data: ImageData) -> ViTConfig:
+    """The attention-only ViTConfig of a cell (as the depth sweep builds it)."""
+    return ViTConfig(image_size=data.image_size, channels=data.channels,
+                     patch=cell["patch"] or PATCH[cell["dataset"]], dim=cell["dim"],
+                     depth=cell["depth"], heads=cell["heads"], classes=data.classes, norm="rms",
+                     residual_scale=True, block="attention-only")
+
+
+def fair_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Train the cell's `seeds` models; validation and test accuracy after every epoch.
+
+    Lists are per training seed; the curves are flattened seed-major (`seeds x epochs`)."""
+    del seed  # training randomness comes from the training seeds (paired arms)
+    device = check_choice(DEVICE_ENV, os.environ.get(DEVICE_ENV, "cpu"), ("cpu", "cuda"))
+    data = cell_data(cell)
+    cfg = cell_config(cell, data)
+    seeds = list(range(cell["seed0"], cell["seed0"] + cell["seeds"]))
+    members = [Member(cell["arm"], s, cell["lr"]) for s in seeds]
+    train = TrainConfig(epochs=cell["epochs"], batch_size=cell["batch_size"], lr=cell["lr"])
+    test: list[list[float]] = [[] for _ in seeds]
+
+    def on_epoch(stack: StackedViT, epoch: int) -> None:
+        acc = stack.accuracy(data.x_test, data.y_test)
+        for r in range(len(seeds)):
+            test[r].append(float(acc[r]))
+
+    t0 = time.perf_counter()
+    _, rec = train_stack(data, cfg, members, train, device, on_epoch)
+    return {"train_seeds": seeds, "val_acc": [c[-1] for c in rec["val"]],
+            "test_acc": [c[-1] for c in test], "val_curve": [a for c in rec["val"] for a in c],
+            "test_curve": [a for c in test for a in c], "train_loss": rec["train_loss"],
+            "train_s": time.perf_counter() - t0, "device": device, "tokens": cfg.n_tokens}
+
+
+register(ExperimentKind(KIND, fair_cell, PARAMS,
+                        "train one arm at one learning rate and budget over seeds (stacked); "
+                        "validation and test accuracy per epoch"))
+
+
+# ----------------------------------------------------------------------------- running
+
+def fair_config(size: str | os.PathLike = "fair", **params: Any) -> SweepConfig:
+    """The packaged sweep `size` (SIZES, or a TOML path of kind vit_fair), with fixed
+    parameters replaced by `params` (None values are ignored)."""
+    path = SWEEPS / f"vit-{size}.toml" if size in SIZES else Path(size)
+    cfg = SweepConfig.load(path)
+    if cfg.kind != KIND:
+        raise ParameterError(f"size must be one of {', '.join(SIZES)} or a TOML file of kind "
+                             f"{KIND!r}; {path} is of kind {cfg.kind!r}")
+    given = {k: v for k, v in params.items() if v is not None}
+    clash = sorted(k for k in given if any(k in b for b in cfg.grids))
+    if clash:
+        raise ParameterError(f"{', '.join(clash)} vary in the grid of {path}; edit a copy of "
+                             "the TOML file instead")
+    return dataclasses.replace(cfg, params={**cfg.params, **given})
+
+
+def run_fair(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
+             on_cell: OnCell | None = None, on_start: Any = None,
+             figures: bool = True) -> dict[str, Any]:
+    """Run (or resume) a fair sweep into `out`, then write its report (`fair_report`)."""
+    summary = run_sweep(config, out, workers=workers, on_cell=on_cell, on_start=on_start)
+    return {**summary, "report": fair_report(out, figures=figures)}
+
+
+# ----------------------------------------------------------------------------- analysis
+
+def _setup(df: pd.DataFrame) -> list[str]:
+    return [c for c in SETUP if c in df.columns]
+
+
+def per_seed(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (cell, training seed): set-up, arm, lr, epochs, train_seed, val_acc,
+    test_acc (fractions) and the per-epoch curves `val_curve`, `test_curve` (lists)."""
+    table = table[table["status"] == "ok"] if "status" in table.columns else table
+    rows = []
+    for _, c in table.iterrows():
+        E = int(c["epochs"])
+        val, test = np.asarray(c["val_curve"], float), np.asarray(c["test_curve"], float)
+        for i, s in enumerate(c["train_seeds"]):
+            rows.append({**{k: c[k] for k in _setup(table)}, "arm": c["arm"], "lr": c["lr"],
+                         "epochs": E, "train_seed": int(s), "val_acc": float(c["val_acc"][i]),
+                         "test_acc": float(c["test_acc"][i]),
+                         "val_curve": val[i * E:(i + 1) * E], "test_curve": test[i * E:(i + 1) * E]})
+    return pd.DataFrame(rows)
+
+
+def choose_lr(seeds: pd.DataFrame) -> pd.DataFrame:
+    """Per set-up, arm and budget: the grid rate with the highest mean validation accuracy at the
+    end of training (ties: the smaller rate), the mean validation accuracy of every rate, and
+    whether the choice lies on an edge of the grid. Reads the set-up and VAL_COLUMNS only."""
+    val = seeds[[*_setup(seeds), *VAL_COLUMNS]]
+    key = [*_setup(seeds), "arm", "epochs"]
+    rows = []
+    for k, g in val.groupby(key, sort=True):
+        curve = g.groupby("lr")["val_acc"].agg(["mean", "count"]).sort_index()
+        best = float(curve["mean"].idxmax())  # first maximum: the smaller rate on a tie
+        grid = [float(x) for x in curve.index]
+        rows.append({**dict(zip(key, k, strict=True)), "lr": best,
+                     "val": 100.0 * float(curve.loc[best, "mean"]), "grid": grid,
+                     "val_by_lr": [100.0 * float(x) for x in curve["mean"]],
+                     "seeds_by_lr": [int(x) for x in curve["count"]],
+                     "edge": len(grid) > 1 and best in (grid[0], grid[-1])})
+    return pd.DataFrame(rows)
+
+
+def _gap(x: np.ndarray, base: pd.Series, seeds: np.ndarray) -> tuple[float, float, float, int]:
+    paired = base.reindex(seeds).to_numpy(float)
+    diff = 100.0 * (x - paired)
+    diff = diff[np.isfinite(diff)]
+    if len(diff) < 2:
+        return math.nan, math.nan, math.nan, len(diff)
+    return (*t_interval(diff), len(diff))
+
+
+def fair_gaps(seeds: pd.DataFrame, chosen: pd.DataFrame, fixed_lr: float | None = 2e-3,
+              baseline: str = BASELINE) -> pd.DataFrame:
+    """Per set-up, budget and arm, at the arm's chosen rate: mean test accuracy (points) and the
+    paired gap to `baseline` at *its* chosen rate, `mean +- t_{0.975,S-1} sd/sqrt(S)` over the
+    seeds both finished; with `gap_fixed*` the same gap with both at `fixed_lr` (if in the grid)."""
+    key = [*_setup(seeds), "epochs"]
+    pick = chosen.set_index([*key, "arm"])["lr"]
+    rows = []
+    for k, g in seeds.groupby(key, sort=True):
+        kk = k if isinstance(k, tuple) else (k,)
+        if (*kk, baseline) not in pick.index:
+            continue
+        by = {(a, lr): h.set_index("train_seed")["test_acc"] for (a, lr), h in
+              g.groupby(["arm", "lr"])}
+        base_lr = pick[(*kk, baseline)]
+        for arm in g["arm"].unique():
+            if (*kk, arm) not in pick.index:
+                continue
+            lr = pick[(*kk, arm)]
+            acc = by[(arm, lr)]
+            gap = _gap(acc.to_numpy(), by[(baseline, base_lr)], acc.index.to_numpy()) \
+                if arm != baseline else (math.nan,) * 3 + (0,)
+            fixed = (math.nan,) * 3 + (0,)
+            if fixed_lr is not None and (arm, fixed_lr) in by and (baseline, fixed_lr) in by \
+                    and arm != baseline:
+                f = by[(arm, fixed_lr)]
+                fixed = _gap(f.to_numpy(), by[(baseline, fixed_lr)], f.index.to_numpy())
+            rows.append({**dict(zip(key, kk, strict=True)), "arm": arm, "lr": lr,
+                         "seeds": len(acc), "acc": 100.0 * float(acc.mean()),
+                         "acc_sd": 100.0 * float(acc.std(ddof=1)) if len(acc) > 1 else math.nan,
+                         "gap": gap[0], "gap_lo": gap[1], "gap_hi": gap[2], "pairs": gap[3],
+                         "half_width": (gap[2] - gap[1]) / 2, "gap_fixed": fixed[0],
+                         "gap_fixed_lo": fixed[1], "gap_fixed_hi": fixed[2]})
+    return pd.DataFrame(rows)
+
+
+def plateau(seeds: pd.DataFrame, chosen: pd.DataFrame, arm: str = BASELINE) -> dict[str, Any]:
+    """Has `arm` levelled off? At the largest budget E and its chosen rate: the test accuracy
+    after epoch E minus after epoch E - round(E/3) (the change over the last third of that run),
+    and the change from the next smaller budget to E (both chosen rates), each a mean over paired
+    seeds with its 95 % t-interval, in points."""
+    pick = chosen.set_index(["arm", "epochs"])["lr"]
+    mine = seeds[seeds["arm"] == arm]
+    if mine.empty:
+        return {}
+    budgets = sorted(mine["epochs"].unique())
+    E = int(budgets[-1])
+    if (arm, E) not in pick.index:
+        return {}
+    last = mine[(mine["epochs"] == E) & (mine["lr"] == pick[(arm, E)])]
+    back = max(1, round(E * LAST_THIRD))
+    out: dict[str, Any] = {"arm": arm, "epochs": E, "lr": float(pick[(arm, E)]), "window": back}
+    if E > back:
+        change = np.array([100.0 * (c[-1] - c[-1 - back]) for c in last["test_curve"]])
+        out["last_third"] = list(t_interval(change))
+        out["curve"] = [100.0 * float(x) for x in np.mean(np.stack(last["test_curve"].to_list()),
+                                                          axis=0)]
+    if len(budgets) > 1:
+        prev = int(budgets[-2])
+        if (arm, prev) in pick.index:
+            before = mine[(mine["epochs"] == prev) & (mine["lr"] == pick[(arm, prev)])]
+            b = before.set_index("train_seed")["test_acc"]
+            a = last.set_index("train_seed")["test_acc"]
+            both = a.index.intersection(b.index)
+            out["from_budget"] = prev
+            out["budget_change"] = list(t_interval(100.0 * (a[both] - b[both]).to_numpy()))
+    return out
+
+
+# ----------------------------------------------------------------------------- report
+
+KIND_FAIR = "tokensde.vit.fair-report"
+REPORT, TABLE_MD = "fair.json", "fair.md"
+ARM_ORDER = ("default", "noise:0", "hybrid:0", "identity", "shared")
+
+
+def _pts(x: float) -> str:
+    return "n/a" if not np.isfinite(x) else f"{x:+.1f}"
+
+
+def _arms(arms: Any) -> list[str]:
+    rank = {a: i for i, a in enumerate(ARM_ORDER)}
+    return sorted(set(arms), key=lambda a: (rank.get(a, len(rank)), a))
+
+
+def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) -> str:
+    """Markdown: arms x budgets (test accuracy at the per-arm rate; gap to default with its 95 %
+    paired interval), the chosen rates, the validation accuracy over the grid, the plateau."""
+    budgets = sorted(gaps["epochs"].unique())
+    head = "| arm | " + " | ".join(f"{e} ep" for e in budgets) + " |"
+    rule = "|---|" + "---|" * len(budgets)
+    by = gaps.set_index(["arm", "epochs"])
+    lines = ["**Test accuracy at each arm's own learning rate** (chosen on the validation split), "
+             "and the gap to `default` in points with its 95 % paired t-interval "
+             f"(paired seeds: {int(gaps['pairs'].max()) if len(gaps) else 0})", "", head, rule]
+    for arm in _arms(gaps["arm"]):
+        cells = []
+        for e in budgets:
+            if (arm, e) not in by.index:
+                cells.append("")
+                continue
+            r = by.loc[(arm, e)]
+            cells.append(f"{r['acc']:.1f} %" if arm == BASELINE else
+                         f"{r['acc']:.1f} %, {_pts(r['gap'])} [{_pts(r['gap_lo'])}, "
+                         f"{_pts(r['gap_hi'])}]")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    if gaps["gap_fixed"].notna().any():
+        lines += ["", "Gap to `default` with **both at 2e-3** (the earlier protocol), same runs:",
+                  "", head, rule]
+        for arm in _arms(gaps["arm"]):
+            if arm == BASELINE:
+                continue
+            cells = []
+            for e in budgets:
+                r = by.loc[(arm, e)] if (arm, e) in by.index else None
+                cells.append("" if r is None else f"{_pts(r['gap_fixed'])} "
+                             f"[{_pts(r['gap_fixed_lo'])}, {_pts(r['gap_fixed_hi'])}]")
+            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    ch = chosen.set_index(["arm", "epochs"])
+    lines += ["", "**Chosen peak learning rate** (highest mean validation accuracy; * = on the "
+              "edge of the grid)", "", head, rule]
+    for arm in _arms(chosen["arm"]):
+        cells = []
+        for e in budgets:
+            r = ch.loc[(arm, e)] if (arm, e) in ch.index else None
+            cells.append("" if r is None else f"{r['lr']:.2g}{'*' if r['edge'] else ''}")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += ["", "**Validation accuracy (%) over the grid** (mean over seeds)", "",
+              "| arm | epochs | " + " | ".join(f"{x:.2g}" for x in chosen["grid"].iloc[0]) + " |",
+              "|---|---|" + "---|" * len(chosen["grid"].iloc[0])]
+    for arm in _arms(chosen["arm"]):
+        for e in budgets:
+            if (arm, e) in ch.index:
+                r = ch.loc[(arm, e)]
+                lines.append(f"| {arm} | {e} | " + " | ".join(
+                    f"**{v:.1f}**" if g == r["lr"] else f"{v:.1f}"
+                    for g, v in zip(r["grid"], r["val_by_lr"], strict=True)) + " |")
+    if level.get("last_third"):
+        m, lo, hi = level["last_third"]
+        lines += ["", f"**Plateau**: `{level['arm']}` at {level['epochs']} epochs (lr "
+                  f"{level['lr']:.2g}) changed by {_pts(m)} [{_pts(lo)}, {_pts(hi)}] points over "
+                  f"its last {level['window']} epochs (test accuracy)."]
+        if "budget_change" in level:
+            m, lo, hi = level["budget_change"]
+            lines[-1] += (f" From the {level['from_budget']}-epoch budget to the "
+                          f"{level['epochs']}-epoch budget: {_pts(m)} [{_pts(lo)}, {_pts(hi)}].")
+    return "\n".join(lines) + "\n"
+
+
+def fair_report(out: str | os.PathLike, figures: bool = True) -> dict[str, str]:
+    """From the (finished or partial) sweep in `out`: the choice, the gaps and the plateau
+    (`fair.json`, with a header naming the sweep), the markdown tables (`fair.md`) and, with
+    `figures`, `fair_lr.png` and `fair_gaps.png`; return the file paths."""
+    from ..io.store import atomic_write, header
+
+    out = Path(out)
+    kind = SweepDir(out).manifest()["config"].get("kind")
+    if kind != KIND:
+        raise ParameterError(f"{out} holds a sweep of kind {kind!r}, not {KIND!r}")
+    seeds = per_seed(load_table(out))
+    if seeds.empty:
+        raise ParameterError(f"{out} has no finished cells yet")
+    chosen = choose_lr(seeds)
+    gaps = fair_gaps(seeds, chosen)
+    level = plateau(seeds, chosen)
+    doc = header(KIND_FAIR, sweep=SweepDir(out).manifest()["config"], chosen=json_rows(chosen),
+                 gaps=json_rows(gaps), plateau=level)
+    files = {"report": atomic_write(out / REPORT, lambda tmp: tmp.write_text(
+        json.dumps(doc, indent=1) + "\n"))}
+    md = fair_table(gaps, chosen, level)
+    files["table"] = atomic_write(out / TABLE_MD, lambda tmp: tmp.write_text(md))
+    if figures:
+        from ..plots.vit_fair import draw_fair
+
+        files.update(draw_fair(doc, out))
+    return {k: str(v) for k, v in files.items()}
+
+
+def read_report(path: str | os.PathLike) -> dict[str, Any]:
+    """The document saved by `fair_report` (a directory or its fair.json)."""
+    from ..io.store import read_json
+
+    p = Path(path)
+    p = p / REPORT if p.is_dir() else p
+    return read_json(p, KIND_FAIR, f"rebuild it with `tokensde vit fair-report {p.parent}`")
