@@ -5,6 +5,9 @@
     tokensde vit plot --out DIR           # redraw the figures from the saved files
     tokensde vit depth --size quick --out DIR   # the depth sweep (sweep kind vit_depth), report
     tokensde vit depth-report DIR         # redraw the depth sweep's tables and figures
+    tokensde vit fair --out DIR           # each arm at its own validated rate, 1-30 epochs
+    tokensde vit fair-report DIR          # the fair protocol's tables and figures
+    tokensde vit export-data --out F.npz  # a data subset in one file (for another machine)
 """
 
 from __future__ import annotations
@@ -240,6 +243,93 @@ def depth_report_cmd(
     typer.echo("wrote " + ", ".join(files.values()))
 
 
+def fair_cmd(
+    out: Out = Path("vit-fair"),
+    size: Annotated[str, typer.Option(help="fair, fair-tiny, fair-cifar, or a TOML sweep file "
+                                           "of kind vit_fair.")] = "fair",
+    device: Annotated[str, typer.Option(help="Torch device of the training: cpu or cuda "
+                                             "(sets TOKENSDE_VIT_DEVICE for the workers).")]
+    = "cpu",
+    workers: Annotated[int, typer.Option(help="Cells in parallel processes (on a GPU: many, "
+                                              "e.g. 16).")] = 1,
+    data_dir: Annotated[Path | None, typer.Option(
+        help="Data set directory or a .npz file from `tokensde vit export-data`.")] = None,
+    train_subset: Annotated[int | None, typer.Option(help="Replace the training images.")]
+    = None,
+    val_subset: Annotated[int | None, typer.Option(help="Replace the validation images.")]
+    = None,
+    test_subset: Annotated[int | None, typer.Option(help="Replace the test images (0 = all).")]
+    = None,
+    figures: Annotated[bool, typer.Option(help="Draw the figures (needs matplotlib).")] = True,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+) -> None:
+    """Run (or resume) the fair protocol: every arm at every rate of the grid and every budget,
+    the rate chosen per arm on the validation split; then write fair.json, fair.md, figures."""
+    import os
+
+    from ..sweep.engine import SweepDir
+    from ..vit.depth import DEVICE_ENV
+    from ..vit.fair import fair_config, run_fair
+    from .sweep import Bar, term_as_interrupt
+
+    bar = Bar(not quiet)
+    with user_errors(), term_as_interrupt() as got:
+        check_output(out, "--out", directory=True)
+        check_choice("device", device, ("cpu", "cuda"))
+        cfg = fair_config(size, data_dir=None if data_dir is None else str(data_dir),
+                          train_subset=train_subset, val_subset=val_subset,
+                          test_subset=test_subset)
+        os.environ[DEVICE_ENV] = device
+        try:
+            summary = run_fair(cfg, out, workers, bar.cell, bar.start, figures=figures)
+        except KeyboardInterrupt:
+            bar.close()
+            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))
+            fail(f"interrupted by {got['signal']}: {done} finished cells are saved in {out}; "
+                 "run the same command again to resume (`tokensde vit fair-report` reports "
+                 "what is there)", 128 + got["number"])
+        finally:
+            bar.close()
+    typer.echo((out / "fair.md").read_text())
+    typer.echo(f"{summary['ran']} cells trained, {summary['skipped']} reused, "
+               f"{summary['failed']} failed in {summary['wall_s']:.0f} s; wrote "
+               + ", ".join(summary["report"].values()))
+    if summary["failed"]:
+        raise typer.Exit(1)
+
+
+def fair_report_cmd(
+    out: Annotated[Path, typer.Argument(help="Fair sweep directory (the report goes here).")],
+    figures: Annotated[bool, typer.Option(help="Draw the figures (needs matplotlib).")] = True,
+) -> None:
+    """Rebuild fair.json, fair.md and the figures of a (finished or partial) fair sweep."""
+    from ..vit.fair import fair_report
+
+    with user_errors():
+        files = fair_report(out, figures=figures)
+    typer.echo((out / "fair.md").read_text())
+    typer.echo("wrote " + ", ".join(files.values()))
+
+
+def export_data_cmd(
+    out: Annotated[Path, typer.Option(help="The .npz file to write.")],
+    dataset: Dataset = "fashion-mnist",
+    data_dir: DataDir = None,
+    train: Annotated[int, typer.Option(help="First N training images (training and "
+                                            "validation splits come from these).")] = 7000,
+    test: Annotated[int, typer.Option(help="First N test images.")] = 2000,
+) -> None:
+    """Write the first N training and test images of a data set into one compressed .npz file,
+    which --data-dir accepts on a machine without the data set."""
+    from ..vit.data import export_npz
+
+    with user_errors():
+        check_output(out, "--out")
+        info = export_npz(dataset, out, train, test, data_dir)
+    typer.echo(f"wrote {info['path']}: {dataset}, {train} training + {test} test images, "
+               f"{info['bytes'] / 2**20:.1f} MiB")
+
+
 def register(app: typer.Typer) -> None:
     """Add the `vit` sub-app (compare, geometry, plot) to `app`."""
     sub = typer.Typer(no_args_is_help=True, help="Value-matrix noise in a small Vision Transformer.")
@@ -248,4 +338,7 @@ def register(app: typer.Typer) -> None:
     sub.command("plot")(plot_cmd)
     sub.command("depth")(depth_cmd)
     sub.command("depth-report")(depth_report_cmd)
+    sub.command("fair")(fair_cmd)
+    sub.command("fair-report")(fair_report_cmd)
+    sub.command("export-data")(export_data_cmd)
     app.add_typer(sub, name="vit")

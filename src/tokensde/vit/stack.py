@@ -35,7 +35,7 @@ EVAL_CHUNK = 500
 NO_DECAY = ("pos", "cls_token")
 
 # the gradient views share the flat gradient's storage on purpose (see `StackedViT`)
-warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout")
+LAYOUT_WARNING = "grad and param do not obey the gradient layout"
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,9 @@ def train_stack(data: ImageData, cfg: ViTConfig, members: Sequence[Member], trai
             per = F.cross_entropy(logits.reshape(R * B, -1), y, reduction="none",
                                   label_smoothing=train.label_smoothing).view(R, B).sum(1) / B
             stack.grad.zero_()
-            per.sum().backward()
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=LAYOUT_WARNING)
+                per.sum().backward()
             stack.adamw_step(lr_at(epoch * per_epoch + k, total, train.warmup, 1.0),
                              train.weight_decay)
             loss_sum += per.detach() * B

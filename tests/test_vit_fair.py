@@ -1,0 +1,232 @@
+"""The fair ViT protocol (issue 25): stacked training equals one-model training, the validation
+split, the .npz data file, the learning-rate choice never reads test labels, and the whole
+pipeline (`tokensde vit fair --size fair-tiny`, resume, report) on digits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats as st
+
+from tokensde.model.params import ParameterError
+from tokensde.vit import TrainConfig, ViTConfig, load_dataset, make_model
+from tokensde.vit.data import DatasetError, export_npz
+from tokensde.vit.fair import choose_lr, fair_config, fair_gaps, per_seed, plateau, run_fair
+from tokensde.vit.stack import Member, StackedViT, train_stack
+from tokensde.vit.train import augment, draw_augment, evaluate, make_optimizer, shift_flip, train_epoch
+
+CFG = ViTConfig(image_size=8, channels=1, patch=4, dim=16, depth=3, heads=2, norm="rms",
+                residual_scale=True, block="attention-only")
+
+
+@pytest.fixture(scope="module")
+def digits() -> object:
+    return load_dataset("digits", train_subset=300, test_subset=100, val_subset=200)
+
+
+def test_validation_split_is_the_training_images_after_the_kept_ones() -> None:
+    """val = training images [train_subset, train_subset + val_subset), standardised with the
+    training statistics; the test images are untouched; too many is a ParameterError."""
+    full = load_dataset("digits")
+    d = load_dataset("digits", train_subset=300, val_subset=200)
+    mean, std = d.info["normalisation"]["mean"][0], d.info["normalisation"]["std"][0]
+    raw = full.x_train * full.info["normalisation"]["std"][0] + full.info["normalisation"]["mean"][0]
+    torch.testing.assert_close(d.x_val, (raw[300:500] - mean) / std, rtol=0, atol=1e-5)
+    assert torch.equal(d.y_val, full.y_train[300:500])
+    assert torch.equal(d.y_train, full.y_train[:300])
+    assert torch.equal(d.y_test, full.y_test)
+    rest = load_dataset("digits", val_subset=100)  # no train_subset: all but the last 100
+    assert len(rest.y_train) == 1437 - 100 and torch.equal(rest.y_val, full.y_train[-100:])
+    with pytest.raises(ParameterError, match="train_subset \\+ val_subset"):
+        load_dataset("digits", train_subset=1400, val_subset=100)
+
+
+def test_npz_export_round_trip_and_errors(tmp_path: Path) -> None:
+    """A data set read back from its .npz export equals the original (first N images)."""
+    f = tmp_path / "d.npz"
+    info = export_npz("digits", f, 500, 100)
+    assert info["train"] == 500 and f.stat().st_size == info["bytes"]
+    a = load_dataset("digits", f, train_subset=300, test_subset=100, val_subset=200)
+    b = load_dataset("digits", train_subset=300, test_subset=100, val_subset=200)
+    for k in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"):
+        assert torch.equal(getattr(a, k), getattr(b, k)), k
+    with pytest.raises(DatasetError, match="holds data set 'digits'"):
+        load_dataset("fashion-mnist", f)
+    with pytest.raises(ParameterError, match="train must be <= 1437"):
+        export_npz("digits", tmp_path / "e.npz", 5000, 10)
+    with pytest.raises(ParameterError, match="end in .npz"):
+        export_npz("digits", tmp_path / "e.zip", 10, 10)
+
+
+def test_augment_is_draw_then_apply() -> None:
+    """augment = shift_flip(draw_augment): same generator state, same images; a shift moves
+    pixels by offset - shift."""
+    x = torch.arange(2 * 1 * 5 * 5, dtype=torch.float32).view(2, 1, 5, 5)
+    a = augment(x, 1, True, torch.Generator().manual_seed(4))
+    offsets, mask = draw_augment(2, 1, True, torch.Generator().manual_seed(4))
+    assert torch.equal(a, shift_flip(x, offsets, mask, 1))
+    y = shift_flip(x, torch.tensor([[2, 0], [1, 1]]), None, 1)  # rows dy, columns dx = 1: none
+    assert torch.equal(y[0, 0, :4], x[0, 0, 1:]) and not y[0, 0, 4].any()  # dy = 2: up one
+    assert torch.equal(y[1, 0, 1:], x[1, 0, :4]) and not y[1, 0, 0].any()  # dy = 0: down one
+
+
+def test_stacked_forward_is_each_model_forward() -> None:
+    """Model r of the stack computes make_model(cfg, arm_r, seed_r) on its own images."""
+    members = [Member("default", 0, 1e-3), Member("hybrid:0", 5, 2e-3), Member("identity", 2, 3e-3)]
+    stack = StackedViT(CFG, members)
+    x = torch.randn(3, 7, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got = stack.forward(x)
+    for r, m in enumerate(members):
+        with torch.no_grad():
+            want = make_model(CFG, m.arm, m.seed)(x[r])
+        torch.testing.assert_close(got[r], want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ParameterError, match="attention-only"):
+        StackedViT(dataclasses.replace(CFG, block="standard", norm="layer"), members)
+
+
+def test_stacked_training_equals_one_model_training(digits) -> None:
+    """Two epochs of two stacked models (different arms, seeds, rates) end at the weights and
+    validation accuracy of train_epoch + torch.optim.AdamW run one model at a time."""
+    members = [Member("default", 0, 2e-3), Member("noise:0", 3, 5e-3)]
+    train = TrainConfig(epochs=2, batch_size=64)
+    stack, rec = train_stack(digits, CFG, members, train)
+    for r, m in enumerate(members):
+        cfg = dataclasses.replace(train, lr=m.lr, seed=m.seed)
+        model = make_model(CFG, m.arm, m.seed)
+        opt = make_optimizer(model, cfg)
+        for epoch in range(2):
+            last = train_epoch(model, opt, digits, cfg, epoch)
+        flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        torch.testing.assert_close(stack.flat[r], flat, rtol=0, atol=2e-5)
+        assert rec["val"][r][-1] == pytest.approx(evaluate(model, digits.x_val, digits.y_val)["acc"])
+        assert rec["train_loss"][r] == pytest.approx(last["train_loss"], rel=1e-4)
+
+
+class _Poisoned:
+    """Test labels that raise on any use."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"test labels read ({name})")
+
+    def __getitem__(self, key: object) -> object:
+        raise AssertionError("test labels read")
+
+    def __len__(self) -> int:
+        raise AssertionError("test labels read")
+
+
+def test_training_and_choice_never_read_test_labels(digits) -> None:
+    """train_stack on data whose test labels raise gives the same validation curves; choose_lr on
+    per-seed rows without any test column gives the same choice as with them."""
+    members = [Member("default", 1, 2e-3), Member("default", 1, 8e-3)]
+    train = TrainConfig(epochs=1, batch_size=64)
+    _, clean = train_stack(digits, CFG, members, train)
+    poisoned = dataclasses.replace(digits, y_test=_Poisoned(), x_test=_Poisoned())
+    _, blind = train_stack(poisoned, CFG, members, train)
+    assert blind["val"] == clean["val"]
+    rng = np.random.default_rng(0)
+    rows = pd.DataFrame([{"arm": a, "epochs": e, "lr": lr, "train_seed": s,
+                          "val_acc": rng.uniform(), "test_acc": rng.uniform()}
+                         for a in ("default", "noise:0") for e in (1, 3) for lr in (1e-3, 2e-3, 4e-3)
+                         for s in range(4)])
+    want = choose_lr(rows)
+    assert choose_lr(rows.drop(columns="test_acc")).equals(want)
+    assert choose_lr(rows.assign(test_acc=-rows["test_acc"])).equals(want)
+    # and the choice is the arg-max of the mean validation accuracy
+    means = rows.groupby(["arm", "epochs", "lr"])["val_acc"].mean()
+    for _, r in want.iterrows():
+        assert r["lr"] == means.loc[(r["arm"], r["epochs"])].idxmax()
+        assert r["val"] == pytest.approx(100 * means.loc[(r["arm"], r["epochs"])].max())
+
+
+def test_fair_gaps_pair_each_arm_at_its_own_rate() -> None:
+    """The gap is paired by seed between the arm at its chosen rate and default at its own;
+    the interval is the t-interval of the hand-computed differences."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for s in range(6):
+        base = rng.normal(0.7, 0.02)
+        for lr in (1e-3, 2e-3):
+            rows.append({"arm": "default", "epochs": 3, "lr": lr, "train_seed": s,
+                         "val_acc": 0.8 if lr == 1e-3 else 0.7, "test_acc": base + 0.01 * (lr == 1e-3)})
+            rows.append({"arm": "noise:0", "epochs": 3, "lr": lr, "train_seed": s,
+                         "val_acc": 0.6 if lr == 1e-3 else 0.65,
+                         "test_acc": base - 0.03 + rng.normal(0, 0.01)})
+    seeds = pd.DataFrame(rows)
+    chosen = choose_lr(seeds)
+    assert chosen.set_index("arm")["lr"].to_dict() == {"default": 1e-3, "noise:0": 2e-3}
+    gaps = fair_gaps(seeds, chosen).set_index("arm")
+    a = seeds[(seeds["arm"] == "noise:0") & (seeds["lr"] == 2e-3)].set_index("train_seed")["test_acc"]
+    b = seeds[(seeds["arm"] == "default") & (seeds["lr"] == 1e-3)].set_index("train_seed")["test_acc"]
+    d = 100 * (a - b).to_numpy()
+    half = st.t.ppf(0.975, 5) * d.std(ddof=1) / math.sqrt(6)
+    g = gaps.loc["noise:0"]
+    assert g["gap"] == pytest.approx(d.mean()) and g["pairs"] == 6
+    assert (g["gap_lo"], g["gap_hi"]) == pytest.approx((d.mean() - half, d.mean() + half))
+    # with both at 2e-3 (in the grid): the fixed-rate gap, paired the same way
+    a2 = seeds[(seeds["arm"] == "noise:0") & (seeds["lr"] == 2e-3)]["test_acc"].to_numpy()
+    b2 = seeds[(seeds["arm"] == "default") & (seeds["lr"] == 2e-3)]["test_acc"].to_numpy()
+    assert g["gap_fixed"] == pytest.approx(100 * (a2 - b2).mean())
+    assert math.isnan(gaps.loc["default", "gap"])
+
+
+def test_fair_tiny_pipeline_resumes_reports_and_ignores_test_labels(tmp_path: Path) -> None:
+    """`tokensde vit fair --size fair-tiny`: 8 cells, report tables and figures; a rerun reuses
+    every cell; the same sweep with permuted test labels chooses the same rates from the same
+    validation numbers while its test accuracies change."""
+    from typer.testing import CliRunner
+
+    from tokensde.cli import app
+
+    out = tmp_path / "fair"
+    res = CliRunner().invoke(app, ["vit", "fair", "--size", "fair-tiny", "--out", str(out),
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "8 cells trained, 0 reused, 0 failed" in res.output
+    assert "Chosen peak learning rate" in res.output
+    for f in ("fair.json", "fair.md", "fair_lr.png", "fair_gaps.png"):
+        assert (out / f).is_file()
+    again = CliRunner().invoke(app, ["vit", "fair", "--size", "fair-tiny", "--out", str(out),
+                                     "--quiet", "--no-figures"])
+    assert "0 cells trained, 8 reused" in again.output
+    doc = json.loads((out / "fair.json").read_text())
+    assert len(doc["gaps"]) == 4 and len(doc["chosen"]) == 4
+    table = per_seed(pd.read_parquet(out / "table.parquet"))
+    assert len(table) == 8 * 3 and set(table["train_seed"]) == {0, 1, 2}
+    assert all(len(c) == e for c, e in zip(table["test_curve"], table["epochs"], strict=True))
+    level = plateau(table, choose_lr(table))
+    assert level["epochs"] == 2 and len(level["curve"]) == 2
+
+    poison = run_fair(fair_config("fair-tiny", poison_test=True), tmp_path / "poison",
+                      figures=False)
+    assert poison["failed"] == 0
+    blind = per_seed(pd.read_parquet(tmp_path / "poison" / "table.parquet"))
+    key = ["arm", "epochs", "lr", "train_seed"]
+    a, b = table.sort_values(key), blind.sort_values(key)
+    assert np.array_equal(a["val_acc"], b["val_acc"])
+    assert not np.array_equal(a["test_acc"], b["test_acc"])
+    ca, cb = choose_lr(table), choose_lr(blind)
+    assert ca[["arm", "epochs", "lr"]].equals(cb[["arm", "epochs", "lr"]])
+
+
+def test_fair_config_errors(tmp_path: Path) -> None:
+    """Unknown size, a grid parameter given as fixed, a TOML of another kind."""
+    with pytest.raises(FileNotFoundError):
+        fair_config("huge")
+    with pytest.raises(ParameterError, match="lr vary in the grid"):
+        fair_config("fair", lr=1e-3)
+    with pytest.raises(ParameterError, match="of kind 'vit_depth'"):
+        from tokensde.vit.depth import SWEEPS
+        fair_config(SWEEPS / "vit-depth-tiny.toml")
+    cfg = fair_config("fair")
+    cells = cfg.cells()
+    assert len(cells) == 80 and [c.params["epochs"] for c in cells[-20:]] == [30] * 20
+    assert sorted({c.params["lr"] for c in cells}) == [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
