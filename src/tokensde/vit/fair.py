@@ -47,7 +47,7 @@ from .stack import Member, StackedViT, train_stack
 from .train import TrainConfig
 
 KIND = "vit_fair"
-SIZES = ("fair", "fair-tiny", "fair-cifar")
+SIZES = ("fair", "fair-tiny", "fair-pilot", "fair-cifar")
 # Columns that identify a training set-up (rows equal on all of them are comparable).
 SETUP = ("depth", "dataset", "data_dir", "train_subset", "val_subset", "test_subset", "dim",
          "heads", "patch", "batch_size", "seeds", "seed0", "poison_test")
