@@ -61,7 +61,7 @@ def test_npz_export_round_trip_and_errors(tmp_path: Path) -> None:
         load_dataset("fashion-mnist", f)
     with pytest.raises(ParameterError, match="train must be <= 1437"):
         export_npz("digits", tmp_path / "e.npz", 5000, 10)
-    with pytest.raises(ParameterError, match="end in .npz"):
+    with pytest.raises(ParameterError, match=r"end in \.npz"):
         export_npz("digits", tmp_path / "e.zip", 10, 10)
 
 

@@ -182,6 +182,31 @@ def plot_cmd(out: Out = Path("vit-compare")) -> None:
     typer.echo("wrote " + ", ".join(map(str, done)))
 
 
+def _run_sweep(start: Any, out: Path, table: str, unit: str, quiet: bool) -> None:
+    """Run `start(bar)` (a sweep into `out` and its report) with a progress bar; on SIGINT or
+    SIGTERM say what is saved and exit 128 + signal; print `out/table` and the summary."""
+    from ..sweep.engine import SweepDir
+    from .sweep import Bar, term_as_interrupt
+
+    bar = Bar(not quiet)
+    with user_errors(), term_as_interrupt() as got:
+        try:
+            summary = start(bar)
+        except KeyboardInterrupt:
+            bar.close()
+            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))
+            fail(f"interrupted by {got['signal']}: {done} finished {unit} are saved in {out}; "
+                 "run the same command again to resume", 128 + got["number"])
+        finally:
+            bar.close()
+    typer.echo((out / table).read_text())
+    typer.echo(f"{summary['ran']} {unit} trained, {summary['skipped']} reused, "
+               f"{summary['failed']} failed in {summary['wall_s']:.0f} s; wrote "
+               + ", ".join(summary["report"].values()))
+    if summary["failed"]:
+        raise typer.Exit(1)
+
+
 def depth_cmd(
     size: Annotated[str, typer.Option(help="quick, full, or a TOML sweep file of kind "
                                            "vit_depth.")] = "quick",
@@ -202,31 +227,16 @@ def depth_cmd(
 ) -> None:
     """Run (or resume) the ViT depth sweep: arms x depths x seeds x blocks, one training run a
     cell; then write gaps.json, gaps.md and the figures into --out."""
-    from ..sweep.engine import SweepDir
     from ..vit.depth import depth_config, run_depth
-    from .sweep import Bar, term_as_interrupt
 
-    bar = Bar(not quiet)
-    with user_errors(), term_as_interrupt() as got:
+    def start(bar: Any) -> dict[str, Any]:
         check_output(out, "--out", directory=True)
         cfg = depth_config(size, dataset=dataset,
                            data_dir=None if data_dir is None else str(data_dir), epochs=epochs,
                            train_subset=train_subset, test_subset=test_subset)
-        try:
-            summary = run_depth(cfg, out, workers, backend, address, bar.cell, bar.start)
-        except KeyboardInterrupt:
-            bar.close()
-            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))
-            fail(f"interrupted by {got['signal']}: {done} finished runs are saved in {out}; run "
-                 "the same command again to resume", 128 + got["number"])
-        finally:
-            bar.close()
-    typer.echo((out / "gaps.md").read_text())
-    typer.echo(f"{summary['ran']} runs trained, {summary['skipped']} reused, "
-               f"{summary['failed']} failed in {summary['wall_s']:.0f} s; wrote "
-               + ", ".join(summary["report"].values()))
-    if summary["failed"]:
-        raise typer.Exit(1)
+        return run_depth(cfg, out, workers, backend, address, bar.cell, bar.start)
+
+    _run_sweep(start, out, "gaps.md", "runs", quiet)
 
 
 def depth_report_cmd(
@@ -267,35 +277,19 @@ def fair_cmd(
     the rate chosen per arm on the validation split; then write fair.json, fair.md, figures."""
     import os
 
-    from ..sweep.engine import SweepDir
     from ..vit.depth import DEVICE_ENV
     from ..vit.fair import fair_config, run_fair
-    from .sweep import Bar, term_as_interrupt
 
-    bar = Bar(not quiet)
-    with user_errors(), term_as_interrupt() as got:
+    def start(bar: Any) -> dict[str, Any]:
         check_output(out, "--out", directory=True)
         check_choice("device", device, ("cpu", "cuda"))
         cfg = fair_config(size, data_dir=None if data_dir is None else str(data_dir),
                           train_subset=train_subset, val_subset=val_subset,
                           test_subset=test_subset)
         os.environ[DEVICE_ENV] = device
-        try:
-            summary = run_fair(cfg, out, workers, bar.cell, bar.start, figures=figures)
-        except KeyboardInterrupt:
-            bar.close()
-            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))
-            fail(f"interrupted by {got['signal']}: {done} finished cells are saved in {out}; "
-                 "run the same command again to resume (`tokensde vit fair-report` reports "
-                 "what is there)", 128 + got["number"])
-        finally:
-            bar.close()
-    typer.echo((out / "fair.md").read_text())
-    typer.echo(f"{summary['ran']} cells trained, {summary['skipped']} reused, "
-               f"{summary['failed']} failed in {summary['wall_s']:.0f} s; wrote "
-               + ", ".join(summary["report"].values()))
-    if summary["failed"]:
-        raise typer.Exit(1)
+        return run_fair(cfg, out, workers, bar.cell, bar.start, figures=figures)
+
+    _run_sweep(start, out, "fair.md", "cells", quiet)
 
 
 def fair_report_cmd(

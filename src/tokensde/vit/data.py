@@ -224,7 +224,9 @@ def export_npz(name: str, path: str | Path, train: int, test: int,
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, dataset=np.array(name), source=np.array(source), **out)
+            np.savez_compressed(fh, allow_pickle=False, dataset=np.array(name),
+                                source=np.array(source), x_train=out["x_train"],
+                                y_train=out["y_train"], x_test=out["x_test"], y_test=out["y_test"])
 
     atomic_write(Path(path), write)
     return {"path": str(path), "dataset": name, "source": source, "train": train, "test": test,
@@ -285,7 +287,7 @@ def load_dataset(name: str, data_dir: str | Path | None = None, train_subset: in
             "normalisation": stats, "augment": {"shift": shift, "flip": flip}}
     labels = {k: torch.from_numpy(arrays[k].astype(np.int64)) for k in ("y_train", "y_test")}
     x_val = y_val = None
-    if val:
+    if val and train_subset is not None:
         _, x_val, _ = standardise(arrays["x_train"], arrays["x_val"])
         y_val = torch.from_numpy(arrays["y_val"].astype(np.int64))
         info["val"] = f"training images {train_subset}..{train_subset + val - 1} of {total_train}"

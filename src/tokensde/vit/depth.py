@@ -56,7 +56,8 @@ SETUP = ("block", "depth", "dataset", "data_dir", "train_subset", "test_subset",
          "heads", "patch", "batch_size", "lr", "probe_images", "tol")
 
 
-def _arm(key: str, value: Any) -> str:
+def check_arm(key: str, value: Any) -> str:
+    """The canonical name of the arm `value` (ParameterError naming `key` if it is none)."""
     try:
         return ValueInit.parse(str(value)).name
     except ParameterError as err:
@@ -72,7 +73,7 @@ def _tol(key: str, value: Any) -> float:
 
 PARAMS: dict[str, Param] = {
     "block": choice(BLOCKS, doc="attention-only (spec §2) or standard (pre-norm with MLP)"),
-    "arm": Param(_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity, shared"),
+    "arm": Param(check_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity, shared"),
     "depth": integer(1, doc="number of blocks L (branch scale 1/sqrt(L))"),
     "train_seed": integer(0, doc="seed of the weights, data order and augmentation (paired)"),
     "dataset": choice(DATASETS, "fashion-mnist"),
@@ -150,20 +151,27 @@ register(ExperimentKind(KIND, depth_cell, PARAMS,
 
 # ----------------------------------------------------------------------------- running
 
-def depth_config(size: str | os.PathLike = "quick", **params: Any) -> SweepConfig:
-    """The packaged sweep `size` ('quick' or 'full', or a TOML path), with fixed parameters
-    replaced by `params` (e.g. `dataset='cifar10', data_dir=DIR`)."""
-    path = SWEEPS / f"vit-depth-{size}.toml" if size in SIZES else Path(size)
+def sized_config(size: str | os.PathLike, kind: str, sizes: Sequence[str], packaged: Path,
+                 params: dict[str, Any]) -> SweepConfig:
+    """The sweep `packaged` when `size` is one of `sizes`, else the TOML file `size`, checked to
+    be of `kind`, with its fixed parameters replaced by the non-None `params`."""
+    path = packaged if size in sizes else Path(size)
     cfg = SweepConfig.load(path)
-    if cfg.kind != KIND:
-        raise ParameterError(f"size must be one of {', '.join(SIZES)} or a TOML file of kind "
-                             f"{KIND!r}; {path} is of kind {cfg.kind!r}")
+    if cfg.kind != kind:
+        raise ParameterError(f"size must be one of {', '.join(sizes)} or a TOML file of kind "
+                             f"{kind!r}; {path} is of kind {cfg.kind!r}")
     given = {k: v for k, v in params.items() if v is not None}
     clash = sorted(k for k in given if any(k in b for b in cfg.grids))
     if clash:
         raise ParameterError(f"{', '.join(clash)} vary in the grid of {path}; edit a copy of "
                              "the TOML file instead")
     return dataclasses.replace(cfg, params={**cfg.params, **given})
+
+
+def depth_config(size: str | os.PathLike = "quick", **params: Any) -> SweepConfig:
+    """The packaged sweep `size` ('quick' or 'full', or a TOML path), with fixed parameters
+    replaced by `params` (e.g. `dataset='cifar10', data_dir=DIR`)."""
+    return sized_config(size, KIND, SIZES, SWEEPS / f"vit-depth-{size}.toml", params)
 
 
 def run_depth(config: SweepConfig, out: str | os.PathLike, workers: int = 1,

@@ -40,8 +40,7 @@ from ..sweep.engine import OnCell, SweepConfig, SweepDir, load_table, run_sweep
 from ..sweep.kinds import ExperimentKind, Param, choice, integer, real, register
 from .compare import BASELINE
 from .data import DATASETS, ImageData, load_dataset
-from .depth import DEVICE_ENV, PATCH, SWEEPS, json_rows
-from .init import ValueInit
+from .depth import DEVICE_ENV, PATCH, SWEEPS, check_arm, json_rows, sized_config
 from .model import ViTConfig
 from .stack import Member, StackedViT, train_stack
 from .train import TrainConfig
@@ -57,13 +56,6 @@ POISON_SEED = 20261204
 LAST_THIRD = 1 / 3
 
 
-def _arm(key: str, value: Any) -> str:
-    try:
-        return ValueInit.parse(str(value)).name
-    except ParameterError as err:
-        raise ParameterError(f"{key}: {err}") from err
-
-
 def _flag(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ParameterError(f"{key} must be true or false; got {value!r}")
@@ -71,7 +63,7 @@ def _flag(key: str, value: Any) -> bool:
 
 
 PARAMS: dict[str, Param] = {
-    "arm": Param(_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity"),
+    "arm": Param(check_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity"),
     "lr": real(0.0, strict=True, doc="peak AdamW learning rate of the grid"),
     "epochs": integer(1, doc="training budget in epochs (the cosine ends at its last step)"),
     "seeds": integer(1, 16, "models per cell: training seeds seed0 .. seed0 + seeds - 1"),
@@ -150,17 +142,7 @@ register(ExperimentKind(KIND, fair_cell, PARAMS,
 def fair_config(size: str | os.PathLike = "fair", **params: Any) -> SweepConfig:
     """The packaged sweep `size` (SIZES, or a TOML path of kind vit_fair), with fixed
     parameters replaced by `params` (None values are ignored)."""
-    path = SWEEPS / f"vit-{size}.toml" if size in SIZES else Path(size)
-    cfg = SweepConfig.load(path)
-    if cfg.kind != KIND:
-        raise ParameterError(f"size must be one of {', '.join(SIZES)} or a TOML file of kind "
-                             f"{KIND!r}; {path} is of kind {cfg.kind!r}")
-    given = {k: v for k, v in params.items() if v is not None}
-    clash = sorted(k for k in given if any(k in b for b in cfg.grids))
-    if clash:
-        raise ParameterError(f"{', '.join(clash)} vary in the grid of {path}; edit a copy of "
-                             "the TOML file instead")
-    return dataclasses.replace(cfg, params={**cfg.params, **given})
+    return sized_config(size, KIND, SIZES, SWEEPS / f"vit-{size}.toml", params)
 
 
 def run_fair(config: SweepConfig, out: str | os.PathLike, workers: int = 1,

@@ -26,8 +26,8 @@ from ..model.params import ParameterError, check_int, check_real
 from ..sim.rng import derive_seed
 from .data import ImageData
 from .init import make_model
-from .train import EPOCH_STREAM, TrainConfig, draw_augment, lr_at, shift_flip
 from .model import ViTConfig
+from .train import EPOCH_STREAM, TrainConfig, draw_augment, lr_at, shift_flip
 
 BETAS = (0.9, 0.999)  # torch.optim.AdamW defaults, as train.make_optimizer uses
 EPS = 1e-8
@@ -110,7 +110,7 @@ class StackedViT:
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Logits `(R, B, classes)` of images `(R, B, C, H, W)` (model r sees `images[r]`)."""
         cfg, p = self.cfg, self.params
-        R, B, C, H, W = images.shape
+        R, B, C, H, _ = images.shape
         k, D, h = cfg.patch, cfg.dim, cfg.heads
         side = H // k
         patches = images.reshape(R, B, C, side, k, side, k).permute(0, 1, 3, 5, 2, 4, 6)
