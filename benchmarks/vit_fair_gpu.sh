@@ -13,7 +13,7 @@
 #  1. the machine: nvidia-smi, torch and CUDA versions;
 #  2. a check that the stacked model computes the same logits on CUDA as on the CPU, and the
 #     stacked-vs-single speed ratio on CUDA (benchmarks/bench_vit_stack.py, a few seconds);
-#  3. the sweep `tokensde vit fair` (80 cells, 1280 models) into .fair/vit-fair with
+#  3. the sweep `tokensde vit fair` (80 cells, 960 models) into .fair/vit-fair with
 #     $FAIR_WORKERS worker processes, cut off after $FAIR_BUDGET_S seconds (SIGTERM: the finished
 #     cells stay; running this script again resumes). Cells run in grid order: every rate and arm
 #     at 1, 3 and 10 epochs first, the 30-epoch cells last;
@@ -30,7 +30,7 @@ OUT=${OUT:-.fair/out}
 mkdir -p "$OUT" .fair
 DATA=${FAIR_DATA:-.fair/fashion-mnist-7000-2000.npz}
 SWEEP=${FAIR_DIR:-.fair/vit-fair}
-WORKERS=${FAIR_WORKERS:-16}
+WORKERS=${FAIR_WORKERS:-12}
 BUDGET=${FAIR_BUDGET_S:-450}
 SIZE=${FAIR_SIZE:-fair}
 DEVICE=${FAIR_DEVICE:-cuda}
@@ -67,7 +67,7 @@ err = (cpu - gpu).abs().max().item()
 print(f"max |logit(cuda) - logit(cpu)| = {err:.2e} (logits of size {cpu.abs().mean():.2f});",
       "OK" if err < 1e-3 else "MISMATCH")
 EOF
-timeout 120 "$PY" benchmarks/bench_vit_stack.py --device cuda --models 16 --steps 5 --rounds 1
+timeout 120 "$PY" benchmarks/bench_vit_stack.py --device cuda --models 12 --steps 5 --rounds 1
 fi
 
 echo "== sweep (budget $BUDGET s)"

@@ -66,7 +66,7 @@ PARAMS: dict[str, Param] = {
     "arm": Param(check_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity"),
     "lr": real(0.0, strict=True, doc="peak AdamW learning rate of the grid"),
     "epochs": integer(1, doc="training budget in epochs (the cosine ends at its last step)"),
-    "seeds": integer(1, 16, "models per cell: training seeds seed0 .. seed0 + seeds - 1"),
+    "seeds": integer(1, 12, "models per cell: training seeds seed0 .. seed0 + seeds - 1"),
     "seed0": integer(0, 0, "first training seed"),
     "depth": integer(1, 24, "number of blocks L (branch scale 1/sqrt(L))"),
     "dataset": choice(DATASETS, "fashion-mnist"),
