@@ -230,3 +230,7 @@ def test_fair_config_errors(tmp_path: Path) -> None:
     cells = cfg.cells()
     assert len(cells) == 80 and [c.params["epochs"] for c in cells[-20:]] == [30] * 20
     assert sorted({c.params["lr"] for c in cells}) == [5e-4, 1e-3, 2e-3, 4e-3, 8e-3]
+    assert {c.params["seeds"] for c in cells} == {12}
+    cifar = fair_config("fair-cifar", data_dir="/data/cifar").cells()
+    assert len(cifar) == 80 and cifar[0].params["train_subset"] + cifar[0].params["val_subset"] \
+        == 50000 and cifar[0].params["data_dir"] == "/data/cifar"
