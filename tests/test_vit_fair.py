@@ -138,6 +138,9 @@ def test_training_and_choice_never_read_test_labels(digits) -> None:
                          for a in ("default", "noise:0") for e in (1, 3) for lr in (1e-3, 2e-3, 4e-3)
                          for s in range(4)])
     want = choose_lr(rows)
+    assert want["complete"].all()
+    partial = choose_lr(rows[~((rows["arm"] == "noise:0") & (rows["lr"] == 4e-3))])
+    assert list(partial["complete"]) == [True, True, False, False]
     assert choose_lr(rows.drop(columns="test_acc")).equals(want)
     assert choose_lr(rows.assign(test_acc=-rows["test_acc"])).equals(want)
     # and the choice is the arg-max of the mean validation accuracy

@@ -41,7 +41,7 @@ def plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
                 color = TOKEN_COLORS[k % len(TOKEN_COLORS)]
                 ax.plot(r["grid"], r["val_by_lr"], "o-", color=color, label=arm, ms=3)
                 ax.plot([r["lr"]], [r["val"]], "o", mfc="none", color=color, ms=9)
-            grid = chosen["grid"].iloc[0]
+            grid = sorted({float(g) for gr in chosen["grid"] for g in gr})
             ax.set_xscale("log")
             ax.set_xticks(grid, [f"{g:.2g}" for g in grid])
             ax.minorticks_off()

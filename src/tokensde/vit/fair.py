@@ -178,9 +178,11 @@ def per_seed(table: pd.DataFrame) -> pd.DataFrame:
 def choose_lr(seeds: pd.DataFrame) -> pd.DataFrame:
     """Per set-up, arm and budget: the grid rate with the highest mean validation accuracy at the
     end of training (ties: the smaller rate), the mean validation accuracy of every rate, and
-    whether the choice lies on an edge of the grid. Reads the set-up and VAL_COLUMNS only."""
+    whether the choice lies on an edge of the grid; `complete` is False where some rate of the
+    sweep has not finished yet (a partial sweep). Reads the set-up and VAL_COLUMNS only."""
     val = seeds[[*_setup(seeds), *VAL_COLUMNS]]
     key = [*_setup(seeds), "arm", "epochs"]
+    every = sorted(float(x) for x in val["lr"].unique())
     rows = []
     for k, g in val.groupby(key, sort=True):
         curve = g.groupby("lr")["val_acc"].agg(["mean", "count"]).sort_index()
@@ -190,7 +192,8 @@ def choose_lr(seeds: pd.DataFrame) -> pd.DataFrame:
                      "val": 100.0 * float(curve.loc[best, "mean"]), "grid": grid,
                      "val_by_lr": [100.0 * float(x) for x in curve["mean"]],
                      "seeds_by_lr": [int(x) for x in curve["count"]],
-                     "edge": len(grid) > 1 and best in (grid[0], grid[-1])})
+                     "edge": len(grid) > 1 and best in (grid[0], grid[-1]),
+                     "complete": grid == every})
     return pd.DataFrame(rows)
 
 
@@ -322,24 +325,28 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
                              f"[{_pts(r['gap_fixed_lo'])}, {_pts(r['gap_fixed_hi'])}]")
             lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     ch = chosen.set_index(["arm", "epochs"])
+    every = sorted({float(g) for grid in chosen["grid"] for g in grid})
     lines += ["", "**Chosen peak learning rate** (highest mean validation accuracy; * = on the "
-              "edge of the grid)", "", head, rule]
+              "edge of the grid; † = chosen from a partial grid, the sweep has not finished)", "",
+              head, rule]
     for arm in _arms(chosen["arm"]):
         cells = []
         for e in budgets:
             r = ch.loc[(arm, e)] if (arm, e) in ch.index else None
-            cells.append("" if r is None else f"{r['lr']:.2g}{'*' if r['edge'] else ''}")
+            cells.append("" if r is None else f"{r['lr']:.2g}{'*' if r['edge'] else ''}"
+                         f"{'' if r['complete'] else '†'}")
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += ["", "**Validation accuracy (%) over the grid** (mean over seeds)", "",
-              "| arm | epochs | " + " | ".join(f"{x:.2g}" for x in chosen["grid"].iloc[0]) + " |",
-              "|---|---|" + "---|" * len(chosen["grid"].iloc[0])]
+              "| arm | epochs | " + " | ".join(f"{x:.2g}" for x in every) + " |",
+              "|---|---|" + "---|" * len(every)]
     for arm in _arms(chosen["arm"]):
         for e in budgets:
             if (arm, e) in ch.index:
                 r = ch.loc[(arm, e)]
+                got = dict(zip(r["grid"], r["val_by_lr"], strict=True))
                 lines.append(f"| {arm} | {e} | " + " | ".join(
-                    f"**{v:.1f}**" if g == r["lr"] else f"{v:.1f}"
-                    for g, v in zip(r["grid"], r["val_by_lr"], strict=True)) + " |")
+                    "" if g not in got else f"**{got[g]:.1f}**" if g == r["lr"] else
+                    f"{got[g]:.1f}" for g in every) + " |")
     if level.get("last_third"):
         m, lo, hi = level["last_third"]
         lines += ["", f"**Plateau**: `{level['arm']}` at {level['epochs']} epochs (lr "
