@@ -57,6 +57,14 @@ def test_npz_export_round_trip_and_errors(tmp_path: Path) -> None:
     b = load_dataset("digits", train_subset=300, test_subset=100, val_subset=200)
     for k in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"):
         assert torch.equal(getattr(a, k), getattr(b, k)), k
+    from typer.testing import CliRunner
+
+    from tokensde.cli import app
+
+    res = CliRunner().invoke(app, ["vit", "export-data", "--dataset", "digits", "--train", "500",
+                                   "--test", "100", "--out", str(tmp_path / "c.npz")])
+    assert res.exit_code == 0 and "500 training + 100 test images" in res.output, res.output
+    assert (tmp_path / "c.npz").read_bytes()[:2] == b"PK"
     with pytest.raises(DatasetError, match="holds data set 'digits'"):
         load_dataset("fashion-mnist", f)
     with pytest.raises(ParameterError, match="train must be <= 1437"):
