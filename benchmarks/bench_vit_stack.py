@@ -80,6 +80,8 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(128, 1, 28, 28, generator=gen).to(args.device)
     y = torch.randint(0, 10, (128,), generator=gen).to(args.device)
+    one_at_a_time(cfg, 1, 1, x, y, args.device)  # warm-up: lazy initialisation, CUDA context
+    stacked(cfg, 1, 1, x, y, args.device)
     one, stack = [], []
     for _ in range(args.rounds):
         one.append(one_at_a_time(cfg, args.models, args.steps, x, y, args.device))

@@ -67,7 +67,7 @@ err = (cpu - gpu).abs().max().item()
 print(f"max |logit(cuda) - logit(cpu)| = {err:.2e} (logits of size {cpu.abs().mean():.2f});",
       "OK" if err < 1e-3 else "MISMATCH")
 EOF
-timeout 120 "$PY" benchmarks/bench_vit_stack.py --device cuda --models 12 --steps 5 --rounds 1
+timeout 120 "$PY" benchmarks/bench_vit_stack.py --device cuda --models 12 --steps 5 --rounds 2
 fi
 
 echo "== sweep (budget $BUDGET s)"
