@@ -229,7 +229,13 @@ def test_fair_tiny_pipeline_resumes_reports_and_ignores_test_labels(tmp_path: Pa
 
 
 def test_fair_config_errors(tmp_path: Path) -> None:
-    """Unknown size, a grid parameter given as fixed, a TOML of another kind."""
+    """Unknown size, a grid parameter given as fixed, a TOML of another kind; a missing data
+    file stops the sweep before any cell runs."""
+    from tokensde.vit.data import MissingDatasetError
+
+    with pytest.raises(MissingDatasetError, match=r"none\.npz does not exist"):
+        run_fair(fair_config("fair-tiny", data_dir=str(tmp_path / "none.npz")), tmp_path / "o")
+    assert not (tmp_path / "o").exists()
     with pytest.raises(FileNotFoundError):
         fair_config("huge")
     with pytest.raises(ParameterError, match="lr vary in the grid"):

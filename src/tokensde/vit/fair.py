@@ -145,10 +145,24 @@ def fair_config(size: str | os.PathLike = "fair", **params: Any) -> SweepConfig:
     return sized_config(size, KIND, SIZES, SWEEPS / f"vit-{size}.toml", params)
 
 
+def check_data(config: SweepConfig) -> None:
+    """Load the images of every data set-up of `config` once, so that a missing or bad data file
+    stops the sweep with its message before any cell runs."""
+    seen = set()
+    for c in config.cells():
+        key = tuple(c.params[k] for k in ("dataset", "data_dir", "train_subset", "val_subset",
+                                          "test_subset"))
+        if key not in seen:
+            seen.add(key)
+            _data(*key)
+
+
 def run_fair(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
              on_cell: OnCell | None = None, on_start: Any = None,
              figures: bool = True) -> dict[str, Any]:
-    """Run (or resume) a fair sweep into `out`, then write its report (`fair_report`)."""
+    """Run (or resume) a fair sweep into `out` (its data checked first, `check_data`), then
+    write its report (`fair_report`)."""
+    check_data(config)
     summary = run_sweep(config, out, workers=workers, on_cell=on_cell, on_start=on_start)
     return {**summary, "report": fair_report(out, figures=figures)}
 
