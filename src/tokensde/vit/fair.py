@@ -27,6 +27,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +306,13 @@ def _arms(arms: Any) -> list[str]:
     return sorted(set(arms), key=lambda a: (rank.get(a, len(rank)), a))
 
 
+def _arm_rows(by: pd.DataFrame, arms: list[str], budgets: list[Any],
+              fmt: Callable[[pd.Series], str]) -> list[str]:
+    """Markdown rows `| arm | fmt(row at budget e) ... |` of `by` (indexed by arm, epochs)."""
+    return ["| " + arm + " | " + " | ".join(fmt(by.loc[(arm, e)]) if (arm, e) in by.index else ""
+                                         for e in budgets) + " |" for arm in arms]
+
+
 def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) -> str:
     """Markdown: arms x budgets (test accuracy at the per-arm rate; gap to default with its 95 %
     paired interval), the chosen rates, the validation accuracy over the grid, the plateau."""
@@ -315,41 +323,22 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     lines = ["**Test accuracy at each arm's own learning rate** (chosen on the validation split), "
              "and the gap to `default` in points with its 95 % paired t-interval "
              f"(paired seeds: {int(gaps['pairs'].max()) if len(gaps) else 0})", "", head, rule]
-    for arm in _arms(gaps["arm"]):
-        cells = []
-        for e in budgets:
-            if (arm, e) not in by.index:
-                cells.append("")
-                continue
-            r = by.loc[(arm, e)]
-            cells.append(f"{r['acc']:.1f} %" if arm == BASELINE else
-                         f"{r['acc']:.1f} %, {_pts(r['gap'])} [{_pts(r['gap_lo'])}, "
-                         f"{_pts(r['gap_hi'])}]")
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += _arm_rows(by, _arms(gaps["arm"]), budgets, lambda r: (
+        f"{r['acc']:.1f} %" if r.name[0] == BASELINE else
+        f"{r['acc']:.1f} %, {_pts(r['gap'])} [{_pts(r['gap_lo'])}, {_pts(r['gap_hi'])}]"))
     if gaps["gap_fixed"].notna().any():
         lines += ["", "Gap to `default` with **both at 2e-3** (the earlier protocol), same runs:",
                   "", head, rule]
-        for arm in _arms(gaps["arm"]):
-            if arm == BASELINE:
-                continue
-            cells = []
-            for e in budgets:
-                r = by.loc[(arm, e)] if (arm, e) in by.index else None
-                cells.append("" if r is None else f"{_pts(r['gap_fixed'])} "
-                             f"[{_pts(r['gap_fixed_lo'])}, {_pts(r['gap_fixed_hi'])}]")
-            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+        lines += _arm_rows(by, [a for a in _arms(gaps["arm"]) if a != BASELINE], budgets,
+                           lambda r: f"{_pts(r['gap_fixed'])} [{_pts(r['gap_fixed_lo'])}, "
+                                     f"{_pts(r['gap_fixed_hi'])}]")
     ch = chosen.set_index(["arm", "epochs"])
     every = sorted({float(g) for grid in chosen["grid"] for g in grid})
     lines += ["", "**Chosen peak learning rate** (highest mean validation accuracy; * = on the "
               "edge of the grid; † = chosen from a partial grid, the sweep has not finished)", "",
               head, rule]
-    for arm in _arms(chosen["arm"]):
-        cells = []
-        for e in budgets:
-            r = ch.loc[(arm, e)] if (arm, e) in ch.index else None
-            cells.append("" if r is None else f"{r['lr']:.2g}{'*' if r['edge'] else ''}"
-                         f"{'' if r['complete'] else '†'}")
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += _arm_rows(ch, _arms(chosen["arm"]), budgets, lambda r: (
+        f"{r['lr']:.2g}{'*' if r['edge'] else ''}{'' if r['complete'] else '†'}"))
     lines += ["", "**Validation accuracy (%) over the grid** (mean over seeds)", "",
               "| arm | epochs | " + " | ".join(f"{x:.2g}" for x in every) + " |",
               "|---|---|" + "---|" * len(every)]
