@@ -156,6 +156,7 @@ def simulate_cmd(
 ) -> None:
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
     from ..io.store import check_output, save_result
+    from ..plots.style import check_figure
     from ..sim.simulate import simulate
 
     with user_errors():
@@ -163,9 +164,10 @@ def simulate_cmd(
         if layers is None and alpha is None and time is None and dt is None:
             layers = 1000
         check_tol(tol, "tol", dtype)
-        for name, path in (("--out", out), ("--plot", plot)):
-            if path is not None:
-                check_output(path, name)
+        if out is not None:
+            check_output(out, "--out", suffixes=(".npz",))
+        if plot is not None:
+            check_figure(plot, "--plot")
         # the names as typed: ModelParams checks them
         p = _model_params(value_init, law, sigma, n=n, d=d, beta=beta,
                           attention=cast(Attention, attention), causal=causal,

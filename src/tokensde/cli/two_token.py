@@ -47,6 +47,14 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
+def _check_out(out: Path | None) -> None:
+    """--out can take the JSON result (checked before any run)."""
+    if out is not None:
+        from ..io.store import check_output
+
+        check_output(out, "--out", suffixes=(".json",))
+
+
 def _save(result: dict[str, Any], out: Path) -> str:
     from ..io.store import header, write_json
 
@@ -148,8 +156,9 @@ def mc_cmd(
     from ..theory import two_tokens as tt
 
     with user_errors():
+        _check_out(out)
         dt = tt.default_dt(d) if dt is None else dt
-        steps = TimeGrid.make(T=time, dt=dt).steps
+        steps = TimeGrid.make(T=time, dt=dt, exact=True).steps
         result = _run(mc.monte_carlo, steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
                       sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until,
@@ -201,12 +210,14 @@ def grid_cmd(
     from ..io.store import check_output
     from ..plots.multi import load
     from ..plots.phase import plot_phase_diagram
+    from ..plots.style import check_figure
     from ..sweep.engine import SweepDir
     from ..sweep.two_token import grid_config
     from .sweep import run_resumable
 
     with user_errors():
-        check_output(out, "--figure")
+        check_figure(out, "--figure")
+        check_output(out_dir, "--out", directory=True)
         cfg = grid_config(_numbers("--betas", betas, float), _numbers("--ds", ds, int), rho0,
                           runs=runs, T=time, seed=seed, engine=engine)
         run_resumable(cfg, out_dir, workers, quiet=quiet)
@@ -232,10 +243,11 @@ def hybrid_cmd(
     from ..theory import two_tokens as tt
 
     with user_errors():
+        _check_out(out)
         eps2_c = tt.hybrid_eps2_c(beta)
         result: dict[str, Any] = {"beta": beta, "eps2_c": eps2_c, "eps_c": math.sqrt(eps2_c)}
         if eps is not None:
-            steps = TimeGrid.make(T=time, dt=dt).steps
+            steps = TimeGrid.make(T=time, dt=dt, exact=True).steps
             lam_m, lam_p = tt.hybrid_lyapunov(beta, eps)
             result.update(eps=eps, lyapunov_antipodal=lam_m, lyapunov_merged=lam_p,
                           regime="antipodal" if lam_m < 0 else "merged" if lam_m > 0 else

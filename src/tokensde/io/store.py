@@ -30,23 +30,42 @@ class StoreError(ValueError):
     """A results file that cannot be read: corrupt, foreign, or written by a newer schema."""
 
 
-def check_output(path: str | os.PathLike, name: str, directory: bool = False) -> Path:
+def check_output(path: str | os.PathLike, name: str, directory: bool = False,
+                 suffixes: tuple[str, ...] | None = None) -> Path:
     """`path` if a file (or, with `directory`, a directory) can be written there: it is not the
-    other kind of thing, and no part of it above is a file. Raise ParameterError naming `name`."""
+    other kind of thing, no part of it above is a file, the nearest existing directory above is
+    writable (permissions and a read-only mount), and its suffix is one of `suffixes` (lower
+    case, with the dot) when given. Raise ParameterError naming `name`; nothing is created."""
     path = Path(path)
     want = "a directory" if directory else "a file path"
+    if suffixes is not None and path.suffix.lower() not in suffixes:
+        raise ParameterError(f"{name} must end in one of {', '.join(suffixes)}; got {str(path)!r}")
     if path.exists() and path.is_dir() != directory:
         what = "a directory" if path.is_dir() else "a file"
         raise ParameterError(f"{name} must be {want}; {path} is {what}")
+    if directory and path.is_dir():
+        _check_writable(path, path, name)
+        return path
     for above in path.parents:
         if above.exists():
             if not above.is_dir():
                 raise ParameterError(f"{name} must be {want}; {path} sits under {above}, "
                                      "which is a file")
-            if not os.access(above, os.W_OK | os.X_OK):
-                raise ParameterError(f"{name}: cannot write under {above} (permission denied)")
+            _check_writable(path, above, name)
             break
     return path
+
+
+def _check_writable(path: Path, where: Path, name: str) -> None:
+    """ParameterError naming `name` unless files can be created in the directory `where`."""
+    readonly = False
+    try:
+        readonly = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        pass
+    if readonly or not os.access(where, os.W_OK | os.X_OK):
+        why = "a read-only file system" if readonly else "permission denied"
+        raise ParameterError(f"{name}: cannot write {path}: {where} is not writable ({why})")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
@@ -127,6 +146,7 @@ def header(kind: str, **fields: Any) -> dict[str, Any]:
 
 def save_result(result: SimResult, path: str | os.PathLike) -> Path:
     """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata."""
+    check_output(path, "path", suffixes=(".npz",))
     meta = header(KIND_SIM, **result.metadata())
     arrays: dict[str, np.ndarray] = {"x": result.x.numpy(), "checkpoints": result.checkpoints}
     if result.gram is not None:
