@@ -68,23 +68,26 @@ def _run(fn: Any, steps: int, quiet: bool, json_out: bool, **kwargs: Any) -> dic
 
 
 def _show_outcome(r: dict[str, Any]) -> None:
-    lo, hi = r["ci"]
-    pct = round(100 * r["level"])
+    est = r["estimate"]
     decided = r.get("until") == "decided"
     to = "until decided, at most to" if decided else "to"
     typer.echo(f"{r['model']} model, {r['engine']}: {r['counts']['runs']} runs {to} T = "
                f"{_fmt(r['T'])} ({r['steps']} layers, dt = {_fmt(r['dt'])}), seed {r['seed']}")
-    typer.echo(f"  antipodal  {_fmt(r['p_anti'])}  [{_fmt(lo)}, {_fmt(hi)}] ({pct}% Wilson)")
-    typer.echo(f"  merged     {_fmt(r['p_merged'])}")
-    typer.echo(f"  undecided  {_fmt(r['undecided'])}  (tol {_fmt(r['tol'])})")
+    typer.echo(f"  antipodal  {est['text']}")
+    c = r["counts"]
+    typer.echo(f"  counts     {c['antipodal']} antipodal, {c['merged']} merged, "
+               f"{c['undecided']} undecided (tol {_fmt(r['tol'])})")
     if decided:
         typer.echo(f"  t_decided  median {_fmt(r['t_decided_median'])}, 90% "
                    f"{_fmt(r['t_decided_q90'])}")
+    target = r.get("theory_at_tol", r["theory"])
+    lo, hi = est["bounds"]
+    verdict = ("within" if lo <= target <= hi else "OUTSIDE") + " what these runs allow"
     if "theory_at_tol" in r:
-        typer.echo(f"  theory     {_fmt(r['theory_at_tol'])} at tol, {_fmt(r['theory'])} as "
-                   "tol -> 0")
+        typer.echo(f"  theory     {_fmt(r['theory_at_tol'])} at tol ({verdict}), "
+                   f"{_fmt(r['theory'])} as tol -> 0")
     else:
-        typer.echo(f"  theory     {_fmt(r['theory'])}")
+        typer.echo(f"  theory     {_fmt(r['theory'])} ({verdict})")
 
 
 @two_token_app.command("prob")
