@@ -167,18 +167,73 @@ def load_result(path: str | os.PathLike) -> SimResult:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {path} does not exist")
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not a tokensde results file (.npz)")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise StoreError(f"{path} is a single numpy array (.npy), not a tokensde results "
+                             "file (.npz written by save_result / simulate --out)")
+        with z:
             meta = json.loads(str(z["meta"]))
             data = {k: z[k] for k in z.files if k != "meta"}
+    except StoreError:
+        raise
     except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError) as err:
         raise StoreError(f"{path} is not a readable tokensde results file: {err}") from err
     check_meta(meta, KIND_SIM, str(path))
     try:
+        check_arrays(meta, data, str(path))
         return _sim_result(meta, data)
     except KeyError as err:
         raise StoreError(f"{path} lacks the field {err.args[0]!r} of a tokensde results file "
                          "(damaged, or not written by save_result); re-run the simulation") from err
+    except (ParameterError, TypeError, ValueError) as err:
+        if isinstance(err, StoreError):
+            raise
+        raise StoreError(f"{path} has a header that is not valid ({err}); damaged, or not "
+                         "written by save_result: re-run the simulation") from err
+
+
+def check_arrays(meta: dict[str, Any], data: dict[str, np.ndarray], where: str) -> None:
+    """Check every array of a results file against its header: `x` `(runs, n, d)`,
+    `checkpoints` increasing layer indices in `[0, steps]`, `gram` `(runs, K, n, n)` without
+    nan, `tokens` `(runs, K, n, d)`; StoreError naming `where` and the array otherwise."""
+    params = meta["params"]
+    runs, steps, n, d = meta["runs"], meta["steps"], params["n"], params["d"]
+    frame = meta.get("sampler") == "gram"  # the Gram sampler keeps tokens in a smaller frame
+
+    def bad(what: str) -> StoreError:
+        return StoreError(f"{where}: {what}; the file is damaged or was edited (re-run the "
+                          "simulation that wrote it)")
+
+    def shape(name: str, want: tuple[int, ...]) -> None:
+        a = data.get(name)
+        if a is None:
+            return
+        got = tuple(a.shape)
+        ok = len(got) == len(want) and got[:-1] == want[:-1] and (
+            got[-1] == want[-1] or (frame and name in ("x", "tokens") and got[-1] <= want[-1]))
+        if not ok:
+            raise bad(f"array {name!r} has shape {got}, but the header says {want} "
+                      f"(runs={runs}, n={n}, d={d})")
+        if a.dtype.kind not in "fc":
+            raise bad(f"array {name!r} holds {a.dtype} values, not floats")
+
+    cp = np.asarray(data["checkpoints"])
+    if cp.ndim != 1 or cp.size == 0 or cp.dtype.kind not in "iu":
+        raise bad(f"checkpoints must be a non-empty list of layer indices; got shape "
+                  f"{cp.shape}, dtype {cp.dtype}")
+    if cp.min() < 0 or cp.max() > steps or np.any(np.diff(cp) <= 0):
+        raise bad(f"checkpoints must increase within [0, steps = {steps}]; got "
+                  f"{cp.min()}..{cp.max()}")
+    k = len(cp)
+    shape("x", (runs, n, d))
+    shape("gram", (runs, k, n, n))
+    shape("tokens", (runs, k, n, d))
+    g = data.get("gram")
+    if g is not None and not np.isfinite(g).all():
+        raise bad(f"array 'gram' holds {int((~np.isfinite(g)).sum())} nan or infinite entries")
 
 
 def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
