@@ -510,6 +510,26 @@ class SweepDir:
             raise StoreError(f"{self.manifest_path} lacks the cell list or fingerprint")
         return meta
 
+    def check_intact(self, meta: dict[str, Any], counts: dict[str, int]) -> None:
+        """SweepError when the directory, its manifest or cells/ vanished (or the manifest was
+        replaced) while the sweep ran: its cells could not be saved, so it must not report
+        success."""
+        where = ("the directory" if not self.path.is_dir() else f"its {MANIFEST}"
+                 if not self.manifest_path.is_file() else f"its {CELLS}/"
+                 if not self.cells_dir.is_dir() else None)
+        if where is None:
+            try:
+                same = json.loads(self.manifest_path.read_text()).get("fingerprint")
+            except (OSError, ValueError, AttributeError):
+                same = None
+            if same != meta["fingerprint"]:
+                where = f"its {MANIFEST} (replaced or damaged)"
+        if where is not None:
+            raise SweepError(f"sweep directory {self.path}: {where} vanished while the sweep ran "
+                             f"({counts['ran']} cells of this run had been saved there); the "
+                             "remaining cells were stopped. Run the same command again to "
+                             "start over (cells still in cells/ are reused)")
+
     def orphans_of(self, fp: str) -> bool:
         """True when cells/ holds only finished cells of the sweep with fingerprint `fp` (so a
         lost manifest can be rebuilt from that sweep's config); an unreadable cell is an error
@@ -735,15 +755,22 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
         # closing: an interrupt stops the workers at once, not when the generator is collected
         with closing(_rows(_tasks(cfg, todo), workers, backend, address)) as rows:
             for row in rows:
+                sd.check_intact(meta, counts)
                 sd.write_row(row, meta)
                 counts["done"] += 1
                 counts["ran"] += 1
                 counts["failed"] += row["status"] != "ok"
                 if on_cell is not None:
                     on_cell(row, dict(counts))
-        table = sd.write_table(meta)
-    return {**counts, "dir": str(sd.path), "table": str(table), "backend": backend,
-            "workers": workers, "wall_s": time.perf_counter() - t0}
+        sd.check_intact(meta, counts)
+        parts = sd.parts(meta)
+        if len(parts) != counts["done"]:
+            raise SweepError(f"{sd.cells_dir} holds {len(parts)} finished cells, but this run "
+                             f"counted {counts['done']}: cells were removed while the sweep "
+                             "ran; run the same command again to recompute them")
+        table = sd.write_table(meta, parts)
+    return {**counts, "rows": len(parts), "dir": str(sd.path), "table": str(table),
+            "backend": backend, "workers": workers, "wall_s": time.perf_counter() - t0}
 
 
 def sweep_status(out: str | os.PathLike) -> dict[str, Any]:
