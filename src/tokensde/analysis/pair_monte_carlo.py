@@ -117,7 +117,8 @@ class PairOutcome:
         u_lo, u_hi = wilson(self.undecided, self.runs, self.level)
         return {
             "p_anti": est.p, "ci": self.ci, "bounds": list(est.bounds),
-            "p_merged": 1.0 - est.p, "undecided": est.undecided,
+            "p_merged": self.merged / est.decided if est.decided else math.nan,
+            "undecided": est.undecided,
             "ci_undecided": None if self.exact else [float(u_lo), float(u_hi)],
             "estimate": est.to_dict(), "theory": self.theory,
             "counts": {"antipodal": self.antipodal, "merged": self.merged,

@@ -38,8 +38,6 @@ def check_output(path: str | os.PathLike, name: str, directory: bool = False,
     case, with the dot) when given. Raise ParameterError naming `name`; nothing is created."""
     path = Path(path)
     want = "a directory" if directory else "a file path"
-    if suffixes is not None and path.suffix.lower() not in suffixes:
-        raise ParameterError(f"{name} must end in one of {', '.join(suffixes)}; got {str(path)!r}")
     if path.exists() and path.is_dir() != directory:
         what = "a directory" if path.is_dir() else "a file"
         raise ParameterError(f"{name} must be {want}; {path} is {what}")
@@ -53,6 +51,8 @@ def check_output(path: str | os.PathLike, name: str, directory: bool = False,
                                      "which is a file")
             _check_writable(path, above, name)
             break
+    if suffixes is not None and path.suffix.lower() not in suffixes:
+        raise ParameterError(f"{name} must end in one of {', '.join(suffixes)}; got {str(path)!r}")
     return path
 
 
