@@ -237,7 +237,7 @@ def _setup(root: Path) -> dict[str, str]:
     return fields
 
 
-class _Hang(Exception):
+class _Hang(BaseException):  # not caught by `except Exception` in a section build
     pass
 
 
