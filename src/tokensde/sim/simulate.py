@@ -37,7 +37,7 @@ from .norm_sde import check_peri_sde, peri_noise, peri_sde_step
 from .result import SimResult
 from .rng import RUN_BLOCK, RunStreams
 from .samplers import choose_sampler, mlp_sampler, noise_sampler, scheme_params
-from .sde import sde_step
+from .sde import check_sde_step, sde_step
 
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
 # the step of each (scheme, norm) other than post-norm (docs/variants.md §4): the Euler step of the
@@ -353,6 +353,8 @@ def simulate(
         raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
     if params.norm == "peri" and scheme == "sde":
         check_peri_sde(params)
+    if scheme == "sde":
+        check_sde_step(params, grid.dt)
     bad = set(record) - set(RECORDS)
     if bad:
         raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
