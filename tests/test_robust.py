@@ -59,6 +59,17 @@ def refused(args: list[str], *needles: str, code: int = 2, limit_s: float = 1.0)
 
 # ----------------------------------------------------------------------------- paths before work
 
+@pytest.fixture(scope="module", autouse=True)
+def _imported():
+    """The commands import their modules lazily; import them once here, so that the time limit
+    measures the checks and not the first import of torch and matplotlib."""
+    import tokensde.analysis.pair_monte_carlo
+    import tokensde.plots.phase
+    import tokensde.sim.simulate
+    import tokensde.study
+    import tokensde.vit  # noqa: F401
+
+
 @pytest.fixture
 def spot(tmp_path):
     """A file with content that must survive, and a place for results that must stay empty."""
@@ -329,3 +340,35 @@ def test_sweep_summary_rows_are_the_table_rows(tmp_path):
     cfg.write_text(SMALL)
     s = run_sweep(cfg, tmp_path / "out")
     assert s["rows"] == s["done"] == 3 == len(pd.read_parquet(s["table"]))
+
+
+def test_workers_are_capped_by_cells_and_cpus_and_reported(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(SMALL)
+    s = run_sweep(cfg, tmp_path / "out", workers=1000)
+    assert s["workers_asked"] == 1000 and s["workers"] == min(3, os.cpu_count() or 1)
+    again = run_sweep(cfg, tmp_path / "out", workers=8)  # nothing left to run: one worker
+    assert again["ran"] == 0 and again["workers"] == 1
+
+
+@pytest.mark.parametrize(("args", "needles"), [
+    (["simulate", "--dtype", "float16", "--runs", "3"], ["dtype must be one of float64, float32",
+                                                         "float16"]),
+    (["simulate", "--heads", "64", "--n", "512", "--d", "512", "--runs", "100000",
+      "--layers", "10"], ["64 heads", "lower runs, n, d, heads or checkpoints"]),
+    (["two-token", "grid", "--out", "x", "--figure", "x.png", "--ds", "2.5"],
+     ["--ds must be comma-separated integers"]),
+    (["two-token", "grid", "--out", "x", "--figure", "x.png", "--betas", ","],
+     ["--betas must name at least one value"]),
+    (["simulate", "--scheme", "sde", "--d", "50", "--time", "1", "--dt", "0.1", "--runs", "4"],
+     ["sigma^2 (d - 1) dt = 4.9", "must be <= 2", "choose dt <= 0.00408"]),
+])
+def test_messages_name_the_right_thing(tmp_path, args, needles):
+    os.chdir(tmp_path)
+    refused(args, *needles)
+    assert not list(tmp_path.iterdir())
+
+
+def test_sde_step_warns_in_the_biased_regime():
+    with pytest.warns(RuntimeWarning, match=r"sigma\^2 \(d - 1\) dt = 0.45"):
+        simulate(ModelParams(n=2, d=10), T=0.1, dt=0.05, runs=2, scheme="sde")

@@ -184,10 +184,15 @@ def mc_cmd(
 
 
 def _numbers(name: str, text: str, kind: type[float] | type[int]) -> list[Any]:
+    what = "integers" if kind is int else "numbers"
     try:
-        return [kind(v) for v in text.split(",") if v.strip()]
+        values = [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise ParameterError(f"{name} must be comma-separated numbers; got {text!r}") from None
+        raise ParameterError(f"{name} must be comma-separated {what}; got {text!r}") from None
+    if not values:
+        raise ParameterError(f"{name} must name at least one value (comma-separated {what}); "
+                             f"got {text!r}")
+    return values
 
 
 @two_token_app.command("grid")

@@ -89,7 +89,9 @@ class FigureSpec:
 
 @contextmanager
 def process_map(workers: int) -> Iterator[Callable[..., Any]]:
-    """A `map` over `workers` processes (one torch thread each), or the builtin map."""
+    """A `map` over `workers` processes (one torch thread each; at most one per CPU), or the
+    builtin map."""
+    workers = min(workers, os.cpu_count() or 1)
     if workers <= 1:
         yield map
         return

@@ -719,6 +719,17 @@ def check_backend(backend: str, address: str | None) -> str:
     return backend
 
 
+def worker_cap(workers: int, cells: int, backend: str = "local", address: str | None = None
+               ) -> int:
+    """The workers a sweep starts: at most `workers`, the cells left to run and, on this machine
+    (local pool, or a Ray instance started here), its CPU count; at least 1. A Ray cluster at
+    `address` is sized by its own CPUs."""
+    cap = max(1, min(workers, cells))
+    if backend == "local" or not address:
+        cap = min(cap, os.cpu_count() or 1)
+    return cap
+
+
 def _rows(tasks: list[Row], workers: int, backend: str, address: str | None
           ) -> Generator[Row, None, None]:
     if backend == "ray":
@@ -752,8 +763,9 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
                   "ran": 0}
         if on_start is not None:
             on_start(dict(counts))
+        used = worker_cap(workers, len(todo), backend, address)
         # closing: an interrupt stops the workers at once, not when the generator is collected
-        with closing(_rows(_tasks(cfg, todo), workers, backend, address)) as rows:
+        with closing(_rows(_tasks(cfg, todo), used, backend, address)) as rows:
             for row in rows:
                 sd.check_intact(meta, counts)
                 sd.write_row(row, meta)
@@ -770,7 +782,8 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
                              "ran; run the same command again to recompute them")
         table = sd.write_table(meta, parts)
     return {**counts, "rows": len(parts), "dir": str(sd.path), "table": str(table),
-            "backend": backend, "workers": workers, "wall_s": time.perf_counter() - t0}
+            "backend": backend, "workers": used, "workers_asked": workers,
+            "wall_s": time.perf_counter() - t0}
 
 
 def sweep_status(out: str | os.PathLike) -> dict[str, Any]:
