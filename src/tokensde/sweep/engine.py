@@ -408,10 +408,16 @@ def run_local(tasks: list[Row], workers: int) -> Generator[Row, None, None]:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+RAY_RETRIES = 3  # reruns of a cell whose worker process or node died
+
+
 def run_ray(tasks: list[Row], workers: int, address: str | None = None
             ) -> Generator[Row, None, None]:
     """Rows as cells finish, on Ray: a local instance with `workers` CPUs, or the cluster at
-    `address`. A Ray instance started here is shut down at the end."""
+    `address` (or the one this process is already connected to). A cell in flight on a node
+    that dies is rerun on the nodes left (up to RAY_RETRIES times; then it is a failed row,
+    rerun by the next `run`); each cell gives exactly one row. A Ray instance started here is
+    shut down at the end (a cluster is only disconnected from)."""
     try:
         import ray
     except ImportError as err:
@@ -424,7 +430,10 @@ def run_ray(tasks: list[Row], workers: int, address: str | None = None
         else:
             ray.init(num_cpus=workers, **opts)
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(execute_cell)
+        # a cell never raises (its errors become rows), so a retry only follows a lost worker
+        # or node: Ray runs it again elsewhere, and the same seed gives the same row
+        remote = ray.remote(num_cpus=1, max_retries=RAY_RETRIES, retry_exceptions=False)(
+            execute_cell)
         width = _window(int(ray.cluster_resources().get("CPU", workers)) if address else workers)
         pending = list(reversed(tasks))
         inflight: dict[Any, Row] = {}
