@@ -117,9 +117,9 @@ def cases() -> Iterator[tuple[str, list[str]]]:
     for extra in SIM_TIME + SIM_LAYERS:
         yield f"simulate {' '.join(extra)}", base + extra
     yield "simulate --eps with matrix noise", _with(SIM, "--eps", "0.3")
-    yield "simulate --value-init with --sigma", SIM + ["--value-init", "pytorch", "--sigma", "1"]
+    yield "simulate --value-init with --sigma", [*SIM, "--value-init", "pytorch", "--sigma", "1"]
     yield "simulate --n too large", _with(SIM, "--n", "100000000")
-    yield "simulate --rho0 without pair", SIM + ["--init", "pair", "--rho0", "2"]
+    yield "simulate --rho0 without pair", [*SIM, "--init", "pair", "--rho0", "2"]
     for cmd, bad in ((MC, MC_BAD), (HYB, HYB_BAD), (GRID, GRID_BAD)):
         for opt, vals in bad.items():
             for v in vals:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from probe_bad_inputs import CLASSES, cases, run  # noqa: E402
+from probe_bad_inputs import CLASSES, cases, run
 
 
 def test_probe_covers_a_few_hundred_inputs():

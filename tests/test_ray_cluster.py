@@ -8,6 +8,7 @@ when the test ends, pass or fail (never `ray stop`, which would end every Ray on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -54,14 +55,10 @@ def _start(args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
 
 def _end(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     """End the process group of `proc` (the raylet, its workers, the head's GCS)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 @pytest.fixture

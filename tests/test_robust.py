@@ -303,7 +303,7 @@ def test_load_result_checks_every_array_against_its_header(saved, change, needle
     change(z, meta)
     z["meta"] = np.array(json.dumps(meta))
     np.savez(tmp / "bad.npz", **z)
-    with pytest.raises(StoreError, match="bad.npz") as err:
+    with pytest.raises(StoreError, match=r"bad\.npz") as err:
         load_result(tmp / "bad.npz")
     assert needle in str(err.value)
 

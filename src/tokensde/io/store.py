@@ -6,6 +6,7 @@ file + rename), and loading a corrupt, foreign or newer-schema file raises `Stor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -59,10 +60,8 @@ def check_output(path: str | os.PathLike, name: str, directory: bool = False,
 def _check_writable(path: Path, where: Path, name: str) -> None:
     """ParameterError naming `name` unless files can be created in the directory `where`."""
     readonly = False
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         readonly = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
-    except (OSError, AttributeError):
-        pass
     if readonly or not os.access(where, os.W_OK | os.X_OK):
         why = "a read-only file system" if readonly else "permission denied"
         raise ParameterError(f"{name}: cannot write {path}: {where} is not writable ({why})")
