@@ -39,17 +39,8 @@ HYB = ["two-token", "hybrid", "--beta", "1", "--eps", "0.5", "--runs", "8", "--t
        "--no-progress", "--json"]
 GRID = ["two-token", "grid", "--out", "{res}/grid", "--figure", "{res}/g.png", "--betas", "1",
         "--ds", "3", "--runs", "4", "--time", "0.5", "--engine", "reduced", "--no-progress"]
-SMALL = """kind = "multi_token"
-runs = 4
-T = 0.2
-seed = 3
-[params]
-dt = 0.05
-[grid]
-n = [3]
-beta = [1.0, 2.0]
-d = [3]
-"""
+SMALL = ("kind = 'multi_token'\nruns = 4\nT = 0.2\nseed = 3\n[params]\ndt = 0.05\n"
+         "[grid]\nn = [3]\nbeta = [1.0, 2.0]\nd = [3]\n")
 
 # option -> bad values, for simulate
 SIM_BAD: dict[str, list[str]] = {

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from ..model.noise import apply_matrices
-from ..model.params import ModelParams, ParameterError, TimeGrid
+from ..model.params import ModelParams, TimeGrid
 from .layers import attention_output, mean_part, network_step, normalize_, tangent
 
 
@@ -32,26 +32,24 @@ def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Te
 
 # k = sigma^2 (d - 1) dt: the Ito drift scales a token by about 1 - k/2 per step. At STEP_MAX that
 # factor reaches 0 and the projected Euler step reverses the token (more noise gives less
-# motion); above STEP_WARN the step is visibly biased.
+# motion); above STEP_WARN the step is visibly biased. Both are warned about.
 STEP_MAX = 2.0
 STEP_WARN = 0.2
 
 
 def check_sde_step(p: ModelParams, dt: float) -> float:
     """`k = (sigma^2 + mlp_sigma^2) (d - 1) dt` of the Euler step of the SDE (noise scale
-    sigma, MLP block scale mlp_sigma); ParameterError naming k above STEP_MAX, a
-    RuntimeWarning above STEP_WARN. Returns k."""
+    sigma, MLP block scale mlp_sigma), with a RuntimeWarning naming k above STEP_WARN (biased)
+    and above STEP_MAX (the step reverses the token). Returns k. A warning, not a refusal: the
+    Gram sampler is also run at huge d for what it holds, not for accuracy."""
     scale2 = p.noise_scale**2 + (p.mlp_sigma**2 if p.mlp_block.active else 0.0)
     k = scale2 * (p.d - 1) * dt
-    what = (f"sigma^2 (d - 1) dt = {k:.3g} (noise scale^2 {scale2:g}, d = {p.d}, "
-            f"dt = {dt:g})")
-    if k > STEP_MAX:
-        raise ParameterError(f"dt is too large for scheme='sde': {what} must be <= {STEP_MAX:g} "
-                             f"(the Ito drift of one step, about -k/2 x, would reverse the token); choose "
-                             f"dt <= {STEP_WARN / scale2 / (p.d - 1):.3g} for an accurate step")
     if k > STEP_WARN:
-        warnings.warn(f"scheme='sde' with {what} > {STEP_WARN:g}: the Euler step is biased "
-                      f"(too little motion); choose dt <= {STEP_WARN / scale2 / (p.d - 1):.3g}",
+        harm = ("reverses the token (the Ito drift of one step, about -k/2 x, passes through "
+                "0)" if k > STEP_MAX else "is biased (too little motion)")
+        warnings.warn(f"scheme='sde' with sigma^2 (d - 1) dt = {k:.3g} (noise scale^2 "
+                      f"{scale2:g}, d = {p.d}, dt = {dt:g}) > {STEP_WARN:g}: the Euler step "
+                      f"{harm}; choose dt <= {STEP_WARN / scale2 / (p.d - 1):.3g}",
                       RuntimeWarning, stacklevel=3)
     return k
 
