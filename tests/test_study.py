@@ -187,8 +187,8 @@ def test_mlp_section_checks_every_cell_against_the_first_passage_theory(tmp_path
     for name, beta, tol, *_, r in [(r[0], r[1], r[2], r) for r in table.rows]:
         want = (p_first(beta, 4, -0.5, tol, mlp="relu", mlp_sigma=0.3) if name.startswith("relu")
                 else absorption.p_anti_at_tol(beta, 4, -0.5, tol))
-        assert r[8] == pytest.approx(want, rel=1e-6)
-        assert r[9] == (0.0 if name.startswith("relu") else pytest.approx(0.5, abs=0.1))
+        assert r[9] == pytest.approx(want, rel=1e-6)  # r[6:9]: estimate, interval, bounds
+        assert r[10] == (0.0 if name.startswith("relu") else pytest.approx(0.5, abs=0.1))
         assert r[4] == 60.0  # the maximum horizon is in the table
     assert arm({"mlp": float("nan")}) == "spec model (no MLP)"
     assert set(mlp_rows(sec_table_frame(table)).panel) == {"beta", "tol"}

@@ -31,7 +31,7 @@ from ..theory.two_tokens import (
     p_anti_uniform,
     reduced_diffusion,
 )
-from .stats import censored_quantiles, wilson
+from .stats import Estimate, censored_quantiles, estimate_with_undecided, wilson
 
 
 def pair_log_gaps(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -47,8 +47,9 @@ def pair_log_gaps(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
 class PairOutcome:
     """Outcome counts of `runs` two-token runs at the horizon, with the theory value beside.
 
-    Fractions come with Wilson intervals at `level`; `undecided` runs are neither within `tol`
-    of -1 nor of +1.
+    `undecided` runs are neither within `tol` of -1 nor of +1; P_anti is reported by the rule
+    of `stats.estimate_with_undecided` (over the decided runs, Wilson at `level`, with the
+    bounds the undecided runs allow).
     """
 
     model: str
@@ -68,26 +69,35 @@ class PairOutcome:
     wall_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     times: np.ndarray | None = field(default=None, compare=False, repr=False)
+    exact: bool = False  # every run the same (no noise from a fixed start): no interval
 
     @property
     def undecided(self) -> int:
         """Runs neither antipodal nor merged at the horizon."""
         return self.runs - self.antipodal - self.merged
 
-    def fraction(self, count: int) -> tuple[float, list[float]]:
-        """`count / runs` and its Wilson interval at `level`."""
-        lo, hi = wilson(count, self.runs, self.level)
-        return count / self.runs, [float(lo), float(hi)]
+    @property
+    def estimate(self) -> Estimate:
+        """P_anti by the project's rule for undecided runs (`stats.estimate_with_undecided`):
+        over the decided runs, with the bounds the undecided runs allow."""
+        return estimate_with_undecided(self.antipodal, self.merged, self.runs, self.level,
+                                       self.exact)
 
     @property
     def p_anti(self) -> float:
-        """Fraction of runs that ended antipodal."""
-        return self.antipodal / self.runs
+        """Fraction of the decided runs that ended antipodal (nan when none decided)."""
+        return self.estimate.p
 
     @property
-    def ci(self) -> list[float]:
-        """Wilson interval of `p_anti`."""
-        return self.fraction(self.antipodal)[1]
+    def ci(self) -> list[float] | None:
+        """Wilson interval of `p_anti` over the decided runs (None: every run the same, or no
+        run decided)."""
+        ci = self.estimate.ci
+        return None if ci is None else list(ci)
+
+    def agrees(self, theory: float) -> bool:
+        """Whether `theory` lies within the bounds that the undecided runs allow."""
+        return self.estimate.contains(theory)
 
     def decision_summary(self) -> dict[str, Any]:
         """Time to decision: median and 10/90 % quantiles over all runs (undecided runs count as
@@ -101,12 +111,16 @@ class PairOutcome:
                 "t_decided_mean": float(self.times[done].mean()) if done.any() else math.nan}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary, with horizon, seed and package version."""
-        p_m, ci_m = self.fraction(self.merged)
-        p_u, ci_u = self.fraction(self.undecided)
+        """JSON-ready summary, with horizon, seed and package version: `p_anti` and `ci` over
+        the decided runs, `undecided` (fraction) and `bounds` (docs/reporting.md)."""
+        est = self.estimate
+        u_lo, u_hi = wilson(self.undecided, self.runs, self.level)
         return {
-            "p_anti": self.p_anti, "ci": self.ci, "p_merged": p_m, "ci_merged": ci_m,
-            "undecided": p_u, "ci_undecided": ci_u, "theory": self.theory,
+            "p_anti": est.p, "ci": self.ci, "bounds": list(est.bounds),
+            "p_merged": self.merged / est.decided if est.decided else math.nan,
+            "undecided": est.undecided,
+            "ci_undecided": None if self.exact else [float(u_lo), float(u_hi)],
+            "estimate": est.to_dict(), "theory": self.theory,
             "counts": {"antipodal": self.antipodal, "merged": self.merged,
                        "undecided": self.undecided, "runs": self.runs},
             "level": self.level, "model": self.model, "engine": self.engine,
@@ -212,7 +226,8 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
         anti, merged = _reduced_outcome(p.beta, p.d, rho0, grid, runs, seed, tol, p.sigma, None)
     return PairOutcome("softmax", p.to_dict(), rho0, runs, anti, merged, grid.T, grid.dt,
                        grid.steps, seed, tol, float(theory), level, engine, wall,
-                       {"beta_c": beta_c(p.d)}, times)
+                       {"beta_c": beta_c(p.d)}, times,
+                       exact=p.sigma == 0 and not p.mlp_block.active and rho0 != "uniform")
 
 
 def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str = 0.0,
@@ -241,4 +256,5 @@ def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str
     return PairOutcome("hybrid", p.to_dict(), rho0, runs, anti, merged, grid.T, grid.dt,
                        grid.steps, seed, tol, theory, level, engine, wall,
                        {"eps2_c": hybrid_eps2_c(p.beta), "lyapunov_antipodal": lam_minus,
-                        "lyapunov_merged": lam_plus})
+                        "lyapunov_merged": lam_plus},
+                       exact=p.noise_scale == 0 and rho0 != "uniform")

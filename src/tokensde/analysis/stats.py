@@ -1,8 +1,11 @@
-"""Small statistics shared by all Monte Carlo figures: binomial and mean intervals."""
+"""Small statistics shared by all Monte Carlo figures: binomial and mean intervals, and the one
+rule for a probability from runs with an undecided part (`estimate_with_undecided`)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats as _st
@@ -59,3 +62,99 @@ def censored_quantiles(times: np.ndarray, qs: list[float]) -> list[float]:
     t = np.where(np.isnan(np.asarray(times, dtype=float)), np.inf, times)
     out = np.quantile(t, qs, method="inverted_cdf")
     return [float(v) if np.isfinite(v) else math.nan for v in out]
+
+
+# ----------------------------------------------------------------------------- undecided runs
+
+@dataclass(frozen=True)
+class Estimate:
+    """A probability from `runs` runs of which `hits` ended in the event, `other` in its
+    complement and the rest are undecided (see `estimate_with_undecided`)."""
+
+    hits: int
+    other: int
+    runs: int
+    level: float
+    exact: bool
+    p: float                            # hits / decided (nan when no run decided)
+    ci: tuple[float, float] | None      # Wilson over the decided runs (None: exact or none)
+    bounds: tuple[float, float]         # all undecided -> other .. all undecided -> hits
+    digits: int                         # decimals that the interval supports
+
+    @property
+    def decided(self) -> int:
+        """Runs that ended either way."""
+        return self.hits + self.other
+
+    @property
+    def undecided(self) -> float:
+        """Fraction of runs still undecided."""
+        return (self.runs - self.decided) / self.runs
+
+    def contains(self, value: float) -> bool:
+        """Whether `value` lies within the bounds the undecided runs allow (so a theory there
+        is not contradicted by these runs)."""
+        return bool(self.bounds[0] <= value <= self.bounds[1])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: estimate, interval, undecided fraction, bounds, counts."""
+        return {"p": self.p, "ci": None if self.ci is None else list(self.ci),
+                "level": self.level, "undecided": self.undecided, "bounds": list(self.bounds),
+                "decided": self.decided, "hits": self.hits, "runs": self.runs,
+                "exact": self.exact, "text": self.text()}
+
+    def parts(self) -> tuple[str, str, str]:
+        """The estimate, its interval and the bounds as text, each to the decimals the runs
+        support ('—' where there is none: no decided run, an exact result, nothing undecided)."""
+        f = f"{{:.{self.digits}f}}"
+        fb = f"{{:.{max(self.digits, 2)}f}}"
+        p = "—" if self.decided == 0 else f"{self.p:.6g}" if self.exact else f.format(self.p)
+        ci = "—" if self.ci is None else f"[{f.format(self.ci[0])}, {f.format(self.ci[1])}]"
+        bounds = ("—" if self.decided == self.runs else
+                  f"[{fb.format(self.bounds[0])}, {fb.format(self.bounds[1])}]")
+        return p, ci, bounds
+
+    def text(self) -> str:
+        """One line: `0.6 [0.4, 0.8] (95% Wilson over 33 decided runs); 89% undecided: between
+        0.04 (all undecided runs against) and 0.97 (all for)`."""
+        p, ci, bounds = self.parts()
+        if self.decided == 0:
+            head = f"no run decided of {self.runs}"
+        elif self.ci is None:
+            head = f"{p} (every run the same: no interval)"
+        else:
+            head = f"{p} {ci} ({round(100 * self.level)}% Wilson over {self.decided} decided runs)"
+        if self.decided == self.runs:
+            return head
+        lo, hi = bounds.strip("[]").split(", ")
+        return (f"{head}; {100 * self.undecided:.3g}% undecided: between {lo} (all undecided "
+                f"runs against) and {hi} (all for)")
+
+
+def estimate_with_undecided(hits: int, other: int, runs: int, level: float = 0.95,
+                            exact: bool = False) -> Estimate:
+    """The project's rule for a probability from runs with an undecided part (docs/reporting.md).
+
+    Estimate `p = hits / (hits + other)` over the decided runs with its Wilson interval at
+    `level`; the undecided fraction `1 - (hits + other) / runs`; and the bounds the undecided
+    runs allow, `[wilson_lo(hits, runs), wilson_hi(runs - other, runs)]` (all undecided runs
+    counted against, all counted for), which a theory must leave to be called contradicted.
+    `exact` (every run the same, e.g. no noise from a fixed start): no interval, bounds without
+    sampling error. `digits`: decimals down to the first significant digit of the interval's
+    half-width (of the bounds' when nothing is decided), at most 6.
+    """
+    k, m, n = int(hits), int(other), int(runs)
+    if n < 1 or k < 0 or m < 0 or k + m > n:
+        raise ValueError(f"estimate_with_undecided needs hits, other >= 0 and hits + other <= "
+                         f"runs >= 1; got hits={hits}, other={other}, runs={runs}")
+    dec = k + m
+    p = k / dec if dec else math.nan
+    if exact:
+        ci = None
+        bounds = (k / n, (n - m) / n)
+    else:
+        ci = tuple(float(v) for v in wilson(k, dec, level)) if dec else None
+        bounds = (float(wilson(k, n, level)[0]), float(wilson(n - m, n, level)[1]))
+    width = (ci[1] - ci[0]) / 2 if ci is not None else (bounds[1] - bounds[0]) / 2
+    digits = 6 if width <= 0 else int(min(6, max(1, -math.floor(math.log10(width)))))
+    return Estimate(k, m, n, level, exact, p, ci, bounds, digits)  # type: ignore[arg-type]

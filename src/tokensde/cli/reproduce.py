@@ -26,9 +26,12 @@ def reproduce_cmd(
     only: str = typer.Option(None, "--only", help="Comma-separated figures (default: all)."),
     skip: str = typer.Option(None, "--skip", help="Comma-separated figures to leave out (e.g. "
                              "vit,vit-depth, which are sized separately)."),
+    force: bool = typer.Option(False, "--force", help="Replace a DIR/report.html that tokensde "
+                               "did not write."),
     json_out: bool = JSON,
 ) -> None:
-    """Run every figure (reusing saved results) and write DIR/report.html."""
+    """Run every figure (reusing saved results) and write DIR/report.html; exit 1 when a section
+    failed (each failure is listed with what to do)."""
     from ..study import SIZES, reproduce
 
     with user_errors():
@@ -37,18 +40,42 @@ def reproduce_cmd(
         chosen = size or ("full" if full else "quick")
         if chosen not in SIZES:
             raise ParameterError(f"size must be one of {', '.join(SIZES)}; got {chosen!r}")
-        names = [s.strip() for s in only.split(",")] if only else None
-        left_out = [s.strip() for s in skip.split(",")] if skip else None
+        from ..io.report import check_report_path
+        from ..io.store import check_output
+
+        check_output(out, "--out", directory=True)
+        check_report_path(out / "report.html", "--out", force)
+        names = _figures("--only", only)
+        left_out = _figures("--skip", skip)
         path, sections, record = reproduce(out, chosen, seed, workers, names,
-                                           log=lambda s: typer.echo(s, err=True), skip=left_out)
+                                           log=lambda s: typer.echo(s, err=True), skip=left_out,
+                                           force=force)
+    failed = record["failed"]
     if json_out:
         emit_json({**record, "report": str(path)})
-        return
-    width = max(len(s.key) for s in sections)
-    for s in sections:
-        typer.echo(f"{s.key:<{width}}  {s.status:<8} {s.provenance.get('wall_s', 0):7.1f} s"
-                   + (f"  {s.note}" if s.status != "ok" else ""))
-    typer.echo(f"report: {path}  ({record['wall_s'] / 60:.1f} min)")
+    else:
+        width = max(len(s.key) for s in sections)
+        for s in sections:
+            typer.echo(f"{s.key:<{width}}  {s.status:<8} {s.provenance.get('wall_s', 0):7.1f} s"
+                       + (f"  {s.note}" if s.status not in ("ok", "failed") else ""))
+        typer.echo(f"report: {path}  ({record['wall_s'] / 60:.1f} min)")
+    if failed:
+        for key, note in failed.items():
+            typer.echo(f"error: section {key} failed: {note}", err=True)
+        typer.echo(f"error: {len(failed)} of {len(sections)} sections failed (the report marks "
+                   "them)", err=True)
+        raise typer.Exit(1)
+
+
+def _figures(option: str, text: str | None) -> list[str] | None:
+    """The comma-separated names of `option`; None when not given; an empty list is refused."""
+    if text is None:
+        return None
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise ParameterError(f"{option} must name at least one figure (leave the option out "
+                             f"for all); got {text!r}")
+    return names
 
 
 def register(app: typer.Typer) -> None:

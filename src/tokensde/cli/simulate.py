@@ -35,21 +35,32 @@ def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.nda
     return real_array(f"{param} (from {path})", a)
 
 
-def pair_summary(gram: np.ndarray, tol: float) -> dict[str, Any]:
-    """Fractions of token pairs merged and antipodal, and of runs single-cluster and bipolar
-    (`tokensde.analysis.clusters`, spec §7), of Gram matrices `(runs, n, n)`."""
+def pair_summary(gram: np.ndarray, tol: float, exact: bool = False) -> dict[str, Any]:
+    """Fractions of token pairs merged and antipodal, and the probabilities that a run ends in
+    one cluster or bipolar by the rule for undecided runs (`stats.estimate_with_undecided`:
+    over the runs whose every pair is within tol of +-1, with the bounds the others allow;
+    `exact`: every run the same, no interval), of Gram matrices `(runs, n, n)`."""
+    from ..analysis.stats import estimate_with_undecided
+
     rho = upper_pairs(gram)
     if rho.size == 0:
         return {"pairs": 0}
     merged, antipodal = pair_fractions(rho, tol)
     outcome = classify(gram, tol)
+    runs = len(outcome)
+    decided = int((outcome != Outcome.UNDECIDED).sum())
+    counts = {o: int((outcome == o).sum()) for o in (Outcome.SINGLE, Outcome.BIPOLAR)}
     return {
         "pairs": int(rho.shape[1]),
         "mean_inner_product": float(rho.mean()),
         "frac_pairs_merged": merged,
         "frac_pairs_antipodal": antipodal,
-        "frac_runs_one_cluster": float((outcome == Outcome.SINGLE).mean()),
-        "frac_runs_bipolar": float((outcome == Outcome.BIPOLAR).mean()),
+        "frac_runs_one_cluster": counts[Outcome.SINGLE] / runs,
+        "frac_runs_bipolar": counts[Outcome.BIPOLAR] / runs,
+        "frac_runs_undecided": 1.0 - decided / runs,
+        **{f"p_{name}": estimate_with_undecided(k, decided - k, runs, exact=exact).to_dict()
+           for name, k in (("one_cluster", counts[Outcome.SINGLE]),
+                           ("bipolar", counts[Outcome.BIPOLAR]))},
     }
 
 
@@ -88,10 +99,18 @@ def _model_params(value_init: str | None, law: str | None, sigma: float | None,
     return ModelParams.from_preset(value_init, **kw)
 
 
+def _identical_runs(p: ModelParams, init: str) -> bool:
+    """Whether every run is the same (no value noise, no random forms or MLP block, a fixed
+    start): its fractions are exact, with no interval."""
+    return (p.noise_scale == 0 and p.qk == "identity" and not p.mlp_block.active
+            and init != "uniform")
+
+
 def _print_table(summary: dict[str, Any]) -> None:
     width = max(map(len, summary))
     for key, value in summary.items():
-        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+        shown = (value["text"] if isinstance(value, dict) and "text" in value else
+                 f"{value:.6g}" if isinstance(value, float) else str(value))
         typer.echo(f"{key:<{width}}  {shown}")
 
 
@@ -156,6 +175,7 @@ def simulate_cmd(
 ) -> None:
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
     from ..io.store import check_output, save_result
+    from ..plots.style import check_figure
     from ..sim.simulate import simulate
 
     with user_errors():
@@ -163,9 +183,10 @@ def simulate_cmd(
         if layers is None and alpha is None and time is None and dt is None:
             layers = 1000
         check_tol(tol, "tol", dtype)
-        for name, path in (("--out", out), ("--plot", plot)):
-            if path is not None:
-                check_output(path, name)
+        if out is not None:
+            check_output(out, "--out", suffixes=(".npz",))
+        if plot is not None:
+            check_figure(plot, "--plot")
         # the names as typed: ModelParams checks them
         p = _model_params(value_init, law, sigma, n=n, d=d, beta=beta,
                           attention=cast(Attention, attention), causal=causal,
@@ -183,7 +204,8 @@ def simulate_cmd(
         gram = res.gram[:, -1].numpy()
         summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
                    "dt": grid.dt, "T": grid.T, "sampler": res.sampler, "scheme": scheme,
-                   "seed": seed, **pair_summary(gram, tol), **decision_summary(res),
+                   "seed": seed, **pair_summary(gram, tol, _identical_runs(p, init)),
+                   **decision_summary(res),
                    "wall_s": res.wall_s}
         if out is not None:
             summary["out"] = str(save_result(res, out))

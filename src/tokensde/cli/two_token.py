@@ -47,6 +47,14 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
+def _check_out(out: Path | None) -> None:
+    """--out can take the JSON result (checked before any run)."""
+    if out is not None:
+        from ..io.store import check_output
+
+        check_output(out, "--out", suffixes=(".json",))
+
+
 def _save(result: dict[str, Any], out: Path) -> str:
     from ..io.store import header, write_json
 
@@ -60,23 +68,26 @@ def _run(fn: Any, steps: int, quiet: bool, json_out: bool, **kwargs: Any) -> dic
 
 
 def _show_outcome(r: dict[str, Any]) -> None:
-    lo, hi = r["ci"]
-    pct = round(100 * r["level"])
+    est = r["estimate"]
     decided = r.get("until") == "decided"
     to = "until decided, at most to" if decided else "to"
     typer.echo(f"{r['model']} model, {r['engine']}: {r['counts']['runs']} runs {to} T = "
                f"{_fmt(r['T'])} ({r['steps']} layers, dt = {_fmt(r['dt'])}), seed {r['seed']}")
-    typer.echo(f"  antipodal  {_fmt(r['p_anti'])}  [{_fmt(lo)}, {_fmt(hi)}] ({pct}% Wilson)")
-    typer.echo(f"  merged     {_fmt(r['p_merged'])}")
-    typer.echo(f"  undecided  {_fmt(r['undecided'])}  (tol {_fmt(r['tol'])})")
+    typer.echo(f"  antipodal  {est['text']}")
+    c = r["counts"]
+    typer.echo(f"  counts     {c['antipodal']} antipodal, {c['merged']} merged, "
+               f"{c['undecided']} undecided (tol {_fmt(r['tol'])})")
     if decided:
         typer.echo(f"  t_decided  median {_fmt(r['t_decided_median'])}, 90% "
                    f"{_fmt(r['t_decided_q90'])}")
+    target = r.get("theory_at_tol", r["theory"])
+    lo, hi = est["bounds"]
+    verdict = ("within" if lo <= target <= hi else "OUTSIDE") + " what these runs allow"
     if "theory_at_tol" in r:
-        typer.echo(f"  theory     {_fmt(r['theory_at_tol'])} at tol, {_fmt(r['theory'])} as "
-                   "tol -> 0")
+        typer.echo(f"  theory     {_fmt(r['theory_at_tol'])} at tol ({verdict}), "
+                   f"{_fmt(r['theory'])} as tol -> 0")
     else:
-        typer.echo(f"  theory     {_fmt(r['theory'])}")
+        typer.echo(f"  theory     {_fmt(r['theory'])} ({verdict})")
 
 
 @two_token_app.command("prob")
@@ -148,8 +159,9 @@ def mc_cmd(
     from ..theory import two_tokens as tt
 
     with user_errors():
+        _check_out(out)
         dt = tt.default_dt(d) if dt is None else dt
-        steps = TimeGrid.make(T=time, dt=dt).steps
+        steps = TimeGrid.make(T=time, dt=dt, exact=True).steps
         result = _run(mc.monte_carlo, steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
                       sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until,
@@ -172,10 +184,15 @@ def mc_cmd(
 
 
 def _numbers(name: str, text: str, kind: type[float] | type[int]) -> list[Any]:
+    what = "integers" if kind is int else "numbers"
     try:
-        return [kind(v) for v in text.split(",") if v.strip()]
+        values = [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise ParameterError(f"{name} must be comma-separated numbers; got {text!r}") from None
+        raise ParameterError(f"{name} must be comma-separated {what}; got {text!r}") from None
+    if not values:
+        raise ParameterError(f"{name} must name at least one value (comma-separated {what}); "
+                             f"got {text!r}")
+    return values
 
 
 @two_token_app.command("grid")
@@ -201,12 +218,14 @@ def grid_cmd(
     from ..io.store import check_output
     from ..plots.multi import load
     from ..plots.phase import plot_phase_diagram
+    from ..plots.style import check_figure
     from ..sweep.engine import SweepDir
     from ..sweep.two_token import grid_config
     from .sweep import run_resumable
 
     with user_errors():
-        check_output(out, "--figure")
+        check_figure(out, "--figure")
+        check_output(out_dir, "--out", directory=True)
         cfg = grid_config(_numbers("--betas", betas, float), _numbers("--ds", ds, int), rho0,
                           runs=runs, T=time, seed=seed, engine=engine)
         run_resumable(cfg, out_dir, workers, quiet=quiet)
@@ -232,10 +251,11 @@ def hybrid_cmd(
     from ..theory import two_tokens as tt
 
     with user_errors():
+        _check_out(out)
         eps2_c = tt.hybrid_eps2_c(beta)
         result: dict[str, Any] = {"beta": beta, "eps2_c": eps2_c, "eps_c": math.sqrt(eps2_c)}
         if eps is not None:
-            steps = TimeGrid.make(T=time, dt=dt).steps
+            steps = TimeGrid.make(T=time, dt=dt, exact=True).steps
             lam_m, lam_p = tt.hybrid_lyapunov(beta, eps)
             result.update(eps=eps, lyapunov_antipodal=lam_m, lyapunov_merged=lam_p,
                           regime="antipodal" if lam_m < 0 else "merged" if lam_m > 0 else

@@ -6,6 +6,7 @@ file + rename), and loading a corrupt, foreign or newer-schema file raises `Stor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -30,23 +31,40 @@ class StoreError(ValueError):
     """A results file that cannot be read: corrupt, foreign, or written by a newer schema."""
 
 
-def check_output(path: str | os.PathLike, name: str, directory: bool = False) -> Path:
+def check_output(path: str | os.PathLike, name: str, directory: bool = False,
+                 suffixes: tuple[str, ...] | None = None) -> Path:
     """`path` if a file (or, with `directory`, a directory) can be written there: it is not the
-    other kind of thing, and no part of it above is a file. Raise ParameterError naming `name`."""
+    other kind of thing, no part of it above is a file, the nearest existing directory above is
+    writable (permissions and a read-only mount), and its suffix is one of `suffixes` (lower
+    case, with the dot) when given. Raise ParameterError naming `name`; nothing is created."""
     path = Path(path)
     want = "a directory" if directory else "a file path"
     if path.exists() and path.is_dir() != directory:
         what = "a directory" if path.is_dir() else "a file"
         raise ParameterError(f"{name} must be {want}; {path} is {what}")
+    if directory and path.is_dir():
+        _check_writable(path, path, name)
+        return path
     for above in path.parents:
         if above.exists():
             if not above.is_dir():
                 raise ParameterError(f"{name} must be {want}; {path} sits under {above}, "
                                      "which is a file")
-            if not os.access(above, os.W_OK | os.X_OK):
-                raise ParameterError(f"{name}: cannot write under {above} (permission denied)")
+            _check_writable(path, above, name)
             break
+    if suffixes is not None and path.suffix.lower() not in suffixes:
+        raise ParameterError(f"{name} must end in one of {', '.join(suffixes)}; got {str(path)!r}")
     return path
+
+
+def _check_writable(path: Path, where: Path, name: str) -> None:
+    """ParameterError naming `name` unless files can be created in the directory `where`."""
+    readonly = False
+    with contextlib.suppress(OSError, AttributeError):
+        readonly = bool(os.statvfs(where).f_flag & os.ST_RDONLY)
+    if readonly or not os.access(where, os.W_OK | os.X_OK):
+        why = "a read-only file system" if readonly else "permission denied"
+        raise ParameterError(f"{name}: cannot write {path}: {where} is not writable ({why})")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
@@ -127,6 +145,7 @@ def header(kind: str, **fields: Any) -> dict[str, Any]:
 
 def save_result(result: SimResult, path: str | os.PathLike) -> Path:
     """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata."""
+    check_output(path, "path", suffixes=(".npz",))
     meta = header(KIND_SIM, **result.metadata())
     arrays: dict[str, np.ndarray] = {"x": result.x.numpy(), "checkpoints": result.checkpoints}
     if result.gram is not None:
@@ -147,18 +166,73 @@ def load_result(path: str | os.PathLike) -> SimResult:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {path} does not exist")
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not a tokensde results file (.npz)")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise StoreError(f"{path} is a single numpy array (.npy), not a tokensde results "
+                             "file (.npz written by save_result / simulate --out)")
+        with z:
             meta = json.loads(str(z["meta"]))
             data = {k: z[k] for k in z.files if k != "meta"}
+    except StoreError:
+        raise
     except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError) as err:
         raise StoreError(f"{path} is not a readable tokensde results file: {err}") from err
     check_meta(meta, KIND_SIM, str(path))
     try:
+        check_arrays(meta, data, str(path))
         return _sim_result(meta, data)
     except KeyError as err:
         raise StoreError(f"{path} lacks the field {err.args[0]!r} of a tokensde results file "
                          "(damaged, or not written by save_result); re-run the simulation") from err
+    except (ParameterError, TypeError, ValueError) as err:
+        if isinstance(err, StoreError):
+            raise
+        raise StoreError(f"{path} has a header that is not valid ({err}); damaged, or not "
+                         "written by save_result: re-run the simulation") from err
+
+
+def check_arrays(meta: dict[str, Any], data: dict[str, np.ndarray], where: str) -> None:
+    """Check every array of a results file against its header: `x` `(runs, n, d)`,
+    `checkpoints` increasing layer indices in `[0, steps]`, `gram` `(runs, K, n, n)` without
+    nan, `tokens` `(runs, K, n, d)`; StoreError naming `where` and the array otherwise."""
+    params = meta["params"]
+    runs, steps, n, d = meta["runs"], meta["steps"], params["n"], params["d"]
+    frame = meta.get("sampler") == "gram"  # the Gram sampler keeps tokens in a smaller frame
+
+    def bad(what: str) -> StoreError:
+        return StoreError(f"{where}: {what}; the file is damaged or was edited (re-run the "
+                          "simulation that wrote it)")
+
+    def shape(name: str, want: tuple[int, ...]) -> None:
+        a = data.get(name)
+        if a is None:
+            return
+        got = tuple(a.shape)
+        ok = len(got) == len(want) and got[:-1] == want[:-1] and (
+            got[-1] == want[-1] or (frame and name in ("x", "tokens") and got[-1] <= want[-1]))
+        if not ok:
+            raise bad(f"array {name!r} has shape {got}, but the header says {want} "
+                      f"(runs={runs}, n={n}, d={d})")
+        if a.dtype.kind not in "fc":
+            raise bad(f"array {name!r} holds {a.dtype} values, not floats")
+
+    cp = np.asarray(data["checkpoints"])
+    if cp.ndim != 1 or cp.size == 0 or cp.dtype.kind not in "iu":
+        raise bad(f"checkpoints must be a non-empty list of layer indices; got shape "
+                  f"{cp.shape}, dtype {cp.dtype}")
+    if cp.min() < 0 or cp.max() > steps or np.any(np.diff(cp) <= 0):
+        raise bad(f"checkpoints must increase within [0, steps = {steps}]; got "
+                  f"{cp.min()}..{cp.max()}")
+    k = len(cp)
+    shape("x", (runs, n, d))
+    shape("gram", (runs, k, n, n))
+    shape("tokens", (runs, k, n, d))
+    g = data.get("gram")
+    if g is not None and not np.isfinite(g).all():
+        raise bad(f"array 'gram' holds {int((~np.isfinite(g)).sum())} nan or infinite entries")
 
 
 def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:

@@ -68,9 +68,13 @@ TOL_MAX = 0.5
 TOL_EPS = 1000.0
 
 
+TOL_DTYPES: tuple[str, ...] = ("float64", "float32")  # the dtypes a simulation runs in
+
+
 def check_tol(tol: float, name: str = "tol", dtype: str = "float64") -> float:
     """Validate a clustering tolerance in [TOL_MIN, TOL_MAX] for float64 Gram matrices; for
     another `dtype` the floor is TOL_EPS times its machine epsilon."""
+    check_choice("dtype", dtype, TOL_DTYPES)
     t = check_real(name, tol, 0.0, strict=True)
     eps = float(np.finfo(dtype).eps)
     low = max(TOL_MIN, TOL_EPS * eps)

@@ -46,13 +46,16 @@ def _init_label(df: pd.DataFrame) -> str:
 
 def draw_heatmap(ax: Any, df: pd.DataFrame) -> Any:
     """MC `P_anti` over the (beta, d) grid, the critical curve `beta_c(d)` and theory contours."""
-    table = df.pivot_table(index="d", columns="beta", values="p_anti")
-    undecided = df.pivot_table(index="d", columns="beta", values="p_undecided")
+    # dropna=False keeps the cells where no run decided (p_anti nan) on the grid
+    table = df.pivot_table(index="d", columns="beta", values="p_anti", dropna=False)
+    undecided = df.pivot_table(index="d", columns="beta", values="p_undecided", dropna=False)
     betas, ds = table.columns.to_numpy(float), table.index.to_numpy(float)
-    vmax = max(0.5, float(np.nanmax(table.to_numpy())))
+    vals = table.to_numpy(float)  # nan where no run decided (docs/reporting.md)
+    vmax = max(0.5, float(np.nanmax(vals))) if np.isfinite(vals).any() else 1.0
     mesh = ax.pcolormesh(_edges(betas), _edges(ds), table.to_numpy(), vmin=0, vmax=vmax,
                          cmap="viridis", shading="flat")
-    fine_d = np.linspace(_edges(ds)[0], _edges(ds)[-1], 200)
+    # uneven spacings of d can put the lowest cell edge below d = 2, where no theory exists
+    fine_d = np.linspace(max(_edges(ds)[0], 2.0), _edges(ds)[-1], 200)
     ax.plot(tt.beta_c(np.maximum(fine_d, 2.0)), fine_d, color="white", lw=2.2,
             label=r"$\beta_c(d) = \frac{1}{2}\,\mathrm{arccosh}(d-2)$")
     fb = np.linspace(_edges(betas)[0], _edges(betas)[-1], 120)

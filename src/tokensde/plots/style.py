@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import matplotlib as mpl
 from matplotlib.figure import Figure
 
-from ..io.store import atomic_write
+from ..io.store import atomic_write, check_output
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
@@ -79,6 +79,17 @@ def new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
     Build it inside `styled()` so that axes added later pick up the rcParams too.
     """
     return Figure(figsize=(width, height), layout="constrained")
+
+
+# the formats matplotlib writes (its Agg, PDF, PS, SVG and PGF backends)
+FIGURE_SUFFIXES: tuple[str, ...] = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg",
+                                    ".jpeg", ".tif", ".tiff", ".webp", ".gif", ".pgf")
+
+
+def check_figure(path: str | os.PathLike, name: str) -> Path:
+    """`path` if a figure can be written there (`check_output`) in a format that `save` knows
+    (`FIGURE_SUFFIXES`); ParameterError naming `name` otherwise, before anything is drawn."""
+    return check_output(path, name, suffixes=FIGURE_SUFFIXES)
 
 
 def save(fig: Figure, path: str | os.PathLike, dpi: int | None = None, tight: bool = False,

@@ -9,6 +9,7 @@ as an explicit increment so that a network and its SDE can share one Brownian pa
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -27,6 +28,30 @@ def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Te
     if p.mlp_block.active:
         ito = ito - 0.5 * (p.d - 1) * p.mlp_sigma**2 * x
     return ito
+
+
+# k = sigma^2 (d - 1) dt: the Ito drift scales a token by about 1 - k/2 per step. At STEP_MAX that
+# factor reaches 0 and the projected Euler step reverses the token (more noise gives less
+# motion); above STEP_WARN the step is visibly biased. Both are warned about.
+STEP_MAX = 2.0
+STEP_WARN = 0.2
+
+
+def check_sde_step(p: ModelParams, dt: float) -> float:
+    """`k = (sigma^2 + mlp_sigma^2) (d - 1) dt` of the Euler step of the SDE (noise scale
+    sigma, MLP block scale mlp_sigma), with a RuntimeWarning naming k above STEP_WARN (biased)
+    and above STEP_MAX (the step reverses the token). Returns k. A warning, not a refusal: the
+    Gram sampler is also run at huge d for what it holds, not for accuracy."""
+    scale2 = p.noise_scale**2 + (p.mlp_sigma**2 if p.mlp_block.active else 0.0)
+    k = scale2 * (p.d - 1) * dt
+    if k > STEP_WARN:
+        harm = ("reverses the token (the Ito drift of one step, about -k/2 x, passes through "
+                "0)" if k > STEP_MAX else "is biased (too little motion)")
+        warnings.warn(f"scheme='sde' with sigma^2 (d - 1) dt = {k:.3g} (noise scale^2 "
+                      f"{scale2:g}, d = {p.d}, dt = {dt:g}) > {STEP_WARN:g}: the Euler step "
+                      f"{harm}; choose dt <= {STEP_WARN / scale2 / (p.d - 1):.3g}",
+                      RuntimeWarning, stacklevel=3)
+    return k
 
 
 def sde_step(

@@ -37,7 +37,7 @@ from .norm_sde import check_peri_sde, peri_noise, peri_sde_step
 from .result import SimResult
 from .rng import RUN_BLOCK, RunStreams
 from .samplers import choose_sampler, mlp_sampler, noise_sampler, scheme_params
-from .sde import sde_step
+from .sde import check_sde_step, sde_step
 
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
 # the step of each (scheme, norm) other than post-norm (docs/variants.md §4): the Euler step of the
@@ -126,8 +126,10 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
     w = n if used == "gram" and isinstance(init, str) and init == "uniform" else params.d
     kept = runs * (n * w + k * n * n * ("gram" in record)
                    + k * n * (n if used == "gram" else w) * ("tokens" in record))
+    heads = params.heads  # each head holds its own output and, with the full sampler, its noise
     layer = min(runs, RUN_BLOCK) * (4 * n * w + n * n + (w * w if used == "full" else
-                                                         2 * n * max(n, w)) + _mlp_width(params, used))
+                                                         2 * n * max(n, w)) + _mlp_width(params, used)
+                                    + (heads - 1) * (n * w + (w * w if used == "full" else 0)))
     size = torch.finfo(tdtype).bits // 8
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for need, where in ((kept + layer, "cpu"), (layer, dev.type)):
@@ -135,8 +137,9 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
         if need * size > have:
             raise ParameterError(
                 f"this simulation needs at least {need * size / 2**30:.3g} GiB of {where} memory "
-                f"({runs} runs, n = {n}, d = {params.d}, {k} checkpoints, sampler {used}, {name}), more "
-                f"than the {have / 2**30:.3g} GiB there: lower runs, n, d or checkpoints")
+                f"({runs} runs, n = {n}, d = {params.d}, {heads} head{'s' * (heads > 1)}, {k} "
+                f"checkpoints, sampler {used}, {name}), more than the {have / 2**30:.3g} GiB "
+                f"there: lower runs, n, d{', heads' if heads > 1 else ''} or checkpoints")
 
 
 def pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -353,6 +356,8 @@ def simulate(
         raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
     if params.norm == "peri" and scheme == "sde":
         check_peri_sde(params)
+    if scheme == "sde":
+        check_sde_step(params, grid.dt)
     bad = set(record) - set(RECORDS)
     if bad:
         raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")

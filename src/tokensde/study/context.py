@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..io.report import Section
+from ..io.store import StoreError
 from ..model.params import check_choice, check_int
 
 if TYPE_CHECKING:
@@ -88,7 +89,9 @@ class FigureSpec:
 
 @contextmanager
 def process_map(workers: int) -> Iterator[Callable[..., Any]]:
-    """A `map` over `workers` processes (one torch thread each), or the builtin map."""
+    """A `map` over `workers` processes (one torch thread each; at most one per CPU), or the
+    builtin map."""
+    workers = min(workers, os.cpu_count() or 1)
     if workers <= 1:
         yield map
         return
@@ -112,8 +115,13 @@ def saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
     """`(load(path), True)` when the result is saved (and `fresh(saved)`: made with the same
     settings), else `(make(), False)` after saving it."""
     if path.exists():
-        saved = load(path)
-        if fresh(saved):
+        try:
+            saved = load(path)
+            current = fresh(saved)
+        except Exception as err:  # any damage to a saved file: name it and say what to do
+            raise StoreError(f"{path} is not a readable saved result of this figure "
+                             f"({type(err).__name__}: {err}); delete it to recompute it") from err
+        if current:
             ctx.log(f"reusing {path}")
             return saved, True
         ctx.log(f"{path} was made with other settings; recomputing it")

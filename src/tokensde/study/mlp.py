@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..io.report import Image, Section, Table, interval
+from ..io.report import Image, Section, Table
 from .context import Context, FigureSpec, SweepRun, run_packaged_sweep
+from .phase import pair_estimate
 
 
 def mlp_data(ctx: Context) -> tuple[SweepRun, bool]:
@@ -24,20 +25,24 @@ def draw_mlp(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Sec
     df = mlp_rows(run.table)
     png = plot_mlp(df, ctx.figures / f"{spec.name}.png")
     recs = df.to_dict("records")
+    ests = [pair_estimate(r) for r in recs]
     rows: list[list[Any]] = [
-        [r["arm"], r["beta"], r["tol"], r["dt"], r["T"], int(r["runs"]), r["p_anti"],
-         interval(r["ci_lo"], r["ci_hi"]), r["theory_tol"], r["theory"], r["p_undecided"],
-         "outside" if r["outside"] else "", int(r["seed"])] for r in recs]
-    flagged = [i for i, r in enumerate(recs) if r["outside"]]
+        [r["arm"], r["beta"], r["tol"], r["dt"], r["T"], int(r["runs"]), *e.parts(),
+         r["theory_tol"], r["theory"], e.undecided,
+         "" if e.contains(r["theory_tol"]) else "outside", int(r["seed"])]
+        for r, e in zip(recs, ests, strict=True)]
+    flagged = [i for i, (r, e) in enumerate(zip(recs, ests, strict=True))
+               if not e.contains(r["theory_tol"])]
     k, n = len(flagged), len(recs)
     ok = chance_explains(k, n)
     table = Table("mlp", "Two tokens with and without a random MLP block: Monte Carlo of the "
                   "network, each run tested every layer until <x_1, x_2> is first within tol of "
-                  "-1 or +1, at most to depth time T (95 % Wilson; 'undecided at T': neither "
-                  "yet), against the exact first-passage probability ('theory at tol') and its "
+                  "-1 or +1, at most to depth time T (over the decided runs, 95 % Wilson; "
+                  "'undecided at T': neither yet; 'with undecided': the bounds those runs allow, "
+                  "docs/reporting.md), against the exact first-passage probability ('theory at tol') and its "
                   "tol -> 0 limit (0 with the block: -1 is never reached for d >= 3)",
                   ["model", "beta", "tol", "dt", "max T", "runs", "P(antipodal first)", "95%",
-                   "theory at tol", "tol -> 0", "undecided at T", "interval", "seed"], rows,
+                   "with undecided", "theory at tol", "tol -> 0", "undecided at T", "interval", "seed"], rows,
                   flagged=flagged)
     note = (f"{k} of {n} intervals exclude the theory (chance alone gives {k} or more with "
             f"probability {chance_excess(k, n):.3g}; "

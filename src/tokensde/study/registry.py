@@ -78,6 +78,14 @@ FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
 )}
 
 
+def remedy(name: str, ctx: Context) -> str:
+    """What to do about a failed section: the file to delete is named in the error when a saved
+    result is damaged; otherwise re-run, or leave the figure out."""
+    return (f"Fix what the error names (a damaged file under {ctx.out}: delete it to recompute "
+            f"that result) and run the same command again, or leave this figure out with "
+            f"--skip {name}.")
+
+
 def build_section(name: str, ctx: Context) -> Section:
     """Build one figure's section; an error becomes a 'failed' section that says what failed."""
     spec = FIGURES[name]
@@ -87,6 +95,6 @@ def build_section(name: str, ctx: Context) -> Section:
     except Exception as err:  # report the failure, keep the rest of the report
         tb = traceback.format_exception_only(type(err), err)[-1].strip()
         sec = Section(name, spec.title, spec.claim, status="failed",
-                      note=f"Building this section failed: {tb}")
+                      note=f"Building this section failed: {tb}. {remedy(name, ctx)}")
     sec.provenance.setdefault("wall_s", round(time.perf_counter() - t0, 2))
     return sec

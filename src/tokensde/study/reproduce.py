@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..io.report import Section, write_report
-from ..io.store import header, write_json
+from ..io.report import Section, check_report_path, write_report
+from ..io.store import check_output, header, write_json
 from ..model.params import ParameterError
 from .context import Context
 from .registry import FIGURES, build_section
@@ -27,20 +27,30 @@ KIND_RUN = "tokensde.reproduce"
 
 def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, workers: int = 2,
               only: Sequence[str] | None = None, log: Callable[[str], None] = lambda s: None,
-              skip: Sequence[str] | None = None) -> tuple[Path, list[Section], dict[str, Any]]:
+              skip: Sequence[str] | None = None, force: bool = False
+              ) -> tuple[Path, list[Section], dict[str, Any]]:
     """Build the sections `only` (default: all, in report order) less those in `skip`, and
     write `out/report.html`.
 
-    Returns the report path, the sections and the run record written to `out/reproduce.json`.
+    Every output path is checked first: `out` a writable directory, and `out/report.html`
+    absent or a report of ours (another file there is replaced only with `force`). Returns the
+    report path, the sections and the run record written to `out/reproduce.json`; a failed
+    section is recorded there (`record['failed']`, each with its remedy) and in the report.
     """
     for what, given in (("only", only), ("skip", skip)):
         bad = [n for n in given or () if n not in FIGURES]
         if bad:
             raise ParameterError(f"{what} must name figures among {', '.join(FIGURES)}; "
                                  f"got {bad}")
+    if only is not None and not list(only):
+        raise ParameterError("only must name at least one figure (leave it out to build all); "
+                             "got an empty list")
     names = [n for n in (list(only) if only else list(FIGURES)) if n not in set(skip or ())]
     if not names:
         raise ParameterError("only and skip leave no figure to build")
+    check_output(out, "out", directory=True)
+    report = check_report_path(Path(out) / "report.html", "out", force)
+    check_output(Path(out) / "reproduce.json", "out", suffixes=(".json",))
     ctx = Context(Path(out), size, seed, workers, log=log)
     t0 = time.perf_counter()
     sections = []
@@ -62,12 +72,13 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
         "sections": {s.key: {"status": s.status, "wall_s": s.provenance.get("wall_s"),
                              "reused": s.provenance.get("reused"),
                              "note": s.note if s.status != "ok" else ""} for s in sections},
+        "failed": {s.key: s.note for s in sections if s.status == "failed"},
     }
     write_json(ctx.out / "reproduce.json", header(KIND_RUN, **record))
     meta = {"size": size, "seed": seed, "workers": workers,
             "wall time": f"{wall / 60:.1f} min",
             "saved results reused": f"{reused} of {len(sections)} sections",
             "command": record["command"]}
-    path = write_report(sections, ctx.out / "report.html",
-                        title="tokensde: token dynamics of deep random Transformers", meta=meta)
+    path = write_report(sections, report, meta=meta, force=force,
+                        title="tokensde: token dynamics of deep random Transformers")
     return path, sections, record

@@ -408,10 +408,16 @@ def run_local(tasks: list[Row], workers: int) -> Generator[Row, None, None]:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+RAY_RETRIES = 3  # reruns of a cell whose worker process or node died
+
+
 def run_ray(tasks: list[Row], workers: int, address: str | None = None
             ) -> Generator[Row, None, None]:
     """Rows as cells finish, on Ray: a local instance with `workers` CPUs, or the cluster at
-    `address`. A Ray instance started here is shut down at the end."""
+    `address` (or the one this process is already connected to). A cell in flight on a node
+    that dies is rerun on the nodes left (up to RAY_RETRIES times; then it is a failed row,
+    rerun by the next `run`); each cell gives exactly one row. A Ray instance started here is
+    shut down at the end (a cluster is only disconnected from)."""
     try:
         import ray
     except ImportError as err:
@@ -424,7 +430,10 @@ def run_ray(tasks: list[Row], workers: int, address: str | None = None
         else:
             ray.init(num_cpus=workers, **opts)
     try:
-        remote = ray.remote(num_cpus=1, max_retries=0)(execute_cell)
+        # a cell never raises (its errors become rows), so a retry only follows a lost worker
+        # or node: Ray runs it again elsewhere, and the same seed gives the same row
+        remote = ray.remote(num_cpus=1, max_retries=RAY_RETRIES, retry_exceptions=False)(
+            execute_cell)
         width = _window(int(ray.cluster_resources().get("CPU", workers)) if address else workers)
         pending = list(reversed(tasks))
         inflight: dict[Any, Row] = {}
@@ -509,6 +518,26 @@ class SweepDir:
         if not isinstance(meta.get("cells"), list) or "fingerprint" not in meta:
             raise StoreError(f"{self.manifest_path} lacks the cell list or fingerprint")
         return meta
+
+    def check_intact(self, meta: dict[str, Any], counts: dict[str, int]) -> None:
+        """SweepError when the directory, its manifest or cells/ vanished (or the manifest was
+        replaced) while the sweep ran: its cells could not be saved, so it must not report
+        success."""
+        where = ("the directory" if not self.path.is_dir() else f"its {MANIFEST}"
+                 if not self.manifest_path.is_file() else f"its {CELLS}/"
+                 if not self.cells_dir.is_dir() else None)
+        if where is None:
+            try:
+                same = json.loads(self.manifest_path.read_text()).get("fingerprint")
+            except (OSError, ValueError, AttributeError):
+                same = None
+            if same != meta["fingerprint"]:
+                where = f"its {MANIFEST} (replaced or damaged)"
+        if where is not None:
+            raise SweepError(f"sweep directory {self.path}: {where} vanished while the sweep ran "
+                             f"({counts['ran']} cells of this run had been saved there); the "
+                             "remaining cells were stopped. Run the same command again to "
+                             "start over (cells still in cells/ are reused)")
 
     def orphans_of(self, fp: str) -> bool:
         """True when cells/ holds only finished cells of the sweep with fingerprint `fp` (so a
@@ -699,6 +728,17 @@ def check_backend(backend: str, address: str | None) -> str:
     return backend
 
 
+def worker_cap(workers: int, cells: int, backend: str = "local", address: str | None = None
+               ) -> int:
+    """The workers a sweep starts: at most `workers`, the cells left to run and, on this machine
+    (local pool, or a Ray instance started here), its CPU count; at least 1. A Ray cluster at
+    `address` is sized by its own CPUs."""
+    cap = max(1, min(workers, cells))
+    if backend == "local" or not address:
+        cap = min(cap, os.cpu_count() or 1)
+    return cap
+
+
 def _rows(tasks: list[Row], workers: int, backend: str, address: str | None
           ) -> Generator[Row, None, None]:
     if backend == "ray":
@@ -732,18 +772,27 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
                   "ran": 0}
         if on_start is not None:
             on_start(dict(counts))
+        used = worker_cap(workers, len(todo), backend, address)
         # closing: an interrupt stops the workers at once, not when the generator is collected
-        with closing(_rows(_tasks(cfg, todo), workers, backend, address)) as rows:
+        with closing(_rows(_tasks(cfg, todo), used, backend, address)) as rows:
             for row in rows:
+                sd.check_intact(meta, counts)
                 sd.write_row(row, meta)
                 counts["done"] += 1
                 counts["ran"] += 1
                 counts["failed"] += row["status"] != "ok"
                 if on_cell is not None:
                     on_cell(row, dict(counts))
-        table = sd.write_table(meta)
-    return {**counts, "dir": str(sd.path), "table": str(table), "backend": backend,
-            "workers": workers, "wall_s": time.perf_counter() - t0}
+        sd.check_intact(meta, counts)
+        parts = sd.parts(meta)
+        if len(parts) != counts["done"]:
+            raise SweepError(f"{sd.cells_dir} holds {len(parts)} finished cells, but this run "
+                             f"counted {counts['done']}: cells were removed while the sweep "
+                             "ran; run the same command again to recompute them")
+        table = sd.write_table(meta, parts)
+    return {**counts, "rows": len(parts), "dir": str(sd.path), "table": str(table),
+            "backend": backend, "workers": used, "workers_asked": workers,
+            "wall_s": time.perf_counter() - t0}
 
 
 def sweep_status(out: str | os.PathLike) -> dict[str, Any]:

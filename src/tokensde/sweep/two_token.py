@@ -1,6 +1,7 @@
 """The two-token phase grid (spec §5) as the sweep kind `two_token`.
 
-One cell is one `two_token_mc.monte_carlo` estimate of `P_anti` at `(beta, d)`, with the exact
+One cell is one `two_token_mc.monte_carlo` estimate of `P_anti` at `(beta, d)` (over the decided
+runs, with the bounds the undecided runs allow: `stats.estimate_with_undecided`), with the exact
 theory beside it: the tol -> 0 probability and the probability of reaching the antipodal
 tolerance first, which is what runs stopped at `tol` measure. A grid is a sweep file (the study's
 are `tokensde/study/sweeps/phase-*.toml`) run by `tokensde.sweep.engine.run_sweep` or `tokensde sweep
@@ -26,7 +27,8 @@ KIND = "two_token"
 # the study tabulates these columns of a two_token sweep table, in this order
 COLUMNS: tuple[str, ...] = (
     "beta", "d", "init", "rho0", "engine", "runs", "T", "dt", "steps", "seed", "tol",
-    "antipodal", "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "p_merged", "p_undecided",
+    "antipodal", "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "bound_lo", "bound_hi",
+    "p_merged", "p_undecided",
     "theory", "theory_tol", "outside", "until", "t_decided_median", "t_decided_q90",
     "decision_rate", "beta_c", "wall_s", "version")
 DECISION_RATE_MAX_D = 64  # the survival eigenproblem is solved for d up to this
@@ -84,12 +86,14 @@ def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
         at_tol = p_first_from(beta, d, out.rho0, tol, **mlp)
     else:
         at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, tol)
+    est = out.estimate  # the rule for undecided runs (stats.estimate_with_undecided)
+    ci = est.ci or (math.nan, math.nan)
     return {
         "init": "uniform" if out.rho0 == "uniform" else "pair", "steps": out.steps,
         "antipodal": out.antipodal, "merged": out.merged, "undecided": out.undecided,
-        "p_anti": out.p_anti, "ci_lo": r["ci"][0], "ci_hi": r["ci"][1],
-        "p_merged": r["p_merged"], "p_undecided": r["undecided"], "theory": out.theory,
-        "theory_tol": at_tol, "outside": not r["ci"][0] <= at_tol <= r["ci"][1],
+        "p_anti": est.p, "ci_lo": ci[0], "ci_hi": ci[1], "bound_lo": est.bounds[0],
+        "bound_hi": est.bounds[1], "p_merged": r["p_merged"], "p_undecided": est.undecided,
+        "theory": out.theory, "theory_tol": at_tol, "outside": not est.contains(at_tol),
         "t_decided_median": r.get("t_decided_median", math.nan),
         "t_decided_q90": r.get("t_decided_q90", math.nan),
         "decision_rate": (absorption.decision_rate(beta, d, tol)
