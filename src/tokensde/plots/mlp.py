@@ -38,9 +38,11 @@ def theory_curve(row: dict[str, Any], beta: Any, tol: Any) -> np.ndarray:
     d, rho0 = float(row["d"]), row["rho0"]
     r0: float | str = rho0 if isinstance(rho0, str) else float(rho0)
     mlp = row.get("mlp")
-    block = {"mlp": mlp, "mlp_sigma": float(row["mlp_sigma"])} if isinstance(mlp, str) else {}
+    name = mlp if isinstance(mlp, str) else "none"
+    scale = float(row["mlp_sigma"]) if isinstance(mlp, str) else 1.0
     b, t = np.broadcast_arrays(np.asarray(beta, float), np.asarray(tol, float))
-    return np.array([hitting_probability(pair_model(bb, d, **block), r0, tt) for bb, tt in
+    return np.array([hitting_probability(pair_model(bb, d, mlp=name, mlp_sigma=scale), r0, tt)
+                     for bb, tt in
                      zip(b.ravel(), t.ravel(), strict=True)]).reshape(b.shape)
 
 

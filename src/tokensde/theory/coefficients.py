@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from abc import ABC, abstractmethod
+from abc import ABC
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any

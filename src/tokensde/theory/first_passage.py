@@ -39,7 +39,7 @@ from scipy import integrate, special
 
 from ..model.checks import ParameterError, check_int, check_real
 from ..model.params import TimeGrid
-from .coefficients import MLPPair, RhoDiffusion, SpecPair, complement_kernel
+from .coefficients import MLPPair, RhoDiffusion, complement_kernel
 
 TOL_MIN = 1e-300  # smallest tol > 0: distances to the endpoints stay normal floats
 E_LIMIT = 1e-16  # tol = 0: panels down to this distance, the rest of each end in closed form
