@@ -27,7 +27,7 @@ import math
 from abc import ABC
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import special
@@ -105,6 +105,12 @@ class RhoDiffusion(ABC):
     """
 
     d: float
+    NOISE: ClassVar[str] = ""  # the field that scales the noise (its 0 is checked for)
+
+    def __post_init__(self) -> None:
+        _check_beta_d(getattr(self, "beta", 0.0), self.d)
+        if self.NOISE:
+            check_real(self.NOISE, getattr(self, self.NOISE))
 
     @property
     def bounded_z(self) -> bool:
@@ -115,7 +121,7 @@ class RhoDiffusion(ABC):
     def noiseless(self) -> bool:
         """No noise: the flow is deterministic and never reaches -1 from inside (for every
         variant here it either stands still or merges)."""
-        return False
+        return bool(self.NOISE) and getattr(self, self.NOISE) == 0
 
     def rho_coefficients(self, v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`(b, c)`: drift of `rho` and `c = a/(v w)`, at `v = 1 + rho`, `w = 1 - rho`."""
@@ -174,14 +180,7 @@ class SpecPair(RhoDiffusion):
     d: float
     sigma: float = 1.0
 
-    def __post_init__(self) -> None:
-        _check_beta_d(self.beta, self.d)
-        check_real("sigma", self.sigma)
-
-    @property
-    def noiseless(self) -> bool:
-        """`sigma = 0`: nothing moves."""
-        return self.sigma == 0
+    NOISE = "sigma"  # `sigma = 0`: nothing moves.
 
     def attention(self, v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`(b1, D1)` with `b = v w b1`, `a = (v w)^2 D1`: the attention part, without `v w`."""
@@ -240,14 +239,7 @@ class HybridPair(RhoDiffusion):
     eps: float
     d: float = 3.0
 
-    def __post_init__(self) -> None:
-        _check_beta_d(self.beta, self.d)
-        check_real("eps", self.eps)
-
-    @property
-    def noiseless(self) -> bool:
-        """`eps = 0`: the deterministic flow merges the pair (spec §6)."""
-        return self.eps == 0
+    NOISE = "eps"  # `eps = 0`: the deterministic flow merges the pair (spec §6).
 
     def z_coefficients(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         w = np.exp(self.beta * np.tanh(z))
