@@ -29,6 +29,7 @@ from scipy import linalg, special
 from ..model.params import ParameterError, check_int, check_real
 from . import first_passage as fp
 from .coefficients import RhoDiffusion, SpecPair
+from .first_passage import PAIR_TOL
 from .two_tokens import check_rho0, lyapunov_antipodal
 
 NODES = 1200  # interior grid nodes in z (at least; more where the drift is strong)
@@ -92,7 +93,7 @@ def check_first_passage(beta: float, d: float, tol: float,
     return b, dd, t, s
 
 
-def decision_rate(beta: float, d: float, tol: float = 1e-8, sigma: float = 1.0,
+def decision_rate(beta: float, d: float, tol: float = PAIR_TOL, sigma: float = 1.0,
                   nodes: int = NODES) -> float:
     """Principal rate `kappa_0`: `P(tau > t) ~ C exp(-kappa_0 t)` for the decision time at `tol`."""
     b, dd, t, s = check_first_passage(beta, d, tol, sigma)
@@ -129,7 +130,7 @@ def _initial_weights(z: np.ndarray, d: float, rho0: float | str) -> np.ndarray:
 
 
 def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "uniform",
-             tol: float = 1e-8, sigma: float = 1.0, nodes: int = NODES) -> np.ndarray:
+             tol: float = PAIR_TOL, sigma: float = 1.0, nodes: int = NODES) -> np.ndarray:
     """`P(tau > t)` at each of `times` for the §5 pair started at `rho0` (or 'uniform').
 
     The backward equation `u_t = A u` (A the finite-difference generator) is stepped by
@@ -141,7 +142,7 @@ def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "unif
 
 
 def survival_law(model: RhoDiffusion, times: Any, rho0: float | str = "uniform",
-                 tol: float = 1e-8, nodes: int = NODES) -> np.ndarray:
+                 tol: float = PAIR_TOL, nodes: int = NODES) -> np.ndarray:
     """`P(tau > t)` at each of `times` for any `rho` diffusion with bounded `z` coefficients
     (see `survival`)."""
     tt = np.asarray(times, dtype=float)
@@ -202,7 +203,7 @@ def _implicit_step(u: np.ndarray, diag: np.ndarray, up: np.ndarray, down: np.nda
     return linalg.solve_banded((1, 1), band, rhs)
 
 
-def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float = 1e-8,
+def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float = PAIR_TOL,
                 sigma: float = 1.0, t_max: float = 1e4) -> float:
     """Median decision time, to 0.1 % of the horizon searched (nan if more than half are
     undecided at `t_max`)."""
@@ -225,7 +226,7 @@ def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float
         span = min(4.0 * span, t_max)
 
 
-def p_anti_at_tol(beta: float, d: float, rho0: float | str = "uniform", tol: float = 1e-8,
+def p_anti_at_tol(beta: float, d: float, rho0: float | str = "uniform", tol: float = PAIR_TOL,
                   sigma: float = 1.0) -> float:
     """Probability that the §5 pair reaches `1 + rho < tol` before `1 - rho < tol`: what a run
     stopped at decision with tolerance `tol` reports. It tends to `p_anti` as `tol -> 0` above

@@ -41,6 +41,7 @@ from ..model.checks import ParameterError, check_int, check_real
 from ..model.params import TimeGrid
 from .coefficients import MLPPair, RhoDiffusion, complement_kernel
 
+PAIR_TOL = 1e-8  # default tolerance at which a pair counts as decided (1 - |rho| < tol)
 TOL_MIN = 1e-300  # smallest tol > 0: distances to the endpoints stay normal floats
 E_LIMIT = 1e-16  # tol = 0: panels down to this distance, the rest of each end in closed form
 D_MAX = 1e9  # largest d of the quadrature: rounding in L grows like d (relative error ~ d 1e-15)
@@ -454,6 +455,6 @@ def angle_first_exit(model: RhoDiffusion, rho0: float, tol: float, *, runs: int 
     return FirstExit(anti / runs, merged / runs, undecided / runs, runs)
 
 
-__all__ = ["E_LIMIT", "TOL_MIN", "FirstExit", "RhoPaths", "angle_first_exit",
+__all__ = ["D_MAX", "E_LIMIT", "PAIR_TOL", "TOL_MIN", "FirstExit", "RhoPaths", "angle_first_exit",
            "check_hitting_tol", "check_start", "hitting_probability", "initial_rho",
            "log_hitting_probability", "spec_reference", "z_paths"]
