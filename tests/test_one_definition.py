@@ -27,7 +27,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     "near": {
         "analysis/clusters.py": "the definition (is_merged, is_antipodal)",
     },
-    "beta_c": {"theory/two_tokens.py": "the definition (beta_c)"},
+    "beta_c": {"theory/coefficients.py": "the definition (beta_critical; two_tokens.beta_c checks it)"},
     "savefig": {"plots/style.py": "the definition (save)"},
 }
 

@@ -33,6 +33,7 @@ from scipy import stats as _st
 from ..io.store import check_meta, header
 from ..model.params import ModelParams, ParameterError, check_int
 from ..sim.layers import attention_output, mlp_input, mlp_step, network_step
+from ..sim.loop import Progress
 from ..sim.rng import RUN_BLOCK, RunStreams, derive_seed
 from ..sim.samplers import apply_matrices, gram_factor, mlp_kernel_noise, mlp_scale
 from ..sim.sde import sde_step
@@ -46,7 +47,6 @@ RESOLVE_Z = 3.0
 LEVEL_Z = 1.96
 
 Statistic = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-Progress = Callable[[int], None]
 
 
 def _pairs(x: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,8 @@ import torch
 from .._version import __version__
 from ..model.params import Law, ModelParams, ParameterError, TimeGrid, check_int, check_real
 from ..sim.simulate import simulate
+from ..theory.coefficients import pair_model
+from ..theory.first_passage import hitting_probability
 from ..theory.two_tokens import (
     beta_c,
     check_rho0,
@@ -27,8 +29,6 @@ from ..theory.two_tokens import (
     hybrid_eps2_c,
     hybrid_lyapunov,
     hybrid_p_anti,
-    p_anti,
-    p_anti_uniform,
     reduced_diffusion,
 )
 from .stats import Estimate, censored_quantiles, estimate_with_undecided, wilson
@@ -170,13 +170,10 @@ def _reduced_outcome(beta: float, d: float, rho0: float | str, grid: TimeGrid, r
 
 
 def pair_theory(p: ModelParams, rho0: float | str) -> float:
-    """The absorbing `P_anti` of the pair (spec §5), or with an MLP block its tol -> 0 limit."""
-    if p.mlp_block.active:
-        from ..theory.mlp_block import p_first_limit
-
-        return float(p_first_limit(p.beta, p.d, rho0, p.mlp, p.mlp_sigma))
-    return float(p_anti_uniform(p.beta, p.d) if isinstance(rho0, str) else
-                 p_anti(p.beta, p.d, rho0))
+    """The `tol -> 0` limit of the probability of deciding antipodal (spec §5's absorbing
+    `P_anti`; with an MLP block a first passage), from the first-passage engine."""
+    model = pair_model(p.beta, p.d, sigma=p.sigma, mlp=p.mlp, mlp_sigma=p.mlp_sigma)
+    return hitting_probability(model, rho0, 0.0)
 
 
 ENGINES: tuple[str, ...] = ("network", "reduced")

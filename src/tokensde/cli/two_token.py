@@ -157,6 +157,8 @@ def mc_cmd(
     from ..analysis import pair_monte_carlo as mc
     from ..model.params import TimeGrid
     from ..theory import two_tokens as tt
+    from ..theory.coefficients import pair_model
+    from ..theory.first_passage import hitting_probability
 
     with user_errors():
         _check_out(out)
@@ -166,15 +168,8 @@ def mc_cmd(
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
                       sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until,
                       mlp=mlp, mlp_sigma=mlp_sigma)
-        if mlp != "none":
-            from ..theory.mlp_block import p_first_from
-
-            result["theory_at_tol"] = p_first_from(beta, d, tt.check_rho0(rho0), tol, mlp,
-                                                   mlp_sigma, sigma)
-        elif sigma == 1.0:
-            from ..theory.decision_time import p_anti_at_tol
-
-            result["theory_at_tol"] = p_anti_at_tol(beta, d, tt.check_rho0(rho0), tol)
+        model = pair_model(beta, d, sigma=sigma, mlp=mlp, mlp_sigma=mlp_sigma)
+        result["theory_at_tol"] = hitting_probability(model, tt.check_rho0(rho0), tol)
         if out is not None:
             result["out"] = _save(result, out)
     if json_out:

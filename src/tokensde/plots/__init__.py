@@ -5,11 +5,12 @@
 - `trajectories`: tokens on the circle and the sphere, PNG and animated GIF;
 - `histograms`: the law of pairwise inner products across depth;
 - `phase`, `multi`, `vit`, `simulation`: two-token phase diagram, multi-token sweeps, ViT runs,
-  one `simulate` result.
+  one `simulate` result;
+- `mlp`, `variants`, `vit_depth`: two tokens with the MLP block, the model variants, ViT depth.
 
 Submodules are imported on use (`from tokensde.plots.convergence import plot_convergence`), so
 importing the package does not load matplotlib.
 """
 
-__all__ = ["convergence", "histograms", "multi", "phase", "simulation", "style", "trajectories",
-           "vit"]
+__all__ = ["convergence", "histograms", "mlp", "multi", "phase", "simulation", "style",
+           "trajectories", "variants", "vit", "vit_depth"]

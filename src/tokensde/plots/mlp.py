@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..theory import decision_time as absorption
-from ..theory.mlp_block import p_first_from
+from ..theory.coefficients import pair_model
+from ..theory.first_passage import hitting_probability
 from .style import new_figure, save, styled
 
 
@@ -38,11 +38,11 @@ def theory_curve(row: dict[str, Any], beta: Any, tol: Any) -> np.ndarray:
     d, rho0 = float(row["d"]), row["rho0"]
     r0: float | str = rho0 if isinstance(rho0, str) else float(rho0)
     mlp = row.get("mlp")
+    name = mlp if isinstance(mlp, str) else "none"
+    scale = float(row["mlp_sigma"]) if isinstance(mlp, str) else 1.0
     b, t = np.broadcast_arrays(np.asarray(beta, float), np.asarray(tol, float))
-    if not isinstance(mlp, str) or mlp == "none":
-        return np.array([absorption.p_anti_at_tol(bb, d, r0, tt) for bb, tt in
-                         zip(b.ravel(), t.ravel(), strict=True)]).reshape(b.shape)
-    return np.array([p_first_from(bb, d, r0, tt, mlp, float(row["mlp_sigma"])) for bb, tt in
+    return np.array([hitting_probability(pair_model(bb, d, mlp=name, mlp_sigma=scale), r0, tt)
+                     for bb, tt in
                      zip(b.ravel(), t.ravel(), strict=True)]).reshape(b.shape)
 
 

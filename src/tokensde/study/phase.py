@@ -19,6 +19,7 @@ import numpy as np
 from ..io.report import Image, Section, Table
 from ..model.params import ModelParams
 from ..sim.rng import derive_seed
+from ..theory.first_passage import PAIR_TOL
 from .context import Context, FigureSpec, SweepRun, one_thread, run_packaged_sweep, saved_or
 
 
@@ -158,7 +159,7 @@ DECISION_SIZES: dict[str, dict[str, Any]] = {
              "many": ((8, 3, 1.0), (8, 3, 4.0), (16, 3, 2.0), (8, 8, 4.0), (32, 3, 4.0)),
              "runs": 2000, "T2": 300.0, "Tn": 300.0},
 }
-DECISION_TOL = {"two": 1e-8, "many": 1e-8}
+DECISION_TOL = {"two": PAIR_TOL, "many": PAIR_TOL}
 
 
 def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]:

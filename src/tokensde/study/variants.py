@@ -21,18 +21,14 @@ def _theory(r: dict[str, Any]) -> float | None:
     """Exact P(reach the antipodal tolerance first) where a two-token theory exists: the spec
     model, and GOE forms redrawn every layer (any number of heads: they drop out of the limit)."""
     from ..plots.variants import forms_redrawn
-    from ..theory import decision_time as absorption
+    from ..theory.coefficients import pair_model
+    from ..theory.first_passage import hitting_probability
 
-    if r["until"] == "horizon":
+    scale = 0.0 if r["arm"].startswith("spec model") else forms_redrawn(r)
+    if r["until"] == "horizon" or scale is None:
         return None
-    if r["arm"].startswith("spec model"):
-        return float(absorption.p_anti_at_tol(r["beta"], int(r["d"]), "uniform", r["tol"]))
-    scale = forms_redrawn(r)
-    if scale is not None:
-        from ..theory.redrawn_forms import p_first_forms
-
-        return p_first_forms(r["beta"], int(r["d"]), "uniform", r["tol"], scale)
-    return None
+    return hitting_probability(pair_model(r["beta"], int(r["d"]), qk_scale=scale), "uniform",
+                               r["tol"])
 
 
 def draw_variants(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:

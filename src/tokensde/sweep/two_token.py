@@ -20,6 +20,8 @@ from ..model.mlp import MLPS
 from ..model.params import ParameterError, check_real
 from ..theory import decision_time as absorption
 from ..theory import two_tokens as tt
+from ..theory.coefficients import pair_model
+from ..theory.first_passage import hitting_probability
 from .engine import SweepConfig
 from .kinds import ExperimentKind, Param, Stats, choice, integer, real, register
 
@@ -79,13 +81,8 @@ def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
                       seed=seed, tol=tol, engine=cell["engine"], sampler=cell["sampler"],
                       until=cell["until"], **mlp)
     r = out.to_dict()
-    block = mlp["mlp"] != "none"
-    if block:
-        from ..theory.mlp_block import p_first_from
-
-        at_tol = p_first_from(beta, d, out.rho0, tol, **mlp)
-    else:
-        at_tol = absorption.p_anti_at_tol(beta, d, out.rho0, tol)
+    model = pair_model(beta, d, **mlp)
+    at_tol = hitting_probability(model, out.rho0, tol)
     est = out.estimate  # the rule for undecided runs (stats.estimate_with_undecided)
     ci = est.ci or (math.nan, math.nan)
     return {
@@ -96,8 +93,8 @@ def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
         "theory": out.theory, "theory_tol": at_tol, "outside": not est.contains(at_tol),
         "t_decided_median": r.get("t_decided_median", math.nan),
         "t_decided_q90": r.get("t_decided_q90", math.nan),
-        "decision_rate": (absorption.decision_rate(beta, d, tol)
-                          if d <= DECISION_RATE_MAX_D and not block else math.nan),
+        "decision_rate": (absorption.principal_rate(model, tol)
+                          if d <= DECISION_RATE_MAX_D and model.bounded_z else math.nan),
         "beta_c": tt.beta_c(d),
     }
 

@@ -6,7 +6,10 @@ coefficients, and the decision time is the exit time of `[-z_tol, z_tol]`,
 `u_t = a u' + b^2 u''/2`, `u(0) = 1` inside and `u = 0` on the edges, averaged over the initial law.
 It is computed here by finite differences in z, stepped in time by Crank-Nicolson; its tail
 decays at the principal rate `kappa_0` (`decision_rate`), the top eigenvalue of the symmetrised
-generator.
+generator. `survival_law` and `principal_rate` take any coefficient object of
+`tokensde.theory.coefficients` (with bounded `z` coefficients); `survival`, `decision_rate` and
+`median_time` are the spec model's. The probability of deciding antipodal (`p_anti_at_tol`) is
+the first-passage engine's (`tokensde.theory.first_passage`).
 
 As `tol -> 0`, `kappa_0` tends to the slower of the two boundary rates (`boundary_rates`): near an
 attracting edge the log-gap is a Brownian motion with drift `-mu` (the Lyapunov exponent) and
@@ -18,13 +21,16 @@ merged `mu = sigma^2 (d - 1)`, `s^2 = 4 sigma^2`; antipodal `mu = -lambda_anti`,
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from scipy import linalg, special
 
 from ..model.params import ParameterError, check_int, check_real
-from .two_tokens import check_rho0, lyapunov_antipodal, z_coefficients
+from . import first_passage as fp
+from .coefficients import RhoDiffusion, SpecPair
+from .first_passage import PAIR_TOL
+from .two_tokens import check_rho0, lyapunov_antipodal
 
 NODES = 1200  # interior grid nodes in z (at least; more where the drift is strong)
 
@@ -39,17 +45,34 @@ def boundary_rates(beta: float, d: float, sigma: float = 1.0) -> dict[str, float
             "antipodal": lam * lam / (2.0 * s_anti) if lam < 0 else math.nan}
 
 
-def _generator(beta: float, d: float, tol: float, sigma: float, nodes: int
+MAX_NODES = 200_000  # finite-difference nodes beyond which the law is refused (memory, time)
+MAX_WORK = 3e8  # time steps x nodes beyond which `survival` is refused (tens of seconds)
+
+
+def _node_count(model: RhoDiffusion, tol: float, nodes: int) -> int:
+    """Nodes for central differences with positive off-diagonals (`h < b^2 / |a|`); refused by
+    name when more than `MAX_NODES` (large `d`)."""
+    if not model.bounded_z:
+        raise ParameterError("mlp_sigma must be 0 for the decision-time law: with MLP noise the "
+                             "z coefficients are unbounded")
+    edge = math.atanh(1.0 - tol)
+    a_max, b2_min = model.noise_bound()
+    n = max(nodes, int(2.0 * edge * a_max / (0.5 * b2_min)) + 1)
+    if n > MAX_NODES:
+        raise ParameterError(f"d must be small enough for the decision-time grid (it needs {n} "
+                             f"nodes at d={model.d:g}, tol={tol:g}; at most {MAX_NODES})")
+    return n
+
+
+def _generator(model: RhoDiffusion, tol: float, nodes: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Nodes `z`, and the generator symmetrised by a diagonal similarity (same eigenvalues):
     diagonal, off-diagonal, and the node spacing."""
     edge = math.atanh(1.0 - tol)
-    a_max = sigma**2 * (d - 2.0 + 1.0)  # |drift| <= sigma^2 ((d-2) m + s) <= sigma^2 (d - 1)
-    # central differences need positive off-diagonals: h < b^2 / |a|, b^2 >= sigma^2
-    n = max(nodes, int(2.0 * edge * a_max / (0.5 * sigma**2)) + 1)
+    n = _node_count(model, tol, nodes)
     z = np.linspace(-edge, edge, n + 2)[1:-1]
     h = z[1] - z[0]
-    a, b = z_coefficients(z, beta, d, sigma, None)
+    a, b = model.z_coefficients(z)
     diff = 0.5 * b * b / (h * h)
     up, down = diff + 0.5 * a / h, diff - 0.5 * a / h  # A[i, i+1], A[i, i-1]
     diag = -2.0 * diff
@@ -70,11 +93,17 @@ def check_first_passage(beta: float, d: float, tol: float,
     return b, dd, t, s
 
 
-def decision_rate(beta: float, d: float, tol: float = 1e-8, sigma: float = 1.0,
+def decision_rate(beta: float, d: float, tol: float = PAIR_TOL, sigma: float = 1.0,
                   nodes: int = NODES) -> float:
     """Principal rate `kappa_0`: `P(tau > t) ~ C exp(-kappa_0 t)` for the decision time at `tol`."""
     b, dd, t, s = check_first_passage(beta, d, tol, sigma)
-    _, diag, off, _ = _generator(b, dd, t, s, check_int("nodes", nodes, 50))
+    return principal_rate(SpecPair(b, dd, s), t, nodes)
+
+
+def principal_rate(model: RhoDiffusion, tol: float, nodes: int = NODES) -> float:
+    """`kappa_0` of any `rho` diffusion with bounded `z` coefficients: minus the top eigenvalue
+    of its generator on `[-z_tol, z_tol]` with absorbing edges."""
+    _, diag, off, _ = _generator(model, tol, check_int("nodes", nodes, 50))
     top = linalg.eigh_tridiagonal(diag, off, select="i", select_range=(len(diag) - 1,
                                                                         len(diag) - 1),
                                   eigvals_only=True)
@@ -101,7 +130,7 @@ def _initial_weights(z: np.ndarray, d: float, rho0: float | str) -> np.ndarray:
 
 
 def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "uniform",
-             tol: float = 1e-8, sigma: float = 1.0, nodes: int = NODES) -> np.ndarray:
+             tol: float = PAIR_TOL, sigma: float = 1.0, nodes: int = NODES) -> np.ndarray:
     """`P(tau > t)` at each of `times` for the §5 pair started at `rho0` (or 'uniform').
 
     The backward equation `u_t = A u` (A the finite-difference generator) is stepped by
@@ -109,16 +138,28 @@ def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "unif
     edges; `S(t) = sum_i w_i u_i(t)` with `w` the initial law on the nodes.
     """
     b, dd, t, s = check_first_passage(beta, d, tol, sigma)
+    return survival_law(SpecPair(b, dd, s), times, rho0, t, nodes)
+
+
+def survival_law(model: RhoDiffusion, times: Any, rho0: float | str = "uniform",
+                 tol: float = PAIR_TOL, nodes: int = NODES) -> np.ndarray:
+    """`P(tau > t)` at each of `times` for any `rho` diffusion with bounded `z` coefficients
+    (see `survival`)."""
     tt = np.asarray(times, dtype=float)
     if tt.ndim != 1 or not np.all(np.isfinite(tt)) or np.any(tt < 0):
         raise ParameterError("times must be a 1-D array of finite numbers >= 0")
-    z, diag, up, down = _tridiagonal(b, dd, t, s, check_int("nodes", nodes, 50))
-    w = _initial_weights(z, dd, check_rho0(rho0))
+    z, diag, up, down = _tridiagonal(model, tol, check_int("nodes", nodes, 50))
+    w = _initial_weights(z, model.d, check_rho0(rho0))
     order = np.argsort(tt)
     out = np.empty_like(tt)
     u = np.ones_like(z)
     now, first = 0.0, True
-    h_max = 0.02 / max(1.0, s * s * (dd - 1.0) / 4.0)
+    h_max = 0.02 / max(1.0, model.noise_bound()[0] / 4.0)
+    work = math.ceil(float(tt.max(initial=0.0)) / h_max) * len(z)
+    if work > MAX_WORK:
+        raise ParameterError(f"times must end by {MAX_WORK * h_max / len(z):.4g} at d={model.d:g}"
+                             f", tol={tol:g} (time steps x nodes <= {MAX_WORK:g}); got "
+                             f"{float(tt.max()):g}")
     for k in order:
         span = tt[k] - now
         steps = math.ceil(span / h_max - 1e-12) if span > 0 else 0
@@ -135,13 +176,13 @@ def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "unif
     return np.clip(out, 0.0, 1.0)
 
 
-def _tridiagonal(beta: float, d: float, tol: float, sigma: float, nodes: int
+def _tridiagonal(model: RhoDiffusion, tol: float, nodes: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Nodes and the generator's diagonal, super-diagonal `A[i, i+1]` and sub-diagonal
     `A[i+1, i]` (Dirichlet edges)."""
-    z, diag, _, _ = _generator(beta, d, tol, sigma, nodes)
+    z, diag, _, _ = _generator(model, tol, nodes)
     h = z[1] - z[0]
-    a, b = z_coefficients(z, beta, d, sigma, None)
+    a, b = model.z_coefficients(z)
     half = 0.5 * b * b / (h * h)
     return z, diag, (half + 0.5 * a / h)[:-1], (half - 0.5 * a / h)[1:]
 
@@ -162,14 +203,20 @@ def _implicit_step(u: np.ndarray, diag: np.ndarray, up: np.ndarray, down: np.nda
     return linalg.solve_banded((1, 1), band, rhs)
 
 
-def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float = 1e-8,
+def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float = PAIR_TOL,
                 sigma: float = 1.0, t_max: float = 1e4) -> float:
     """Median decision time, to 0.1 % of the horizon searched (nan if more than half are
     undecided at `t_max`)."""
     span = 1.0
     while True:
         grid = np.linspace(0.0, span, 1001)
-        surv = survival(grid, beta, d, rho0, tol, sigma)
+        try:
+            surv = survival(grid, beta, d, rho0, tol, sigma)
+        except ParameterError as err:
+            if not str(err).startswith("times"):
+                raise
+            raise ParameterError(f"t_max must be at most {span / 4:g} here: the median is not "
+                                 f"reached by then, and {err}") from None
         if surv[-1] <= 0.5:
             k = int(np.argmax(surv <= 0.5))
             lo, hi = surv[k - 1], surv[k]
@@ -179,49 +226,11 @@ def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float
         span = min(4.0 * span, t_max)
 
 
-def _log_cumtrapz(log_f: np.ndarray, h: float) -> np.ndarray:
-    """`log int_{z_0}^{z_k} f` at every node k (trapezoid rule in logs; -inf at k = 0)."""
-    pair = np.logaddexp(log_f[:-1], log_f[1:]) + math.log(0.5 * h)
-    return np.concatenate([[-np.inf], np.logaddexp.accumulate(pair)])
-
-
-def p_anti_at_tol(beta: float, d: float, rho0: float | str = "uniform", tol: float = 1e-8,
-                  sigma: float = 1.0, nodes: int | None = None) -> float:
+def p_anti_at_tol(beta: float, d: float, rho0: float | str = "uniform", tol: float = PAIR_TOL,
+                  sigma: float = 1.0) -> float:
     """Probability that the §5 pair reaches `1 + rho < tol` before `1 - rho < tol`: what a run
     stopped at decision with tolerance `tol` reports. It tends to `p_anti` as `tol -> 0` above
     `beta_c`, and to 0 below it; the difference is the chance that a pair once within `tol` of
-    -1 leaves again (`first_passage` with the coefficients of `two_tokens.z_coefficients`).
-    """
+    -1 leaves again (`first_passage.hitting_probability` on `SpecPair`)."""
     b, dd, t, s = check_first_passage(beta, d, tol, sigma)
-    return first_passage(lambda z: z_coefficients(z, b, dd, s, None), dd, rho0, t, nodes)
-
-
-Coefficients = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-
-
-def first_passage(coefficients: Coefficients, d: float, rho0: float | str, tol: float,
-                  nodes: int | None = None) -> float:
-    """`P(rho reaches -1 + tol before 1 - tol)` for `dz = a(z) dt + b(z) dB`, `z = artanh rho`,
-    from `rho0` or a uniform pair in dimension `d` (the initial law of `rho`).
-
-    Scale function in `z`: `s(z) = exp(-int_0^z 2 a / b^2)`, hitting probability
-    `int_{z0}^{z+} s / int_{z-}^{z+} s`, both by the trapezoid rule on `nodes` points (default:
-    enough for 1/20 of the drift's scale `1/d`).
-    """
-    edge = math.atanh(1.0 - tol)
-    nodes = max(20001, int(40.0 * edge * d)) if nodes is None else nodes
-    z = np.linspace(-edge, edge, check_int("nodes", nodes, 101))
-    h = z[1] - z[0]
-    a, bb = coefficients(z)
-    g = 2.0 * a / (bb * bb)
-    log_s = -np.concatenate([[0.0], np.cumsum(0.5 * (g[:-1] + g[1:]) * h)])
-    cum = _log_cumtrapz(log_s, h)  # log int_{z-}^{z_k} s
-    total = cum[-1]
-    # P(antipodal first | z0) = 1 - int_{z-}^{z0} s / total
-    p_node = -np.expm1(cum - total)
-    r0 = check_rho0(rho0)
-    if r0 == "uniform":
-        w = _initial_weights(z, d, r0)
-        return float(np.clip(w @ p_node / w.sum(), 0.0, 1.0))
-    z0 = math.atanh(max(-1.0 + 1e-300, min(1.0 - 1e-16, float(r0))))
-    return float(np.interp(z0, z, p_node, left=1.0, right=0.0))
+    return fp.hitting_probability(SpecPair(b, dd, s), rho0, t)

@@ -12,7 +12,6 @@ import functools
 import json
 import math
 import multiprocessing as mp
-from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from ..analysis.stats import t_interval
 from ..io.store import atomic_write, header
 from ..model.params import check_int
+from ..sim.loop import Progress
 from .data import ImageData, load_dataset
 from .init import ValueInit
 from .model import ViTConfig
@@ -38,7 +38,6 @@ DATA_DEFAULTS: dict[str, dict[str, int]] = {
     "digits": {"patch": 4, "train_subset": 0, "batch_size": 32},
 }
 
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True)

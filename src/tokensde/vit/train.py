@@ -14,7 +14,6 @@ import functools
 import json
 import math
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from ..io.store import StoreError, atomic_write, check_meta, header
 from ..model.params import ParameterError, check_int, check_real
+from ..sim.loop import Progress
 from ..sim.rng import derive_seed
 from .data import ImageData
 from .init import ValueInit, make_model
@@ -35,7 +35,6 @@ CHECKPOINT, LOG, RESULT = "checkpoint.pt", "log.jsonl", "result.json"
 EPOCH_STREAM = 1  # child-seed key of an epoch's data order and augmentation
 EVAL_BATCH = 1000
 
-Progress = Callable[[int], None]
 
 
 @dataclass(frozen=True)
