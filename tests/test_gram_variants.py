@@ -218,8 +218,9 @@ def law_params(name: str) -> tuple[ModelParams, str, TimeGrid]:
     return ModelParams(n=n, d=d, beta=1.5, **kw), scheme, TimeGrid(12, 0.05)
 
 
-def pair_stats(g: np.ndarray) -> dict[str, np.ndarray]:
+def pair_stats(g: np.ndarray | torch.Tensor) -> dict[str, np.ndarray]:
     """Per run: the mean and the mean square of the pairwise inner products `<x_i, x_j>`, i < j."""
+    g = np.asarray(g)
     i, j = np.triu_indices(g.shape[-1], 1)
     v = g[:, i, j]
     return {"mean": v.mean(-1), "mean square": np.square(v).mean(-1)}
