@@ -30,7 +30,7 @@ EXAMPLES = [(c, e, False) for c, e in LAST_LINE.findall(README)] + [
     (c, e, True) for c, e in WHOLE.findall(README)]
 CONSOLE = re.findall(r"```console\n(.*?)```", README, re.S)
 BASH = re.findall(r"```bash\n(.*?)```", README, re.S)
-LONG = ("reproduce", "vit", "figure")  # minutes to an hour each: parsed, not run
+LONG = ("reproduce", "vit")  # minutes to an hour each: parsed, not run
 
 
 def _commands(block: str) -> list[str]:
