@@ -311,7 +311,8 @@ DECIDE_TOL = 1e-6
 class InitialState:
     """Where the tokens start: `init='uniform'` (independent uniform points on the sphere),
     `'pair'` (two tokens with `<x_1, x_2> = rho0`) or an array `(n, d)` / `(runs, n, d)` (rows
-    normalised). Checked when made, as far as it can be without the model."""
+    normalised). Checked when made, as far as it can be without the model; it compares by
+    identity, since it may hold an array."""
 
     init: str | np.ndarray | torch.Tensor = "uniform"
     rho0: float | None = None
