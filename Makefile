@@ -1,8 +1,9 @@
-# tokensde: `make demo` (install + quick reproduction), `make test` (install + whole test suite).
+# tokensde: `make demo` (install + quick reproduction), `make test` (install + whole test suite),
+# `make docs` (the documentation site into site/, built with --strict).
 PY ?= python3
 OUT ?= results/quick
 
-.PHONY: setup demo test test-quick lint bench
+.PHONY: setup demo test test-quick lint bench docs
 
 setup:
 	./scripts/setup.sh
@@ -22,3 +23,6 @@ lint:
 
 bench:
 	$(PY) benchmarks/bench_samplers.py
+
+docs:
+	$(PY) -m mkdocs build --strict

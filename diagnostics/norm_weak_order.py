@@ -27,7 +27,7 @@ STATS = ("pair_mean", "pair_square_mean")
 
 def statistics(gram) -> np.ndarray:
     """Per-run mean and mean square of the pairwise inner products, `(2, runs)`."""
-    g = gram.numpy()
+    g = np.asarray(gram)
     i, j = np.triu_indices(g.shape[-1], 1)
     pairs = g[:, i, j]
     return np.stack([pairs.mean(-1), (pairs**2).mean(-1)])

@@ -97,7 +97,7 @@ def test_no_import_cycles():
 
 # The layers, bottom first: a folder imports only from folders of a lower rank (or from itself).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_version", "model"),       # what is simulated: parameters, strategies, validation
+    ("_version", "_lazy", "model"),  # what is simulated: parameters, strategies, validation
     ("theory",),                 # exact results, numpy/scipy only
     ("sim",),                    # how it is simulated
     ("io",),                     # results on disk, the HTML report, progress bars

@@ -106,13 +106,13 @@ def test_streams_of_their_own_and_batch_independence():
     zero = base.with_(mlp="relu", mlp_sigma=0.0)
     a = simulate(base, T=0.5, dt=0.05, runs=300, seed=4, sampler="fast")
     b = simulate(zero, T=0.5, dt=0.05, runs=300, seed=4, sampler="fast")
-    assert torch.allclose(a.gram, b.gram, atol=1e-13)
+    assert np.allclose(a.gram, b.gram, rtol=1e-5, atol=1e-13)
     p = base.with_(mlp="gelu", mlp_sigma=0.5)
     for sampler in ("fast", "full"):
         c = simulate(p, T=0.3, dt=0.05, runs=600, seed=2, sampler=sampler, batch_size=256)
         e = simulate(p, T=0.3, dt=0.05, runs=600, seed=2, sampler=sampler)
-        assert torch.equal(c.gram, e.gram)
-        assert not torch.allclose(c.gram[:, -1], a.gram[:300, -1].repeat(2, 1, 1), atol=1e-3)
+        assert np.array_equal(c.gram, e.gram)
+        assert not np.allclose(c.gram[:, -1], np.tile(a.gram[:300, -1], (2, 1, 1)), rtol=1e-5, atol=1e-3)
 
 
 def test_until_decided_keeps_each_runs_numbers():
@@ -124,7 +124,7 @@ def test_until_decided_keeps_each_runs_numbers():
     assert len(done) > 20
     k = dec.decided_at[done]
     g = fixed.gram[done, k]  # checkpoints are every layer
-    assert torch.allclose(dec.gram[done, -1], g, atol=1e-12)
+    assert np.allclose(dec.gram[done, -1], g, rtol=1e-5, atol=1e-12)
 
 
 def test_network_and_sde_agree_on_a_pair_mean():

@@ -1,37 +1,51 @@
 """tokensde: token dynamics of deep Transformers at random initialisation.
 
-Simulate the deep random-attention network and its SDE limit, measure clustering, and show it.
+Simulate the deep random-attention network and its SDE limit, measure clustering, run sweeps
+and reproduce the study. The names below are the public API; `tokensde.theory` holds the exact
+two-token results. Each layer folder (`tokensde.model`, `tokensde.sim`, ...) lists what it
+offers in its own `__all__`; a name listed nowhere is internal and may change without notice.
 
-`simulate` and `SimResult` are loaded on first use, so that importing the package, or a module of
-its torch-free core (`params`, `stats`, `two_tokens`, `absorption`), does not import torch.
+Only the model is imported with the package: the rest loads on first use (PEP 562), so
+`import tokensde` (and `tokensde.theory`) never imports torch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_exports
 from ._version import __version__
-from .model.params import ModelParams, ParameterError, TimeGrid
+from .model.params import VALUE_INIT_PRESETS, ModelParams, ParameterError, TimeGrid
 
 if TYPE_CHECKING:
+    from . import theory
+    from .analysis.clusters import analyze, pair_fractions
+    from .io.store import load_result, save_result
     from .sim.result import SimResult
-    from .sim.simulate import simulate
+    from .sim.simulate import InitialState, Recording, StoppingRule, simulate
+    from .study.reproduce import reproduce
+    from .sweep.engine import load_table, run_sweep, sweep_status
 
-__all__ = ["ModelParams", "ParameterError", "SimResult", "TimeGrid", "__version__", "simulate"]
+__all__ = [
+    "VALUE_INIT_PRESETS",
+    "InitialState",
+    "ModelParams",
+    "ParameterError",
+    "Recording",
+    "SimResult",
+    "StoppingRule",
+    "TimeGrid",
+    "__version__",
+    "analyze",
+    "load_result",
+    "load_table",
+    "pair_fractions",
+    "reproduce",
+    "run_sweep",
+    "save_result",
+    "simulate",
+    "sweep_status",
+    "theory",
+]
 
-
-def __getattr__(name: str) -> Any:
-    """`simulate` (from `model`) and `SimResult` (from `result`), imported when first asked for."""
-    if name == "simulate":
-        from .sim.simulate import simulate
-
-        return simulate
-    if name == "SimResult":
-        from .sim.result import SimResult
-
-        return SimResult
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

@@ -1,1 +1,58 @@
-"""Measurements of simulated runs: clusters, statistics, Monte Carlo against theory, convergence."""
+"""Measurements of simulated runs: clusters, statistics, Monte Carlo against theory, convergence.
+
+Loaded on first use (`tokensde.analysis.stats` stays torch-free). Names not in `__all__` are
+internal.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .clusters import (
+        OUTCOME_NAMES,
+        ClusterReport,
+        Outcome,
+        analyze,
+        antipodal_fraction,
+        classify,
+        effective_rank,
+        inner_product_histogram,
+        is_antipodal,
+        is_merged,
+        minority_law,
+        pair_fractions,
+        tolerance_report,
+        upper_pairs,
+    )
+    from .convergence import fit_order, run_convergence
+    from .pair_monte_carlo import PairOutcome, hybrid_monte_carlo, monte_carlo
+    from .stats import t_interval, wilson
+
+__all__ = [
+    "OUTCOME_NAMES",
+    "ClusterReport",
+    "Outcome",
+    "PairOutcome",
+    "analyze",
+    "antipodal_fraction",
+    "classify",
+    "effective_rank",
+    "fit_order",
+    "hybrid_monte_carlo",
+    "inner_product_histogram",
+    "is_antipodal",
+    "is_merged",
+    "minority_law",
+    "monte_carlo",
+    "pair_fractions",
+    "run_convergence",
+    "t_interval",
+    "tolerance_report",
+    "upper_pairs",
+    "wilson",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

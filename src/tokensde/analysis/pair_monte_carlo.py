@@ -34,9 +34,10 @@ from ..theory.two_tokens import (
 from .stats import Estimate, censored_quantiles, estimate_with_undecided, wilson
 
 
-def pair_log_gaps(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+def pair_log_gaps(x: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`(log(1 + rho), log(1 - rho))` of token pairs `x` `(runs, 2, d)`, from `|x_1 +- x_2|^2/2`
     (exact where `rho = <x_1, x_2>` itself rounds to +-1)."""
+    x = torch.as_tensor(x)
     s = (x[:, 0] + x[:, 1]).pow(2).sum(-1) / 2
     m = (x[:, 0] - x[:, 1]).pow(2).sum(-1) / 2
     with np.errstate(divide="ignore"):

@@ -1,4 +1,7 @@
-"""The `tokensde` command line: each sub-module registers its commands on one Typer app."""
+"""The `tokensde` command line: each sub-module registers its commands on one Typer app.
+
+A thin shell over the library: `app` (the Typer application) and `main` (the console script)
+are its only public names."""
 
 from __future__ import annotations
 
@@ -39,3 +42,6 @@ for _name in COMMAND_MODULES:
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+__all__ = ["app", "main"]

@@ -201,7 +201,7 @@ def simulate_cmd(
                            scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints,
                            progress=bar, **_stopping(until, tol))
         assert res.gram is not None  # record=('gram',), the default
-        gram = res.gram[:, -1].numpy()
+        gram = res.gram[:, -1]
         summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
                    "dt": grid.dt, "T": grid.T, "sampler": res.sampler, "scheme": scheme,
                    "seed": seed, **pair_summary(gram, tol, _identical_runs(p, init)),

@@ -1,1 +1,42 @@
-"""Files: results on disk, the HTML report, progress bars."""
+"""Files: results on disk, the HTML report, progress bars.
+
+Loaded on first use. Names not in `__all__` are internal.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .progress import progress_bar
+    from .report import Image, Section, Table, write_report
+    from .store import (
+        StoreError,
+        atomic_write,
+        header,
+        load_result,
+        read_parquet,
+        save_result,
+        write_json,
+        write_parquet,
+    )
+
+__all__ = [
+    "Image",
+    "Section",
+    "StoreError",
+    "Table",
+    "atomic_write",
+    "header",
+    "load_result",
+    "progress_bar",
+    "read_parquet",
+    "save_result",
+    "write_json",
+    "write_parquet",
+    "write_report",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

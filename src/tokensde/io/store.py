@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from .._version import __version__
 from ..model.params import ModelParams, ParameterError, TimeGrid
@@ -147,11 +146,11 @@ def save_result(result: SimResult, path: str | os.PathLike) -> Path:
     """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata."""
     check_output(path, "path", suffixes=(".npz",))
     meta = header(KIND_SIM, **result.metadata())
-    arrays: dict[str, np.ndarray] = {"x": result.x.numpy(), "checkpoints": result.checkpoints}
+    arrays: dict[str, np.ndarray] = {"x": np.asarray(result.x), "checkpoints": result.checkpoints}
     if result.gram is not None:
-        arrays["gram"] = result.gram.numpy()
+        arrays["gram"] = np.asarray(result.gram)
     if result.tokens is not None:
-        arrays["tokens"] = result.tokens.numpy()
+        arrays["tokens"] = np.asarray(result.tokens)
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
@@ -236,15 +235,14 @@ def check_arrays(meta: dict[str, Any], data: dict[str, np.ndarray], where: str) 
 
 
 def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
-    t = lambda k: torch.from_numpy(data[k]) if k in data else None  # noqa: E731
     known = {"params", "steps", "dt", "runs", "seed", "sampler", "scheme", "init", "dtype",
              "device", "wall_s", "checkpoints", "alpha", "T", "kind", "schema", "package",
              "version"}
     return SimResult(
         params=ModelParams.from_dict(meta["params"]), grid=TimeGrid(meta["steps"], meta["dt"]),
         runs=meta["runs"], seed=meta["seed"], sampler=meta["sampler"], scheme=meta["scheme"],
-        init=meta["init"], checkpoints=data["checkpoints"], x=torch.from_numpy(data["x"]), gram=t("gram"),
-        tokens=t("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
+        init=meta["init"], checkpoints=data["checkpoints"], x=data["x"], gram=data.get("gram"),
+        tokens=data.get("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
         extra={k: v for k, v in meta.items() if k not in known},
     )
 

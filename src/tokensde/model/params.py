@@ -93,6 +93,9 @@ class ModelParams:
     `norm` where the layer normalises (docs/variants.md §4): 'post' (spec §2, tokens on the sphere),
     'pre' (attention sees the normalised residual stream, which keeps its radius) or 'peri' (as
     'pre', and the branch output is normalised too); their SDE schemes are in `norm_limits`.
+
+    Two parameter sets are equal when every field is (arrays `Q`, `K`, `mean` elementwise), so
+    `p == p.with_()`; the hash follows the same values, so a `ModelParams` can key a dict.
     """
 
     n: int = 2
@@ -283,6 +286,22 @@ class ModelParams:
                  "entry laws of a value matrix)", f"{value_init} with noise={noise!r}")
         kw.pop("eps", None)
         return cls(d=d, law=preset.law, sigma=preset.sigma(d), **kw)
+
+    def _key(self) -> tuple[Any, ...]:
+        """The field values, arrays as (shape, bytes) with -0.0 folded into 0.0: what equality
+        and the hash compare."""
+        return tuple((v.shape, (v + 0.0).tobytes()) if isinstance(v, np.ndarray) else v
+                     for v in (getattr(self, f.name) for f in fields(self) if f.init))
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field; arrays elementwise (`p == p.with_()` is True)."""
+        if not isinstance(other, ModelParams):
+            return NotImplemented
+        return self is other or self._key() == other._key()
+
+    def __hash__(self) -> int:
+        """Hash of the field values (equal parameters hash equal)."""
+        return hash(self._key())
 
     def with_(self, **changes: Any) -> ModelParams:
         """A copy with some fields changed (validated again)."""

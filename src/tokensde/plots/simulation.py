@@ -14,7 +14,7 @@ from .style import save
 
 def plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
     """Left: histogram of final pairwise <x_i, x_j>; right: merged / antipodal pair fractions vs t."""
-    gram = result.gram.numpy().astype(np.float64)  # merged / antipodal in float64, as clusters
+    gram = np.asarray(result.gram, dtype=np.float64)  # merged / antipodal in float64, as clusters
     rho = upper_pairs(gram)  # (runs, K, pairs)
     t = result.times
     fig = Figure(figsize=(10, 3.8), layout="constrained")

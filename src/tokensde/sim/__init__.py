@@ -1,1 +1,26 @@
-"""How it is simulated: the driver, the layers, the SDE schemes, the exact samplers."""
+"""How it is simulated: the driver, the layers, the SDE schemes, the exact samplers.
+
+`simulate` runs many independent networks (or their SDE limit) and returns a `SimResult` of numpy
+arrays; `InitialState`, `StoppingRule` and `Recording` group its options. Names not in `__all__`
+(the layers, samplers, the Gram-space sampler, the loop) are internal.
+"""
+
+from __future__ import annotations
+
+from .result import SimResult
+from .rng import RunStreams, derive_seed
+from .samplers import choose_sampler
+from .sde import coupled_paths
+from .simulate import InitialState, Recording, StoppingRule, simulate
+
+__all__ = [
+    "InitialState",
+    "Recording",
+    "RunStreams",
+    "SimResult",
+    "StoppingRule",
+    "choose_sampler",
+    "coupled_paths",
+    "derive_seed",
+    "simulate",
+]

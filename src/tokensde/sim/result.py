@@ -1,6 +1,7 @@
 """`SimResult`: what `simulate` returns and `store.load_result` reads back.
 
-Its own module, so that storing and loading results does not import the simulator.
+Its own module, so that storing and loading results does not import the simulator (nor torch:
+the arrays are numpy arrays).
 """
 
 from __future__ import annotations
@@ -9,21 +10,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from .._version import __version__
 from ..model.params import ModelParams, TimeGrid
 
+TIDY_COLUMNS: tuple[str, ...] = ("run", "layer", "t", "i", "j", "value")
+
 
 @dataclass
 class SimResult:
-    """Output of `simulate`.
+    """Output of `simulate`: numpy arrays, on the CPU.
 
     `gram` is `(runs, K, n, n)` at layer indices `checkpoints` `(K,)`; `tokens` `(runs, K, n, d)` when
     recorded (the Gram sampler stores tokens in an n-dimensional isometric frame); `x` is the final
     state `(runs, n, d)`. With norm 'pre' or 'peri' (docs/variants.md §4) `x` and `tokens` are the
     residual stream, whose norms are the radii, and `gram` is that of its directions `x_i / |x_i|`.
-    All tensors live on the CPU.
+    Every array is a `numpy.ndarray` of the run's dtype (float64 unless asked otherwise).
     """
 
     params: ModelParams
@@ -34,9 +36,9 @@ class SimResult:
     scheme: str
     init: str
     checkpoints: np.ndarray
-    x: torch.Tensor
-    gram: torch.Tensor | None = None
-    tokens: torch.Tensor | None = None
+    x: np.ndarray
+    gram: np.ndarray | None = None
+    tokens: np.ndarray | None = None
     dtype: str = "float64"
     device: str = "cpu"
     wall_s: float = 0.0
@@ -48,11 +50,14 @@ class SimResult:
         """Depth times `t = k dt` of the checkpoints."""
         return self.checkpoints * self.grid.dt
 
-    def rho(self, i: int = 0, j: int = 1) -> torch.Tensor:
-        """Inner products `<x_i, x_j>` at the checkpoints, `(runs, K)`."""
+    def _recorded_gram(self) -> np.ndarray:
         if self.gram is None:
-            raise ValueError("this result did not record 'gram'")
-        return self.gram[:, :, i, j]
+            raise ValueError("this result did not record 'gram' (simulate(..., record=('gram',)))")
+        return self.gram
+
+    def rho(self, i: int = 0, j: int = 1) -> np.ndarray:
+        """Inner products `<x_i, x_j>` at the checkpoints, `(runs, K)`."""
+        return self._recorded_gram()[:, :, i, j]
 
     def decision_times(self) -> np.ndarray:
         """Depth time at which each run was decided (`until='decided'`), nan where it was still
@@ -61,11 +66,56 @@ class SimResult:
             raise ValueError("this result was not run with until='decided'")
         return np.where(self.decided_at >= 0, self.decided_at * self.grid.dt, np.nan)
 
-    def final_gram(self) -> torch.Tensor:
+    def final_gram(self) -> np.ndarray:
         """Gram matrices `X X^T` of the final state, `(runs, n, n)`; of its directions
-        `x_i / |x_i|` with norm 'pre' or 'peri' (the state is the residual stream)."""
-        u = self.x if self.params.norm == "post" else torch.nn.functional.normalize(self.x, dim=-1)
-        return u @ u.transpose(-1, -2)
+        `x_i / |x_i|` with norm 'pre' or 'peri' (the state is the residual stream).
+
+        Computed as the simulator records a checkpoint (torch, imported here), so a run stopped
+        at its decision gives, bit for bit, the Gram matrix recorded at that layer."""
+        import torch
+
+        x = torch.from_numpy(self.x)
+        u = x if self.params.norm == "post" else torch.nn.functional.normalize(x, dim=-1)
+        return (u @ u.transpose(-1, -2)).numpy()
+
+    def to_pandas(self, pairs: bool = True) -> Any:
+        """The recorded Gram entries as a tidy pandas DataFrame with columns `run, layer, t, i, j,
+        value`: one row per run, checkpoint (`layer`, depth time `t`) and pair `i < j` (the
+        diagonal is 1 and `G` is symmetric); `pairs=False` gives every entry `(i, j)`."""
+        import pandas as pd
+
+        g = self._recorded_gram()
+        runs, k, n, _ = g.shape
+        i, j = np.triu_indices(n, 1) if pairs else (np.repeat(np.arange(n), n),
+                                                     np.tile(np.arange(n), n))
+        m = len(i)
+        values = g[:, :, i, j]  # (runs, K, m)
+        return pd.DataFrame({
+            "run": np.repeat(np.arange(runs), k * m),
+            "layer": np.tile(np.repeat(self.checkpoints.astype(np.int64), m), runs),
+            "t": np.tile(np.repeat(self.times.astype(np.float64), m), runs),
+            "i": np.tile(i, runs * k),
+            "j": np.tile(j, runs * k),
+            "value": values.reshape(-1),
+        }, columns=list(TIDY_COLUMNS))
+
+    def to_xarray(self) -> Any:
+        """The recorded Gram matrices as an `xarray.DataArray` named 'gram' with dims `(run,
+        layer, i, j)`, coordinate `t` on `layer` and the scalar settings as attributes. Needs
+        xarray (`pip install xarray`), which tokensde does not require."""
+        try:
+            import xarray as xr
+        except ImportError as err:
+            raise ImportError("SimResult.to_xarray needs xarray, which is not installed: "
+                              "`pip install xarray`, or use to_pandas()") from err
+        g = self._recorded_gram()
+        runs, _, n, _ = g.shape
+        attrs = {k: v for k, v in self.metadata().items() if isinstance(v, str | int | float)}
+        return xr.DataArray(
+            g, dims=("run", "layer", "i", "j"), name="gram", attrs=attrs,
+            coords={"run": np.arange(runs), "layer": self.checkpoints.astype(np.int64),
+                    "t": ("layer", self.times.astype(np.float64)), "i": np.arange(n),
+                    "j": np.arange(n)})
 
     def metadata(self) -> dict[str, Any]:
         """Everything needed to reproduce this result (JSON-ready)."""

@@ -6,6 +6,10 @@
 
 or the Euler-Maruyama-projected SDE of spec §3 (scheme="sde"), and records Gram matrices (and
 optionally tokens) at chosen checkpoints. Numbers depend only on `seed`, never on `batch_size`.
+
+Options that only make sense together are small frozen objects, each also given by its loose
+keywords: `InitialState` (init, rho0), `StoppingRule` (until, tol, decide_every) and
+`Recording` (checkpoints, record).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -176,17 +181,10 @@ def initial_tokens(
 
 
 def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str:
+    if isinstance(init, str) and init == "pair" and p.n != 2:
+        raise ParameterError(f"init='pair' needs n = 2; got n = {p.n}")
+    InitialState(init, rho0)  # what can be checked without the model
     if isinstance(init, str):
-        if init == "pair":
-            if p.n != 2:
-                raise ParameterError(f"init='pair' needs n = 2; got n = {p.n}")
-            if rho0 is None:
-                raise ParameterError("init='pair' needs rho0 in [-1, 1]")
-            r = check_real("rho0", rho0, -1.0)
-            if r > 1.0:
-                raise ParameterError(f"rho0 must be a finite number in [-1, 1]; got {rho0!r}")
-        elif rho0 is not None:
-            raise ParameterError("rho0 is only used with init='pair'")
         return init
     a = np.asarray(init.cpu() if isinstance(init, torch.Tensor) else init, dtype=float)
     ok_shape = a.shape == (p.n, p.d) or a.shape == (runs, p.n, p.d)
@@ -300,18 +298,123 @@ def decide_every(dt: float) -> int:
 
 def _check_until(until: str, tol: float | None, every: int | None, dt: float,
                  dtype: str | torch.dtype = "float64") -> tuple[float, int] | None:
-    if until not in UNTIL:
-        raise ParameterError(f"until must be one of {', '.join(UNTIL)}; got {until!r}")
-    if until == "horizon":
-        if tol is not None or every is not None:
-            raise ParameterError("tol and decide_every are only used with until='decided'")
+    if until != "decided":
+        StoppingRule(until, tol, every)  # a bad `until`, or tol / decide_every without 'decided'
         return None
+    rule = StoppingRule(until, None, every)  # tol: checked against the run's dtype here
     name = str(resolve_dtype(dtype)).removeprefix("torch.")
     t = check_tol(DECIDE_TOL if tol is None else tol, "tol", name)
-    return t, decide_every(dt) if every is None else check_int("decide_every", every, 1)
+    return t, decide_every(dt) if rule.decide_every is None else rule.decide_every
 
 
 DECIDE_TOL = 1e-6
+
+
+@dataclass(frozen=True, eq=False)
+class InitialState:
+    """Where the tokens start: `init='uniform'` (independent uniform points on the sphere),
+    `'pair'` (two tokens with `<x_1, x_2> = rho0`) or an array `(n, d)` / `(runs, n, d)` (rows
+    normalised). Checked when made, as far as it can be without the model; it compares by
+    identity, since it may hold an array."""
+
+    init: str | np.ndarray | torch.Tensor = "uniform"
+    rho0: float | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.init, str):
+            if self.init not in ("uniform", "pair"):
+                raise ParameterError(f"init must be 'uniform', 'pair' or an array; got {self.init!r}")
+            if self.init == "pair":
+                if self.rho0 is None:
+                    raise ParameterError("init='pair' needs rho0 in [-1, 1]")
+                r = check_real("rho0", self.rho0, -1.0)
+                if r > 1.0:
+                    raise ParameterError(f"rho0 must be a finite number in [-1, 1]; got {self.rho0!r}")
+                object.__setattr__(self, "rho0", r)
+            elif self.rho0 is not None:
+                raise ParameterError("rho0 is only used with init='pair'")
+        elif self.rho0 is not None:
+            raise ParameterError("rho0 is only used with init='pair'")
+
+    @classmethod
+    def uniform(cls) -> InitialState:
+        """Independent uniform tokens on the sphere."""
+        return cls("uniform")
+
+    @classmethod
+    def pair(cls, rho0: float) -> InitialState:
+        """Two tokens at inner product `rho0` in [-1, 1]."""
+        return cls("pair", rho0)
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """When a run stops: at the horizon (`until='horizon'`), or at the first test, every
+    `decide_every` layers (default `decide_every(dt)`), at which every pair of tokens is within
+    `tol` (default `DECIDE_TOL`) of +1 or -1 (`until='decided'`; the horizon is then a maximum).
+    `tol` is checked against the run's dtype again by `simulate`."""
+
+    until: str = "horizon"
+    tol: float | None = None
+    decide_every: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.until not in UNTIL:
+            raise ParameterError(f"until must be one of {', '.join(UNTIL)}; got {self.until!r}")
+        if self.until == "horizon" and (self.tol is not None or self.decide_every is not None):
+            raise ParameterError("tol and decide_every are only used with until='decided'")
+        if self.tol is not None:
+            object.__setattr__(self, "tol", check_tol(self.tol, "tol", "float64"))
+        if self.decide_every is not None:
+            object.__setattr__(self, "decide_every", check_int("decide_every", self.decide_every, 1))
+
+    @classmethod
+    def decided(cls, tol: float | None = None, decide_every: int | None = None) -> StoppingRule:
+        """Stop each run once it is decided (see the class)."""
+        return cls("decided", tol, decide_every)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What is saved: `record` (any of 'gram', 'tokens') at `checkpoints` (None: the start and
+    the end; an int K >= 2: K evenly spaced layers; a sequence: those layer indices)."""
+
+    checkpoints: int | tuple[int, ...] | None = None
+    record: tuple[str, ...] = ("gram",)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.record, str):
+            raise ParameterError(f"record must be a tuple of {RECORDS}; got the string "
+                                 f"{self.record!r} (write ({self.record!r},))")
+        record = tuple(self.record)
+        bad = set(record) - set(RECORDS)
+        if bad:
+            raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
+        object.__setattr__(self, "record", record)
+        ck = self.checkpoints
+        if ck is not None and not isinstance(ck, int | np.integer) and isinstance(ck, Iterable) \
+                and not isinstance(ck, str | bytes):
+            object.__setattr__(self, "checkpoints", tuple(ck))
+
+
+def _group(given: Any, cls: type, loose: dict[str, Any]) -> dict[str, Any]:
+    """The values of one option group: the fields of the object `given` (a `cls`), or the loose
+    keywords when it is None. A loose keyword away from its default next to an object is an
+    error."""
+    if given is None:
+        return loose
+    if not isinstance(given, cls):
+        raise TypeError(f"expected a {cls.__name__} or None; got {type(given).__name__}")
+    default = cls()
+    clash = [k for k, v in loose.items() if not _is_default(v, getattr(default, k))]
+    if clash:
+        raise ParameterError(f"give {' / '.join(clash)} or a {cls.__name__}, not both")
+    return {k: getattr(given, k) for k in loose}
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return value is default or (isinstance(value, str | tuple | type(None))
+                                and type(value) is type(default) and value == default)
 
 
 def simulate(
@@ -337,6 +440,9 @@ def simulate(
     until: str = "horizon",
     tol: float | None = None,
     decide_every: int | None = None,
+    initial: InitialState | None = None,
+    stopping: StoppingRule | None = None,
+    recording: Recording | None = None,
 ) -> SimResult:
     """Simulate `runs` independent systems; the horizon is `grid`, `(layers, alpha)` or `(T, dt)`.
 
@@ -347,7 +453,17 @@ def simulate(
     `decide_every` layers, default `decide_every(dt)`) at which every pair of tokens is within
     `tol` (default 1e-6) of +1 or -1, and `SimResult.decided_at` holds that layer (-1: never).
     A run's numbers up to its decision are those of the fixed-horizon run with the same seed.
+
+    The keywords that belong together can be given as one object instead: `initial` (an
+    `InitialState`: init, rho0), `stopping` (a `StoppingRule`: until, tol, decide_every) and
+    `recording` (a `Recording`: checkpoints, record); an object and one of its keywords away
+    from its default is an error. The result's arrays are numpy arrays on the CPU.
     """
+    init, rho0 = _group(initial, InitialState, {"init": init, "rho0": rho0}).values()
+    until, tol, decide_every = _group(stopping, StoppingRule, {
+        "until": until, "tol": tol, "decide_every": decide_every}).values()
+    checkpoints, record = _group(recording, Recording, {"checkpoints": checkpoints,
+                                                        "record": record}).values()
     grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt)
     _check_call(params, grid, runs, sampler, device, dtype, checkpoints, record, progress, init)
     runs = check_int("runs", runs, 1)
@@ -358,10 +474,8 @@ def simulate(
         check_peri_sde(params)
     if scheme == "sde":
         check_sde_step(params, grid.dt)
-    bad = set(record) - set(RECORDS)
-    if bad:
-        raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
-    stopping = _check_until(until, tol, decide_every, grid.dt, dtype)
+    record = Recording(None, tuple(record)).record
+    decide = _check_until(until, tol, decide_every, grid.dt, dtype)
     init_kind = _check_init(init, params, runs, rho0)
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
     used = choose_sampler(params, sampler)
@@ -405,7 +519,7 @@ def simulate(
             used == "gram" and params.qk_law.random) else None
         mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
         retain = _both(rs.retain, *(f.retain for f in (forms, framed, mlp_rs) if f is not None))
-        halt = None if stopping is None else Stop(*stopping, stop - start, retain,
+        halt = None if decide is None else Stop(*decide, stop - start, retain,
                                                   directions=params.norm != "post")
         if used == "gram":
             xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt,
@@ -418,13 +532,14 @@ def simulate(
             if progress is not None:  # the layers that decided runs did not need
                 progress(int(np.where(halt.layer >= 0, grid.steps - halt.layer, 0).sum()))
         finals.append(xf.cpu())
-    extra = {} if stopping is None else {"tol": stopping[0], "decide_every": stopping[1],
+    extra = {} if decide is None else {"tol": decide[0], "decide_every": decide[1],
                                          "max_T": grid.T}
     return SimResult(
         params=params, grid=grid, runs=runs, seed=seed, sampler=used, scheme=scheme,
         init=init_kind if init_kind != "pair" else f"pair(rho0={rho0})", checkpoints=ck,
-        x=torch.cat(finals), gram=gram, tokens=toks,
+        x=torch.cat(finals).numpy(), gram=None if gram is None else gram.numpy(),
+        tokens=None if toks is None else toks.numpy(),
         dtype=str(tdtype).removeprefix("torch."), device=str(dev),
         wall_s=time.perf_counter() - t0, extra=extra,
-        decided_at=None if stopping is None else layer_of,
+        decided_at=None if decide is None else layer_of,
     )

@@ -273,7 +273,7 @@ def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
                    scheme=cell["scheme"], checkpoints=[before, grid.steps], **stop)
     if res.gram is None:  # simulate keeps the Gram matrices at the checkpoints asked for
         raise RuntimeError("simulate returned no Gram matrices at the checkpoints")
-    g_end, g_before = res.gram[:, -1].numpy(), res.gram[:, 0].numpy()
+    g_end, g_before = res.gram[:, -1], res.gram[:, 0]
     report = clusters.analyze(g_end, tol, before=g_before)
     robust = clusters.tolerance_report(g_end, tol, before=g_before)
     return {

@@ -1,1 +1,45 @@
-"""Exact results (numpy/scipy only): two-token laws, first passage, decision times."""
+"""Exact results for two tokens (numpy/scipy only): the phase boundary, Lyapunov exponents,
+antipodal probabilities, the hybrid model and the time to decision.
+
+`tokensde.theory` is also reachable from the package root (`tokensde.theory.beta_c(10)`).
+Names not in `__all__` are internal.
+"""
+
+from __future__ import annotations
+
+from .decision_time import decision_rate, median_time, p_anti_at_tol, survival
+from .two_tokens import (
+    antipodal_attracts,
+    beta_c,
+    default_dt,
+    hybrid_eps2_c,
+    hybrid_lyapunov,
+    hybrid_p_anti,
+    lyapunov_antipodal,
+    lyapunov_merged,
+    p_anti,
+    p_anti_uniform,
+    reduced_diffusion,
+    rho_drift_diffusion,
+    uniform_pair_density,
+)
+
+__all__ = [
+    "antipodal_attracts",
+    "beta_c",
+    "decision_rate",
+    "default_dt",
+    "hybrid_eps2_c",
+    "hybrid_lyapunov",
+    "hybrid_p_anti",
+    "lyapunov_antipodal",
+    "lyapunov_merged",
+    "median_time",
+    "p_anti",
+    "p_anti_at_tol",
+    "p_anti_uniform",
+    "reduced_diffusion",
+    "rho_drift_diffusion",
+    "survival",
+    "uniform_pair_density",
+]

@@ -1,0 +1,53 @@
+"""Lazy exports (PEP 562): a package's public names are imported when first asked for.
+
+A package lists its exports once, as imports under `if TYPE_CHECKING:` (what type checkers and
+the documentation read), and hands its `__getattr__` and `__dir__` to `lazy_exports`, which
+reads that block and imports a module only when one of its names is used. So `import tokensde`
+and the torch-free layers never import torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def exported_imports(path: str | Path) -> dict[str, tuple[str, str | None]]:
+    """The imports under `if TYPE_CHECKING:` at the top level of the module at `path`: name ->
+    (relative module, attribute), attribute None for a submodule (`from . import theory`)."""
+    tree = ast.parse(Path(path).read_text(), str(path))
+    out: dict[str, tuple[str, str | None]] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                and node.test.id == "TYPE_CHECKING"):
+            continue
+        for imp in node.body:
+            if isinstance(imp, ast.ImportFrom) and imp.level > 0:
+                base = "." * imp.level + (imp.module or "")
+                for a in imp.names:
+                    name = a.asname or a.name
+                    out[name] = (base + a.name, None) if imp.module is None else (base, a.name)
+    return out
+
+
+def lazy_exports(package: str, path: str) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """`(__getattr__, __dir__)` for the package `package` whose `__init__` is at `path`."""
+    where = exported_imports(path)
+
+    def getattr_(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module, attribute = where[name]
+        found = importlib.import_module(module, package)
+        value = found if attribute is None else getattr(found, attribute)
+        setattr(sys.modules[package], name, value)  # the next access skips this function
+        return value
+
+    def dir_() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *where})
+
+    return getattr_, dir_
