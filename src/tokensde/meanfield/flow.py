@@ -1,0 +1,230 @@
+"""Weighted token systems carried by one common noise path: n particles and the many-token limit.
+
+With common noise only, every token moves by the same random flow `Phi_t` (the layer map or the SDE
+step of `tokensde.sim`, driven by one `V_k` per layer and run), and the attention of a token at
+`x` is an integral against the current measure `mu_t`:
+`y(x) = ∫ exp(beta <x, x'>) x' dmu_t(x') / ∫ exp(beta <x, x'>) dmu_t(x')`. So `mu_t` is
+`mu_0` pushed forward by that flow, and a weighted node set `sum_k w_k delta_{x_k}` moved by the
+same layers is the limit measure up to the quadrature error of its nodes. n particles are the
+special case of `n` equal weights (and, once tokens coincide, integer multiples).
+
+`run_coupled` advances several such systems (particles at several n, the limit at K nodes) on the
+SAME noise path: the value matrix `V_k` `(runs, d, d)` is drawn once per layer from the run's
+stream (`tokensde.sim.rng.RunStreams`, independent of every system's size) and applied to all.
+Nodes closer than `merge_tol` (`1 - <x_i, x_j> < merge_tol`) are merged (weights summed, position
+their weighted mean), so a measure that concentrates into atoms costs what its atoms cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..model.checks import ParameterError, check_int, check_real
+from ..model.noise import apply_matrices
+from ..model.params import ModelParams, TimeGrid
+from ..sim.layers import attention_output, network_step, normalize
+from ..sim.rng import RunStreams
+from ..sim.sde import sde_step
+
+STEPS = {"network": network_step, "sde": sde_step}
+MERGE_TOL = 1e-10  # default merge threshold on 1 - <x_i, x_j> (angle about 1.4e-5)
+
+
+@dataclass
+class System:
+    """A weighted token system: tokens `x` `(runs, K, d)`, weights `w` `(runs, K)` summing to 1."""
+
+    name: str
+    x: torch.Tensor
+    w: torch.Tensor
+
+
+@dataclass
+class FlowResult:
+    """Final states of coupled systems. `decided_at[s, r]`: the layer at which system `s` of run
+    `r` had every pair of live nodes within `tol` of +1 or -1 (-1: not by the horizon); `live`
+    `[s][r]` its live node count then; `x`, `w` the states (node axis padded with zero weights)."""
+
+    names: list[str]
+    x: list[torch.Tensor]
+    w: list[torch.Tensor]
+    decided_at: np.ndarray
+    grid: TimeGrid
+    tol: float
+    merge_tol: float | None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def check_flow_params(p: ModelParams) -> ModelParams:
+    """The model the coupled flow steps: post-norm, one head, a fixed query/key form, no MLP."""
+    if not isinstance(p, ModelParams):
+        raise TypeError(f"params must be a ModelParams; got {type(p).__name__}")
+    bad = [(p.norm != "post", f"norm='post' (got {p.norm!r})"),
+           (p.heads != 1, f"heads = 1 (got {p.heads})"),
+           (p.qk_law.random, f"qk='identity' (got {p.qk!r})"),
+           (p.mlp_block.active, f"mlp='none' (got {p.mlp!r})")]
+    why = [msg for b, msg in bad if b]
+    if why:
+        raise ParameterError("the mean-field flow needs " + ", ".join(why))
+    return p
+
+
+def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge nodes with `1 - <x_i, x_j> < tol` (transitively): weights summed, positions their
+    normalised weighted mean; the node axis is then cut to the largest live count of the batch
+    (live nodes first, heaviest first; the rest carry weight 0). `(runs, K, d), (runs, K)` in."""
+    K = x.shape[-2]
+    live = w > 0
+    close = (1.0 - x @ x.transpose(-1, -2) < tol) & live.unsqueeze(-1) & live.unsqueeze(-2)
+    idx = torch.arange(K, device=x.device)
+    close |= torch.eye(K, dtype=torch.bool, device=x.device)
+    lead = torch.where(close, idx, K).amin(-1)  # smallest close index, <= own index
+    for _ in range(max(1, math.ceil(math.log2(K + 1)))):
+        nxt = lead.gather(-1, lead)
+        if bool((nxt == lead).all()):
+            break
+        lead = nxt
+    wn = torch.zeros_like(w).scatter_add_(-1, lead, w)
+    xs = torch.zeros_like(x).scatter_add_(-2, lead.unsqueeze(-1).expand_as(x), w.unsqueeze(-1) * x)
+    keep = wn > 0
+    xn = torch.where(keep.unsqueeze(-1), normalize(torch.where(keep.unsqueeze(-1), xs, x)), x)
+    order = torch.argsort(wn, dim=-1, descending=True, stable=True)
+    top = max(1, int(keep.sum(-1).max()))
+    order = order[..., :top]
+    return xn.gather(-2, order.unsqueeze(-1).expand(*order.shape, x.shape[-1])), wn.gather(-1, order)
+
+
+def decided(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
+    """`(runs,)`: every pair of live nodes (weight > 0) has `1 - |<x_i, x_j>| < tol`."""
+    gap = 1.0 - (x @ x.transpose(-1, -2)).abs()
+    live = w > 0
+    ok = (gap < tol) | ~(live.unsqueeze(-1) & live.unsqueeze(-2))
+    ok.diagonal(dim1=-2, dim2=-1).fill_(True)
+    return ok.flatten(1).all(-1)
+
+
+def _as_system(name: str, x: torch.Tensor | np.ndarray, w: torch.Tensor | np.ndarray | None,
+               runs: int, dtype: torch.dtype, device: torch.device) -> System:
+    xt = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x,
+                         dtype=dtype, device=device)
+    if xt.dim() == 2:
+        xt = xt.expand(runs, *xt.shape)
+    if xt.dim() != 3 or xt.shape[0] != runs:
+        raise ParameterError(f"system {name!r}: tokens must be (K, d) or ({runs}, K, d); got "
+                             f"{tuple(xt.shape)}")
+    K = xt.shape[1]
+    if w is None:
+        wt = torch.full((runs, K), 1.0 / K, dtype=dtype, device=device)
+    else:
+        wt = torch.as_tensor(np.asarray(w) if not isinstance(w, torch.Tensor) else w,
+                             dtype=dtype, device=device)
+        wt = wt.expand(runs, K) if wt.dim() == 1 else wt
+        if wt.shape != (runs, K) or bool((wt < 0).any()) or not bool(torch.isfinite(wt).all()):
+            raise ParameterError(f"system {name!r}: weights must be finite, >= 0, of shape ({K},) "
+                                 f"or ({runs}, {K})")
+        wt = wt / wt.sum(-1, keepdim=True)
+    return System(name, normalize(xt.clone()), wt.clone())
+
+
+def run_coupled(
+    p: ModelParams,
+    grid: TimeGrid,
+    systems: Sequence[tuple[str, torch.Tensor | np.ndarray, torch.Tensor | np.ndarray | None]],
+    runs: int = 1,
+    seed: int = 0,
+    scheme: str = "network",
+    until: str = "decided",
+    tol: float = 1e-6,
+    every: int | None = None,
+    merge_tol: float | None = MERGE_TOL,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+) -> FlowResult:
+    """Advance every system `(name, x0 (K, d) or (runs, K, d), w (K,), (runs, K) or None=equal)`
+    through `grid.steps` layers of `scheme` ('network': `x <- N(x + dt M y + sqrt(dt) V_k y)`;
+    'sde': its Euler-projected Ito limit) driven by the same `V_k` `(runs, d, d)` per layer.
+
+    Every `every` layers (default: depth time 0.05) nodes are merged (`merge_nodes`, unless
+    `merge_tol` is None) and, with `until='decided'`, a run leaves once every system is decided
+    (`decided` at `tol`). Numbers depend on `seed` and the run's index only, not on the systems
+    run beside it.
+    """
+    p = check_flow_params(p)
+    runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
+    if scheme not in STEPS:
+        raise ParameterError(f"scheme must be one of {', '.join(STEPS)}; got {scheme!r}")
+    if until not in ("decided", "horizon"):
+        raise ParameterError(f"until must be 'decided' or 'horizon'; got {until!r}")
+    tol = check_real("tol", tol, 0.0, strict=True)
+    if merge_tol is not None:
+        merge_tol = check_real("merge_tol", merge_tol, 0.0, strict=True)
+        if merge_tol >= tol:
+            raise ParameterError(f"merge_tol must be < tol = {tol:g} (merging must not decide "
+                                 f"a run); got {merge_tol!r}")
+    every = max(1, int(0.05 / grid.dt + 1e-9)) if every is None else check_int("every", every, 1)
+    if len(systems) == 0:
+        raise ParameterError("systems must hold at least one (name, x0, weights) entry")
+    dev = torch.device(device)
+    sy = [_as_system(name, x, w, runs, dtype, dev) for name, x, w in systems]
+    for s in sy:
+        if s.x.shape[-1] != p.d:
+            raise ParameterError(f"system {s.name!r} has tokens in R^{s.x.shape[-1]}; params.d = {p.d}")
+    step = STEPS[scheme]
+    rs = RunStreams(seed, runs, 0, runs, dev)
+    rows = torch.arange(runs)
+    at = np.full((len(sy), runs), -1, dtype=np.int64)
+    final_x: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
+    final_w: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
+
+    def store(si: int, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+        for j, run in enumerate(r.tolist()):
+            lv = w[j] > 0
+            final_x[si][run], final_w[si][run] = x[j][lv].cpu(), w[j][lv].cpu()
+
+    for k in range(1, grid.steps + 1):
+        v = p.noise_law.matrices(rs, dtype)
+        for s in sy:
+            y = attention_output(s.x, p, weights=s.w)
+            s.x = step(s.x, y, apply_matrices(y, v), p, grid.dt)
+        if k % every and k != grid.steps:
+            continue
+        done = torch.ones(len(rows), dtype=torch.bool, device=dev)
+        for si, s in enumerate(sy):
+            if merge_tol is not None:
+                s.x, s.w = merge_nodes(s.x, s.w, merge_tol)
+            if until == "decided":
+                now = decided(s.x, s.w, tol).cpu()
+                new = now & torch.as_tensor(at[si, rows.numpy()] < 0)
+                at[si, rows[new].numpy()] = k
+                store(si, rows[new], s.x[new.to(dev)], s.w[new.to(dev)])
+                done &= torch.as_tensor(at[si, rows.numpy()] >= 0).to(dev)
+        if until == "decided" and bool(done.any()):
+            live = ~done
+            rs.retain(live)
+            rows = rows[live.cpu()]
+            for s in sy:
+                s.x, s.w = s.x[live], s.w[live]
+            if len(rows) == 0:
+                break
+    for si, s in enumerate(sy):
+        left = torch.as_tensor(at[si, rows.numpy()] < 0)
+        store(si, rows[left], s.x[left.to(dev)], s.w[left.to(dev)])
+    return FlowResult(
+        names=[s.name for s in sy], x=[_pad(fx) for fx in final_x], w=[_pad(fw) for fw in final_w],
+        decided_at=at, grid=grid, tol=tol, merge_tol=merge_tol)
+
+
+def _pad(parts: list[torch.Tensor | None]) -> torch.Tensor:
+    """Stack per-run node sets of different sizes, padding the node axis with zeros."""
+    ts = [t for t in parts if t is not None]
+    top = max(t.shape[0] for t in ts)
+    out = torch.zeros((len(ts), top, *ts[0].shape[1:]), dtype=ts[0].dtype)
+    for i, t in enumerate(ts):
+        out[i, :t.shape[0]] = t
+    return out
