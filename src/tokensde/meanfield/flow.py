@@ -9,8 +9,8 @@ same layers is the limit measure up to the quadrature error of its nodes. n part
 special case of `n` equal weights (and, once tokens coincide, integer multiples).
 
 `run_coupled` advances several such systems (particles at several n, the limit at K nodes) on the
-SAME noise path: the value matrix `V_k` `(runs, d, d)` is drawn once per layer from the run's
-stream (`tokensde.sim.rng.RunStreams`, independent of every system's size) and applied to all.
+SAME noise path: the value matrix `V_k` `(d, d)` of each run and layer is drawn once from the run's
+own stream (`noise_path`, independent of every system's size and of batching) and applied to all.
 Nodes closer than `merge_tol` (`1 - <x_i, x_j> < merge_tol`) are merged (weights summed, position
 their weighted mean), so a measure that concentrates into atoms costs what its atoms cost.
 """
@@ -18,7 +18,7 @@ their weighted mean), so a measure that concentrates into atoms costs what its a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +28,7 @@ from ..model.checks import ParameterError, check_int, check_real
 from ..model.noise import apply_matrices
 from ..model.params import ModelParams, TimeGrid
 from ..sim.layers import attention_output, network_step, normalize
-from ..sim.rng import RunStreams
+from ..sim.rng import derive_seed
 from ..sim.sde import sde_step
 
 STEPS = {"network": network_step, "sde": sde_step}
@@ -61,10 +61,13 @@ class FlowResult:
 
 
 def check_flow_params(p: ModelParams) -> ModelParams:
-    """The model the coupled flow steps: post-norm, one head, a fixed query/key form, no MLP."""
+    """The model the coupled flow steps: Gaussian matrix noise, post-norm, one head, a fixed
+    query/key form, no MLP."""
     if not isinstance(p, ModelParams):
         raise TypeError(f"params must be a ModelParams; got {type(p).__name__}")
-    bad = [(p.norm != "post", f"norm='post' (got {p.norm!r})"),
+    bad = [(p.noise != "matrix" or p.law != "gaussian",
+            f"noise='matrix', law='gaussian' (got {p.noise!r}, {p.law!r})"),
+           (p.norm != "post", f"norm='post' (got {p.norm!r})"),
            (p.heads != 1, f"heads = 1 (got {p.heads})"),
            (p.qk_law.random, f"qk='identity' (got {p.qk!r})"),
            (p.mlp_block.active, f"mlp='none' (got {p.mlp!r})")]
@@ -132,6 +135,12 @@ def _as_system(name: str, x: torch.Tensor | np.ndarray, w: torch.Tensor | np.nda
     return System(name, normalize(xt.clone()), wt.clone())
 
 
+def noise_path(seed: int, run: int, steps: int, d: int, sigma: float = 1.0) -> np.ndarray:
+    """The value matrices `V_1..V_steps` `(steps, d, d)` of run `run`: i.i.d. N(0, sigma^2)
+    entries from the stream `derive_seed(seed, run)`, so a run's path never depends on its batch."""
+    return sigma * np.random.default_rng(derive_seed(seed, run)).standard_normal((steps, d, d))
+
+
 def run_coupled(
     p: ModelParams,
     grid: TimeGrid,
@@ -145,15 +154,16 @@ def run_coupled(
     merge_tol: float | None = MERGE_TOL,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float64,
+    batch: int | None = None,
 ) -> FlowResult:
     """Advance every system `(name, x0 (K, d) or (runs, K, d), w (K,), (runs, K) or None=equal)`
     through `grid.steps` layers of `scheme` ('network': `x <- N(x + dt M y + sqrt(dt) V_k y)`;
-    'sde': its Euler-projected Ito limit) driven by the same `V_k` `(runs, d, d)` per layer.
+    'sde': its Euler-projected Ito limit) driven by the same `V_k` (`noise_path`) per layer.
 
     Every `every` layers (default: depth time 0.05) nodes are merged (`merge_nodes`, unless
     `merge_tol` is None) and, with `until='decided'`, a run leaves once every system is decided
-    (`decided` at `tol`). Numbers depend on `seed` and the run's index only, not on the systems
-    run beside it.
+    (`decided` at `tol`). `batch` runs advance together (default all); numbers depend on `seed`
+    and the run's index only, not on the batch or the systems run beside it.
     """
     p = check_flow_params(p)
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
@@ -168,56 +178,72 @@ def run_coupled(
             raise ParameterError(f"merge_tol must be < tol = {tol:g} (merging must not decide "
                                  f"a run); got {merge_tol!r}")
     every = max(1, int(0.05 / grid.dt + 1e-9)) if every is None else check_int("every", every, 1)
+    bs = runs if batch is None else check_int("batch", batch, 1)
     if len(systems) == 0:
         raise ParameterError("systems must hold at least one (name, x0, weights) entry")
     dev = torch.device(device)
-    sy = [_as_system(name, x, w, runs, dtype, dev) for name, x, w in systems]
+    sy = [_as_system(name, x, w, runs, dtype, torch.device("cpu")) for name, x, w in systems]
     for s in sy:
         if s.x.shape[-1] != p.d:
             raise ParameterError(f"system {s.name!r} has tokens in R^{s.x.shape[-1]}; params.d = {p.d}")
-    step = STEPS[scheme]
-    rs = RunStreams(seed, runs, 0, runs, dev)
-    rows = torch.arange(runs)
     at = np.full((len(sy), runs), -1, dtype=np.int64)
     final_x: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
     final_w: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
+    for lo in range(0, runs, bs):
+        hi = min(lo + bs, runs)
+        part = [System(s.name, s.x[lo:hi].to(dev), s.w[lo:hi].to(dev)) for s in sy]
+        _advance(p, grid, part, np.arange(lo, hi), seed, STEPS[scheme], until, tol, every,
+                 merge_tol, at, final_x, final_w)
+    return FlowResult(
+        names=[s.name for s in sy], x=[_pad(fx) for fx in final_x], w=[_pad(fw) for fw in final_w],
+        decided_at=at, grid=grid, tol=tol, merge_tol=merge_tol)
+
+
+def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarray, seed: int,
+             step: Callable[..., torch.Tensor], until: str, tol: float, every: int,
+             merge_tol: float | None, at: np.ndarray, final_x: list[list[torch.Tensor | None]],
+             final_w: list[list[torch.Tensor | None]]) -> None:
+    """One batch of `run_coupled`: fills `at`, `final_x`, `final_w` at the runs `run_ids`."""
+    x0 = sy[0].x
+    paths = torch.as_tensor(np.stack([noise_path(seed, int(r), grid.steps, p.d, p.noise_scale)
+                                      for r in run_ids]), dtype=x0.dtype, device=x0.device)
+    rows = torch.arange(len(run_ids))
 
     def store(si: int, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
-        for j, run in enumerate(r.tolist()):
+        for j, run in enumerate(run_ids[r.numpy()].tolist()):
             lv = w[j] > 0
             final_x[si][run], final_w[si][run] = x[j][lv].cpu(), w[j][lv].cpu()
 
     for k in range(1, grid.steps + 1):
-        v = p.noise_law.matrices(rs, dtype)
+        v = paths[rows.to(x0.device), k - 1]
         for s in sy:
             y = attention_output(s.x, p, weights=s.w)
             s.x = step(s.x, y, apply_matrices(y, v), p, grid.dt)
         if k % every and k != grid.steps:
             continue
-        done = torch.ones(len(rows), dtype=torch.bool, device=dev)
+        done = torch.ones(len(rows), dtype=torch.bool)
         for si, s in enumerate(sy):
             if merge_tol is not None:
                 s.x, s.w = merge_nodes(s.x, s.w, merge_tol)
             if until == "decided":
-                now = decided(s.x, s.w, tol).cpu()
-                new = now & torch.as_tensor(at[si, rows.numpy()] < 0)
-                at[si, rows[new].numpy()] = k
-                store(si, rows[new], s.x[new.to(dev)], s.w[new.to(dev)])
-                done &= torch.as_tensor(at[si, rows.numpy()] >= 0).to(dev)
+                ids = run_ids[rows.numpy()]
+                now = decided(s.x, s.w, tol).cpu() & torch.as_tensor(at[si, ids] < 0)
+                at[si, ids[now.numpy()]] = k
+                dv = now.to(s.x.device)
+                store(si, rows[now], s.x[dv], s.w[dv])
+                done &= torch.as_tensor(at[si, ids] >= 0)
         if until == "decided" and bool(done.any()):
             live = ~done
-            rs.retain(live)
-            rows = rows[live.cpu()]
+            rows = rows[live]
+            lv = live.to(x0.device)
             for s in sy:
-                s.x, s.w = s.x[live], s.w[live]
+                s.x, s.w = s.x[lv], s.w[lv]
             if len(rows) == 0:
-                break
+                return
+    ids = run_ids[rows.numpy()]
     for si, s in enumerate(sy):
-        left = torch.as_tensor(at[si, rows.numpy()] < 0)
-        store(si, rows[left], s.x[left.to(dev)], s.w[left.to(dev)])
-    return FlowResult(
-        names=[s.name for s in sy], x=[_pad(fx) for fx in final_x], w=[_pad(fw) for fw in final_w],
-        decided_at=at, grid=grid, tol=tol, merge_tol=merge_tol)
+        left = torch.as_tensor(at[si, ids] < 0)
+        store(si, rows[left], s.x[left.to(s.x.device)], s.w[left.to(s.x.device)])
 
 
 def _pad(parts: list[torch.Tensor | None]) -> torch.Tensor:

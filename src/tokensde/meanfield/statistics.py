@@ -55,11 +55,22 @@ def half_masses(x: torch.Tensor, w: torch.Tensor, directions: torch.Tensor) -> t
     return (w.unsqueeze(-1) * side).sum(-2) / w.sum(-1, keepdim=True)
 
 
-def arc_masses(x: torch.Tensor, w: torch.Tensor, starts: np.ndarray) -> np.ndarray:
+def arc_counts(x: torch.Tensor, w: torch.Tensor, starts: np.ndarray, length: float = np.pi
+               ) -> np.ndarray:
+    """d = 2: the weight of nodes with angle in `[a, a + length)`, `a` in `starts` (node counting,
+    first order in the spacing); `(runs, m)` from `x` `(runs, K, 2)`, `w` `(runs, K)`."""
+    ang = np.arctan2(x[..., 1].numpy(), x[..., 0].numpy())[..., None]
+    inside = (ang - np.asarray(starts)) % (2 * np.pi) < length
+    wn = (w / w.sum(-1, keepdim=True)).numpy()[..., None]
+    return (wn * inside).sum(-2)
+
+
+def arc_masses(x: torch.Tensor, w: torch.Tensor, starts: np.ndarray, length: float = np.pi
+               ) -> np.ndarray:
     """d = 2, nodes in their counter-clockwise order (the flow, a circle diffeomorphism isotopic to
-    the identity, keeps it; nodes must not have been merged): the mass of each half-circle
-    `[a, a + pi)`, `a` in `starts` `(m,)`, from the piecewise-linear cumulative mass through the
-    node angles (each node's weight split half to each side), second order in the spacing.
+    the identity, keeps it; nodes must not have been merged): the mass of each arc
+    `[a, a + length)`, `a` in `starts` `(m,)`, from the piecewise-linear cumulative mass through
+    the node angles (each node's weight split half to each side), second order in the spacing.
     `(runs, m)` from `x` `(runs, K, 2)` and `w` `(runs, K)`."""
     ang = np.unwrap(np.arctan2(x[..., 1].numpy(), x[..., 0].numpy()), axis=-1)
     wn = (w / w.sum(-1, keepdim=True)).numpy()
@@ -70,8 +81,8 @@ def arc_masses(x: torch.Tensor, w: torch.Tensor, starts: np.ndarray) -> np.ndarr
         cum = np.concatenate([[0.0], np.cumsum(0.5 * (m[:-1] + m[1:]))])
         a_ext = np.concatenate([a - 2 * np.pi, a, a + 2 * np.pi])
         c_ext = np.concatenate([cum - 1.0, cum, cum + 1.0])
-        lo = (starts - a[0]) % (2 * np.pi) + a[0]
-        out[r] = np.interp(lo + np.pi, a_ext, c_ext) - np.interp(lo, a_ext, c_ext)
+        lo = (np.asarray(starts) - a[0]) % (2 * np.pi) + a[0]
+        out[r] = np.interp(lo + length, a_ext, c_ext) - np.interp(lo, a_ext, c_ext)
     return out
 
 
