@@ -155,6 +155,7 @@ def run_coupled(
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float64,
     batch: int | None = None,
+    shared_path: bool = False,
 ) -> FlowResult:
     """Advance every system `(name, x0 (K, d) or (runs, K, d), w (K,), (runs, K) or None=equal)`
     through `grid.steps` layers of `scheme` ('network': `x <- N(x + dt M y + sqrt(dt) V_k y)`;
@@ -163,7 +164,9 @@ def run_coupled(
     Every `every` layers (default: depth time 0.05) nodes are merged (`merge_nodes`, unless
     `merge_tol` is None) and, with `until='decided'`, a run leaves once every system is decided
     (`decided` at `tol`). `batch` runs advance together (default all); numbers depend on `seed`
-    and the run's index only, not on the batch or the systems run beside it.
+    and the run's index only, not on the batch or the systems run beside it. `shared_path`: every
+    run takes the path of run 0 (runs then differ only by their initial states: draws of an
+    initial sample on one common path).
     """
     p = check_flow_params(p)
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
@@ -193,7 +196,7 @@ def run_coupled(
         hi = min(lo + bs, runs)
         part = [System(s.name, s.x[lo:hi].to(dev), s.w[lo:hi].to(dev)) for s in sy]
         _advance(p, grid, part, np.arange(lo, hi), seed, STEPS[scheme], until, tol, every,
-                 merge_tol, at, final_x, final_w)
+                 merge_tol, at, final_x, final_w, shared_path)
     return FlowResult(
         names=[s.name for s in sy], x=[_pad(fx) for fx in final_x], w=[_pad(fw) for fw in final_w],
         decided_at=at, grid=grid, tol=tol, merge_tol=merge_tol)
@@ -202,11 +205,16 @@ def run_coupled(
 def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarray, seed: int,
              step: Callable[..., torch.Tensor], until: str, tol: float, every: int,
              merge_tol: float | None, at: np.ndarray, final_x: list[list[torch.Tensor | None]],
-             final_w: list[list[torch.Tensor | None]]) -> None:
+             final_w: list[list[torch.Tensor | None]], shared_path: bool = False) -> None:
     """One batch of `run_coupled`: fills `at`, `final_x`, `final_w` at the runs `run_ids`."""
     x0 = sy[0].x
-    paths = torch.as_tensor(np.stack([noise_path(seed, int(r), grid.steps, p.d, p.noise_scale)
-                                      for r in run_ids]), dtype=x0.dtype, device=x0.device)
+    if shared_path:
+        one = noise_path(seed, 0, grid.steps, p.d, p.noise_scale)
+        paths = torch.as_tensor(one, dtype=x0.dtype, device=x0.device).expand(
+            len(run_ids), *one.shape)
+    else:
+        paths = torch.as_tensor(np.stack([noise_path(seed, int(r), grid.steps, p.d, p.noise_scale)
+                                          for r in run_ids]), dtype=x0.dtype, device=x0.device)
     rows = torch.arange(len(run_ids))
 
     def store(si: int, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
