@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..analysis.clusters import is_antipodal, is_merged
 from ..model.checks import ParameterError, check_int, check_real
 from ..model.noise import apply_matrices
 from ..model.params import ModelParams, TimeGrid
@@ -84,7 +85,7 @@ def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
     (live nodes first, heaviest first; the rest carry weight 0). `(runs, K, d), (runs, K)` in."""
     K = x.shape[-2]
     live = w > 0
-    close = (1.0 - x @ x.transpose(-1, -2) < tol) & live.unsqueeze(-1) & live.unsqueeze(-2)
+    close = is_merged(x @ x.transpose(-1, -2), tol) & live.unsqueeze(-1) & live.unsqueeze(-2)
     idx = torch.arange(K, device=x.device)
     close |= torch.eye(K, dtype=torch.bool, device=x.device)
     lead = torch.where(close, idx, K).amin(-1)  # smallest close index, <= own index
@@ -105,9 +106,9 @@ def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
 
 def decided(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     """`(runs,)`: every pair of live nodes (weight > 0) has `1 - |<x_i, x_j>| < tol`."""
-    gap = 1.0 - (x @ x.transpose(-1, -2)).abs()
+    g = x @ x.transpose(-1, -2)
     live = w > 0
-    ok = (gap < tol) | ~(live.unsqueeze(-1) & live.unsqueeze(-2))
+    ok = is_merged(g, tol) | is_antipodal(g, tol) | ~(live.unsqueeze(-1) & live.unsqueeze(-2))
     ok.diagonal(dim1=-2, dim2=-1).fill_(True)
     return ok.flatten(1).all(-1)
 

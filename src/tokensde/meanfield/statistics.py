@@ -13,6 +13,7 @@ import torch
 
 from ..model.params import ModelParams
 from ..sim.layers import attention_output
+from .flow import merge_nodes
 
 
 def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
@@ -25,34 +26,9 @@ def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
 
 
 def atom_count(x: torch.Tensor, w: torch.Tensor, atom_tol: float = 1e-3) -> np.ndarray:
-    """`(runs,)`: classes of live nodes linked by `1 - <x_i, x_j> < atom_tol` (connected parts)."""
-    out = np.empty(x.shape[0], dtype=np.int64)
-    for r in range(x.shape[0]):
-        live = (w[r] > 0).numpy()
-        xr = x[r].numpy()[live]
-        adj = 1.0 - xr @ xr.T < atom_tol
-        seen = np.zeros(len(xr), dtype=bool)
-        count = 0
-        for i in range(len(xr)):
-            if seen[i]:
-                continue
-            count += 1
-            stack = [i]
-            seen[i] = True
-            while stack:
-                j = stack.pop()
-                nb = np.flatnonzero(adj[j] & ~seen)
-                seen[nb] = True
-                stack.extend(nb.tolist())
-        out[r] = count
-    return out
-
-
-def half_masses(x: torch.Tensor, w: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
-    """`(runs, m)`: the weight of `{x: <x, e> > 0}` for each direction `e` of `directions` `(m, d)`
-    (node counting: first order in the node spacing)."""
-    side = (x @ directions.to(x).T) > 0
-    return (w.unsqueeze(-1) * side).sum(-2) / w.sum(-1, keepdim=True)
+    """`(runs,)`: live nodes left after merging those with `1 - <x_i, x_j> < atom_tol`
+    (`flow.merge_nodes`, transitive through the smallest-index link)."""
+    return (merge_nodes(x, w, atom_tol)[1] > 0).sum(-1).numpy()
 
 
 def arc_counts(x: torch.Tensor, w: torch.Tensor, starts: np.ndarray, length: float = np.pi
