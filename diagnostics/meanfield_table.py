@@ -45,7 +45,8 @@ def main() -> None:
     t0 = time.perf_counter()
     table, minority = run_table(a.ds, a.betas, a.ns, a.K, a.starts, a.runs, a.seed, a.T, a.dt,
                                 a.tol, device=a.device, batch=a.batch,
-                                dtype=getattr(torch, a.dtype), budget_s=a.budget)
+                                dtype=getattr(torch, a.dtype), budget_s=a.budget,
+                                log=lambda line: print(line, flush=True))
     wall = time.perf_counter() - t0
     write_tables(out, table, minority, **{k: v for k, v in vars(a).items() if k != "out"},
                  wall_s=wall)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,10 +106,12 @@ def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: i
               starts: Sequence[str] = STARTS, runs: int = 100, seed: int = 0, T: float = 40.0,
               dt: float = 0.02, tol: float = 1e-4, merge_tol: float | None = MERGE_TOL,
               device: str = "cpu", batch: int | None = None, dtype: torch.dtype = torch.float64,
-              budget_s: float | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+              budget_s: float | None = None, log: Callable[[str], None] | None = None
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """`absorption_table` for every (d, beta, start): the rows, and the per-run minority masses in
     long form (d, beta, start, n, run, minority). With `budget_s`, no new cell starts once that
-    many seconds have passed (the cells left out are simply absent from the table)."""
+    many seconds have passed (the cells left out are simply absent from the table); `log` gets a
+    line per system as each cell ends."""
     for st in starts:
         check_choice("start", st, STARTS)
     t0 = time.perf_counter()
@@ -125,6 +127,11 @@ def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: i
                                         merge_tol, device=device, batch=batch, dtype=dtype)
                 for row in r:
                     row["wall_s"] = time.perf_counter() - tc
+                    if log is not None:
+                        log(f"d {d} beta {beta:g} {st} n {row['n']}: decided "
+                            f"{row['p_decided']:.3f}, P(bipolar) {row['p_bipolar']:.3f}, minority "
+                            f"{row['minority_mean']:.4f} [{row['minority_lo']:.4f}, "
+                            f"{row['minority_hi']:.4f}], {row['wall_s']:.0f} s")
                 rows += r
                 for n, v in m.items():
                     long += [{"d": d, "beta": beta, "start": st, "n": n, "run": i,

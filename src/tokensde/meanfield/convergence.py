@@ -17,6 +17,7 @@ import torch
 
 from ..model.checks import ParameterError, check_int
 from ..model.params import ModelParams, TimeGrid
+from ..sim.rng import derive_seed
 from .flow import run_coupled
 from .quadrature import circle_rule, sample_initial
 from .statistics import arc_counts, arc_masses, field_at
@@ -42,13 +43,19 @@ def _states(p: ModelParams, T: float, dt: float, systems: list, seed: int
     return list(zip(r.x, r.w, strict=True))
 
 
-def _errors(state: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.Tensor, torch.Tensor],
-            p: ModelParams, ordered: bool) -> dict[str, float]:
+def field_error_at(state: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.Tensor, torch.Tensor],
+                   p: ModelParams) -> float:
+    """Max over `TEST_POINTS` equispaced points of the circle of `|y_state(z) - y_ref(z)|`
+    (`statistics.field_at`; one run each)."""
     a = 2 * np.pi * np.arange(TEST_POINTS) / TEST_POINTS
     pts = torch.as_tensor(np.stack([np.cos(a), np.sin(a)], -1))
-    f, fr = field_at(pts, *state, p), field_at(pts, *ref, p)
+    return float((field_at(pts, *state, p) - field_at(pts, *ref, p)).norm(dim=-1).max())
+
+
+def _errors(state: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.Tensor, torch.Tensor],
+            p: ModelParams, ordered: bool) -> dict[str, float]:
     hm, hr = arc_counts(*state, ARC_STARTS, ARC), arc_masses(*ref, ARC_STARTS, ARC)
-    out = {"field_err": float((f - fr).norm(dim=-1).max()),
+    out = {"field_err": field_error_at(state, ref, p),
            "arc_err_count": float(np.abs(hm - hr).max())}
     if ordered:
         out["arc_err_interp"] = float(np.abs(arc_masses(*state, ARC_STARTS, ARC) - hr).max())
@@ -75,21 +82,22 @@ def node_convergence(beta: float, Ks: Sequence[int], times: Sequence[float], K_r
     return pd.DataFrame(rows)
 
 
-def particle_convergence(beta: float, ns: Sequence[int], T: float, draws: int = 8,
-                         K_ref: int = 1024, dt: float = 0.01, seed: int = 0) -> pd.DataFrame:
-    """d = 2: `draws` i.i.d. uniform samples of n particles and the `K_ref`-node limit on one
-    common path; one row per (n, draw) with the errors of `node_convergence` (node counting)."""
+def particle_convergence(beta: float, ns: Sequence[int], T: float, draws: int = 16,
+                         K_ref: int = 512, dt: float = 0.02, seed: int = 0) -> pd.DataFrame:
+    """d = 2: `draws` i.i.d. uniform samples of n particles and the `K_ref`-node limit, all on one
+    common path (`run_coupled(shared_path=True)`); one row per (n, draw): `field_err` and
+    `arc_err_count` of `node_convergence`."""
     p = ModelParams(n=2, d=2, beta=beta)
-    rng = np.random.default_rng(seed)
-    systems: list = [("limit", *circle_rule(K_ref))]
+    grid = TimeGrid.make(T=T, dt=dt)
+    kw: dict = {"seed": seed, "until": "horizon", "merge_tol": None}
+    lim = run_coupled(p, grid, [("limit", *circle_rule(K_ref))], runs=1, **kw)
+    ref = (lim.x[0], lim.w[0])
+    rows = []
     for n in ns:
-        for j in range(draws):
-            systems.append((f"n{n}_{j}", sample_initial(n, 2, rng), None))
-    st = _states(p, T, dt, systems, seed)
-    rows, i = [], 1
-    for n in ns:
+        rng = np.random.default_rng(derive_seed(seed, n))
+        x0 = np.stack([sample_initial(n, 2, rng) for _ in range(draws)])
+        r = run_coupled(p, grid, [(f"n{n}", x0, None)], runs=draws, shared_path=True, **kw)
         for j in range(draws):
             rows.append({"beta": beta, "T": T, "n": n, "draw": j,
-                         **_errors(st[i], st[0], p, False)})
-            i += 1
+                         **_errors((r.x[0][j:j + 1], r.w[0][j:j + 1]), ref, p, False)})
     return pd.DataFrame(rows)
