@@ -5,7 +5,7 @@ CPU (what docs/meanfield.md reports):
     python3 diagnostics/meanfield_table.py out/meanfield_cpu --runs 48 --ns 16 64 256
 GPU, the full-size table (n up to 4096, 1000 paths a cell, float32, <= 8 min by --budget):
     python3 diagnostics/meanfield_table.py out/meanfield_gpu --device cuda --dtype float32 \
-        --runs 1000 --ns 16 64 256 1024 4096 --K 1024 --batch 250 --budget 420
+        --runs 1000 --ns 16 64 256 1024 4096 --K 1024 --batch 125 --merge-tol 1e-5 --budget 400
 Writes table.parquet (one row per d, beta, start, n; n = 0 is the limit) and minority.parquet
 (per-run minority masses), each with the parameters and package version in its header.
 """
@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--T", type=float, default=40.0, help="horizon (depth time)")
     ap.add_argument("--dt", type=float, default=0.02)
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--merge-tol", type=float, default=1e-10,
+                    help="merge nodes with 1 - <x_i, x_j> below this (< tol)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"])
     ap.add_argument("--batch", type=int, default=None, help="runs advanced together")
@@ -44,7 +46,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     table, minority = run_table(a.ds, a.betas, a.ns, a.K, a.starts, a.runs, a.seed, a.T, a.dt,
-                                a.tol, device=a.device, batch=a.batch,
+                                a.tol, a.merge_tol, device=a.device, batch=a.batch,
                                 dtype=getattr(torch, a.dtype), budget_s=a.budget,
                                 log=lambda line: print(line, flush=True))
     wall = time.perf_counter() - t0

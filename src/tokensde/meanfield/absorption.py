@@ -116,9 +116,9 @@ def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: i
         check_choice("start", st, STARTS)
     t0 = time.perf_counter()
     rows, long = [], []
-    for d in ds:
-        for beta in betas:
-            for st in starts:
+    for st in starts:  # i.i.d. starts (the question) first, then the quasi-uniform contrast
+        for d in ds:
+            for beta in betas:
                 if budget_s is not None and time.perf_counter() - t0 > budget_s:
                     continue
                 cell_seed = derive_seed(seed, d, round(1000 * beta))  # same paths for both starts
