@@ -161,3 +161,24 @@ def test_minority_mass_counts_weights() -> None:
     x = torch.tensor([[[1.0, 0.0], [-1.0, 0.0], [1.0, 0.0]]])
     w = torch.tensor([[0.5, 0.2, 0.3]])
     assert minority_mass(x, w)[0] == pytest.approx(0.2)
+
+
+def test_sweep_kind_and_cli(tmp_path) -> None:
+    """The sweep kind `meanfield` is found by name; the CLI writes its tables and refuses bad input."""
+    from typer.testing import CliRunner
+
+    from tokensde.cli import app
+    from tokensde.io.store import read_parquet
+    from tokensde.sweep.kinds import get_kind
+
+    st = get_kind("meanfield")({"d": 2, "beta": 3.0, "n": 0, "K": 16, "runs": 2, "T": 20.0,
+                                "dt": 0.05}, 0)
+    assert st["p_decided"] == 1.0 and st["minority_mean"] == pytest.approx(0.5, abs=1e-12)
+    out = tmp_path / "mf"
+    res = CliRunner().invoke(app, ["meanfield", "table", "--n", "8", "--runs", "2", "--K", "16",
+                                   "--dt", "0.05", "--time", "20", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    table, meta = read_parquet(out / "table.parquet", "meanfield_table")
+    assert meta["runs"] == 2 and sorted(set(table.column("n").to_pylist())) == [0, 8]
+    bad = CliRunner().invoke(app, ["meanfield", "table", "--start", "grid", "--runs", "1"])
+    assert bad.exit_code == 2 and "start must be one of" in bad.output
