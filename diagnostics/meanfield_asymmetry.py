@@ -22,14 +22,12 @@ from tokensde.meanfield.absorption import absorption_table
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
-    ap.add_argument("--d", type=int, default=3)
-    ap.add_argument("--beta", type=float, default=1.0)
+    options: tuple[tuple[str, type, object], ...] = (
+        ("--d", int, 3), ("--beta", float, 1.0), ("--K", int, 72), ("--runs", int, 16),
+        ("--T", float, 40.0), ("--dt", float, 0.02), ("--seed", int, 0))
+    for flag, kind, default in options:
+        ap.add_argument(flag, type=kind, default=default, help=f"default {default}")
     ap.add_argument("--kappas", type=float, nargs="+", default=[0.3, 0.1, 0.03, 0.01, 0.0])
-    ap.add_argument("--K", type=int, default=72)
-    ap.add_argument("--runs", type=int, default=16)
-    ap.add_argument("--T", type=float, default=40.0)
-    ap.add_argument("--dt", type=float, default=0.02)
-    ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     out = check_output(a.out, "out", directory=True)
     torch.set_num_threads(1)

@@ -182,3 +182,18 @@ def test_sweep_kind_and_cli(tmp_path) -> None:
     assert meta["runs"] == 2 and sorted(set(table.column("n").to_pylist())) == [0, 8]
     bad = CliRunner().invoke(app, ["meanfield", "table", "--start", "grid", "--runs", "1"])
     assert bad.exit_code == 2 and "start must be one of" in bad.output
+
+
+def test_report_section_tiny(tmp_path) -> None:
+    """The report section `meanfield` builds at tiny size, shows the limit at 1/2, and reuses its
+    saved table."""
+    from tokensde import study
+
+    ctx = study.Context(tmp_path, "tiny", workers=1)
+    sec = study.build_section("meanfield", ctx)
+    assert sec.status == "ok", sec.note
+    rows = sec.tables[0].rows
+    limit = [r for r in rows if r[3] == "limit"]
+    assert len(limit) == 2 and all(r[9] == pytest.approx(0.5, abs=1e-12) for r in limit)
+    assert (tmp_path / "figures" / "meanfield.png").exists()
+    assert study.build_section("meanfield", ctx).provenance["reused"] is True
