@@ -14,7 +14,7 @@ from .context import Context, FigureSpec, saved_or
 # size -> run_table arguments
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"ds": [2], "betas": [3.0], "ns": [16], "K": 32, "runs": 4, "T": 20.0, "dt": 0.05},
-    "quick": {"ds": [2], "betas": [3.0], "ns": [16, 64], "K": 32, "runs": 6, "T": 15.0,
+    "quick": {"ds": [2], "betas": [3.0], "ns": [16, 64], "K": 32, "runs": 6, "T": 30.0,
               "dt": 0.05},
     "full": {"ds": [2, 3], "betas": [1.0, 3.0, 6.0], "ns": [16, 64, 256], "K": 64, "runs": 20,
              "T": 30.0},
