@@ -18,7 +18,7 @@ app = typer.Typer(
 )
 
 # Sub-modules of tokensde.cli, each defining `register(app)`.
-COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "figure", "reproduce")
+COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "figure", "reproduce", "meanfield")
 
 
 def _version(value: bool) -> None:

@@ -48,12 +48,26 @@ def attention_logits(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None
     return p.beta * (xq.unflatten(-1, (p.heads, p.d)).transpose(-2, -3) @ xt.unsqueeze(-3))
 
 
-def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None = None
-                        ) -> torch.Tensor:
+def log_token_weights(weights: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """`log(n w_j / sum_l w_l)` shaped to add to `logits` `(runs, [heads,] n, n)` along `j`, from
+    token weights `weights` `(n,)` or `(runs, n)` (non-negative, a positive sum)."""
+    w = weights.to(dtype=logits.dtype, device=logits.device)
+    lw = (w * (w.shape[-1] / w.sum(-1, keepdim=True))).log().unsqueeze(-2)
+    return lw.unsqueeze(-3) if logits.dim() == 4 and lw.dim() == 3 else lw
+
+
+def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None = None,
+                        weights: torch.Tensor | None = None) -> torch.Tensor:
     """Weights of the attention kind `p.attention_kind` (`tokensde.model.attention`: softmax
     `A_ij = exp(l_ij) / sum_l exp(l_il)`, USA `exp(l_ij) / n`, ...); with `p.causal` the entries
     j > i are masked (logit -inf, weight zero) for every kind. `top`, when given, is every row's
-    largest logit, known beforehand, and replaces the row maxima."""
+    largest logit, known beforehand, and replaces the row maxima. Token weights `weights` `(n,)`
+    or `(runs, n)` make `A_ij ∝ w_j exp(l_ij)` (softmax) or `w_j exp(l_ij) / sum_l w_l` (USA):
+    the logits gain `log(n w_j / sum w)`, so integer weights equal repeated tokens."""
+    if weights is not None:
+        if top is not None:
+            raise ParameterError("token weights change the rows' largest logits: pass top=None")
+        logits = logits + log_token_weights(weights, logits)
     if p.causal:
         n = logits.shape[-1]
         mask = torch.ones(n, n, dtype=torch.bool, device=logits.device).triu(1)
@@ -61,17 +75,19 @@ def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None 
     return p.attention_kind.weights(logits, top)
 
 
-def attention_weights(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
-                      ) -> torch.Tensor:
-    """Attention weights `(runs, n, n)` of tokens `x` (spec §1; `forms`: see `attention_logits`)."""
-    return weights_from_logits(attention_logits(x, p, forms), p)
+def attention_weights(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None,
+                      weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention weights `(runs, n, n)` of tokens `x` (spec §1; `forms`: see `attention_logits`;
+    token `weights`: see `weights_from_logits`)."""
+    return weights_from_logits(attention_logits(x, p, forms), p, weights=weights)
 
 
-def attention_output(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
-                     ) -> torch.Tensor:
+def attention_output(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None,
+                     weights: torch.Tensor | None = None) -> torch.Tensor:
     """`y_i = sum_j A_ij x_j`, shape `(runs, n, d)`; with `heads > 1` one output per head,
-    `y^h_i = sum_j A^h_ij x_j`, shape `(runs, heads, n, d)` (`forms`: see `attention_logits`)."""
-    a = attention_weights(x, p, forms)
+    `y^h_i = sum_j A^h_ij x_j`, shape `(runs, heads, n, d)` (`forms`: see `attention_logits`;
+    token `weights` `(n,)` or `(runs, n)`: `A_ij ∝ w_j exp(l_ij)`, see `weights_from_logits`)."""
+    a = attention_weights(x, p, forms, weights)
     return a @ (x if p.heads == 1 else x.unsqueeze(-3))
 
 

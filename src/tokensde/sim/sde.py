@@ -75,21 +75,23 @@ def coupled_paths(
     grid: TimeGrid,
     increments: Callable[[int], torch.Tensor],
     substeps: int = 1,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the network and the SDE on one Brownian path; return both final states `(runs, n, d)`.
 
     `increments(k)` gives the Brownian increments `dW` `(runs, substeps, d, d)` of layer `k` on a
     grid `substeps` times finer. The network uses `V_k = sum(dW) / sqrt(dt)`; the SDE steps on the
     fine grid. Matrix noise only; with `heads > 1`, `dW` `(runs, substeps, heads, d, d)`, one per head.
+    Token `weights` `(n,)` or `(runs, n)` weigh the attention (`layers.weights_from_logits`).
     """
     x_net, x_sde = x0.clone(), x0.clone()
     h = grid.dt / substeps
     for k in range(grid.steps):
         dw = increments(k)
         v = dw.sum(1) / grid.dt**0.5
-        y = attention_output(x_net, p)
+        y = attention_output(x_net, p, weights=weights)
         x_net = network_step(x_net, y, apply_matrices(y, v), p, grid.dt)
         for j in range(substeps):
-            y = attention_output(x_sde, p)
+            y = attention_output(x_sde, p, weights=weights)
             x_sde = sde_step(x_sde, y, apply_matrices(y, dw[:, j] / h**0.5), p, h)
     return x_net, x_sde

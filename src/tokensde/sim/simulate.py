@@ -252,11 +252,13 @@ def run_batch(
     stop: Stop | None = None,
     forms: QKDraws | None = None,
     mlp_rs: RunStreams | None = None,
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Advance one batch `x` `(runs, n, d)` through `grid.steps` layers, calling `record(c, x)` at
     checkpoint number `c`; return the final state (see `march` for `stop`). `forms`: the random
     query/key forms (`qk_draws`), needed when `p.qk` is a random law; `mlp_rs`: the streams of
-    the MLP blocks (`rs.derived(MLP_STREAM)`), needed when `p.mlp` is not 'none'."""
+    the MLP blocks (`rs.derived(MLP_STREAM)`), needed when `p.mlp` is not 'none'; `weights`
+    `(n,)` or `(runs, n)`: token weights of the attention (`layers.weights_from_logits`)."""
     q = scheme_params(p, scheme)
     step = SCHEMES[scheme] if p.norm == "post" else NORM_SCHEMES[scheme, p.norm]
     noise = peri_noise if (scheme, p.norm) == ("sde", "peri") else noise_sampler(sampler, q)
@@ -267,7 +269,7 @@ def run_batch(
         raise ParameterError(f"mlp={p.mlp!r} draws MLP weights: pass their streams (mlp_rs)")
 
     def layer(xk: torch.Tensor) -> torch.Tensor:
-        y = attention_output(inputs(xk), q, None if forms is None else forms.next())
+        y = attention_output(inputs(xk), q, None if forms is None else forms.next(), weights)
         xi = torch.zeros_like(xk) if silent else noise(y, q, rs)
         if block is None or mlp_rs is None:
             return step(xk, y, xi, q, grid.dt)
@@ -285,6 +287,23 @@ def _both(*fns: Callable[[torch.Tensor], None]) -> Callable[[torch.Tensor], None
         for f in fns:
             f(mask)
     return call
+
+
+def check_token_weights(weights: Any, n: int, runs: int) -> np.ndarray | None:
+    """Token weights as a float64 array `(n,)` or `(runs, n)`: finite, non-negative, each row of
+    positive sum (None stays None); else ParameterError."""
+    if weights is None:
+        return None
+    try:
+        w = np.asarray(weights.cpu() if isinstance(weights, torch.Tensor) else weights,
+                       dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ParameterError(f"weights must be numbers of shape ({n},) or ({runs}, {n})") from err
+    if w.shape not in ((n,), (runs, n)):
+        raise ParameterError(f"weights must have shape ({n},) or ({runs}, {n}); got {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or np.any(w.sum(-1) <= 0):
+        raise ParameterError("weights must be finite and >= 0, with a positive sum per run")
+    return w
 
 
 UNTIL: tuple[str, ...] = ("horizon", "decided")
@@ -443,6 +462,7 @@ def simulate(
     initial: InitialState | None = None,
     stopping: StoppingRule | None = None,
     recording: Recording | None = None,
+    weights: np.ndarray | torch.Tensor | None = None,
 ) -> SimResult:
     """Simulate `runs` independent systems; the horizon is `grid`, `(layers, alpha)` or `(T, dt)`.
 
@@ -458,6 +478,9 @@ def simulate(
     `InitialState`: init, rho0), `stopping` (a `StoppingRule`: until, tol, decide_every) and
     `recording` (a `Recording`: checkpoints, record); an object and one of its keywords away
     from its default is an error. The result's arrays are numpy arrays on the CPU.
+    `weights`: token weights `(n,)` or `(runs, n)`, non-negative with a positive sum, so that
+    `A_ij ∝ w_j exp(beta <Q x_i, K x_j>)` (integer weights equal repeated tokens; None: today's
+    model, bit for bit); not with sampler='gram'.
     """
     init, rho0 = _group(initial, InitialState, {"init": init, "rho0": rho0}).values()
     until, tol, decide_every = _group(stopping, StoppingRule, {
@@ -479,6 +502,10 @@ def simulate(
     init_kind = _check_init(init, params, runs, rho0)
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
     used = choose_sampler(params, sampler)
+    w_all = check_token_weights(weights, params.n, runs)
+    if w_all is not None and used == "gram":
+        raise ParameterError("weights (token weights) are not carried by sampler='gram'; use "
+                             "sampler='fast' or 'full'")
     ck = resolve_checkpoints(checkpoints, grid.steps)
     bs = default_batch(runs, params, used, tdtype, dev) if batch_size is None else check_int(
         "batch_size", batch_size, 1)
@@ -525,8 +552,10 @@ def simulate(
             xf = run_batch_gram(x, params, grid, rs, scheme, ck, rec, progress, stop=halt,
                                 forms=framed, mlp_rs=mlp_rs)
         else:
+            wb = None if w_all is None else torch.as_tensor(
+                w_all if w_all.ndim == 1 else w_all[start:stop], dtype=tdtype, device=dev)
             xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt,
-                           forms=forms, mlp_rs=mlp_rs)
+                           forms=forms, mlp_rs=mlp_rs, weights=wb)
         if halt is not None:
             layer_of[start:stop] = halt.layer
             if progress is not None:  # the layers that decided runs did not need

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..io.report import Section
-from . import convergence, mlp, multi, phase, trajectories, variants, vit
+from . import convergence, meanfield, mlp, multi, phase, trajectories, variants, vit
 from .context import Context, FigureSpec
 
 
@@ -62,6 +62,13 @@ FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
         antipode is never reached: the chance of coming within tol of it first falls like
         tol^((d-3)/2), as the exact first-passage law of the rho diffusion says
         (docs/variants.md §5)."""),
+    _figure("meanfield", "Many tokens: particles against the limit measure",
+            meanfield.meanfield_data, meanfield.draw_meanfield, """
+        With common noise the many-token limit is the initial measure carried by one random flow.
+        From the uniform start it ends as two antipodal atoms of mass 1/2 on every path (a
+        symmetry); n i.i.d. particles fall short of 1/2 by their initial asymmetry, which the
+        flow amplifies, so the particle law approaches the limit's only slowly in n
+        (docs/meanfield.md)."""),
     _figure("convergence", "Depth limit: the network converges to the SDE",
             convergence.convergence_data, convergence.draw_convergence, """
         The L-layer network is a consistent scheme for the SDE: weak error O(1/L) (expected order

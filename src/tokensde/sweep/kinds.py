@@ -13,6 +13,8 @@ Built-in kinds:
   bipolar states, for `model` = 'noise' (the pure-noise model, M = 0), 'flow' (the deterministic
   attention flow, sigma = 0, M = I) or 'hybrid' (M = I with matrix noise sigma; turn sigma down
   towards 0 to approach the flow);
+- `meanfield` (tokensde.meanfield.kind): one token system, n particles or the K-node limit of
+  many tokens (n = 0), on common noise paths until absorption (docs/meanfield.md);
 - `null`: a seeded uniform and an optional sleep, for engine tests and overhead benchmarks.
 """
 
@@ -143,7 +145,8 @@ def experiment(name: str, doc: str = "", **params: Param) -> Callable[[RunFn], R
 
 # Built-in kinds by name -> the module that registers them (imported on first use).
 BUILTIN_KINDS = {"multi_token": __name__, "null": __name__, "two_token": "tokensde.sweep.two_token",
-                 "vit_depth": "tokensde.vit.depth", "vit_fair": "tokensde.vit.fair"}
+                 "vit_depth": "tokensde.vit.depth", "vit_fair": "tokensde.vit.fair",
+                 "meanfield": "tokensde.meanfield.kind"}
 # `module` values written by earlier versions into sweep files and manifests: read and ignored.
 LEGACY_MODULES = frozenset({"tokensde.experiments", "tokensde.phase_grid", "tokensde.two_tokens",
                             "tokensde.vit.depth", "tokensde.sweep.kinds", "tokensde.sweep.two_token"})

@@ -1,0 +1,153 @@
+"""The laws over noise paths of what a token system looks like at absorption: n particles and the limit.
+
+`absorption_table` drives, on each noise path, the K-node limit and particle systems of several n
+(i.i.d. or quasi-uniform starts) with the same value matrices, each until decided (every pair of
+live nodes within `tol` of +-1: one atom or two antipodal atoms) or the horizon T, and returns one
+row per system: P(bipolar) (minority mass > 0) with its Wilson interval, the minority mass's mean
+(t interval) and quantiles, the atoms, and the time to decision, with the undecided fraction.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..analysis.stats import censored_quantiles, t_interval, wilson
+from ..io.store import check_output, header, write_parquet
+from ..model.checks import ParameterError, check_choice, check_int, check_real
+from ..model.params import ModelParams, TimeGrid
+from ..sim.rng import derive_seed
+from .flow import MERGE_TOL, FlowResult, run_coupled
+from .quadrature import Component, density_weights, quasi_uniform, sample_initial, sphere_rule
+from .statistics import atom_count, minority_mass
+
+STARTS: tuple[str, ...] = ("iid", "quasi")
+LIMIT = 0  # the value of `n` that stands for the limit (n = infinity) in tables
+INIT_STREAM = 0x494E4954  # `derive_seed` key of the i.i.d. initial samples
+
+
+def particle_starts(n: int, d: int, runs: int, start: str, seed: int,
+                    mixture: Sequence[Component] | None = None) -> np.ndarray:
+    """Initial particles `(runs, n, d)`: i.i.d. from the initial law (run r from the stream
+    `derive_seed(seed, INIT_STREAM, n, r)`), or the quasi-uniform set (`quasi_uniform`) for all."""
+    check_choice("start", start, STARTS)
+    if start == "quasi":
+        if mixture is not None:
+            raise ParameterError("start='quasi' is the uniform law's quasi-uniform set; with a "
+                                 "von Mises mixture use start='iid'")
+        return np.broadcast_to(quasi_uniform(n, d, seed), (runs, n, d)).copy()
+    return np.stack([sample_initial(n, d, np.random.default_rng(
+        derive_seed(seed, INIT_STREAM, n, r)), mixture) for r in range(runs)])
+
+
+def system_stats(res: FlowResult, index: int) -> dict[str, Any]:
+    """Statistics of system `index` of `res` over its runs (see the module docstring)."""
+    x, w = res.x[index], res.w[index]
+    at = res.decided_at[index]
+    runs = len(at)
+    done = at >= 0
+    m = minority_mass(x, w)
+    atoms = atom_count(x, w)
+    k_bi = int((done & (m > 0)).sum())
+    lo, hi = wilson(k_bi, runs)
+    md = m[done]
+    mean, mlo, mhi = t_interval(md) if len(md) > 1 else (math.nan, math.nan, math.nan)
+    qs = np.quantile(md, [0.1, 0.5, 0.9]) if len(md) else [math.nan] * 3
+    t = np.where(done, at * res.grid.dt, np.nan)
+    tq = censored_quantiles(t, [0.5, 0.9])
+    return {"runs": runs, "p_decided": float(done.mean()), "k_bipolar": k_bi,
+            "p_bipolar": k_bi / runs, "p_bipolar_lo": float(lo), "p_bipolar_hi": float(hi),
+            "minority_mean": float(mean), "minority_lo": float(mlo), "minority_hi": float(mhi),
+            "minority_q10": float(qs[0]), "minority_q50": float(qs[1]),
+            "minority_q90": float(qs[2]), "atoms_mean": float(atoms[done].mean()) if done.any()
+            else math.nan, "t_decided_median": tq[0], "t_decided_q90": tq[1],
+            "horizon": res.grid.T}
+
+
+def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str = "iid",
+                     runs: int = 100, seed: int = 0, T: float = 40.0, dt: float = 0.02,
+                     tol: float = 1e-4, merge_tol: float | None = MERGE_TOL,
+                     mixture: Sequence[Component] | None = None, device: str = "cpu",
+                     batch: int | None = None, dtype: torch.dtype = torch.float64,
+                     with_limit: bool = True
+                     ) -> tuple[list[dict[str, Any]], dict[int, np.ndarray]]:
+    """Rows (one per system: the K-node limit, `n = LIMIT`, unless not `with_limit`, then each n of `ns`) of
+    `system_stats` for `runs` common noise paths of the pure-noise model (M = 0, softmax, Gaussian
+    matrix noise); and the per-run minority masses `{n: (runs,)}` (nan where undecided)."""
+    d, K = check_int("d", d, 2), check_int("K", K, 2)
+    beta = check_real("beta", beta, 0.0)
+    ns = [check_int("n", n, 2) for n in ns]
+    p = ModelParams(n=2, d=d, beta=beta)
+    nodes, q = sphere_rule(K, d)
+    systems: list[tuple[str, Any, Any]] = [("limit", nodes, density_weights(nodes, q, mixture))
+                                            ] if with_limit else []
+    systems += [(f"n{n}", particle_starts(n, d, runs, start, seed, mixture), None) for n in ns]
+    res = run_coupled(p, TimeGrid.make(T=T, dt=dt), systems, runs=runs, seed=seed, tol=tol,
+                      merge_tol=merge_tol, device=device, batch=batch, dtype=dtype)
+    rows, masses = [], {}
+    for i, n in enumerate([LIMIT, *ns] if with_limit else ns):
+        st = system_stats(res, i)
+        rows.append({"d": d, "beta": beta, "n": n, "K": K if n == LIMIT else n, "start": start,
+                     "seed": seed, "tol": tol, **st})
+        m = minority_mass(res.x[i], res.w[i])
+        masses[n] = np.where(res.decided_at[i] >= 0, m, np.nan)
+    return rows, masses
+
+
+def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
+              starts: Sequence[str] = STARTS, runs: int = 100, seed: int = 0, T: float = 40.0,
+              dt: float = 0.02, tol: float = 1e-4, merge_tol: float | None = MERGE_TOL,
+              device: str = "cpu", batch: int | None = None, dtype: torch.dtype = torch.float64,
+              budget_s: float | None = None, log: Callable[[str], None] | None = None
+              ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`absorption_table` for every (d, beta, start): the rows, and the per-run minority masses in
+    long form (d, beta, start, n, run, minority). With `budget_s`, no new cell starts once that
+    many seconds have passed (the cells left out are simply absent from the table); `log` gets a
+    line per system as each cell ends."""
+    for st in starts:
+        check_choice("start", st, STARTS)
+    t0 = time.perf_counter()
+    rows, long = [], []
+    for st in starts:  # i.i.d. starts (the question) first, then the quasi-uniform contrast
+        for d in ds:
+            for beta in betas:
+                if budget_s is not None and time.perf_counter() - t0 > budget_s:
+                    continue
+                cell_seed = derive_seed(seed, d, round(1000 * beta))  # same paths for both starts
+                tc = time.perf_counter()
+                r, m = absorption_table(d, beta, ns, K, st, runs, cell_seed, T, dt, tol,
+                                        merge_tol, device=device, batch=batch, dtype=dtype)
+                for row in r:
+                    row["wall_s"] = time.perf_counter() - tc
+                    if log is not None:
+                        log(f"d {d} beta {beta:g} {st} n {row['n']}: decided "
+                            f"{row['p_decided']:.3f}, P(bipolar) {row['p_bipolar']:.3f}, minority "
+                            f"{row['minority_mean']:.4f} [{row['minority_lo']:.4f}, "
+                            f"{row['minority_hi']:.4f}], {row['wall_s']:.0f} s")
+                rows += r
+                for n, v in m.items():
+                    long += [{"d": d, "beta": beta, "start": st, "n": n, "run": i,
+                              "minority": float(x)} for i, x in enumerate(v)]
+    return pd.DataFrame(rows), pd.DataFrame(long)
+
+
+KIND_TABLE = "meanfield_table"
+
+
+def write_tables(out: str | os.PathLike, table: pd.DataFrame, minority: pd.DataFrame,
+                 **params: Any) -> list[Path]:
+    """Write `table.parquet` and `minority.parquet` under directory `out` (created), each with a
+    header carrying `params` and the package version."""
+    where = check_output(out, "out", directory=True)
+    where.mkdir(parents=True, exist_ok=True)
+    meta = header(KIND_TABLE, **params)
+    return [write_parquet(table, where / "table.parquet", meta),
+            write_parquet(minority, where / "minority.parquet", meta)]

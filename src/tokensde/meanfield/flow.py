@@ -1,0 +1,265 @@
+"""Weighted token systems carried by one common noise path: n particles and the many-token limit.
+
+With common noise only, every token moves by the same random flow `Phi_t` (the layer map or the SDE
+step of `tokensde.sim`, driven by one `V_k` per layer and run), and the attention of a token at
+`x` is an integral against the current measure `mu_t`:
+`y(x) = ∫ exp(beta <x, x'>) x' dmu_t(x') / ∫ exp(beta <x, x'>) dmu_t(x')`. So `mu_t` is
+`mu_0` pushed forward by that flow, and a weighted node set `sum_k w_k delta_{x_k}` moved by the
+same layers is the limit measure up to the quadrature error of its nodes. n particles are the
+special case of `n` equal weights (and, once tokens coincide, integer multiples).
+
+`run_coupled` advances several such systems (particles at several n, the limit at K nodes) on the
+SAME noise path: the value matrix `V_k` `(d, d)` of each run and layer is drawn once from the run's
+own stream (`noise_path`, independent of every system's size and of batching) and applied to all.
+Nodes closer than `merge_tol` (`1 - <x_i, x_j> < merge_tol`) are merged (weights summed, position
+their weighted mean), so a measure that concentrates into atoms costs what its atoms cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..analysis.clusters import is_antipodal, is_merged
+from ..model.checks import ParameterError, check_int, check_real
+from ..model.noise import apply_matrices
+from ..model.params import ModelParams, TimeGrid
+from ..sim.layers import attention_output, network_step, normalize
+from ..sim.rng import derive_seed
+from ..sim.sde import sde_step
+
+STEPS = {"network": network_step, "sde": sde_step}
+MERGE_TOL = 1e-10  # default merge threshold on 1 - <x_i, x_j> (angle about 1.4e-5)
+
+
+@dataclass
+class System:
+    """A weighted token system: tokens `x` `(runs, K, d)`, weights `w` `(runs, K)` summing to 1."""
+
+    name: str
+    x: torch.Tensor
+    w: torch.Tensor
+
+
+@dataclass
+class FlowResult:
+    """Final states of coupled systems. `decided_at[s, r]`: the layer at which system `s` of run
+    `r` had every pair of live nodes within `tol` of +1 or -1 (-1: not by the horizon); `live`
+    `[s][r]` its live node count then; `x`, `w` the states (node axis padded with zero weights)."""
+
+    names: list[str]
+    x: list[torch.Tensor]
+    w: list[torch.Tensor]
+    decided_at: np.ndarray
+    grid: TimeGrid
+    tol: float
+    merge_tol: float | None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def check_flow_params(p: ModelParams) -> ModelParams:
+    """The model the coupled flow steps: Gaussian matrix noise, post-norm, one head, a fixed
+    query/key form, no MLP."""
+    if not isinstance(p, ModelParams):
+        raise TypeError(f"params must be a ModelParams; got {type(p).__name__}")
+    bad = [(p.noise != "matrix" or p.law != "gaussian",
+            f"noise='matrix', law='gaussian' (got {p.noise!r}, {p.law!r})"),
+           (p.norm != "post", f"norm='post' (got {p.norm!r})"),
+           (p.heads != 1, f"heads = 1 (got {p.heads})"),
+           (p.qk_law.random, f"qk='identity' (got {p.qk!r})"),
+           (p.mlp_block.active, f"mlp='none' (got {p.mlp!r})")]
+    why = [msg for b, msg in bad if b]
+    if why:
+        raise ParameterError("the mean-field flow needs " + ", ".join(why))
+    return p
+
+
+def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge nodes with `1 - <x_i, x_j> < tol` (transitively): weights summed, positions their
+    normalised weighted mean; the node axis is then cut to the largest live count of the batch
+    (live nodes first, heaviest first; the rest carry weight 0). `(runs, K, d), (runs, K)` in."""
+    K = x.shape[-2]
+    live = w > 0
+    close = is_merged(x @ x.transpose(-1, -2), tol) & live.unsqueeze(-1) & live.unsqueeze(-2)
+    idx = torch.arange(K, device=x.device)
+    close |= torch.eye(K, dtype=torch.bool, device=x.device)
+    lead = torch.where(close, idx, K).amin(-1)  # smallest close index, <= own index
+    for _ in range(max(1, math.ceil(math.log2(K + 1)))):
+        nxt = lead.gather(-1, lead)
+        if bool((nxt == lead).all()):
+            break
+        lead = nxt
+    wn = torch.zeros_like(w).scatter_add_(-1, lead, w)
+    xs = torch.zeros_like(x).scatter_add_(-2, lead.unsqueeze(-1).expand_as(x), w.unsqueeze(-1) * x)
+    keep = wn > 0
+    xn = torch.where(keep.unsqueeze(-1), normalize(torch.where(keep.unsqueeze(-1), xs, x)), x)
+    order = torch.argsort(wn, dim=-1, descending=True, stable=True)
+    top = max(1, int(keep.sum(-1).max()))
+    order = order[..., :top]
+    return xn.gather(-2, order.unsqueeze(-1).expand(*order.shape, x.shape[-1])), wn.gather(-1, order)
+
+
+def decided(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
+    """`(runs,)`: every pair of live nodes (weight > 0) has `1 - |<x_i, x_j>| < tol`."""
+    g = x @ x.transpose(-1, -2)
+    live = w > 0
+    ok = is_merged(g, tol) | is_antipodal(g, tol) | ~(live.unsqueeze(-1) & live.unsqueeze(-2))
+    ok.diagonal(dim1=-2, dim2=-1).fill_(True)
+    return ok.flatten(1).all(-1)
+
+
+def _as_system(name: str, x: torch.Tensor | np.ndarray, w: torch.Tensor | np.ndarray | None,
+               runs: int, dtype: torch.dtype, device: torch.device) -> System:
+    xt = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x,
+                         dtype=dtype, device=device)
+    if xt.dim() == 2:
+        xt = xt.expand(runs, *xt.shape)
+    if xt.dim() != 3 or xt.shape[0] != runs:
+        raise ParameterError(f"system {name!r}: tokens must be (K, d) or ({runs}, K, d); got "
+                             f"{tuple(xt.shape)}")
+    K = xt.shape[1]
+    if w is None:
+        wt = torch.full((runs, K), 1.0 / K, dtype=dtype, device=device)
+    else:
+        wt = torch.as_tensor(np.asarray(w) if not isinstance(w, torch.Tensor) else w,
+                             dtype=dtype, device=device)
+        wt = wt.expand(runs, K) if wt.dim() == 1 else wt
+        if wt.shape != (runs, K) or bool((wt < 0).any()) or not bool(torch.isfinite(wt).all()):
+            raise ParameterError(f"system {name!r}: weights must be finite, >= 0, of shape ({K},) "
+                                 f"or ({runs}, {K})")
+        wt = wt / wt.sum(-1, keepdim=True)
+    return System(name, normalize(xt.clone()), wt.clone())
+
+
+def noise_path(seed: int, run: int, steps: int, d: int, sigma: float = 1.0) -> np.ndarray:
+    """The value matrices `V_1..V_steps` `(steps, d, d)` of run `run`: i.i.d. N(0, sigma^2)
+    entries from the stream `derive_seed(seed, run)`, so a run's path never depends on its batch."""
+    return sigma * np.random.default_rng(derive_seed(seed, run)).standard_normal((steps, d, d))
+
+
+def run_coupled(
+    p: ModelParams,
+    grid: TimeGrid,
+    systems: Sequence[tuple[str, torch.Tensor | np.ndarray, torch.Tensor | np.ndarray | None]],
+    runs: int = 1,
+    seed: int = 0,
+    scheme: str = "network",
+    until: str = "decided",
+    tol: float = 1e-6,
+    every: int | None = None,
+    merge_tol: float | None = MERGE_TOL,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float64,
+    batch: int | None = None,
+    shared_path: bool = False,
+) -> FlowResult:
+    """Advance every system `(name, x0 (K, d) or (runs, K, d), w (K,), (runs, K) or None=equal)`
+    through `grid.steps` layers of `scheme` ('network': `x <- N(x + dt M y + sqrt(dt) V_k y)`;
+    'sde': its Euler-projected Ito limit) driven by the same `V_k` (`noise_path`) per layer.
+
+    Every `every` layers (default: depth time 0.05) nodes are merged (`merge_nodes`, unless
+    `merge_tol` is None) and, with `until='decided'`, a run leaves once every system is decided
+    (`decided` at `tol`). `batch` runs advance together (default all); numbers depend on `seed`
+    and the run's index only, not on the batch or the systems run beside it. `shared_path`: every
+    run takes the path of run 0 (runs then differ only by their initial states: draws of an
+    initial sample on one common path).
+    """
+    p = check_flow_params(p)
+    runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
+    if scheme not in STEPS:
+        raise ParameterError(f"scheme must be one of {', '.join(STEPS)}; got {scheme!r}")
+    if until not in ("decided", "horizon"):
+        raise ParameterError(f"until must be 'decided' or 'horizon'; got {until!r}")
+    tol = check_real("tol", tol, 0.0, strict=True)
+    if merge_tol is not None:
+        merge_tol = check_real("merge_tol", merge_tol, 0.0, strict=True)
+        if merge_tol >= tol:
+            raise ParameterError(f"merge_tol must be < tol = {tol:g} (merging must not decide "
+                                 f"a run); got {merge_tol!r}")
+    every = max(1, int(0.05 / grid.dt + 1e-9)) if every is None else check_int("every", every, 1)
+    bs = runs if batch is None else check_int("batch", batch, 1)
+    if len(systems) == 0:
+        raise ParameterError("systems must hold at least one (name, x0, weights) entry")
+    dev = torch.device(device)
+    sy = [_as_system(name, x, w, runs, dtype, torch.device("cpu")) for name, x, w in systems]
+    for s in sy:
+        if s.x.shape[-1] != p.d:
+            raise ParameterError(f"system {s.name!r} has tokens in R^{s.x.shape[-1]}; params.d = {p.d}")
+    at = np.full((len(sy), runs), -1, dtype=np.int64)
+    final_x: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
+    final_w: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
+    for lo in range(0, runs, bs):
+        hi = min(lo + bs, runs)
+        part = [System(s.name, s.x[lo:hi].to(dev), s.w[lo:hi].to(dev)) for s in sy]
+        _advance(p, grid, part, np.arange(lo, hi), seed, STEPS[scheme], until, tol, every,
+                 merge_tol, at, final_x, final_w, shared_path)
+    return FlowResult(
+        names=[s.name for s in sy], x=[_pad(fx) for fx in final_x], w=[_pad(fw) for fw in final_w],
+        decided_at=at, grid=grid, tol=tol, merge_tol=merge_tol)
+
+
+def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarray, seed: int,
+             step: Callable[..., torch.Tensor], until: str, tol: float, every: int,
+             merge_tol: float | None, at: np.ndarray, final_x: list[list[torch.Tensor | None]],
+             final_w: list[list[torch.Tensor | None]], shared_path: bool = False) -> None:
+    """One batch of `run_coupled`: fills `at`, `final_x`, `final_w` at the runs `run_ids`."""
+    x0 = sy[0].x
+    if shared_path:
+        one = noise_path(seed, 0, grid.steps, p.d, p.noise_scale)
+        paths = torch.as_tensor(one, dtype=x0.dtype, device=x0.device).expand(
+            len(run_ids), *one.shape)
+    else:
+        paths = torch.as_tensor(np.stack([noise_path(seed, int(r), grid.steps, p.d, p.noise_scale)
+                                          for r in run_ids]), dtype=x0.dtype, device=x0.device)
+    rows = torch.arange(len(run_ids))
+
+    def store(si: int, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+        for j, run in enumerate(run_ids[r.numpy()].tolist()):
+            lv = w[j] > 0
+            final_x[si][run], final_w[si][run] = x[j][lv].cpu(), w[j][lv].cpu()
+
+    for k in range(1, grid.steps + 1):
+        v = paths[rows.to(x0.device), k - 1]
+        for s in sy:
+            y = attention_output(s.x, p, weights=s.w)
+            s.x = step(s.x, y, apply_matrices(y, v), p, grid.dt)
+        if k % every and k != grid.steps:
+            continue
+        done = torch.ones(len(rows), dtype=torch.bool)
+        for si, s in enumerate(sy):
+            if merge_tol is not None:
+                s.x, s.w = merge_nodes(s.x, s.w, merge_tol)
+            if until == "decided":
+                ids = run_ids[rows.numpy()]
+                now = decided(s.x, s.w, tol).cpu() & torch.as_tensor(at[si, ids] < 0)
+                at[si, ids[now.numpy()]] = k
+                dv = now.to(s.x.device)
+                store(si, rows[now], s.x[dv], s.w[dv])
+                done &= torch.as_tensor(at[si, ids] >= 0)
+        if until == "decided" and bool(done.any()):
+            live = ~done
+            rows = rows[live]
+            lv = live.to(x0.device)
+            for s in sy:
+                s.x, s.w = s.x[lv], s.w[lv]
+            if len(rows) == 0:
+                return
+    ids = run_ids[rows.numpy()]
+    for si, s in enumerate(sy):
+        left = torch.as_tensor(at[si, ids] < 0)
+        store(si, rows[left], s.x[left.to(s.x.device)], s.w[left.to(s.x.device)])
+
+
+def _pad(parts: list[torch.Tensor | None]) -> torch.Tensor:
+    """Stack per-run node sets of different sizes, padding the node axis with zeros."""
+    ts = [t for t in parts if t is not None]
+    top = max(t.shape[0] for t in ts)
+    out = torch.zeros((len(ts), top, *ts[0].shape[1:]), dtype=ts[0].dtype)
+    for i, t in enumerate(ts):
+        out[i, :t.shape[0]] = t
+    return out
