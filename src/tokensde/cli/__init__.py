@@ -15,7 +15,7 @@ app = typer.Typer(
 )
 
 # Sub-modules of tokensde.cli, each defining `register(app)`.
-COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "figure", "reproduce")
+COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "real", "figure", "reproduce")
 
 
 def _version(value: bool) -> None:

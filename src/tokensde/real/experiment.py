@@ -32,12 +32,14 @@ AGREE_SE = 3.0  # a layer agrees when |real - network| <= AGREE_SE combined stan
 @dataclass
 class RealRun:
     """The result of `run_real`: `table` (columns side, layer, frac, stat, mean, se, lo, hi,
-    units), `mapping`, `meta` (spec, sizes, seeds, wall times) and `agreement`."""
+    units), `mapping`, `meta` (spec, sizes, seeds, wall times), `agreement` and the
+    `embeddings` the predictions start from."""
 
     table: pd.DataFrame
     mapping: Mapping
     meta: dict[str, Any]
     agreement: dict[str, Any] = field(default_factory=dict)
+    embeddings: torch.Tensor | None = None  # (inits * inputs, n, d), what the predictions start from
 
 
 def agreement(table: pd.DataFrame, stat: str = "cos_mean", k: float = AGREE_SE) -> dict[str, Any]:
@@ -59,8 +61,8 @@ def agreement(table: pd.DataFrame, stat: str = "cos_mean", k: float = AGREE_SE) 
 
 
 def measure_real(spec: RealSpec, inits: int, inputs: int, seed: int, tol: float = TOL,
-                 progress: Callable[[int], None] | None = None
-                 ) -> tuple[dict[str, np.ndarray], torch.Tensor, Any]:
+                 progress: Callable[[int], None] | None = None,
+                 images: torch.Tensor | None = None) -> tuple[dict[str, np.ndarray], torch.Tensor, Any]:
     """Per-init statistics `{stat: (inits, L + 1)}` (each the mean over the init's `inputs`), the
     embeddings `(inits * inputs, n, d)` and the last network built. Init s is built under seed
     `derive_seed(seed, 1, s)` and reads inputs drawn under `derive_seed(seed, 2, s)`."""
@@ -69,7 +71,7 @@ def measure_real(spec: RealSpec, inits: int, inputs: int, seed: int, tol: float 
     net = None
     for s in range(inits):
         net = build(spec, derive_seed(seed, 1, s))
-        h = hidden_states(net, make_inputs(spec, inputs, derive_seed(seed, 2, s)))
+        h = hidden_states(net, make_inputs(spec, inputs, derive_seed(seed, 2, s), images))
         for k, v in gram_stats(directions_gram(h), tol).items():
             per.setdefault(k, []).append(v.mean(0))
         x0.append(h[:, 0].to(torch.float64))
@@ -80,10 +82,11 @@ def measure_real(spec: RealSpec, inits: int, inputs: int, seed: int, tol: float 
 
 def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, tol: float = TOL,
              sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = 64,
-             progress: Callable[[int], None] | None = None) -> RealRun:
+             progress: Callable[[int], None] | None = None,
+             images: torch.Tensor | None = None) -> RealRun:
     """Measure `inits` x `inputs` of `spec` and predict them (module docstring). `sde`: draw the
     depth limit (default: when the init has one, `Mapping.has_limit`), from the first `sde_runs`
-    embeddings on `sde_steps` Euler steps."""
+    embeddings on `sde_steps` Euler steps. `images`: what ViT reads (`make_inputs`)."""
     inits = check_int("inits", inits, 2)
     inputs = check_int("inputs", inputs, 1)
     seed = check_int("seed", seed, 0)
@@ -91,7 +94,7 @@ def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, to
     sde_runs = check_int("sde_runs", sde_runs, 2)
     require(0 < tol < 1, "tol", "in (0, 1)", tol)
     t0 = time.perf_counter()
-    per, x0, net = measure_real(spec, inits, inputs, seed, tol, progress)
+    per, x0, net = measure_real(spec, inits, inputs, seed, tol, progress, images)
     t_real = time.perf_counter() - t0
     radius2 = float((x0 ** 2).sum(-1).mean()) / spec.width
     m = map_network(net, radius2)
@@ -105,7 +108,7 @@ def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, to
     t_sde = 0.0
     if use_sde:
         t2 = time.perf_counter()
-        fr, lim = predict(m, x0[:sde_runs], derive_seed(seed, 4), "sde", steps=sde_steps, tol=tol)
+        _, lim = predict(m, x0[:sde_runs], derive_seed(seed, 4), "sde", steps=sde_steps, tol=tol)
         frames.append(summarise(lim).assign(side="sde", frac=lambda f: f.layer / sde_steps))
         t_sde = time.perf_counter() - t2
     table = pd.concat(frames, ignore_index=True)[
@@ -118,7 +121,7 @@ def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, to
                       "network": derive_seed(seed, 3), "sde": derive_seed(seed, 4)},
             "wall_s": {"real": round(t_real, 2), "network": round(t_net, 2),
                        "sde": round(t_sde, 2)}}
-    run = RealRun(table, m, meta)
+    run = RealRun(table, m, meta, embeddings=x0)
     run.agreement = agreement(table)
     run.meta["agreement"] = run.agreement
     return run

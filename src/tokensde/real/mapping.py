@@ -142,6 +142,14 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
     return Mapping(ModelParams(**kw), TimeGrid.make(layers=L), law, rows)
 
 
+def config_of(net: RealNet) -> Any:
+    """The HuggingFace configuration object of `net`'s model."""
+    cfg: Any = getattr(net.model, "config", None)
+    if cfg is None:
+        raise ValueError(f"{net.spec.arch} has no configuration object")
+    return cfg
+
+
 def _ln_eps(cfg: Any, name: str, default: float) -> float:
     return float(getattr(cfg, name, default))
 
@@ -150,7 +158,7 @@ def map_gpt2(net: RealNet) -> Mapping:
     """GPT-2 (pre-LN, causal): every weight N(0, 0.02^2) (`initializer_range`), the residual
     projections (attention's and MLP's c_proj) N(0, 0.02^2 / (2 n_layer)); tokens = wte + wpe,
     r0^2 = 2 * 0.02^2; MLP gelu_new (the tanh form, mapped to the exact GELU)."""
-    spec, cfg = net.spec, net.model.config
+    spec, cfg = net.spec, config_of(net)
     v = cfg.initializer_range ** 2
     scaled = v / (2 * cfg.n_layer) if spec.residual_scaling else v
     width = cfg.n_inner or 4 * cfg.n_embd
@@ -166,7 +174,7 @@ def map_gpt2(net: RealNet) -> Mapping:
 def map_bert(net: RealNet) -> Mapping:
     """BERT (post-LN, no residual scaling): every weight N(0, 0.02^2); the embeddings (word +
     position + token type) pass a LayerNorm, r0^2 = 1."""
-    spec, cfg = net.spec, net.model.config
+    spec, cfg = net.spec, config_of(net)
     v = cfg.initializer_range ** 2
     law = BlockLaw(cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers, spec.tokens,
                    False, "post", v, v, v * spec.value_scale ** 2, v,
@@ -180,7 +188,7 @@ def map_vit(net: RealNet, radius2: float) -> Mapping:
     """ViT (pre-LN): every weight N(0, 0.02^2) (truncated at +-2, i.e. not at all at this
     scale); `radius2` = r0^2 of the patch + position embeddings of the images, measured (it
     depends on the data)."""
-    spec, cfg = net.spec, net.model.config
+    spec, cfg = net.spec, config_of(net)
     v = cfg.initializer_range ** 2
     law = BlockLaw(cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers, spec.tokens,
                    False, "pre", v, v, v * spec.value_scale ** 2, v,

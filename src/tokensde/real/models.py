@@ -286,7 +286,7 @@ class TorchEncoder(nn.Module):
 def _torch_encoder(spec: RealSpec) -> tuple[nn.Module, list[nn.Module],
                                              Callable[[torch.Tensor], Any]]:
     model = TorchEncoder(spec).eval()
-    blocks = list(model.layers)
+    blocks: list[Any] = list(model.layers)
     d = spec.width
     with torch.no_grad():
         for b in blocks:
@@ -318,31 +318,22 @@ def build(spec: RealSpec, seed: int) -> RealNet:
     return RealNet(model, blocks, _hooked_run(model, blocks, call), spec, seed)
 
 
-def make_inputs(spec: RealSpec, batch: int, seed: int) -> torch.Tensor:
-    """`batch` inputs: token ids `(batch, ctx)` uniform over the vocabulary, or (ViT) Fashion-MNIST
-    test images `(batch, 1, 28, 28)` drawn without replacement, standardised as tokensde.vit does."""
+def make_inputs(spec: RealSpec, batch: int, seed: int, images: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """`batch` inputs: token ids `(batch, ctx)` uniform over the vocabulary, or (ViT) `batch` of
+    `images` `(N, 1, 28, 28)` drawn without replacement (the caller reads them, e.g. the
+    Fashion-MNIST test set by `tokensde.vit.data.load_dataset`)."""
     batch = check_int("inputs", batch, 1)
     gen = torch.Generator().manual_seed(check_int("seed", seed, 0))
     if spec.arch != "vit":
         return torch.randint(0, spec.vocabulary, (batch, spec.ctx), generator=gen)
-    images = test_images()
+    if images is None or images.dim() != 4 or tuple(images.shape[1:]) != (1, IMAGE_SIDE,
+                                                                         IMAGE_SIDE):
+        raise ParameterError(f"images must be a tensor (N, 1, {IMAGE_SIDE}, {IMAGE_SIDE}) for "
+                             f"arch='vit'; got {None if images is None else tuple(images.shape)}")
+    require(batch <= len(images), "inputs", f"<= the {len(images)} images given", batch)
     pick = torch.randperm(len(images), generator=gen)[:batch]
     return images[pick]
-
-
-def test_images() -> torch.Tensor:
-    """The Fashion-MNIST test images `(10000, 1, 28, 28)`, standardised with the training
-    statistics (tokensde.vit.data; the Debian package dataset-fashion-mnist)."""
-    from ..vit.data import load_dataset
-
-    cached = _IMAGES.get("fashion-mnist")
-    if cached is None:
-        cached = load_dataset("fashion-mnist").x_test
-        _IMAGES["fashion-mnist"] = cached
-    return cached
-
-
-_IMAGES: dict[str, torch.Tensor] = {}
 
 
 def hidden_states(net: RealNet, inputs: torch.Tensor) -> torch.Tensor:
