@@ -14,7 +14,7 @@ approximates is the difference they make, with the same change made on the token
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -189,6 +189,19 @@ def _hooked_run(model: nn.Module, blocks: list[nn.Module],
     return run
 
 
+def switch(spec: RealSpec, parts: Sequence[tuple[torch.Tensor, ...]]) -> None:
+    """Apply `value_scale`, `qk` and `mlp` of `spec` to each block's (query, key, value, MLP
+    output) weights, given as views into the parameters."""
+    with torch.no_grad():
+        for q, k, v, out in parts:
+            v.mul_(spec.value_scale)
+            if not spec.qk:
+                q.zero_()
+                k.zero_()
+            if not spec.mlp:
+                out.zero_()
+
+
 def _gpt2(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
     tf = require_transformers()
     d, L = spec.width, spec.layers
@@ -203,11 +216,8 @@ def _gpt2(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.T
             if not spec.residual_scaling:  # the what-if: GPT-2 without 1/sqrt(2 L)
                 b.attn.c_proj.weight.normal_(0.0, sd)
                 b.mlp.c_proj.weight.normal_(0.0, sd)
-            b.attn.c_attn.weight[:, 2 * d:].mul_(spec.value_scale)  # Conv1D: (d, 3d), q|k|v
-            if not spec.qk:
-                b.attn.c_attn.weight[:, :2 * d].zero_()
-            if not spec.mlp:
-                b.mlp.c_proj.weight.zero_()
+    switch(spec, [(*b.attn.c_attn.weight.split(d, 1), b.mlp.c_proj.weight)  # Conv1D (d, 3d)
+                  for b in blocks])
     return model, blocks, lambda ids: model(input_ids=ids)
 
 
@@ -220,14 +230,8 @@ def _bert(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.T
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = tf.BertModel(cfg, add_pooling_layer=False).eval()
     blocks = list(model.encoder.layer)
-    with torch.no_grad():
-        for b in blocks:
-            b.attention.self.value.weight.mul_(spec.value_scale)
-            if not spec.qk:
-                b.attention.self.query.weight.zero_()
-                b.attention.self.key.weight.zero_()
-            if not spec.mlp:
-                b.output.dense.weight.zero_()
+    switch(spec, [(b.attention.self.query.weight, b.attention.self.key.weight,
+                   b.attention.self.value.weight, b.output.dense.weight) for b in blocks])
     return model, blocks, lambda ids: model(input_ids=ids)
 
 
@@ -240,20 +244,16 @@ def _vit(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Te
                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model = tf.ViTModel(cfg, add_pooling_layer=False).eval()
     blocks = list(model.layers if hasattr(model, "layers") else model.encoder.layer)
-    with torch.no_grad():
-        for b in blocks:
-            att = b.attention
-            if hasattr(att, "v_proj"):
-                q, k, v, fc2 = att.q_proj, att.k_proj, att.v_proj, b.mlp.fc2
-            else:  # older transformers
-                q, k, v = att.attention.query, att.attention.key, att.attention.value
-                fc2 = b.output.dense
-            v.weight.mul_(spec.value_scale)
-            if not spec.qk:
-                q.weight.zero_()
-                k.weight.zero_()
-            if not spec.mlp:
-                fc2.weight.zero_()
+    parts = []
+    for b in blocks:
+        att = b.attention
+        if hasattr(att, "v_proj"):
+            parts.append((att.q_proj.weight, att.k_proj.weight, att.v_proj.weight,
+                          b.mlp.fc2.weight))
+        else:  # older transformers
+            a = att.attention
+            parts.append((a.query.weight, a.key.weight, a.value.weight, b.output.dense.weight))
+    switch(spec, parts)
     return model, blocks, lambda x: model(pixel_values=x)
 
 
@@ -287,14 +287,8 @@ def _torch_encoder(spec: RealSpec) -> tuple[nn.Module, list[nn.Module],
                                              Callable[[torch.Tensor], Any]]:
     model = TorchEncoder(spec).eval()
     blocks: list[Any] = list(model.layers)
-    d = spec.width
-    with torch.no_grad():
-        for b in blocks:
-            b.self_attn.in_proj_weight[2 * d:].mul_(spec.value_scale)  # rows q|k|v
-            if not spec.qk:
-                b.self_attn.in_proj_weight[:2 * d].zero_()
-            if not spec.mlp:
-                b.linear2.weight.zero_()
+    switch(spec, [(*b.self_attn.in_proj_weight.split(spec.width, 0), b.linear2.weight)
+                  for b in blocks])  # rows q|k|v
     return model, blocks, model
 
 
