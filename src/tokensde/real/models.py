@@ -221,13 +221,17 @@ def _gpt2(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.T
     return model, blocks, lambda ids: model(input_ids=ids)
 
 
+def encoder_sizes(spec: RealSpec) -> dict[str, Any]:
+    """The size fields BERT's and ViT's configurations share, dropout off."""
+    return {"hidden_size": spec.width, "num_hidden_layers": spec.layers,
+            "num_attention_heads": spec.heads, "intermediate_size": spec.mlp_ratio * spec.width,
+            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
 def _bert(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
     tf = require_transformers()
-    d = spec.width
-    cfg = tf.BertConfig(hidden_size=d, num_hidden_layers=spec.layers,
-                        num_attention_heads=spec.heads, intermediate_size=spec.mlp_ratio * d,
-                        max_position_embeddings=spec.ctx, vocab_size=spec.vocabulary,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = tf.BertConfig(max_position_embeddings=spec.ctx, vocab_size=spec.vocabulary,
+                        **encoder_sizes(spec))
     model = tf.BertModel(cfg, add_pooling_layer=False).eval()
     blocks = list(model.encoder.layer)
     switch(spec, [(b.attention.self.query.weight, b.attention.self.key.weight,
@@ -237,11 +241,8 @@ def _bert(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.T
 
 def _vit(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
     tf = require_transformers()
-    d = spec.width
-    cfg = tf.ViTConfig(hidden_size=d, num_hidden_layers=spec.layers,
-                       num_attention_heads=spec.heads, intermediate_size=spec.mlp_ratio * d,
-                       image_size=IMAGE_SIDE, patch_size=spec.patch, num_channels=1,
-                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = tf.ViTConfig(image_size=IMAGE_SIDE, patch_size=spec.patch, num_channels=1,
+                       **encoder_sizes(spec))
     model = tf.ViTModel(cfg, add_pooling_layer=False).eval()
     blocks = list(model.layers if hasattr(model, "layers") else model.encoder.layer)
     parts = []
