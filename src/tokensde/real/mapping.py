@@ -162,11 +162,10 @@ def map_gpt2(net: RealNet) -> Mapping:
     v = cfg.initializer_range ** 2
     scaled = v / (2 * cfg.n_layer) if spec.residual_scaling else v
     width = cfg.n_inner or 4 * cfg.n_embd
-    notes = ("residual projections scaled by 1/sqrt(2 L)",) if spec.residual_scaling else ()
     law = BlockLaw(cfg.n_embd, cfg.n_head, cfg.n_layer, spec.tokens, True, "pre", v, v,
                    v * spec.value_scale ** 2, scaled, "gelu" if spec.mlp else "none", width, v,
                    scaled, _ln_eps(cfg, "layer_norm_epsilon", 1e-5), 2 * v,
-                   (*notes, "gelu_new (tanh) as exact GELU", "LayerNorm centring as RMS",
+                   ("gelu_new (tanh) as exact GELU", "LayerNorm centring as RMS",
                     "W_O W_V product as Gaussian"), spec.residual_scaling)
     return to_model(law, qk=spec.qk)
 
