@@ -81,7 +81,7 @@ def measure_real(spec: RealSpec, inits: int, inputs: int, seed: int, tol: float 
 
 
 def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, tol: float = TOL,
-             sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = 64,
+             sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = 32,
              progress: Callable[[int], None] | None = None,
              images: torch.Tensor | None = None) -> RealRun:
     """Measure `inits` x `inputs` of `spec` and predict them (module docstring). `sde`: draw the
