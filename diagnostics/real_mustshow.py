@@ -38,6 +38,10 @@ CASES: dict[str, dict] = {
     "bert-L24": {"arch": "bert", "width": 256, "heads": 4, "ctx": 64, "layers": 24},
     "bert-L48": {"arch": "bert", "width": 256, "heads": 4, "ctx": 64, "layers": 48},
     "vit-L12": {"arch": "vit", "width": 256, "heads": 4, "layers": 12},
+    "gpt2-L12-nocentring": {**G, "layers": 12, "centring": False},
+    "bert-L12-nocentring": {"arch": "bert", "width": 256, "heads": 4, "ctx": 64, "layers": 12,
+                            "centring": False},
+    "gpt2-L12-noqk": {**G, "layers": 12, "qk": False},
 }
 
 
