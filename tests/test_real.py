@@ -159,3 +159,13 @@ def test_without_the_extra_the_command_says_how_to_install(monkeypatch, tmp_path
     assert out.exit_code != 0
     assert 'pip install "tokensde[real]"' in out.output
     assert "Traceback" not in out.output
+
+
+def test_report_section_is_skipped_clearly_without_the_extra(tmp_path):
+    from tokensde.study import FIGURES, Context
+    from tokensde.study.real import draw_real
+
+    spec = FIGURES["real"]
+    sec = draw_real(Context(out=tmp_path, size="tiny"), spec, None, False)
+    assert sec.status == "missing"
+    assert sec.note.startswith("skipped: transformers not installed")
