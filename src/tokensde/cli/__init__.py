@@ -18,7 +18,8 @@ app = typer.Typer(
 )
 
 # Sub-modules of tokensde.cli, each defining `register(app)`.
-COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "figure", "reproduce", "meanfield")
+COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "real", "meanfield", "figure",
+                   "reproduce")
 
 
 def _version(value: bool) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..io.report import Section
-from . import convergence, meanfield, mlp, multi, phase, trajectories, variants, vit
+from . import convergence, meanfield, mlp, multi, phase, real, trajectories, variants, vit
 from .context import Context, FigureSpec
 
 
@@ -82,6 +82,12 @@ FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
         Suppressing the value-matrix noise at initialisation costs accuracy in the attention-only
         network of spec §2 (1/sqrt(L) residual scale, RMS re-normalisation), and the cost depends on
         depth; the standard pre-norm block is the contrast."""),
+    _figure("real", "A real GPT-2 at init against tokensde",
+            real.real_data, real.draw_real, """
+        A GPT-2 built from its configuration, at random init, has at every layer the mean token
+        cosine of tokensde's discrete network mapped from the same configuration (value path,
+        query/key forms redrawn per layer, GELU at its pre-activation variance, pre-norm, causal
+        mask), within the Monte Carlo error over independent inits (docs/real.md)."""),
 )}
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from scipy import special
 
+from ..checks import check_real
 from .base import MLPS, Activation
 
 if TYPE_CHECKING:
@@ -95,3 +96,47 @@ class GELU(Activation):
     def slope_at_one(self) -> float:
         """`khat'(1) = E[phi'(u)^2] / E[phi(u)^2]`."""
         return self.taylor_at_one()[0]
+
+
+def dual_kernel_at(rho: np.ndarray, q: float) -> np.ndarray:
+    """`kappa_q(rho) = E[phi(sqrt(q) u) phi(sqrt(q) v)]`: GELU fed pre-activations of variance q
+    (`v = rho u + s w`; the inner expectation is `_smoothed` with `a = sqrt(q) rho u`, `s^2 = q s^2`)."""
+    r = np.clip(np.asarray(rho, dtype=float), -1.0, 1.0)[..., None]
+    s = math.sqrt(q)
+    return (_W * _gelu(s * _U) * _smoothed(s * r * _U, q * (1.0 - r * r))).sum(-1)
+
+
+class ScaledGELU(Activation):
+    """GELU of pre-activations of variance `q` (`phi(z) = gelu(sqrt(q) z)`, z standard): a real
+    block whose first MLP layer has entry variance `q/d` on inputs of radius sqrt(d). A subclass
+    per q is made by `gelu_at`."""
+
+    name = "gelu(q)"
+    q: ClassVar[float] = 1.0
+    second_moment = float(dual_kernel(np.array(1.0)))
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        """`gelu(sqrt(q) z)`."""
+        s = z * math.sqrt(self.q)
+        return 0.5 * s * (1.0 + (s * 0.5**0.5).erf())
+
+    def kernel(self, rho: np.ndarray) -> np.ndarray:
+        """`kappa_q(rho) / kappa_q(1)` by the quadrature of `dual_kernel_at`."""
+        return dual_kernel_at(rho, self.q) / self.second_moment
+
+
+def gelu_at(q: float) -> str:
+    """The `mlp` name of GELU at pre-activation variance `q` (registered on first use, as
+    `gelu(q=<q>)`; `'gelu'` itself for q = 1). A process that loads stored parameters naming
+    one calls `gelu_at(q)` first."""
+    q = check_real("q (GELU pre-activation variance)", q, 0.0, strict=True)
+    if q == 1.0:
+        return "gelu"
+    name = f"gelu(q={q:.6g})"
+    if name not in MLPS.names():
+        cls = type(f"ScaledGELU_{len(MLPS.names())}", (ScaledGELU,), {
+            "name": name, "q": float(f"{q:.6g}"),
+            "second_moment": float(dual_kernel_at(np.array(1.0), float(f"{q:.6g}")))})
+        cls.__qualname__ = name
+        MLPS.register(cls)
+    return name

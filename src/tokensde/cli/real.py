@@ -1,0 +1,113 @@
+"""`tokensde real ARCH`: a real Transformer at init, measured at every layer over independent
+inits, against tokensde's discrete network at the same depth and its depth limit (docs/real.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from ._common import JSON, SEED, emit_json, fail, progress_bar, user_errors
+
+ARCH_COMMANDS = ("gpt2", "bert", "vit", "torch-encoder")
+
+
+def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, inputs: int,
+         out: Path, seed: int, vocab: int | None, norm_first: bool, residual_scaling: bool,
+         centring: bool, qk: bool, mlp: bool, bias: bool, value_scale: float, sde_steps: int,
+         as_json: bool) -> None:
+    from ..io.store import check_output
+    from ..real.models import INSTALL_HINT, MissingExtraError, RealSpec, has_transformers
+
+    if arch != "torch-encoder" and not has_transformers():
+        fail(INSTALL_HINT)
+    with user_errors():
+        spec = RealSpec(arch=arch, layers=layers, width=width, heads=heads, ctx=ctx, vocab=vocab,
+                        norm_first=norm_first, residual_scaling=residual_scaling,
+                        centring=centring, qk=qk, mlp=mlp, bias=bias, value_scale=value_scale)
+        check_output(out, "--out", directory=True)
+        from ..plots.real import plot_real
+        from ..real.experiment import run_real, save_run
+
+        images = None
+        if arch == "vit":
+            from ..vit.data import load_dataset
+
+            images = load_dataset("fashion-mnist").x_test
+        try:
+            with progress_bar(inits, f"real {arch}: inits") as bar:
+                run = run_real(spec, inits, inputs, seed, sde_steps=sde_steps,
+                               progress=bar, images=images)
+        except MissingExtraError:
+            fail(INSTALL_HINT)
+        out.mkdir(parents=True, exist_ok=True)
+        table = save_run(run, out / "real.parquet")
+        a = run.agreement
+        title = (f"{arch}, L={layers}, d={width}, {heads} heads, n={spec.tokens}, {inits} inits x "
+                 f"{inputs} inputs ({run.meta['init_note']}): {a['within']}/{a['layers']} layers "
+                 f"within 3 SE")
+        fig = plot_real(run.table, out / "real.png", title)
+        (out / "mapping.json").write_text(json.dumps(
+            {"rows": [list(map(str, r)) for r in run.mapping.rows], **run.meta}, indent=1,
+            default=str))
+    summary = {"table": str(table), "figure": str(fig), "agreement": a,
+               "has_limit": run.mapping.has_limit, "wall_s": run.meta["wall_s"]}
+    if as_json:
+        emit_json(summary)
+        return
+    c = run.table[run.table.stat == "cos_mean"]
+    final = {s: float(c[c.side == s]["mean"].iloc[-1]) for s in c.side.unique()}
+    typer.echo(f"mean token cosine at layer {layers}: " + ", ".join(
+        f"{s} {v:.4f}" for s, v in final.items()))
+    typer.echo(f"agreement: {a['within']}/{a['layers']} layers within 3 combined SE "
+               f"({a['fraction_within']:.0%}); largest |real - tokensde| = "
+               f"{a['max_abs_diff']:.4f} at layer {a['at_layer']}")
+    typer.echo("depth limit: " + ("yes (branches scaled by 1/sqrt(L)): SDE drawn" if
+                                  run.mapping.has_limit else
+                                  "none (no residual scaling: collapse by layer count)"))
+    typer.echo(f"wrote {table}, {fig}, {out / 'mapping.json'}")
+
+
+def make_command(arch: str) -> Callable[..., None]:
+    """The command `tokensde real <arch>`."""
+    def command(
+        layers: int = typer.Option(12, "--layers", help="Number of blocks L."),
+        width: int = typer.Option(256, "--width", help="d_model."),
+        heads: int = typer.Option(4, "--heads", help="Attention heads (divides width)."),
+        ctx: int = typer.Option(64, "--ctx", help="Tokens per input (ViT: from the patches)."),
+        inits: int = typer.Option(32, "--inits", help="Independent inits S (the unit)."),
+        inputs: int = typer.Option(2, "--inputs", help="Inputs per init B."),
+        out: Path = typer.Option(..., "--out", help="Output directory."),
+        seed: int = SEED,
+        vocab: int = typer.Option(None, "--vocab", help="Vocabulary (default: the model's)."),
+        norm_first: bool = typer.Option(True, "--norm-first/--norm-last",
+                                        help="torch-encoder: pre-LN or post-LN."),
+        residual_scaling: bool = typer.Option(
+            True, "--residual-scaling/--no-residual-scaling",
+            help="gpt2: the 1/sqrt(2L) init of the residual projections."),
+        centring: bool = typer.Option(True, "--centring/--no-centring",
+                                      help="LayerNorm's mean subtraction (off: RMS)."),
+        qk: bool = typer.Option(True, "--qk/--no-qk", help="Query/key weights (off: zero)."),
+        mlp: bool = typer.Option(True, "--mlp/--no-mlp", help="MLP block (off: output zero)."),
+        bias: bool = typer.Option(True, "--bias/--no-bias", help="torch-encoder: Linear biases."),
+        value_scale: float = typer.Option(1.0, "--value-scale", help="Multiply W_V's init."),
+        sde_steps: int = typer.Option(64, "--sde-steps", help="Euler steps of the limit."),
+        as_json: bool = JSON,
+    ) -> None:
+        _run(arch, layers, width, heads, ctx, inits, inputs, out, seed, vocab, norm_first,
+             residual_scaling, centring, qk, mlp, bias, value_scale, sde_steps, as_json)
+
+    command.__doc__ = (f"{arch} at init: token cosines at every layer over independent inits, "
+                       "against tokensde's network and depth limit.")
+    return command
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `real` sub-app (gpt2, bert, vit, torch-encoder) to `app`."""
+    sub = typer.Typer(no_args_is_help=True,
+                      help="Real Transformers at init against tokensde (extra [real]).")
+    for arch in ARCH_COMMANDS:
+        sub.command(arch)(make_command(arch))
+    app.add_typer(sub, name="real")

@@ -1,0 +1,27 @@
+"""Real Transformers at initialisation against tokensde (docs/real.md).
+
+Built offline from configuration objects (the optional extra `[real]`, HuggingFace transformers,
+for GPT-2, BERT and ViT; torch's own `nn.TransformerEncoderLayer` needs nothing more), measured at
+every layer over independent inits, mapped onto a tokensde model and predicted by its discrete
+network and its depth limit.
+"""
+
+from __future__ import annotations
+
+from .experiment import RealRun, agreement, run_real, save_run
+from .mapping import BlockLaw, Mapping, map_network, to_model
+from .models import (
+    ARCHS,
+    INSTALL_HINT,
+    MissingExtraError,
+    RealSpec,
+    build,
+    has_transformers,
+    hidden_states,
+    make_inputs,
+    require_transformers,
+)
+
+__all__ = ["ARCHS", "INSTALL_HINT", "BlockLaw", "Mapping", "MissingExtraError", "RealRun",
+           "RealSpec", "agreement", "build", "has_transformers", "hidden_states", "make_inputs",
+           "map_network", "require_transformers", "run_real", "save_run", "to_model"]

@@ -1,0 +1,338 @@
+"""Real Transformers at initialisation, built offline from configuration objects (no weights, no
+tokenizer, eval mode, dropout off), and their hidden states at every layer.
+
+`RealSpec` names an architecture and its size; `build(spec, seed)` returns a `RealNet` (the module,
+its blocks, the embedding); `make_inputs` draws what the network reads (token ids uniform over the
+vocabulary, or Fashion-MNIST test images for ViT); `hidden_states(net, inputs)` is
+`(inputs, layers + 1, n, d)`: the embeddings (the blocks' input) and each block's output.
+
+The switches `centring`, `qk`, `mlp`, `bias`, `residual_scaling` and `value_scale` change one piece
+of the real network at its init (docs/real.md): the measured effect of a piece that the mapping
+approximates is the difference they make, with the same change made on the tokensde side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..model.checks import ParameterError, check_choice, check_int, check_real, require
+
+ARCHS: tuple[str, ...] = ("gpt2", "bert", "vit", "torch-encoder")
+INSTALL_HINT = 'the real-network models need HuggingFace transformers: pip install "tokensde[real]"'
+IMAGE_SIDE = 28  # Fashion-MNIST
+
+
+class MissingExtraError(ImportError):
+    """The optional extra `[real]` (HuggingFace transformers) is not installed."""
+
+
+def require_transformers() -> Any:
+    """The `transformers` module, or MissingExtraError saying how to install it."""
+    try:
+        import transformers
+    except ImportError as err:
+        raise MissingExtraError(INSTALL_HINT) from err
+    return transformers
+
+
+def has_transformers() -> bool:
+    """True when the `[real]` extra is installed."""
+    try:
+        require_transformers()
+    except MissingExtraError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class RealSpec:
+    """A real architecture at init: `arch` (ARCHS), `layers`, `width` (d_model), `heads`, `ctx`
+    (tokens per input; ViT: set by `patch`, n = (28/patch)^2 + 1), `vocab` (None: the
+    architecture's default), `mlp_ratio` (hidden width / d), `norm_first` (torch-encoder),
+    `patch` (ViT). The switches (docs/real.md): `residual_scaling` (GPT-2's 1/sqrt(2 L) on the
+    residual projections), `centring` (LayerNorm's mean subtraction; False: RMS), `qk` (False:
+    query/key weights zero, uniform attention), `mlp` (False: MLP output weights zero), `bias`
+    (torch-encoder's Linear biases), `value_scale` (multiplies the value projection's init)."""
+
+    arch: str = "gpt2"
+    layers: int = 12
+    width: int = 256
+    heads: int = 4
+    ctx: int = 64
+    vocab: int | None = None
+    mlp_ratio: int = 4
+    norm_first: bool = True
+    patch: int = 4
+    residual_scaling: bool = True
+    centring: bool = True
+    qk: bool = True
+    mlp: bool = True
+    bias: bool = True
+    value_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        check_choice("arch", self.arch, ARCHS)
+        check_int("layers", self.layers, 1)
+        check_int("width", self.width, 2)
+        check_int("heads", self.heads, 1)
+        require(self.width % self.heads == 0, "heads", f"a divisor of width = {self.width}",
+                self.heads)
+        check_int("ctx", self.ctx, 2)
+        if self.vocab is not None:
+            check_int("vocab", self.vocab, 2)
+        check_int("mlp_ratio", self.mlp_ratio, 1)
+        check_int("patch", self.patch, 1)
+        require(IMAGE_SIDE % self.patch == 0, "patch", f"a divisor of {IMAGE_SIDE}", self.patch)
+        check_real("value_scale", self.value_scale, 0.0, strict=True)
+        require(self.residual_scaling or self.arch == "gpt2", "residual_scaling",
+                "True except for gpt2 (only GPT-2 scales its residual projections)",
+                self.residual_scaling)
+        require(self.bias or self.arch == "torch-encoder", "bias", "True except for "
+                "torch-encoder (the HuggingFace models' biases are zero at init)", self.bias)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per input `n`."""
+        return (IMAGE_SIDE // self.patch) ** 2 + 1 if self.arch == "vit" else self.ctx
+
+    @property
+    def vocabulary(self) -> int:
+        """The vocabulary size used (the architecture's default when `vocab` is None)."""
+        if self.vocab is not None:
+            return self.vocab
+        return {"gpt2": 50257, "bert": 30522}.get(self.arch, 1024)
+
+    @property
+    def causal(self) -> bool:
+        """True for GPT-2 (causal self-attention)."""
+        return self.arch == "gpt2"
+
+    @property
+    def pre_norm(self) -> bool:
+        """True when each branch reads a LayerNorm of the residual stream (GPT-2, ViT, torch's
+        encoder with norm_first)."""
+        return self.arch in ("gpt2", "vit") or (self.arch == "torch-encoder" and self.norm_first)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields, with the vocabulary and token count used."""
+        return {**asdict(self), "vocab": self.vocabulary, "tokens": self.tokens}
+
+
+class RMSNorm(nn.Module):
+    """LayerNorm without the centring: `x / sqrt(mean(x^2) + eps) * weight + bias`."""
+
+    def __init__(self, ln: nn.LayerNorm) -> None:
+        super().__init__()
+        self.eps = ln.eps
+        self.weight = ln.weight
+        self.bias = ln.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise the last axis by its root mean square."""
+        y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.weight is not None:
+            y = y * self.weight
+        return y if self.bias is None else y + self.bias
+
+
+def uncentre(module: nn.Module) -> int:
+    """Replace every `nn.LayerNorm` inside `module` by `RMSNorm`; returns how many."""
+    count = 0
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.LayerNorm):
+            setattr(module, name, RMSNorm(child))
+            count += 1
+        else:
+            count += uncentre(child)
+    return count
+
+
+@dataclass
+class RealNet:
+    """A built network: `model` (eval mode), `blocks` (the residual blocks, in order), `run`
+    (inputs -> hidden states `(batch, layers + 1, n, d)`), the spec and the init seed."""
+
+    model: nn.Module
+    blocks: list[nn.Module]
+    run: Callable[[torch.Tensor], torch.Tensor]
+    spec: RealSpec
+    seed: int
+
+
+def _hooked_run(model: nn.Module, blocks: list[nn.Module],
+                call: Callable[[torch.Tensor], Any]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A run function that records the first block's input and every block's output."""
+    def run(inputs: torch.Tensor) -> torch.Tensor:
+        states: list[torch.Tensor] = []
+
+        def pre(_m: nn.Module, args: tuple, kwargs: dict) -> None:
+            states.append(args[0] if args else kwargs["hidden_states"])
+
+        def post(_m: nn.Module, _a: tuple, out: Any) -> None:
+            states.append(out[0] if isinstance(out, tuple) else out)
+
+        handles = [blocks[0].register_forward_pre_hook(pre, with_kwargs=True)]
+        handles += [b.register_forward_hook(post) for b in blocks]
+        try:
+            with torch.no_grad():
+                call(inputs)
+        finally:
+            for h in handles:
+                h.remove()
+        return torch.stack([s.detach() for s in states], 1)
+    return run
+
+
+def switch(spec: RealSpec, parts: Sequence[tuple[torch.Tensor, ...]]) -> None:
+    """Apply `value_scale`, `qk` and `mlp` of `spec` to each block's (query, key, value, MLP
+    output) weights, given as views into the parameters."""
+    with torch.no_grad():
+        for q, k, v, out in parts:
+            v.mul_(spec.value_scale)
+            if not spec.qk:
+                q.zero_()
+                k.zero_()
+            if not spec.mlp:
+                out.zero_()
+
+
+def _gpt2(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
+    tf = require_transformers()
+    d, L = spec.width, spec.layers
+    cfg = tf.GPT2Config(n_embd=d, n_layer=L, n_head=spec.heads, n_positions=spec.ctx,
+                        vocab_size=spec.vocabulary, n_inner=spec.mlp_ratio * d, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0)
+    model = tf.GPT2Model(cfg).eval()
+    sd = cfg.initializer_range
+    blocks = list(model.h)
+    with torch.no_grad():
+        for b in blocks:
+            if not spec.residual_scaling:  # the what-if: GPT-2 without 1/sqrt(2 L)
+                b.attn.c_proj.weight.normal_(0.0, sd)
+                b.mlp.c_proj.weight.normal_(0.0, sd)
+    switch(spec, [(*b.attn.c_attn.weight.split(d, 1), b.mlp.c_proj.weight)  # Conv1D (d, 3d)
+                  for b in blocks])
+    return model, blocks, lambda ids: model(input_ids=ids)
+
+
+def encoder_sizes(spec: RealSpec) -> dict[str, Any]:
+    """The size fields BERT's and ViT's configurations share, dropout off."""
+    return {"hidden_size": spec.width, "num_hidden_layers": spec.layers,
+            "num_attention_heads": spec.heads, "intermediate_size": spec.mlp_ratio * spec.width,
+            "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def _bert(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
+    tf = require_transformers()
+    cfg = tf.BertConfig(max_position_embeddings=spec.ctx, vocab_size=spec.vocabulary,
+                        **encoder_sizes(spec))
+    model = tf.BertModel(cfg, add_pooling_layer=False).eval()
+    blocks = list(model.encoder.layer)
+    switch(spec, [(b.attention.self.query.weight, b.attention.self.key.weight,
+                   b.attention.self.value.weight, b.output.dense.weight) for b in blocks])
+    return model, blocks, lambda ids: model(input_ids=ids)
+
+
+def _vit(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
+    tf = require_transformers()
+    cfg = tf.ViTConfig(image_size=IMAGE_SIDE, patch_size=spec.patch, num_channels=1,
+                       **encoder_sizes(spec))
+    model = tf.ViTModel(cfg, add_pooling_layer=False).eval()
+    blocks = list(model.layers if hasattr(model, "layers") else model.encoder.layer)
+    parts = []
+    for b in blocks:
+        att = b.attention
+        if hasattr(att, "v_proj"):
+            parts.append((att.q_proj.weight, att.k_proj.weight, att.v_proj.weight,
+                          b.mlp.fc2.weight))
+        else:  # older transformers
+            a = att.attention
+            parts.append((a.query.weight, a.key.weight, a.value.weight, b.output.dense.weight))
+    switch(spec, parts)
+    return model, blocks, lambda x: model(pixel_values=x)
+
+
+class TorchEncoder(nn.Module):
+    """torch's `nn.TransformerEncoderLayer` stack, each layer initialised on its own (torch's
+    `nn.TransformerEncoder` deep-copies one layer, so all its layers START EQUAL: docs/real.md),
+    read through a token embedding and learned positions, N(0, 1/2) each (per-coordinate
+    variance 1, the radius LayerNorm gives)."""
+
+    def __init__(self, spec: RealSpec) -> None:
+        super().__init__()
+        d = spec.width
+        self.embed = nn.Embedding(spec.vocabulary, d)
+        self.pos = nn.Embedding(spec.ctx, d)
+        nn.init.normal_(self.embed.weight, 0.0, math.sqrt(0.5))
+        nn.init.normal_(self.pos.weight, 0.0, math.sqrt(0.5))
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(d, spec.heads, spec.mlp_ratio * d, dropout=0.0,
+                                       batch_first=True, norm_first=spec.norm_first,
+                                       bias=spec.bias) for _ in range(spec.layers))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token ids `(batch, n)` -> the last layer's output `(batch, n, d)`."""
+        h = self.embed(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
+        for layer in self.layers:
+            h = layer(h)
+        return h
+
+
+def _torch_encoder(spec: RealSpec) -> tuple[nn.Module, list[nn.Module],
+                                             Callable[[torch.Tensor], Any]]:
+    model = TorchEncoder(spec).eval()
+    blocks: list[Any] = list(model.layers)
+    switch(spec, [(*b.self_attn.in_proj_weight.split(spec.width, 0), b.linear2.weight)
+                  for b in blocks])  # rows q|k|v
+    return model, blocks, model
+
+
+BUILDERS = {"gpt2": _gpt2, "bert": _bert, "vit": _vit, "torch-encoder": _torch_encoder}
+
+
+def build(spec: RealSpec, seed: int) -> RealNet:
+    """The network of `spec` at its init under torch's global RNG seeded with `seed` (the
+    libraries draw their init from it); eval mode, dropout off, float32 as the libraries make it."""
+    seed = check_int("seed", seed, 0)
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model, blocks, call = BUILDERS[spec.arch](spec)
+    finally:
+        torch.random.set_rng_state(state)
+    if not spec.centring:
+        for b in blocks:
+            uncentre(b)
+    model.eval()
+    return RealNet(model, blocks, _hooked_run(model, blocks, call), spec, seed)
+
+
+def make_inputs(spec: RealSpec, batch: int, seed: int, images: torch.Tensor | None = None
+                ) -> torch.Tensor:
+    """`batch` inputs: token ids `(batch, ctx)` uniform over the vocabulary, or (ViT) `batch` of
+    `images` `(N, 1, 28, 28)` drawn without replacement (the caller reads them, e.g. the
+    Fashion-MNIST test set by `tokensde.vit.data.load_dataset`)."""
+    batch = check_int("inputs", batch, 1)
+    gen = torch.Generator().manual_seed(check_int("seed", seed, 0))
+    if spec.arch != "vit":
+        return torch.randint(0, spec.vocabulary, (batch, spec.ctx), generator=gen)
+    if images is None or images.dim() != 4 or tuple(images.shape[1:]) != (1, IMAGE_SIDE,
+                                                                         IMAGE_SIDE):
+        raise ParameterError(f"images must be a tensor (N, 1, {IMAGE_SIDE}, {IMAGE_SIDE}) for "
+                             f"arch='vit'; got {None if images is None else tuple(images.shape)}")
+    require(batch <= len(images), "inputs", f"<= the {len(images)} images given", batch)
+    pick = torch.randperm(len(images), generator=gen)[:batch]
+    return images[pick]
+
+
+def hidden_states(net: RealNet, inputs: torch.Tensor) -> torch.Tensor:
+    """`(batch, layers + 1, n, d)`: the embeddings and every block's output."""
+    if len(inputs) == 0:
+        raise ParameterError("inputs must hold at least one input")
+    return net.run(inputs)
