@@ -29,6 +29,7 @@ QUADRATURES = {"quad", "cumulative_trapezoid", "cumtrapz", "chebint", "leggauss"
 ALLOWED = {
     ENGINE: "the engine (and its independent reference, spec_reference)",
     "sim/gram.py": "Gauss-Legendre for the Gram sampler's radial law, not a scale density",
+    "meanfield/quadrature.py": "Gauss-Legendre nodes on S^2 for the limit measure, not a scale density",
 }
 
 

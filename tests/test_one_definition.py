@@ -22,6 +22,7 @@ ROOT = Path(tokensde.__file__).resolve().parent
 ALLOWED: dict[str, dict[str, str]] = {
     "pairs": {
         "analysis/clusters.py": "the definition (upper_pairs)",
+        "sim/result.py": "SimResult.to_pandas lists the pairs i < j (sim is below analysis)",
         "sim/gram.py": "the upper entries of a Bartlett factor, not token pairs",
     },
     "near": {

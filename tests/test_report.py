@@ -116,8 +116,8 @@ def test_figure_list():
     names = json.loads(res.output)
     assert list(names) == ["phase-diagram", "theory-vs-simulation", "phase-over-d", "decision-times",
                            "trajectories",
-                           "histograms", "multi-token", "variants", "mlp", "convergence", "vit",
-                           "vit-depth"]
+                           "histograms", "multi-token", "variants", "mlp", "meanfield",
+                           "convergence", "vit", "vit-depth", "real"]
 
 
 def test_figure_rejects_unknown_name(tmp_path):

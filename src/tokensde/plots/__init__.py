@@ -12,5 +12,5 @@ Submodules are imported on use (`from tokensde.plots.convergence import plot_con
 importing the package does not load matplotlib.
 """
 
-__all__ = ["convergence", "histograms", "mlp", "multi", "phase", "simulation", "style",
-           "trajectories", "variants", "vit", "vit_depth"]
+__all__ = ["convergence", "histograms", "meanfield", "mlp", "multi", "phase", "real", "simulation",
+           "style", "trajectories", "variants", "vit", "vit_depth", "vit_fair"]

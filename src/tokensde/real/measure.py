@@ -14,6 +14,8 @@ import pandas as pd
 import torch
 from scipy import stats as st
 
+from ..analysis.clusters import is_antipodal, is_merged, upper_pairs
+
 QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
 TOL = 1e-2  # default distance to +1 / -1 for "merged" / "antipodal"
 STATS: tuple[str, ...] = ("cos_mean", *(f"cos_q{int(q * 100):02d}" for q in QUANTILES),
@@ -32,15 +34,13 @@ def gram_stats(g: torch.Tensor, tol: float = TOL) -> dict[str, np.ndarray]:
     `<u_i, u_j>` (i < j), and the effective rank `exp(H(s / sum s))` (s the singular values of
     the token matrix, the square roots of the Gram eigenvalues)."""
     g = g.to(torch.float64)
-    n = g.shape[-1]
-    iu = torch.triu_indices(n, n, 1)
-    c = g[..., iu[0], iu[1]]
+    c = upper_pairs(g)
     out = {"cos_mean": c.mean(-1)}
     qs = torch.quantile(c, torch.tensor(QUANTILES, dtype=c.dtype), dim=-1)
     for q, v in zip(QUANTILES, qs, strict=True):
         out[f"cos_q{int(q * 100):02d}"] = v
-    out["frac_merged"] = (c > 1 - tol).to(c.dtype).mean(-1)
-    out["frac_anti"] = (c < -1 + tol).to(c.dtype).mean(-1)
+    out["frac_merged"] = is_merged(c, tol).to(c.dtype).mean(-1)
+    out["frac_anti"] = is_antipodal(c, tol).to(c.dtype).mean(-1)
     s = torch.linalg.eigvalsh(g).clamp_min(0.0).sqrt()
     p = s / s.sum(-1, keepdim=True)
     out["erank"] = torch.exp(-(p * torch.log(p.clamp_min(1e-300))).sum(-1))

@@ -82,5 +82,7 @@ def draw_real(ctx: Context, spec: FigureSpec, result: Any, reused: bool) -> Sect
                    images=[Image(png, "Real GPT-2 at init against tokensde, against depth "
                                       "fraction.")],
                    provenance={"reused": reused, "seeds": meta["seeds"],
-                               "params": meta["params"], "wall_s": meta["wall_s"],
+                               "params": meta["params"],
+                               "wall_s": round(sum(meta["wall_s"].values()), 2),
+                               "wall_s_parts": meta["wall_s"],
                                "command": f"tokensde figure real{ctx.size_flag} --out {ctx.out}"})
