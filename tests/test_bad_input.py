@@ -107,7 +107,7 @@ def test_inputs_are_not_changed_silently(tmp_path):
 @pytest.mark.parametrize("extra", [["--n", "100000000"], ["--d", "100000", "--sampler", "full"]])
 def test_sizes_too_large_name_the_memory_needed(extra):
     error_line([*S, *T1, *extra], "this simulation needs at least", "GiB of cpu memory",
-               "lower runs, n, d or checkpoints")
+               "GiB available: lower --runs (", "--n, --d or --checkpoints")
 
 
 def test_gram_sampler_from_a_uniform_start_is_not_refused_for_a_huge_d():

@@ -345,7 +345,7 @@ def test_workers_are_capped_by_cells_and_cpus_and_reported(tmp_path):
     (["simulate", "--dtype", "float16", "--runs", "3"], ["dtype must be one of float64, float32",
                                                          "float16"]),
     (["simulate", "--heads", "64", "--n", "512", "--d", "512", "--runs", "100000",
-      "--layers", "10"], ["64 heads", "lower runs, n, d, heads or checkpoints"]),
+      "--layers", "10"], ["64 heads", "--n, --d, --heads or --checkpoints"]),
     (["two-token", "grid", "--out", "x", "--figure", "x.png", "--ds", "2.5"],
      ["--ds must be comma-separated integers"]),
     (["two-token", "grid", "--out", "x", "--figure", "x.png", "--betas", ","],

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,8 @@ import torch
 
 from .._version import __version__
 from ..model.params import Law, ModelParams, ParameterError, TimeGrid, check_int, check_real
-from ..sim.simulate import simulate
+from ..sim.budget import Budget
+from ..sim.simulate import simulate, simulation_budget
 from ..theory.coefficients import pair_model
 from ..theory.first_passage import hitting_probability
 from ..theory.two_tokens import (
@@ -177,6 +178,38 @@ def pair_theory(p: ModelParams, rho0: float | str) -> float:
     return hitting_probability(model, rho0, 0.0)
 
 
+def spec_params(beta: float, d: int, sigma: float = 1.0, law: Law = "gaussian",
+                mlp: str = "none", mlp_sigma: float = 1.0) -> ModelParams:
+    """The two-token model of `monte_carlo` (§5: softmax, matrix noise, M = 0, n = 2)."""
+    return ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law, mlp=mlp, mlp_sigma=mlp_sigma)
+
+
+def hybrid_params(beta: float, eps: float, d: int = 3, law: Law = "gaussian") -> ModelParams:
+    """The two-token model of `hybrid_monte_carlo` (§6: USA, M = I, scalar noise eps, n = 2)."""
+    return ModelParams(n=2, d=d, beta=beta, attention="usa", mean="identity", noise="scalar",
+                       eps=eps, law=law)
+
+
+REDUCED_BYTES = 64  # per run: the few float64 numbers of the reduced diffusion's state
+REDUCED_WORK = 20.0  # flop-ish units per run and layer of the reduced diffusion
+
+
+def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
+                engine: str = "network", sampler: str = "auto", until: str = "decided"
+                ) -> Budget:
+    """Memory and work of a two-token Monte Carlo of model `p` (`spec_params`, `hybrid_params`)
+    before it runs: the network's (`simulation_budget`, init 'pair' or 'uniform'), or for the
+    reduced engine REDUCED_BYTES and REDUCED_WORK per run (and layer)."""
+    runs = check_int("runs", runs, 1)
+    if engine == "reduced":
+        return Budget("this Monte Carlo", REDUCED_BYTES * runs, REDUCED_BYTES, runs,
+                      REDUCED_WORK * runs * grid.steps, f"{runs} runs, {grid.steps} layers, "
+                      "reduced engine", ("runs",), longer=("runs", "time"))
+    init = "uniform" if rho0 == "uniform" else "pair"
+    b = simulation_budget(p, grid, runs, sampler, until=until, init=init)
+    return replace(b, what="this Monte Carlo", lower=("runs", "d"), longer=("runs", "time", "d"))
+
+
 ENGINES: tuple[str, ...] = ("network", "reduced")
 UNTIL: tuple[str, ...] = ("decided", "horizon")
 
@@ -209,7 +242,7 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
     grid = _check_common(runs, T, dt, seed, tol, level)
     if engine not in ENGINES:
         raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    p = ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law, mlp=mlp, mlp_sigma=mlp_sigma)
+    p = spec_params(beta, d, sigma, law, mlp, mlp_sigma)
     if p.mlp_block.active and engine != "network":
         raise ParameterError(f"engine must be 'network' with an MLP block; got engine={engine!r}")
     rho0 = check_rho0(rho0)
@@ -240,8 +273,7 @@ def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str
     grid = _check_common(runs, T, dt, seed, tol, level)
     if engine not in ENGINES:
         raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    p = ModelParams(n=2, d=d, beta=beta, attention="usa", mean="identity", noise="scalar",
-                    eps=eps, law=law)
+    p = hybrid_params(beta, eps, d, law)
     rho0 = check_rho0(rho0)
     theory = hybrid_p_anti(p.beta, p.noise_scale, 0.0 if isinstance(rho0, str) else rho0)
     wall = 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -12,9 +13,10 @@ import typer
 from ..io.progress import progress_bar
 from ..io.store import to_jsonable
 from ..model.params import ParameterError
+from ..sim.budget import CUDA_RATE, Budget, check_budget
 
-__all__ = ["JSON", "SEED", "SIZE", "WORKERS", "emit_json", "fail", "progress_bar", "to_jsonable",
-           "user_errors"]
+__all__ = ["JSON", "SEED", "SIZE", "WORKERS", "check_run", "emit_json", "fail", "flag",
+           "progress_bar", "to_jsonable", "user_errors"]
 
 # options that several commands declare alike
 JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
@@ -34,10 +36,41 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+# how the estimates' parameter names are typed on the command line, where not `--name`
+FLAGS = {"layers": "--layers (or --time / --dt)"}
+
+
+def flag(name: str) -> str:
+    """The option that sets parameter `name`: 'runs' -> '--runs', 'mlp_width' -> '--mlp-width'."""
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def check_run(budget: Budget, device: str = "cpu") -> float:
+    """Before any work: refuse (exit 2 under `user_errors`) a run whose memory exceeds what is
+    available now or whose bounded work needs more than TOKENSDE_MAX_HOURS, and warn on stderr
+    when it needs more than an hour (`sim.budget.check_budget`); returns the seconds estimated."""
+    return check_budget(budget, flag=flag,
+                        rate=CUDA_RATE if str(device).startswith("cuda") else None)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: object = None, line: str | None = None) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn ParameterError / ValueError / OSError (a path that cannot be read or written) and
-    allocation failures into a one-line error and exit 2."""
+    allocation failures into a one-line error and exit 2; warnings are printed as one line,
+    `warning: ...`, on stderr as they come."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        with _errors():
+            yield
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
     try:
         yield
     except typer.Exit:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ._common import JSON, SEED, emit_json, user_errors
+from ._common import JSON, SEED, check_run, emit_json, user_errors
 
 meanfield_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="n particles and the many-token limit (K weighted nodes) on "
@@ -29,14 +29,17 @@ def table(
     seed: int = SEED,
     json_out: bool = JSON,
 ) -> None:
-    """P(bipolar) and the minority mass at absorption, particles against the limit (n = 0)."""
+    """P(bipolar) and the minority mass at absorption, particles against the limit (n = 0);
+    one line per system on stderr as each cell ends."""
     from ..io.store import check_output
-    from ..meanfield.absorption import run_table, write_tables
+    from ..meanfield.absorption import run_table, table_budget, write_tables
 
     with user_errors():
         if out is not None:
             check_output(out, "--out", directory=True)
-        tab, minority = run_table(d, beta, n, K, start, runs, seed, T, dt, tol, device=device)
+        check_run(table_budget(d, beta, n, K, start, runs, T, dt), device)
+        tab, minority = run_table(d, beta, n, K, start, runs, seed, T, dt, tol, device=device,
+                                  log=lambda line: typer.echo(line, err=True))
         if out is not None:
             write_tables(out, tab, minority, ds=d, betas=beta, ns=n, starts=start, K=K,
                          runs=runs, seed=seed, T=T, dt=dt, tol=tol)

@@ -12,7 +12,7 @@ from ..analysis.clusters import Outcome, classify, pair_fractions, upper_pairs
 from ..io.progress import progress_bar
 from ..model.checks import check_tol
 from ..model.params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
-from ._common import emit_json, user_errors
+from ._common import check_run, emit_json, user_errors
 
 
 def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.ndarray:
@@ -176,7 +176,7 @@ def simulate_cmd(
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
     from ..io.store import check_output, save_result
     from ..plots.style import check_figure
-    from ..sim.simulate import simulate
+    from ..sim.simulate import simulate, simulation_budget
 
     with user_errors():
         time = _max_time(time, max_time)
@@ -195,8 +195,10 @@ def simulate_cmd(
                           norm=norm, mlp=mlp, mlp_sigma=mlp_sigma, mlp_width=mlp_width,
                           mean=_name_or_npy("mean", mean, ("none", "identity")))
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
+        x0 = _name_or_npy("init", init, ("uniform", "pair"))
+        check_run(simulation_budget(p, grid, runs, sampler, checkpoints, dtype=dtype, init=x0,
+                                    until=until), device)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
-            x0 = _name_or_npy("init", init, ("uniform", "pair"))
             res = simulate(p, grid, runs=runs, init=x0, rho0=rho0, seed=seed, sampler=sampler,
                            scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints,
                            progress=bar, **_stopping(until, tol))

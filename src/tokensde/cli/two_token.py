@@ -9,7 +9,7 @@ import typer
 
 from ..io.progress import progress_bar
 from ..model.params import ParameterError
-from ._common import JSON, SEED, emit_json, user_errors
+from ._common import JSON, SEED, check_run, emit_json, user_errors
 
 two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="Two tokens: exact antipodal probability, phase boundary, "
@@ -163,8 +163,10 @@ def mc_cmd(
     with user_errors():
         _check_out(out)
         dt = tt.default_dt(d) if dt is None else dt
-        steps = TimeGrid.make(T=time, dt=dt, exact=True).steps
-        result = _run(mc.monte_carlo, steps, quiet, json_out, beta=beta, d=d,
+        grid = TimeGrid.make(T=time, dt=dt, exact=True)
+        check_run(mc.pair_budget(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
+                                 tt.check_rho0(rho0), grid, runs, engine, sampler, until))
+        result = _run(mc.monte_carlo, grid.steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
                       sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until,
                       mlp=mlp, mlp_sigma=mlp_sigma)
@@ -250,7 +252,10 @@ def hybrid_cmd(
         eps2_c = tt.hybrid_eps2_c(beta)
         result: dict[str, Any] = {"beta": beta, "eps2_c": eps2_c, "eps_c": math.sqrt(eps2_c)}
         if eps is not None:
-            steps = TimeGrid.make(T=time, dt=dt, exact=True).steps
+            grid = TimeGrid.make(T=time, dt=dt, exact=True)
+            check_run(mc.pair_budget(mc.hybrid_params(beta, eps, d), tt.check_rho0(rho0), grid,
+                                     runs, engine, until="horizon"))
+            steps = grid.steps
             lam_m, lam_p = tt.hybrid_lyapunov(beta, eps)
             result.update(eps=eps, lyapunov_antipodal=lam_m, lyapunov_merged=lam_p,
                           regime="antipodal" if lam_m < 0 else "merged" if lam_m > 0 else

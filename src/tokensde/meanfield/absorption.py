@@ -24,6 +24,7 @@ from ..analysis.stats import censored_quantiles, t_interval, wilson
 from ..io.store import check_output, header, write_parquet
 from ..model.checks import ParameterError, check_choice, check_int, check_real
 from ..model.params import ModelParams, TimeGrid
+from ..sim.budget import Budget
 from ..sim.rng import derive_seed
 from .flow import MERGE_TOL, FlowResult, run_coupled
 from .quadrature import Component, density_weights, quasi_uniform, sample_initial, sphere_rule
@@ -100,6 +101,33 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
         m = minority_mass(res.x[i], res.w[i])
         masses[n] = np.where(res.decided_at[i] >= 0, m, np.nan)
     return rows, masses
+
+
+ROW_BYTES = 600  # a row of the long minority table while it is built (a Python dict)
+
+
+def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
+                 starts: Sequence[str] = STARTS, runs: int = 100, T: float = 40.0,
+                 dt: float = 0.02, with_limit: bool = True) -> Budget:
+    """Memory and work of `run_table` before it runs. Per cell (d, beta, start) and run: the
+    value matrix d x d and, per system of k nodes (K for the limit, each n), 4 k d token-sized
+    numbers and the k x k scores (float64), plus ROW_BYTES per run and system of the table kept;
+    work `layers x runs x sum_k (k^2 d + k d^2)` per cell, an upper bound (runs stop once
+    decided)."""
+    runs = check_int("runs", runs, 1)
+    sizes = [*([check_int("K", K, 2)] if with_limit else []), *(check_int("n", n, 2) for n in ns)]
+    cells = len(ds) * len(betas) * len(starts)
+    steps = TimeGrid.make(T=T, dt=dt).steps
+    d_max = max(check_int("d", d, 2) for d in ds)
+    per_run = 8 * (d_max * d_max + sum(4 * k * d_max + k * k for k in sizes)) \
+        + ROW_BYTES * len(sizes) * cells
+    work = sum(float(steps) * runs * (k * k * d + k * d * d) for k in sizes for d in ds) \
+        * len(betas) * len(starts)
+    return Budget("this table", per_run * runs, per_run, runs, work,
+                  f"{cells} cells (d, beta, start) of {runs} runs, "
+                  + (f"the limit at K = {K}, " if with_limit else "")
+                  + f"n = {', '.join(map(str, ns)) or 'none'}, {steps} layers at most",
+                  ("runs", "K", "n", "d"), bounded=False, longer=("runs", "K", "n", "time"))
 
 
 def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,

@@ -49,7 +49,8 @@ def check_sde_step(p: ModelParams, dt: float) -> float:
                 "0)" if k > STEP_MAX else "is biased (too little motion)")
         warnings.warn(f"scheme='sde' with sigma^2 (d - 1) dt = {k:.3g} (noise scale^2 "
                       f"{scale2:g}, d = {p.d}, dt = {dt:g}) > {STEP_WARN:g}: the Euler step "
-                      f"{harm}; choose dt <= {STEP_WARN / scale2 / (p.d - 1):.3g}",
+                      f"{harm}; choose dt <= {STEP_WARN / scale2 / (p.d - 1):.3g} (--dt: more "
+                      "layers for the same depth time)",
                       RuntimeWarning, stacklevel=3)
     return k
 

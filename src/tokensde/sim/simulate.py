@@ -27,6 +27,7 @@ import torch
 from ..model.checks import check_tol
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from ..model.qk import QKDraws
+from .budget import Budget, check_budget, estimate_memory, estimate_work
 from .gram import frame_forms, run_batch_gram, uniform_frame
 from .layers import (
     NORM_STEPS,
@@ -124,27 +125,43 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
     name = str(tdtype).removeprefix("torch.")
     params.attention_kind.check_dtype(name)
+    b = simulation_budget(params, grid, runs, sampler, checkpoints, record, tdtype, init)
+    # the library refuses only what this machine cannot hold at all (its physical memory); the
+    # command line checks against the memory available now (`budget.available_memory`)
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    check_budget(b, host, "cpu", warn=False, limit_h=math.inf, have_is="this machine has")
+    if dev.type == "cuda":
+        have = torch.cuda.get_device_properties(dev).total_memory
+        workspace = b.memory - b.per_run * b.runs
+        check_budget(Budget(b.what, workspace, 0, b.runs, 0.0, b.detail, b.lower), have,
+                     dev.type, warn=False, limit_h=math.inf, have_is="the device has")
+
+
+def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int, sampler: str = "auto",
+                      checkpoints: int | Sequence[int] | None = None,
+                      record: Sequence[str] = ("gram",), dtype: str | torch.dtype = "float64",
+                      init: Any = "uniform", until: str = "horizon") -> Budget:
+    """The memory (`budget.estimate_memory`: records kept, plus one block of layer workspace)
+    and the work (`budget.estimate_work`, runs x layers x heads x n x w x (n + w)) of
+    `simulate` with these arguments, w the width held (d; n for the Gram sampler from a uniform
+    start, which holds nothing of size d)."""
+    runs = check_int("runs", runs, 1)
+    tdtype = resolve_dtype(dtype)
     k = len(resolve_checkpoints(checkpoints, grid.steps))
     used = choose_sampler(params, sampler)
-    n = params.n
-    # the width of what is held: the Gram sampler from a uniform start never holds size d
+    n, heads = params.n, params.heads
     w = n if used == "gram" and isinstance(init, str) and init == "uniform" else params.d
-    kept = runs * (n * w + k * n * n * ("gram" in record)
-                   + k * n * (n if used == "gram" else w) * ("tokens" in record))
-    heads = params.heads  # each head holds its own output and, with the full sampler, its noise
-    layer = min(runs, RUN_BLOCK) * (4 * n * w + n * n + (w * w if used == "full" else
-                                                         2 * n * max(n, w)) + _mlp_width(params, used)
-                                    + (heads - 1) * (n * w + (w * w if used == "full" else 0)))
     size = torch.finfo(tdtype).bits // 8
-    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for need, where in ((kept + layer, "cpu"), (layer, dev.type)):
-        have = host if where == "cpu" else torch.cuda.get_device_properties(dev).total_memory
-        if need * size > have:
-            raise ParameterError(
-                f"this simulation needs at least {need * size / 2**30:.3g} GiB of {where} memory "
-                f"({runs} runs, n = {n}, d = {params.d}, {heads} head{'s' * (heads > 1)}, {k} "
-                f"checkpoints, sampler {used}, {name}), more than the {have / 2**30:.3g} GiB "
-                f"there: lower runs, n, d{', heads' if heads > 1 else ''} or checkpoints")
+    mem = estimate_memory(runs, n, w, k, block=min(runs, RUN_BLOCK), record=record, heads=heads,
+                          full=used == "full", mlp=_mlp_width(params, used), itemsize=size)
+    one = estimate_memory(1, n, w, k, block=0, record=record, itemsize=size).kept
+    name = str(tdtype).removeprefix("torch.")
+    detail = (f"{runs} runs, n = {n}, d = {params.d}, {heads} head{'s' * (heads > 1)}, {k} "
+              f"checkpoints, {grid.steps} layers, sampler {used}, {name}")
+    lower = ("runs", "n", "d", *(("heads",) if heads > 1 else ()), "checkpoints")
+    return Budget("this simulation", mem.total, one, runs,
+                  estimate_work(runs, grid.steps, n, w, heads, _mlp_width(params, used)),
+                  detail, lower, bounded=until != "decided", longer=("runs", "layers", "n", "d"))
 
 
 def pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

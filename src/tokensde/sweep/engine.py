@@ -40,9 +40,11 @@ import json
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
 import tomllib
+import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -54,6 +56,16 @@ from typing import Any
 from .._version import __version__
 from ..io.store import StoreError, atomic_write, check_meta, check_output, header, read_parquet, write_parquet
 from ..model.params import ParameterError, check_choice, check_int
+from ..sim.budget import (
+    GIB,
+    WARN_HOURS,
+    Budget,
+    BudgetError,
+    BudgetWarning,
+    available_memory,
+    check_budget,
+    cpu_rate,
+)
 from ..sim.rng import derive_seed
 
 KIND_SWEEP = "tokensde.sweep"
@@ -728,15 +740,63 @@ def check_backend(backend: str, address: str | None) -> str:
     return backend
 
 
-def worker_cap(workers: int, cells: int, backend: str = "local", address: str | None = None
-               ) -> int:
-    """The workers a sweep starts: at most `workers`, the cells left to run and, on this machine
-    (local pool, or a Ray instance started here), its CPU count; at least 1. A Ray cluster at
-    `address` is sized by its own CPUs."""
-    cap = max(1, min(workers, cells))
+def worker_bounds(workers: int, cells: int, backend: str = "local", address: str | None = None,
+                  cell_bytes: int = 0, have: int | None = None) -> dict[str, int]:
+    """What bounds the workers of a sweep: `asked`, the `cells` left to run and, on this machine
+    (local pool, or a Ray instance started here), its `cpus` and the `memory` available (`have`
+    bytes, default `budget.available_memory()`) over `cell_bytes`, the most one cell needs (0:
+    not known). A Ray cluster at `address` is sized by its own CPUs and memory."""
+    bounds = {"asked": workers, "cells": cells}
     if backend == "local" or not address:
-        cap = min(cap, os.cpu_count() or 1)
-    return cap
+        bounds["cpus"] = os.cpu_count() or 1
+        if cell_bytes > 0:
+            bounds["memory"] = (available_memory() if have is None else have) // cell_bytes
+    return bounds
+
+
+def worker_cap(workers: int, cells: int, backend: str = "local", address: str | None = None,
+               cell_bytes: int = 0, have: int | None = None) -> int:
+    """The workers a sweep starts: the least of `worker_bounds`, and at least 1."""
+    return max(1, min(worker_bounds(workers, cells, backend, address, cell_bytes, have).values()))
+
+
+def cell_budgets(config: SweepConfig, cells: Iterable[Cell]) -> list[tuple[Cell, Budget]]:
+    """The memory and work of each cell whose kind estimates them (`ExperimentKind.budget`); a
+    cell whose estimate fails is left out (it fails with its message when it runs)."""
+    from .kinds import get_kind
+
+    estimate = get_kind(config.kind, config.module).budget
+    out = []
+    if estimate is not None:
+        for c in cells:
+            try:
+                out.append((c, estimate(dict(c.params))))
+            except (ParameterError, ValueError):
+                continue
+    return out
+
+
+def check_cells(budgets: list[tuple[Cell, Budget]], workers: int, have: int | None = None,
+                warn: bool = True) -> None:
+    """Before any cell runs: refuse (BudgetError) a sweep one of whose cells cannot fit in the
+    memory available or, run to its horizon, needs more than TOKENSDE_MAX_HOURS on one core; with
+    `warn`, a BudgetWarning when the cells need more than WARN_HOURS on `workers` cores at the
+    fast rate. `have`: bytes available to one cell (default `budget.available_memory()`)."""
+    have = available_memory() if have is None else have
+    one = cpu_rate(1)
+    for c, b in budgets:
+        try:
+            check_budget(b, have, rate=one, warn=False)
+        except BudgetError as err:
+            raise BudgetError(f"cell {c.index} ({c.id}, {c.params}): {err}") from None
+    work = sum(b.work for _, b in budgets)
+    if warn and work / (one * workers) > 3600 * WARN_HOURS:
+        warnings.warn(f"the {len(budgets)} cells left need about "
+                      f"{work / (one * workers) / 60:.3g} min on {workers} worker"
+                      f"{'s' * (workers > 1)} ({work:.3g} flop-ish units at {one:.3g}/s a "
+                      "worker, a fast rate; runs that stop once decided take less)",
+                      BudgetWarning,
+                      stacklevel=3)
 
 
 def _rows(tasks: list[Row], workers: int, backend: str, address: str | None
@@ -762,6 +822,11 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
     sd = SweepDir(out)
     sd.check_foreign(fingerprint(cfg, cells))
     t0 = time.perf_counter()
+    budgets = cell_budgets(cfg, cells)
+    # a Ray cluster at an address has memory of its own, not known here
+    have = available_memory() if backend == "local" or not address else sys.maxsize
+    if not sd.exists():  # refused before the directory is made, so a smaller sweep can use it
+        check_cells(budgets, 1, have, warn=False)
     with sd.lock():
         meta = sd.prepare(cfg, cells)
         parts = sd.parts(meta)
@@ -772,7 +837,15 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
                   "ran": 0}
         if on_start is not None:
             on_start(dict(counts))
-        used = worker_cap(workers, len(todo), backend, address)
+        budgets = [(c, b) for c, b in budgets if c.id not in ok]
+        cell_bytes = max((b.memory for _, b in budgets), default=0)
+        bounds = worker_bounds(workers, len(todo), backend, address, cell_bytes, have)
+        used = max(1, min(bounds.values()))
+        check_cells(budgets, used, have)
+        if bounds.get("memory", used) < min(workers, len(todo), bounds.get("cpus", workers)):
+            warnings.warn(f"{used} worker{'s' * (used > 1)} of {workers} asked: a cell needs up "
+                          f"to {cell_bytes / GIB:.3g} GiB, {have / GIB:.3g} GiB available",
+                          BudgetWarning, stacklevel=2)
         # closing: an interrupt stops the workers at once, not when the generator is collected
         with closing(_rows(_tasks(cfg, todo), used, backend, address)) as rows:
             for row in rows:
@@ -792,6 +865,7 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
         table = sd.write_table(meta, parts)
     return {**counts, "rows": len(parts), "dir": str(sd.path), "table": str(table),
             "backend": backend, "workers": used, "workers_asked": workers,
+            "workers_bounds": bounds, "cell_memory_gib": cell_bytes / GIB,
             "wall_s": time.perf_counter() - t0}
 
 

@@ -24,7 +24,7 @@ import importlib
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -91,13 +91,16 @@ def real_or_auto(default: Any = "auto", doc: str = "") -> Param:
 
 @dataclass(frozen=True)
 class ExperimentKind:
-    """A named experiment: its parameters and the pure function that runs one cell."""
+    """A named experiment: its parameters and the pure function that runs one cell; `budget`,
+    when given, estimates a canonical cell's memory and work (`sim.budget.Budget`) before it
+    runs, for the sweep's worker cap and checks."""
 
     name: str
     run: RunFn
     params: Mapping[str, Param]
     doc: str = ""
     finalize: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None
+    budget: Callable[[dict[str, Any]], Any] | None = None  # canonical cell -> sim.budget.Budget
 
     def normalize(self, cell: Mapping[str, Any]) -> dict[str, Any]:
         """The canonical cell: keys sorted, defaults filled in, values validated and coerced."""
@@ -260,16 +263,32 @@ def hovering_stats(report: clusters.ClusterReport, g_end: np.ndarray, g_before: 
             "p_hovering_hi": float(hi)}
 
 
+def _multi_token_grid(cell: dict[str, Any]) -> tuple[Any, list[int]]:
+    """The time grid of a multi-token cell and its two checkpoints (the motion window, the end)."""
+    from ..model.params import TimeGrid
+
+    grid = TimeGrid.make(T=cell["T"], dt=auto_dt(cell["d"], cell["dt"]))
+    return grid, [min(grid.steps - 1, round(grid.steps * (1.0 - cell["window"]))), grid.steps]
+
+
+def multi_token_budget(cell: dict[str, Any]) -> Any:
+    """Memory and work of a multi-token cell (`sim.simulate.simulation_budget`)."""
+    from ..sim.simulate import simulation_budget
+
+    grid, ck = _multi_token_grid(cell)
+    b = simulation_budget(model_params(cell), grid, cell["runs"], cell["sampler"], ck,
+                          until=cell["until"])
+    return replace(b, lower=("runs", "n", "d"), longer=("runs", "T", "n", "d"))
+
+
 def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     """Simulate `runs` systems of n uniform tokens, each until decided (every pair within `tol`
     of +-1) or to the horizon T (`until='horizon'`: every run to T), and classify the outcomes
     at `tol`; a run still undecided at T gets the motion test over the last `window * T`."""
-    from ..model.params import TimeGrid
     from ..sim.simulate import simulate
 
     p = model_params(cell)
-    grid = TimeGrid.make(T=cell["T"], dt=auto_dt(p.d, cell["dt"]))
-    before = min(grid.steps - 1, round(grid.steps * (1.0 - cell["window"])))
+    grid, (before, _) = _multi_token_grid(cell)
     tol = cell["tol"]
     stop = {"until": "decided", "tol": tol} if cell["until"] == "decided" else {}
     res = simulate(p, grid, runs=cell["runs"], seed=seed, sampler=cell["sampler"],
@@ -347,6 +366,7 @@ register(ExperimentKind(
     },
     "n tokens from uniform positions: outcome law at absorption (spec §7)",
     finalize=_check_model,
+    budget=multi_token_budget,
 ))
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..analysis.pair_monte_carlo import ENGINES, monte_carlo
+from ..analysis.pair_monte_carlo import ENGINES, monte_carlo, pair_budget, spec_params
 from ..model.mlp import MLPS
-from ..model.params import ParameterError, check_real
+from ..model.params import ParameterError, TimeGrid, check_real
+from ..sim.budget import Budget
 from ..theory import decision_time as absorption
 from ..theory import two_tokens as tt
 from ..theory.coefficients import pair_model
@@ -99,6 +100,14 @@ def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     }
 
 
+def two_token_budget(cell: dict[str, Any]) -> Budget:
+    """Memory and work of a two-token cell (`pair_monte_carlo.pair_budget`)."""
+    mlp = {k: cell.get(k, v) for k, v in MLP_DEFAULTS.items()}
+    p = spec_params(cell["beta"], cell["d"], **mlp)
+    return pair_budget(p, cell["rho0"], TimeGrid.make(T=cell["T"], dt=cell["dt"]), cell["runs"],
+                       cell["engine"], cell["sampler"], cell["until"])
+
+
 register(ExperimentKind(
     KIND,
     two_token_cell,
@@ -123,6 +132,7 @@ register(ExperimentKind(
     },
     "two tokens: P(antipodal) at (beta, d) against the exact theory (spec §5)",
     finalize=_finalize,
+    budget=two_token_budget,
 ))
 
 
