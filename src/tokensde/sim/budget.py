@@ -196,7 +196,8 @@ class Budget:
     longer: tuple[str, ...] = ("runs",)
 
     def most_runs(self, have: int) -> int:
-        """How many runs fit in `have` bytes, the other sizes unchanged (0: not even one)."""
+        """How many runs fit in `have` bytes, the other sizes unchanged (0: not even one); a lower
+        bound, since the workspace of fewer runs than a block is smaller."""
         fixed = self.memory - self.per_run * self.runs
         return max(0, (have - fixed) // self.per_run) if self.per_run > 0 else self.runs
 
@@ -221,7 +222,7 @@ def check_budget(b: Budget, have: int | None = None, where: str = "cpu", rate: f
     if b.memory > have:
         first, *rest = [flag(p) for p in b.lower]
         k = b.most_runs(have)
-        fit = (f"at most {k} fit" if k >= 1 else "not even one fits")
+        fit = f"{k} fit at these sizes" if k >= 1 else "not even one fits"
         raise BudgetError(
             f"{b.what} needs at least {b.memory / GIB:.3g} GiB of {where} memory ({b.detail}), "
             f"more than the {have / GIB:.3g} GiB {have_is}: lower {first} ({fit})"
