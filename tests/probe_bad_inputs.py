@@ -111,6 +111,23 @@ def cases() -> Iterator[tuple[str, list[str]]]:
     yield "simulate --value-init with --sigma", [*SIM, "--value-init", "pytorch", "--sigma", "1"]
     yield "simulate --n too large", _with(SIM, "--n", "100000000")
     yield "simulate --rho0 without pair", [*SIM, "--init", "pair", "--rho0", "2"]
+    # runs that cannot fit or finish, refused before any work (sizes no machine holds or ends)
+    yield "simulate --runs beyond memory", [*_with(SIM, "--runs", "1000000000000"),
+                                            "--out", "{res}/x.npz"]
+    yield "simulate layers beyond the time limit", [*SIM[:-4], "--time", "1e13", "--dt", "0.1",
+                                                   "--until", "horizon", "--out", "{res}/x.npz"]
+    yield "two-token mc --runs beyond memory", [*_with(MC, "--runs", "1000000000000"),
+                                                "--out", "{res}/x.json"]
+    yield "two-token mc horizon beyond the time limit", [*_with(MC, "--time", "1e15"),
+                                                         "--until", "horizon"]
+    yield "two-token mc reduced --runs beyond memory", [
+        *_with(MC, "--runs", "100000000000000"), "--engine", "reduced"]
+    yield "two-token hybrid --runs beyond memory", _with(HYB, "--runs", "1000000000000")
+    yield "meanfield table --runs beyond memory", ["meanfield", "table", "--runs",
+                                                   "1000000000000", "--out", "{res}/mf"]
+    yield "sweep run cell beyond memory", ["sweep", "run", "{bigcell}", "--out", "{res}/sw"]
+    yield "real torch-encoder --inits beyond memory", [
+        "real", "torch-encoder", "--inits", "1000000000", "--out", "{res}/real"]
     for cmd, bad in ((MC, MC_BAD), (HYB, HYB_BAD), (GRID, GRID_BAD)):
         for opt, vals in bad.items():
             for v in vals:
@@ -217,7 +234,8 @@ def _setup(root: Path) -> dict[str, str]:
     tomls = {"badtoml": "kind = [", "badkind": SMALL.replace("multi_token", "nope"),
              "badkey": SMALL + "\nbogus = 1\n", "badgrid": SMALL.replace("n = [3]", "n = []"),
              "module": 'module = "os"\n' + SMALL, "badparam": SMALL.replace("n = [3]", "n = [0]"),
-             "badparam2": SMALL.replace("n = [3]", "n = [4]")}
+             "badparam2": SMALL.replace("n = [3]", "n = [4]"),
+             "bigcell": SMALL.replace("runs = 4", "runs = 1000000000000")}
     fields = {"afile": str(keep / "afile"), "cfg": str(cfg), "sweep": str(keep / "sweep"),
               "damaged_sweep": str(damaged), "damaged_results": str(results),
               "foreign_report": str(foreign), "bad_npy": str(keep / "bad.npy"),

@@ -217,6 +217,14 @@ def test_two_token_and_meanfield_refusals(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_real_refusal(tmp_path):
+    refused(["real", "torch-encoder", "--inits", "4", "--out", str(tmp_path / "r")],
+            {"TOKENSDE_MEMORY": "10M"}, "this torch-encoder run needs at least 0.0419 GiB",
+            "(4 inits x 2 inputs, 12 layers, width 256, 64 tokens, vocabulary 1024)",
+            "lower --inits (not even one fits), --inputs, --layers, --width or --ctx")
+    assert not list(tmp_path.iterdir())
+
+
 def test_normal_sizes_are_not_refused(monkeypatch):
     """The sizes of the quick reproduction and the docs pass the checks with room to spare."""
     from tokensde.sweep.kinds import get_kind

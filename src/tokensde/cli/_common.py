@@ -36,20 +36,18 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-# how the estimates' parameter names are typed on the command line, where not `--name`
-FLAGS = {"layers": "--layers (or --time / --dt)"}
-
-
 def flag(name: str) -> str:
     """The option that sets parameter `name`: 'runs' -> '--runs', 'mlp_width' -> '--mlp-width'."""
-    return FLAGS.get(name, "--" + name.replace("_", "-"))
+    return "--" + name.replace("_", "-")
 
 
-def check_run(budget: Budget, device: str = "cpu") -> float:
+def check_run(budget: Budget, device: str = "cpu", flags: dict[str, str] | None = None) -> float:
     """Before any work: refuse (exit 2 under `user_errors`) a run whose memory exceeds what is
     available now or whose bounded work needs more than TOKENSDE_MAX_HOURS, and warn on stderr
-    when it needs more than an hour (`sim.budget.check_budget`); returns the seconds estimated."""
-    return check_budget(budget, flag=flag,
+    when it will take long (`sim.budget.check_budget`); `flags` spells the parameters that are
+    not `--name`. Returns the seconds estimated."""
+    spell = flags or {}
+    return check_budget(budget, flag=lambda k: spell.get(k) or flag(k),
                         rate=CUDA_RATE if str(device).startswith("cuda") else None)
 
 

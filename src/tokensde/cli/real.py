@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from ._common import JSON, SEED, emit_json, fail, progress_bar, user_errors
+from ._common import JSON, SEED, check_run, emit_json, fail, progress_bar, user_errors
 
 ARCH_COMMANDS = ("gpt2", "bert", "vit", "torch-encoder")
 
@@ -29,7 +29,9 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
                         centring=centring, qk=qk, mlp=mlp, bias=bias, value_scale=value_scale)
         check_output(out, "--out", directory=True)
         from ..plots.real import plot_real
-        from ..real.experiment import run_real, save_run
+        from ..real.experiment import real_budget, run_real, save_run
+
+        check_run(real_budget(spec, inits, inputs, sde_steps))
 
         images = None
         if arch == "vit":

@@ -197,7 +197,8 @@ def simulate_cmd(
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
         x0 = _name_or_npy("init", init, ("uniform", "pair"))
         check_run(simulation_budget(p, grid, runs, sampler, checkpoints, dtype=dtype, init=x0,
-                                    until=until), device)
+                                    until=until), device,
+                  {"layers": "--layers (or --time / --dt)"})
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
             res = simulate(p, grid, runs=runs, init=x0, rho0=rho0, seed=seed, sampler=sampler,
                            scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints,
