@@ -600,7 +600,7 @@ class Size:
                 "strong_from": self.strong_from}
 
 
-SIZES: dict[str, Size] = {
+CONVERGENCE_SIZES: dict[str, Size] = {
     "full": Size({"two_tokens": 65536, "eight_tokens": 8192},
                  {"two_tokens": 1024, "eight_tokens": 512}, strong_from=32),
     "quick": Size({"two_tokens": 32768, "eight_tokens": 4096},
@@ -649,7 +649,7 @@ def run_convergence(
     depend only on `seed`: problem `k` uses seeds `derive_seed(seed, k, pass)`.
     `progress(runs)` is called as each chunk finishes.
     """
-    sz = SIZES[size] if isinstance(size, str) else size
+    sz = CONVERGENCE_SIZES[size] if isinstance(size, str) else size
     probs = [PROBLEMS[p] if isinstance(p, str) else p for p in problems]
     lv, laws = tuple(sz.levels), tuple(laws)
     top = max(lv)
