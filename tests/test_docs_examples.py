@@ -6,7 +6,8 @@
   with its reason: `test_the_docs_have_examples_and_mark_few` holds that);
 - each `tokensde ...` command of a ```bash block and each `$ tokensde ...` line of a ```console
   block parses as Click would (options, choices, sub-commands), without running;
-- each `make` target named exists, and each `python FILE` names a file of the repository.
+- each `make` target named exists, and each `python FILE` names a file of the repository;
+  other programs (git, ray) are left alone.
 
 The README has its own test (tests/test_readme.py), which also checks what its examples print.
 """
@@ -69,12 +70,13 @@ def test_shell_command_parses(where, command):
     args = shlex.split(command)
     while args and "=" in args[0] and not args[0].startswith("-"):
         args = args[1:]  # environment assignments
-    if not args or args[0] in ("ray", "export"):  # the Ray cluster's own commands
+    if not args:
         return
     if args[0] == "make":
         assert set(args[1:]) <= make_targets(), f"{where}: {command}"
     elif args[0] in ("python", "python3"):
         script = args[2] if args[1] == "-m" else args[1]
         assert args[1] == "-m" or (REPO / script).is_file(), f"{where}: {command}"
-    else:
+    elif args[0] == "tokensde":
         parse_cli(shlex.join(args))
+    # other programs (git, ray, a subshell) are not ours to check
