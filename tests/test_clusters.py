@@ -13,7 +13,7 @@ from tokensde.analysis.clusters import (
     analyze,
     antipodal,
     antipodal_fraction,
-    classify,
+    classify_clusters,
     cluster_labels,
     effective_rank,
     inner_product_histogram,
@@ -79,7 +79,7 @@ def test_known_formations(assign, seed):
     assert rep.outcome[0] == expect
     # without an earlier checkpoint a multi-pole state cannot be called frozen
     no_before = Outcome.UNDECIDED if expect == Outcome.OTHER else expect
-    assert classify(g, TOL)[0] == no_before
+    assert classify_clusters(g, TOL)[0] == no_before
 
 
 @settings(max_examples=40, deadline=None)
@@ -140,8 +140,8 @@ def test_motion_decides_other_versus_undecided():
     g = np.eye(3)[None]
     moved = g.copy()
     moved[0, 0, 1] = moved[0, 1, 0] = 0.02
-    assert classify(g, TOL, before=moved)[0] == Outcome.UNDECIDED
-    assert classify(g, TOL, before=moved, move_tol=0.05)[0] == Outcome.OTHER
+    assert classify_clusters(g, TOL, before=moved)[0] == Outcome.UNDECIDED
+    assert classify_clusters(g, TOL, before=moved, move_tol=0.05)[0] == Outcome.OTHER
     assert analyze(g, TOL, before=moved).moved[0] == pytest.approx(0.02)
 
 
@@ -152,7 +152,7 @@ def test_log_space_gaps_below_float_resolution():
     g = x @ x.T
     assert g[0, 1] == 1.0 and g[0, 2] == -1.0
     np.testing.assert_array_equal(log_gaps(g), [[LOG_GAP_FLOOR] * 3])
-    assert classify(g, 1e-12)[0] == Outcome.BIPOLAR
+    assert classify_clusters(g, 1e-12)[0] == Outcome.BIPOLAR
 
 
 def test_tolerance_report_moves_only_the_marginal_runs():
@@ -239,6 +239,6 @@ def test_gram_level_masks_and_fraction_use_the_same_rule():
 ])
 def test_outcome_classes_of_three_tokens_at_the_tolerance(merge, anti, outcome):
     g = np.array([[1.0, merge, anti], [merge, 1.0, anti], [anti, anti, 1.0]])
-    assert classify(g, DY, before=g)[0] == outcome
+    assert classify_clusters(g, DY, before=g)[0] == outcome
     undecided = Outcome.UNDECIDED if outcome == Outcome.OTHER else outcome
-    assert classify(g, DY)[0] == undecided  # no earlier checkpoint: not known to be frozen
+    assert classify_clusters(g, DY)[0] == undecided  # no earlier checkpoint: not known to be frozen

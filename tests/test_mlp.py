@@ -232,7 +232,7 @@ def test_goe_forms_redrawn_two_token_theory():
     p = ModelParams(n=2, d=4, beta=3.0, qk="goe", qk_scale=0.5, qk_redraw="layer")
     res = simulate(p, T=60.0, dt=0.01, runs=1500, seed=7, init="pair", rho0=-0.5,
                    until="decided", tol=1e-3)
-    anti, _ = tt.classify(*pair_log_gaps(res.x), 1e-3)
+    anti, _ = tt.classify_pair(*pair_log_gaps(res.x), 1e-3)
     lo, hi = wilson(int(anti.sum()), 1500, 0.999)
     assert lo - 0.01 < th < hi + 0.01  # 99.9 % interval, widened by the O(dt) bias
     assert th < p_first_forms(3.0, 4, -0.5, 1e-3, 0.0) - 0.1  # the forms lower it, visibly

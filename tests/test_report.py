@@ -99,7 +99,7 @@ def small_tiny(monkeypatch):
     from tokensde.analysis import convergence
 
     runs = {"two_tokens": 256, "eight_tokens": 256}
-    monkeypatch.setitem(convergence.SIZES, "tiny", convergence.Size(
+    monkeypatch.setitem(convergence.CONVERGENCE_SIZES, "tiny", convergence.Size(
         runs, runs, levels=(4, 8, 16), strong_ref=4))
 
 

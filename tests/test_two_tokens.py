@@ -277,7 +277,7 @@ def test_reduced_diffusion_is_seeded_and_ends_match_theory():
     kw = {"beta": 2.0, "d": 4, "rho0": -0.5, "T": 40.0, "dt": 0.02, "runs": 20_000}
     a, b = tt.reduced_diffusion(seed=1, **kw), tt.reduced_diffusion(seed=1, **kw)
     assert np.array_equal(a.z, b.z)
-    anti, merged = tt.classify(*(g[:, -1] for g in a.log_gaps()), 1e-8)
+    anti, merged = tt.classify_pair(*(g[:, -1] for g in a.log_gaps()), 1e-8)
     assert (anti | merged).mean() > 0.995
     lo, hi = wilson(anti.sum(), kw["runs"], 0.99)
     assert lo <= tt.p_anti(2.0, 4, -0.5) <= hi

@@ -10,7 +10,7 @@ import torch
 
 from tokensde.model.params import ModelParams, ParameterError
 from tokensde.sim.layers import attention_output, network_step
-from tokensde.vit import ValueInit, ViTConfig, build_vit, make_model, pair_cosines, parse_arms, value_weights
+from tokensde.vit import Arm, ViTConfig, build_vit, make_model, pair_cosines, parse_arms, value_weights
 from tokensde.vit.geometry import geometry
 
 SMALL = ViTConfig(image_size=8, patch=4, dim=16, depth=3, heads=2)
@@ -68,16 +68,16 @@ def test_gaussian_arm_depends_on_the_seed_only() -> None:
 
 
 def test_arm_parsing() -> None:
-    assert ValueInit.parse(" suppressed:0.10 ").name == "noise:0.1"  # the old name of noise
-    assert ValueInit.parse("hybrid:2").noise_factor == 2.0
-    assert ValueInit.parse("default").noise_factor == 1.0
-    assert ValueInit.parse("shared").noise_factor is None
+    assert Arm.parse(" suppressed:0.10 ").name == "noise:0.1"  # the old name of noise
+    assert Arm.parse("hybrid:2").noise_factor == 2.0
+    assert Arm.parse("default").noise_factor == 1.0
+    assert Arm.parse("shared").noise_factor is None
     assert [a.name for a in parse_arms("default,identity,gaussian:0.5")] == [
         "default", "identity", "gaussian:0.5"]
     for bad in ("suppressed", "suppressed:-1", "gaussian:x", "identity:1", "foo", "shared:",
                 "hybrid", "noise:nan", "hybrid:-0.5"):
         with pytest.raises(ParameterError, match="arm"):
-            ValueInit.parse(bad)
+            Arm.parse(bad)
     with pytest.raises(ParameterError, match="distinct"):
         parse_arms("default,noise:0,suppressed:0.0")
 

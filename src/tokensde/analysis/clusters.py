@@ -10,7 +10,7 @@ Every function takes Gram matrices `gram` `(runs, n, n)` (or one `(n, n)`) of un
 - a configuration is *single-cluster* with one cluster, *bipolar* with one pole made of
   two clusters.
 
-Outcome at the horizon (`classify`): single-cluster and bipolar are the absorbing formations of the
+Outcome at the horizon (`classify_clusters`): single-cluster and bipolar are the absorbing formations of the
 noisy dynamics. Any other configuration is *other* if it is frozen — no inner product moved by more
 than `move_tol` since an earlier checkpoint `before` (e.g. metastable clusters of the deterministic
 flow) — and *undecided* if it is still moving (or if no earlier checkpoint is given).
@@ -240,7 +240,7 @@ def analyze(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | 
     )
 
 
-def classify(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | None = None
+def classify_clusters(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | None = None
              ) -> np.ndarray:
     """Outcome code (`Outcome`) of each run, `(runs,)`; see `analyze`."""
     return analyze(gram, tol, before, move_tol).outcome

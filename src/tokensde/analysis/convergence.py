@@ -32,11 +32,11 @@ from scipy import stats as _st
 
 from ..io.store import check_meta, header
 from ..model.params import ModelParams, ParameterError, check_int
-from ..sim.layers import attention_output, mlp_input, mlp_step, network_step
+from ..sim.layers import attention_output, layer_step
 from ..sim.loop import Progress
 from ..sim.rng import RUN_BLOCK, RunStreams, derive_seed
-from ..sim.samplers import apply_matrices, gram_factor, mlp_kernel_noise, mlp_scale
-from ..sim.sde import sde_step
+from ..sim.samplers import apply_matrices, mlp_kernel_noise, mlp_noise_given
+from ..sim.sde import sde_layer
 from ..sim.simulate import MLP_STREAM, QK_STREAM, initial_tokens, qk_draws, scheme_params
 from .clusters import upper_pairs
 
@@ -183,90 +183,123 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
     `on_step(j, nets, fine)` is called after fine step `j` (every network has then done the
     layers that end at or before `j h`)."""
     levels = check_levels(levels, ref_steps)
-    h = T / ref_steps
-    d, ps = p.d, scheme_params(p, "sde")
-    m = ps.heads // p.heads  # draws of the qk law per head and SDE step
-    sig = p.sigma / math.sqrt(ps.heads)  # the entry scale of one SDE head's value noise
-    sig_net = p.sigma / math.sqrt(p.heads)  # and of one network head's
-    net_shape = (d, d) if p.heads == 1 else (p.heads, d, d)
-    shape = net_shape if m == 1 else (p.heads, m, d, d)
-
-    def sde_paths(dw: torch.Tensor) -> torch.Tensor:
-        return dw if m == 1 else dw.flatten(1, 2)
-
-    def net_paths(dw: torch.Tensor) -> torch.Tensor:
-        return dw if m == 1 else dw.sum(2).reshape(-1, *net_shape)
-
-    draws = None if qk_rs is None else qk_draws(p, "sde", qk_rs, x0.dtype)
-
-    def head_forms(f: torch.Tensor | None) -> torch.Tensor | None:
-        """The networks' forms: the first of the `m` draws of each head."""
-        if f is None or m == 1:
-            return f
-        g = f.unflatten(1, (p.heads, m))[:, :, 0]
-        return g[:, 0] if p.heads == 1 else g
-
-    mlp = p.mlp_block.active
-    if mlp and mlp_rs is None:
+    if p.mlp_block.active and mlp_rs is None:
         raise ParameterError(f"mlp={p.mlp!r} needs the streams of its weights (mlp_rs)")
-
-    def mlp_sde(x: torch.Tensor, z: torch.Tensor | None, xi: torch.Tensor) -> torch.Tensor:
-        return xi if z is None else xi.add_(mlp_kernel_noise(x, ps, z))
-
+    c = _Coupling(p, T / ref_steps)
+    draws = None if qk_rs is None else qk_draws(p, "sde", qk_rs, x0.dtype)
     fine, half = x0.clone(), x0.clone()
     nets = {(law, L): x0.clone() for law in laws for L in levels}
-    # one running sum of fine increments per coarse grid: the half-fine SDE and each level
-    grids = [(None, 2), *((L, ref_steps // L) for L in levels)]
-    acc = [torch.zeros(x0.shape[0], *shape, dtype=x0.dtype) for _ in grids]
-    # the block's Gaussian path, summed per coarse grid (nothing to sum without a block)
-    acc_m = [torch.zeros(x0.shape[0], p.n, d, dtype=x0.dtype) if mlp else None for _ in grids]
-    started: dict[int | None, torch.Tensor | None] = {}  # forms at each grid's step start
-    zm: torch.Tensor | None = None
+    # the coarse grids: the SDE twice as coarse (level None), then each level
+    grids = [c.grid(None, 2, x0), *(c.grid(L, ref_steps // L, x0) for L in levels)]
     for j in range(1, ref_steps + 1):
-        dw = sig * math.sqrt(h) * rs.normal(*shape, dtype=x0.dtype)
-        if mlp_rs is not None and mlp:
-            zm = mlp_rs.normal(p.n, d, dtype=x0.dtype)
+        dw = c.increment(rs, x0.dtype)
+        zm = mlp_rs.normal(p.n, p.d, dtype=x0.dtype) if mlp_rs is not None and c.mlp else None
         f = None if draws is None else draws.next()
-        y = attention_output(fine, ps, f)
-        xi = mlp_sde(fine, zm, apply_matrices(y, sde_paths(dw) / math.sqrt(h)))
-        fine = sde_step(fine, y, xi, ps, h)
-        for (L, k), a, am in zip(grids, acc, acc_m, strict=True):
-            if (j - 1) % k == 0:
-                started[L] = f
-            a += dw
-            if am is not None and zm is not None:
-                am += zm
-            if j % k:
+        fine = c.sde(fine, f, dw, zm, 1)
+        for g in grids:
+            if not g.add(j, dw, zm, f):
                 continue
-            if L is None:
-                y = attention_output(half, ps, started[L])
-                v = sde_paths(a) / math.sqrt(k * h)
-                xi = mlp_sde(half, None if am is None else am / math.sqrt(k),
-                             apply_matrices(y, v))
-                half = sde_step(half, y, xi, ps, k * h)
+            if g.level is None:
+                half = c.sde(half, g.forms, g.dw, g.zm, g.k)
             else:
-                v_gauss = net_paths(a) / math.sqrt(k * h)
-                g = head_forms(started[L])
-                pre = None if not mlp or mlp_rs is None else mlp_rs.normal(
-                    p.n, p.mlp_hidden, dtype=x0.dtype)
-                for law in laws:
-                    v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, sig_net)
-                    x = nets[law, L]
-                    y = attention_output(x, p, g)
-                    x = network_step(x, y, apply_matrices(y, v), p, k * h)
-                    if pre is not None and am is not None:
-                        hid = p.mlp_block(gram_factor(mlp_input(x, p)) @ pre)
-                        xi = (gram_factor(hid) @ am).mul_(mlp_scale(p) / math.sqrt(k))
-                        x = mlp_step(x, xi, p, k * h)
-                    nets[law, L] = x
-            a.zero_()
-            if am is not None:
-                am.zero_()
+                c.networks(nets, g, laws, mlp_rs)
+            g.reset()
         if on_step is not None:
             on_step(j, nets, fine)
         if progress is not None:
             progress(x0.shape[0])
     return nets, fine, half
+
+
+@dataclass
+class _Grid:
+    """A coarse grid of `k` fine steps per step (`level` None: the SDE twice as coarse): the sums of
+    the fine increments `dw` and of the block's normals `zm` over its current step, and the forms
+    drawn at that step's first fine step."""
+
+    level: int | None
+    k: int
+    dw: torch.Tensor
+    zm: torch.Tensor | None
+    forms: torch.Tensor | None = None
+
+    def add(self, j: int, dw: torch.Tensor, zm: torch.Tensor | None, forms: torch.Tensor | None
+            ) -> bool:
+        """Add fine step `j`; True when it ends a step of this grid."""
+        if (j - 1) % self.k == 0:
+            self.forms = forms
+        self.dw += dw
+        if self.zm is not None and zm is not None:
+            self.zm += zm
+        return j % self.k == 0
+
+    def reset(self) -> None:
+        """Start the next step: the sums back to zero."""
+        self.dw.zero_()
+        if self.zm is not None:
+            self.zm.zero_()
+
+
+class _Coupling:
+    """How one fine Brownian increment drives the SDE's heads and the networks' (`coupled_states`):
+    with `m` draws of the qk law per head and SDE step, the SDE sees `heads m` paths and a
+    network's head the sum of its `m`."""
+
+    def __init__(self, p: ModelParams, h: float) -> None:
+        self.p, self.ps, self.h = p, scheme_params(p, "sde"), h
+        self.m = self.ps.heads // p.heads  # draws of the qk law per head and SDE step
+        self.sig = p.sigma / math.sqrt(self.ps.heads)  # entry scale of one SDE head's value noise
+        self.sig_net = p.sigma / math.sqrt(p.heads)  # and of one network head's
+        d = p.d
+        self.net_shape = (d, d) if p.heads == 1 else (p.heads, d, d)
+        self.shape = self.net_shape if self.m == 1 else (p.heads, self.m, d, d)
+        self.mlp = p.mlp_block.active
+
+    def grid(self, level: int | None, k: int, x0: torch.Tensor) -> _Grid:
+        """Empty sums for a grid of `k` fine steps per step."""
+        zm = torch.zeros(x0.shape[0], self.p.n, self.p.d, dtype=x0.dtype) if self.mlp else None
+        return _Grid(level, k, torch.zeros(x0.shape[0], *self.shape, dtype=x0.dtype), zm)
+
+    def increment(self, rs: RunStreams, dtype: torch.dtype) -> torch.Tensor:
+        """One fine step's Brownian increment `sig sqrt(h) Z`."""
+        return self.sig * math.sqrt(self.h) * rs.normal(*self.shape, dtype=dtype)
+
+    def sde(self, x: torch.Tensor, forms: torch.Tensor | None, dw: torch.Tensor,
+            zm: torch.Tensor | None, k: int) -> torch.Tensor:
+        """One SDE step of `k` fine steps driven by their summed increments `dw` and normals `zm`."""
+        ps = self.ps
+        y = attention_output(x, ps, forms)
+        v = (dw if self.m == 1 else dw.flatten(1, 2)) / math.sqrt(k * self.h)
+        z = None if zm is None else zm if k == 1 else zm / math.sqrt(k)
+        mlp = None if z is None else (lambda u: mlp_kernel_noise(u, ps, z))
+        return sde_layer(x, y, apply_matrices(y, v), ps, k * self.h, mlp)
+
+    def forms(self, f: torch.Tensor | None) -> torch.Tensor | None:
+        """The networks' forms: the first of the `m` draws of each head."""
+        if f is None or self.m == 1:
+            return f
+        g = f.unflatten(1, (self.p.heads, self.m))[:, :, 0]
+        return g[:, 0] if self.p.heads == 1 else g
+
+    def networks(self, nets: dict[tuple[str, int], torch.Tensor], g: _Grid,
+                 laws: Sequence[str], mlp_rs: RunStreams | None) -> None:
+        """One layer of the level-`g.level` network of every law, in place in `nets`: value
+        matrices from the summed increments (Gaussian, or their quantile transform), the hidden
+        pre-activations of the block drawn afresh and its output driven by the summed normals."""
+        p, dt = self.p, g.k * self.h
+        dw = g.dw if self.m == 1 else g.dw.sum(2).reshape(-1, *self.net_shape)
+        v_gauss = dw / math.sqrt(dt)
+        forms = self.forms(g.forms)
+        pre = None if not self.mlp or mlp_rs is None else mlp_rs.normal(
+            p.n, p.mlp_hidden, dtype=g.dw.dtype)
+        zm, root_k = g.zm, math.sqrt(g.k)
+        mlp = None if pre is None or zm is None else (
+            lambda u: mlp_noise_given(u, p, pre, zm, root_k))
+        for law in laws:
+            v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, self.sig_net)
+            x = nets[law, g.level]
+            y = attention_output(x, p, forms)
+            nets[law, g.level] = layer_step(x, y, apply_matrices(y, v), p, dt, mlp)
 
 
 def coupled_samples(
@@ -600,7 +633,7 @@ class Size:
                 "strong_from": self.strong_from}
 
 
-SIZES: dict[str, Size] = {
+CONVERGENCE_SIZES: dict[str, Size] = {
     "full": Size({"two_tokens": 65536, "eight_tokens": 8192},
                  {"two_tokens": 1024, "eight_tokens": 512}, strong_from=32),
     "quick": Size({"two_tokens": 32768, "eight_tokens": 4096},
@@ -649,7 +682,7 @@ def run_convergence(
     depend only on `seed`: problem `k` uses seeds `derive_seed(seed, k, pass)`.
     `progress(runs)` is called as each chunk finishes.
     """
-    sz = SIZES[size] if isinstance(size, str) else size
+    sz = CONVERGENCE_SIZES[size] if isinstance(size, str) else size
     probs = [PROBLEMS[p] if isinstance(p, str) else p for p in problems]
     lv, laws = tuple(sz.levels), tuple(laws)
     top = max(lv)

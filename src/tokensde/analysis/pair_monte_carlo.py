@@ -25,7 +25,7 @@ from ..theory.first_passage import hitting_probability
 from ..theory.two_tokens import (
     beta_c,
     check_rho0,
-    classify,
+    classify_pair,
     default_dt,
     hybrid_eps2_c,
     hybrid_lyapunov,
@@ -157,7 +157,7 @@ def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: in
     if until == "horizon":
         sim.pop("decide_every", None)
     res = simulate(p, grid, runs=runs, seed=seed, **init, **stop, **sim)
-    anti, merged = classify(*pair_log_gaps(res.x), tol)
+    anti, merged = classify_pair(*pair_log_gaps(res.x), tol)
     times = None if until == "horizon" else res.decision_times()
     return int(anti.sum()), int(merged.sum()), res.wall_s, times
 
@@ -167,7 +167,7 @@ def _reduced_outcome(beta: float, d: float, rho0: float | str, grid: TimeGrid, r
     paths = reduced_diffusion(beta, d, rho0, T=grid.T, dt=grid.dt, runs=runs, seed=seed,
                               sigma=sigma, eps=eps)
     lp, lm = paths.log_gaps()
-    anti, merged = classify(lp[:, -1], lm[:, -1], tol)
+    anti, merged = classify_pair(lp[:, -1], lm[:, -1], tol)
     return int(anti.sum()), int(merged.sum())
 
 

@@ -32,14 +32,14 @@ def reproduce_cmd(
 ) -> None:
     """Run every figure (reusing saved results) and write DIR/report.html; exit 1 when a section
     failed (each failure is listed with what to do)."""
-    from ..study import SIZES, reproduce
+    from ..study import STUDY_SIZES, reproduce
 
     with user_errors():
         if quick and full:
             raise ParameterError("choose one of --quick and --full")
         chosen = size or ("full" if full else "quick")
-        if chosen not in SIZES:
-            raise ParameterError(f"size must be one of {', '.join(SIZES)}; got {chosen!r}")
+        if chosen not in STUDY_SIZES:
+            raise ParameterError(f"size must be one of {', '.join(STUDY_SIZES)}; got {chosen!r}")
         from ..io.report import check_report_path
         from ..io.store import check_output
 

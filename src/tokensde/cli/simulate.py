@@ -8,7 +8,7 @@ from typing import Any, cast
 import numpy as np
 import typer
 
-from ..analysis.clusters import Outcome, classify, pair_fractions, upper_pairs
+from ..analysis.clusters import Outcome, classify_clusters, pair_fractions, upper_pairs
 from ..io.progress import progress_bar
 from ..model.checks import check_tol
 from ..model.params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
@@ -46,7 +46,7 @@ def pair_summary(gram: np.ndarray, tol: float, exact: bool = False) -> dict[str,
     if rho.size == 0:
         return {"pairs": 0}
     merged, antipodal = pair_fractions(rho, tol)
-    outcome = classify(gram, tol)
+    outcome = classify_clusters(gram, tol)
     runs = len(outcome)
     decided = int((outcome != Outcome.UNDECIDED).sum())
     counts = {o: int((outcome == o).sum()) for o in (Outcome.SINGLE, Outcome.BIPOLAR)}

@@ -7,6 +7,8 @@ is always handled in *unit-time* form `xi_i = V y_i` (entry variance `sigma^2`);
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ..model.params import ModelParams, ParameterError
@@ -152,3 +154,13 @@ def mlp_step(x: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float) -> to
         return x + dt**0.5 * normalize(xi)
     z = x + dt**0.5 * xi
     return normalize_(z) if p.norm == "post" else z
+
+
+def layer_step(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float,
+               mlp: Callable[[torch.Tensor], torch.Tensor] | None = None,
+               step: Callable[..., torch.Tensor] = network_step) -> torch.Tensor:
+    """One layer: the attention sublayer `x' = step(x, y, xi, p, dt)` (spec §2; `step` one of
+    `NORM_STEPS`), then, with an MLP block whose output at the block input `u` is `mlp(u)`, the MLP
+    sublayer `mlp_step(x', mlp(mlp_input(x')), p, dt)` (docs/variants.md §5)."""
+    x = step(x, y, xi, p, dt)
+    return x if mlp is None else mlp_step(x, mlp(mlp_input(x, p)), p, dt)

@@ -165,9 +165,17 @@ def mlp_noise_fast(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Ten
     """The same law without d-sized weights: the pre-activations `W_1 x_i` of the `m` hidden
     units are independent `N(0, X X^T)` vectors over the tokens, and given `H = phi(W_1 X^T)^T`
     the output is `s C Z`, `C C^T = H H^T`, `Z` standard normal `(n, d)`."""
-    z = gram_factor(x) @ rs.normal(p.n, p.mlp_hidden, dtype=x.dtype)
-    h = p.mlp_block(z)
-    return (gram_factor(h) @ rs.normal(p.n, p.d, dtype=x.dtype)).mul_(mlp_scale(p))
+    return mlp_noise_given(x, p, rs.normal(p.n, p.mlp_hidden, dtype=x.dtype),
+                           rs.normal(p.n, p.d, dtype=x.dtype))
+
+
+def mlp_noise_given(x: torch.Tensor, p: ModelParams, pre: torch.Tensor, z: torch.Tensor,
+                    divide: float = 1.0) -> torch.Tensor:
+    """`mlp_noise_fast` with its standard normals given, `pre` `(runs, n, m)` for the hidden
+    pre-activations `C_X pre` and `z` `(runs, n, d)` for the output: `(s / divide) C_H z`,
+    `C_H C_H^T = H H^T`, `H = phi(C_X pre)` (`divide`: sqrt(k) when `z` sums k normals)."""
+    h = p.mlp_block(gram_factor(x) @ pre)
+    return (gram_factor(h) @ z).mul_(mlp_scale(p) / divide)
 
 
 def mlp_kernel_noise(x: torch.Tensor, p: ModelParams, z: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 
 from ..model.noise import apply_matrices
 from ..model.params import ModelParams, TimeGrid
-from .layers import attention_output, mean_part, network_step, normalize_, tangent
+from .layers import attention_output, mean_part, mlp_input, network_step, normalize_, tangent
 
 
 def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Tensor:
@@ -67,6 +67,15 @@ def sde_step(
     if my is not None:
         drift = drift + tangent(x, my)
     return normalize_(x + dt * drift + dt**0.5 * tangent(x, xi))
+
+
+def sde_layer(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float,
+              mlp: Callable[[torch.Tensor], torch.Tensor] | None = None,
+              step: Callable[..., torch.Tensor] = sde_step) -> torch.Tensor:
+    """One step of the depth limit with both noises in it (docs/variants.md §5):
+    `step(x, y, xi + mlp(mlp_input(x)), p, dt)`, `mlp(u)` the MLP block's kernel noise at `u`
+    (`xi` is added to in place)."""
+    return step(x, y, xi if mlp is None else xi.add_(mlp(mlp_input(x, p))), p, dt)
 
 
 

@@ -32,8 +32,7 @@ from .gram import frame_forms, run_batch_gram, uniform_frame
 from .layers import (
     NORM_STEPS,
     attention_output,
-    mlp_input,
-    mlp_step,
+    layer_step,
     network_step,
     normalize,
     residual_step,
@@ -43,7 +42,7 @@ from .norm_sde import check_peri_sde, peri_noise, peri_sde_step
 from .result import SimResult
 from .rng import RUN_BLOCK, RunStreams
 from .samplers import choose_sampler, mlp_sampler, noise_sampler, scheme_params
-from .sde import check_sde_step, sde_step
+from .sde import check_sde_step, sde_layer, sde_step
 
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
 # the step of each (scheme, norm) other than post-norm (docs/variants.md §4): the Euler step of the
@@ -285,15 +284,14 @@ def run_batch(
     if block is not None and mlp_rs is None:
         raise ParameterError(f"mlp={p.mlp!r} draws MLP weights: pass their streams (mlp_rs)")
 
+    # the limit takes both noises in one step, the network one sublayer each (docs/variants.md §5)
+    advance = sde_layer if scheme == "sde" else layer_step
+    mlp = None if block is None or mlp_rs is None else (lambda u: block(u, q, mlp_rs))
+
     def layer(xk: torch.Tensor) -> torch.Tensor:
         y = attention_output(inputs(xk), q, None if forms is None else forms.next(), weights)
         xi = torch.zeros_like(xk) if silent else noise(y, q, rs)
-        if block is None or mlp_rs is None:
-            return step(xk, y, xi, q, grid.dt)
-        if scheme == "sde":  # the limit: one step with both noises (docs/variants.md §5)
-            return step(xk, y, xi.add_(block(mlp_input(xk, q), q, mlp_rs)), q, grid.dt)
-        xk = step(xk, y, xi, q, grid.dt)
-        return mlp_step(xk, block(mlp_input(xk, q), q, mlp_rs), q, grid.dt)
+        return advance(xk, y, xi, q, grid.dt, mlp, step)
 
     return march(x, grid.steps, layer, checkpoints, record, progress, stop=stop)
 

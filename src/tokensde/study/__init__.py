@@ -19,8 +19,8 @@ The command line (`tokensde figure`, `tokensde reproduce`) is a thin shell over 
 which never imports the CLI.
 """
 
-from .context import SIZES, Context, FigureSpec
+from .context import STUDY_SIZES, Context, FigureSpec
 from .registry import FIGURES, build_section
 from .reproduce import reproduce
 
-__all__ = ["FIGURES", "SIZES", "Context", "FigureSpec", "build_section", "reproduce"]
+__all__ = ["FIGURES", "STUDY_SIZES", "Context", "FigureSpec", "build_section", "reproduce"]

@@ -24,7 +24,7 @@ from ..model.params import check_choice, check_int
 if TYPE_CHECKING:
     import pandas as pd
 
-SIZES: tuple[str, ...] = ("tiny", "quick", "full")
+STUDY_SIZES: tuple[str, ...] = ("tiny", "quick", "full")
 SWEEP_DIR = Path(__file__).parent / "sweeps"
 SWEEPS_ENV = "TOKENSDE_SWEEPS"
 
@@ -45,7 +45,7 @@ class Context:
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
-        self.size = check_choice("size", self.size, SIZES)
+        self.size = check_choice("size", self.size, STUDY_SIZES)
         self.seed = check_int("seed", self.seed, 0)
         self.workers = check_int("workers", self.workers, 1)
 

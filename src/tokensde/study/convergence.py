@@ -56,11 +56,11 @@ def cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
 def convergence_data(ctx: Context) -> tuple[Any, bool]:
     """The saved convergence result of this size (computed and saved if absent; finished chunks
     of an interrupted computation are kept under `data/convergence-<size>.parts/`)."""
-    from ..analysis.convergence import SIZES, ConvergenceResult, run_convergence
+    from ..analysis.convergence import CONVERGENCE_SIZES, ConvergenceResult, run_convergence
     from ..io.progress import progress_bar
     from ..io.store import write_json
 
-    size = SIZES[ctx.size]
+    size = CONVERGENCE_SIZES[ctx.size]
     parts = ctx.data_path("convergence", ".parts")
 
     def make() -> Any:

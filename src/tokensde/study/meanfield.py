@@ -12,7 +12,7 @@ from ..io.report import Image, Section, Table, interval
 from .context import Context, FigureSpec, saved_or
 
 # size -> run_table arguments
-SIZES: dict[str, dict[str, Any]] = {
+MEANFIELD_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"ds": [2], "betas": [3.0], "ns": [16], "K": 32, "runs": 4, "T": 20.0, "dt": 0.05},
     "quick": {"ds": [2], "betas": [3.0], "ns": [16, 64], "K": 32, "runs": 6, "T": 30.0,
               "dt": 0.05},
@@ -22,11 +22,11 @@ SIZES: dict[str, dict[str, Any]] = {
 
 
 def meanfield_data(ctx: Context) -> tuple[pd.DataFrame, bool]:
-    """Load or compute (and save) the table of `SIZES[ctx.size]` under `data/meanfield-<size>/`."""
+    """Load or compute (and save) the table of `MEANFIELD_SIZES[ctx.size]` under `data/meanfield-<size>/`."""
     from ..io.store import read_parquet
     from ..meanfield.absorption import KIND_TABLE, run_table, write_tables
 
-    args = {**SIZES[ctx.size], "seed": ctx.seed}
+    args = {**MEANFIELD_SIZES[ctx.size], "seed": ctx.seed}
 
     def load(path: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
         t, meta = read_parquet(path / "table.parquet", KIND_TABLE)
@@ -69,6 +69,6 @@ def draw_meanfield(ctx: Context, spec: FigureSpec, table: pd.DataFrame, reused: 
             "d = 3 most particle runs end as one atom up to n = 256 (docs/meanfield.md).")
     return Section(spec.name, spec.title, spec.claim, status="ok", note=note, tables=[tab],
                    images=[Image(png, "Minority mass at absorption against n; star: the limit.")],
-                   provenance={"reused": reused, "size": ctx.size, **SIZES[ctx.size],
+                   provenance={"reused": reused, "size": ctx.size, **MEANFIELD_SIZES[ctx.size],
                                "seed": ctx.seed,
                                "command": "tokensde meanfield table (docs/meanfield.md)"})

@@ -10,7 +10,7 @@ from ..io.report import Image, Section, Table, interval
 from .context import Context, FigureSpec, saved_or
 
 # (width, heads, ctx, layers, inits, inputs) per report size
-SIZES: dict[str, tuple[int, int, int, int, int, int]] = {
+REAL_SIZES: dict[str, tuple[int, int, int, int, int, int]] = {
     "tiny": (32, 4, 16, 4, 8, 2), "quick": (64, 4, 32, 8, 16, 2), "full": (256, 4, 64, 12, 32, 2)}
 
 
@@ -24,7 +24,7 @@ def real_data(ctx: Context) -> tuple[Any, bool]:
     from ..real.experiment import KIND, run_real, save_run
     from ..real.models import RealSpec
 
-    width, heads, n, layers, inits, inputs = SIZES[ctx.size]
+    width, heads, n, layers, inits, inputs = REAL_SIZES[ctx.size]
     spec = RealSpec(arch="gpt2", width=width, heads=heads, ctx=n, layers=layers, vocab=4096)
 
     def load(path: Any) -> tuple[Any, dict[str, Any]]:

@@ -7,7 +7,7 @@ positive probability iff `cosh 2beta > d - 2`. This module gives
 - theory: `beta_c`, the Lyapunov exponents at `rho = +-1`, `p_anti` (scale-function quadrature,
   vectorised), `p_anti_uniform` (uniformly random initial pair), the hybrid threshold of §6;
 - `reduced_diffusion`: the 1-D `rho` diffusion simulated on its own, in `z = artanh(rho)`;
-- `classify` (outcome masks at a tolerance) and `default_dt` (the Monte Carlo layer step).
+- `classify_pair` (outcome masks at a tolerance) and `default_dt` (the Monte Carlo layer step).
 
 It needs numpy and scipy only. The Monte Carlo of the full d-dimensional network (`monte_carlo`,
 `hybrid_monte_carlo`, `PairOutcome`) is in `tokensde.analysis.pair_monte_carlo`, which needs the simulator.
@@ -33,7 +33,7 @@ from .first_passage import RhoPaths, check_start
 
 ArrayLike = float | np.ndarray
 LOG2 = math.log(2.0)
-__all__ = ["RhoPaths", "antipodal_attracts", "beta_c", "check_rho0", "classify", "default_dt",
+__all__ = ["RhoPaths", "antipodal_attracts", "beta_c", "check_rho0", "classify_pair", "default_dt",
            "hybrid_drift_diffusion", "hybrid_eps2_c", "hybrid_lyapunov", "hybrid_p_anti",
            "lyapunov_antipodal", "lyapunov_merged", "p_anti", "p_anti_reference",
            "p_anti_uniform", "reduced_diffusion", "rho_drift_diffusion", "uniform_pair_density",
@@ -230,7 +230,7 @@ def reduced_diffusion(beta: float, d: float, rho0: float | str, *, T: float, dt:
 # ---------------------------------------------------------------------------------------------
 
 
-def classify(log_plus: np.ndarray, log_minus: np.ndarray, tol: float) -> tuple[
+def classify_pair(log_plus: np.ndarray, log_minus: np.ndarray, tol: float) -> tuple[
         np.ndarray, np.ndarray]:
     """Masks `(antipodal, merged)`: `1 + rho < tol` and `1 - rho < tol` (spec §7)."""
     lt = math.log(tol)

@@ -13,19 +13,19 @@
 from .compare import DataSpec, compact, compare, format_table, summarize, t_interval
 from .data import DATASETS, DatasetError, ImageData, MissingDatasetError, load_dataset
 from .geometry import geometry, pair_cosines
-from .init import ARM_KINDS, ValueInit, apply_value_init, make_model, parse_arms, value_weights
+from .init import ARM_KINDS, Arm, apply_value_init, make_model, parse_arms, value_weights
 from .model import ViT, ViTConfig, build_vit
 from .train import TrainConfig, lr_at, train_run
 
 __all__ = [
     "ARM_KINDS",
     "DATASETS",
+    "Arm",
     "DataSpec",
     "DatasetError",
     "ImageData",
     "MissingDatasetError",
     "TrainConfig",
-    "ValueInit",
     "ViT",
     "ViTConfig",
     "apply_value_init",

@@ -24,7 +24,7 @@ from ..io.store import atomic_write, header
 from ..model.params import check_int
 from ..sim.loop import Progress
 from .data import ImageData, load_dataset
-from .init import ValueInit
+from .init import Arm
 from .model import ViTConfig
 from .train import TrainConfig, steps_per_epoch, train_run
 
@@ -59,17 +59,17 @@ def _load(spec: DataSpec) -> ImageData:
     return load_dataset(spec.name, spec.data_dir, spec.train_subset, spec.test_subset)
 
 
-def run_dir(out: Path, arm: ValueInit, seed: int) -> Path:
+def run_dir(out: Path, arm: Arm, seed: int) -> Path:
     """Directory of one run: `out/runs/<arm>/seed<seed>` (':' spelt '_')."""
     return out / "runs" / arm.name.replace(":", "_") / f"seed{seed}"
 
 
-def _job(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arm: ValueInit,
+def _job(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arm: Arm,
          where: Path, threads: int) -> dict[str, Any]:
     return train_run(data.load(), model_cfg, train_cfg, arm, where, threads)
 
 
-def run_all(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[ValueInit],
+def run_all(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[Arm],
             seeds: list[int], out: Path, threads: int = 1, jobs: int = 1,
             progress: Progress | None = None) -> dict[str, dict[int, dict[str, Any]]]:
     """Train all runs; return `{arm: {seed: result}}`. Finished runs are read back, others resume.
@@ -125,7 +125,7 @@ def summarize(results: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -
     return {"arms": arms, "paired": paired, "seeds": list(seeds)}
 
 
-def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[ValueInit],
+def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[Arm],
             seeds: list[int], out: str | Path, threads: int = 1, jobs: int = 1,
             progress: Progress | None = None) -> dict[str, Any]:
     """Run every arm on every seed and return the summary (with a header saying how it was made)."""

@@ -40,14 +40,14 @@ from ..sweep.kinds import ExperimentKind, Param, choice, integer, real, register
 from .compare import BASELINE, DataSpec
 from .data import DATASETS
 from .geometry import pair_cosines
-from .init import ValueInit, make_model
+from .init import Arm, make_model
 from .model import BLOCKS, ViT, ViTConfig
 from .train import TrainConfig, evaluate, make_optimizer, train_epoch
 
 KIND = "vit_depth"
 DEVICE_ENV = "TOKENSDE_VIT_DEVICE"  # torch device of the training runs (default cpu)
 SWEEPS = Path(__file__).parent / "sweeps"
-SIZES = ("tiny", "quick", "full", "long")
+DEPTH_SWEEPS = ("tiny", "quick", "full", "long")
 PATCH = {"fashion-mnist": 7, "cifar10": 4, "digits": 4}
 NORM = {"attention-only": "rms", "standard": "layer"}
 # Columns that identify a training set-up: rows that agree on all of them (and on train_seed) are
@@ -59,7 +59,7 @@ SETUP = ("block", "depth", "dataset", "data_dir", "train_subset", "test_subset",
 def check_arm(key: str, value: Any) -> str:
     """The canonical name of the arm `value` (ParameterError naming `key` if it is none)."""
     try:
-        return ValueInit.parse(str(value)).name
+        return Arm.parse(str(value)).name
     except ParameterError as err:
         raise ParameterError(f"{key}: {err}") from err
 
@@ -171,7 +171,7 @@ def sized_config(size: str | os.PathLike, kind: str, sizes: Sequence[str], packa
 def depth_config(size: str | os.PathLike = "quick", **params: Any) -> SweepConfig:
     """The packaged sweep `size` ('quick' or 'full', or a TOML path), with fixed parameters
     replaced by `params` (e.g. `dataset='cifar10', data_dir=DIR`)."""
-    return sized_config(size, KIND, SIZES, SWEEPS / f"vit-depth-{size}.toml", params)
+    return sized_config(size, KIND, DEPTH_SWEEPS, SWEEPS / f"vit-depth-{size}.toml", params)
 
 
 def run_depth(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
@@ -208,8 +208,8 @@ def _gap_row(g: pd.DataFrame, base: pd.Series, key: list[str], baseline: str) ->
     diff = diff[np.isfinite(diff)]
     mean, lo, hi = t_interval(diff) if arm != baseline and len(diff) > 1 else (math.nan,) * 3
     init = {c: float(g[c].mean()) for c in g.columns if c.startswith("init_")}
-    return {**{k: g[k].iloc[0] for k in key}, "arm": arm, "model": ValueInit.parse(arm).model,
-            "lam": ValueInit.parse(arm).noise_factor, "seeds": len(g), "pairs": len(diff),
+    return {**{k: g[k].iloc[0] for k in key}, "arm": arm, "model": Arm.parse(arm).model,
+            "lam": Arm.parse(arm).noise_factor, "seeds": len(g), "pairs": len(diff),
             "acc": 100.0 * float(g["acc"].mean()), "gap": mean, "gap_lo": lo, "gap_hi": hi,
             "half_width": (hi - lo) / 2, **init}
 

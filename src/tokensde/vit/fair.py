@@ -47,7 +47,7 @@ from .stack import Member, StackedViT, train_stack
 from .train import TrainConfig
 
 KIND = "vit_fair"
-SIZES = ("fair", "fair-tiny", "fair-pilot", "fair-cifar")
+FAIR_SWEEPS = ("fair", "fair-tiny", "fair-pilot", "fair-cifar")
 # Columns that identify a training set-up (rows equal on all of them are comparable).
 SETUP = ("depth", "dataset", "data_dir", "train_subset", "val_subset", "test_subset", "dim",
          "heads", "patch", "batch_size", "seeds", "seed0", "poison_test")
@@ -141,9 +141,9 @@ register(ExperimentKind(KIND, fair_cell, PARAMS,
 # ----------------------------------------------------------------------------- running
 
 def fair_config(size: str | os.PathLike = "fair", **params: Any) -> SweepConfig:
-    """The packaged sweep `size` (SIZES, or a TOML path of kind vit_fair), with fixed
+    """The packaged sweep `size` (FAIR_SWEEPS, or a TOML path of kind vit_fair), with fixed
     parameters replaced by `params` (None values are ignored)."""
-    return sized_config(size, KIND, SIZES, SWEEPS / f"vit-{size}.toml", params)
+    return sized_config(size, KIND, FAIR_SWEEPS, SWEEPS / f"vit-{size}.toml", params)
 
 
 def check_data(config: SweepConfig) -> None:

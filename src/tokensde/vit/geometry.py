@@ -15,7 +15,7 @@ import torch
 
 from ..analysis import clusters
 from ..model.params import ParameterError, check_int, check_real
-from .init import ValueInit, make_model
+from .init import Arm, make_model
 from .model import ViTConfig
 
 KIND_GEOMETRY = "tokensde.vit.geometry"
@@ -28,7 +28,7 @@ def pair_cosines(x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def arm_geometry(cfg: ViTConfig, arm: ValueInit, images: torch.Tensor, seeds: list[int],
+def arm_geometry(cfg: ViTConfig, arm: Arm, images: torch.Tensor, seeds: list[int],
                  bins: int, tol: float) -> dict[str, Any]:
     """Cosine statistics across depth for `arm`, pooled over models of `seeds` and all images."""
     per_depth: list[list[torch.Tensor]] = [[] for _ in range(cfg.depth + 1)]
@@ -47,7 +47,7 @@ def arm_geometry(cfg: ViTConfig, arm: ValueInit, images: torch.Tensor, seeds: li
     return {"hist": hist, "near_pos": near_pos, "near_neg": near_neg, "mean": mean}
 
 
-def geometry(cfg: ViTConfig, arms: list[ValueInit], images: torch.Tensor, seeds: list[int],
+def geometry(cfg: ViTConfig, arms: list[Arm], images: torch.Tensor, seeds: list[int],
              bins: int = 40, tol: float = 0.05) -> dict[str, Any]:
     """Per arm: histograms `(depth+1, bins)` of token cosines and the fractions near +-1."""
     check_int("bins", bins, 2)

@@ -45,14 +45,15 @@ ARM_MODELS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class ValueInit:
-    """One arm: `kind` in ARM_KINDS and, for noise / hybrid / gaussian, its number."""
+class Arm:
+    """One value-matrix initialisation arm of the ViT: `kind` in ARM_KINDS and, for noise / hybrid
+    / gaussian, its number."""
 
     kind: str
     value: float | None = None
 
     @classmethod
-    def parse(cls, text: str) -> ValueInit:
+    def parse(cls, text: str) -> Arm:
         """Read one arm of ARM_FORMS, e.g. `noise:0.5` or `hybrid:0`."""
         kind, sep, num = str(text).strip().partition(":")
         kind = ALIASES.get(kind, kind)
@@ -80,10 +81,10 @@ class ValueInit:
             else None
 
 
-def parse_arms(text: str | list[str]) -> list[ValueInit]:
+def parse_arms(text: str | list[str]) -> list[Arm]:
     """A comma-separated list (or a list) of arms, canonical names unique."""
     items = text.split(",") if isinstance(text, str) else list(text)
-    arms = [ValueInit.parse(t) for t in items if str(t).strip()]
+    arms = [Arm.parse(t) for t in items if str(t).strip()]
     names = [a.name for a in arms]
     if not arms or len(set(names)) != len(names):
         raise ParameterError(f"arms must be a non-empty list of distinct arms ({ARM_FORMS}); "
@@ -97,9 +98,9 @@ def value_weights(model: ViT) -> list[torch.Tensor]:
     return [v.weight for v in layers if isinstance(v, nn.Linear)]
 
 
-def apply_value_init(model: ViT, arm: ValueInit | str, seed: int) -> ViT:
+def apply_value_init(model: ViT, arm: Arm | str, seed: int) -> ViT:
     """Overwrite the value matrices of `model` in place according to `arm`; return `model`."""
-    arm = arm if isinstance(arm, ValueInit) else ValueInit.parse(arm)
+    arm = arm if isinstance(arm, Arm) else Arm.parse(arm)
     weights = value_weights(model)
     gen = torch.Generator().manual_seed(derive_seed(seed, VALUE_STREAM))
     r = model.cfg.branch_scale
@@ -121,6 +122,6 @@ def apply_value_init(model: ViT, arm: ValueInit | str, seed: int) -> ViT:
     return model
 
 
-def make_model(cfg: ViTConfig, arm: ValueInit | str, seed: int) -> ViT:
+def make_model(cfg: ViTConfig, arm: Arm | str, seed: int) -> ViT:
     """The default-initialised ViT of `seed` with the value matrices set by `arm`."""
     return apply_value_init(build_vit(cfg, seed), arm, seed)

@@ -26,7 +26,7 @@ from ..model.params import ParameterError, check_int, check_real
 from ..sim.loop import Progress
 from ..sim.rng import derive_seed
 from .data import ImageData
-from .init import ValueInit, make_model
+from .init import Arm, make_model
 from .model import ViT, ViTConfig
 
 KIND_CHECKPOINT = "tokensde.vit.checkpoint"
@@ -171,7 +171,7 @@ def train_epoch(model: ViT, opt: torch.optim.Optimizer, data: ImageData, cfg: Tr
 
 
 def run_spec(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
-             arm: ValueInit) -> dict[str, Any]:
+             arm: Arm) -> dict[str, Any]:
     """Everything that defines a run (a checkpoint resumes only the same run)."""
     return {"arm": arm.name, "model": model_cfg.to_dict(), "train": train_cfg.to_dict(),
             "data": data.info}
@@ -213,10 +213,10 @@ def load_checkpoint(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
-              arm: ValueInit | str, run_dir: str | Path, threads: int = 1,
+              arm: Arm | str, run_dir: str | Path, threads: int = 1,
               progress: Progress | None = None) -> dict[str, Any]:
     """Train (or resume, or just read back) one run; return its result with the epoch history."""
-    arm = arm if isinstance(arm, ValueInit) else ValueInit.parse(arm)
+    arm = arm if isinstance(arm, Arm) else Arm.parse(arm)
     torch.set_num_threads(check_int("threads", threads, 1))
     run_dir = Path(run_dir)
     spec = run_spec(data, model_cfg, train_cfg, arm)
