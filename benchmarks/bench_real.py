@@ -7,7 +7,7 @@ side by side in one run.
 Times, for GPT-2 (4 heads, 64 tokens) at the default size of the command, the real side (build
 each init from GPT2Config and run its inputs, hidden states and statistics at every layer), the
 discrete prediction (tokensde's network by the Gram sampler, one run per input) and the depth limit
-(the SDE, 64 Euler steps, 32 runs), all inside one `run_real`. Prints the seconds of each, their
+(the SDE, 64 Euler steps, 32 runs: the defaults), all inside one `run_real`. Prints the seconds of each, their
 ratios to the real side (and of the whole prediction), the total and the load; target: the total
 of a default run <= 180 s on 2 cores. Needs the [real] extra.
 """
