@@ -191,6 +191,7 @@ def fit(args: argparse.Namespace) -> dict:
             "se": math.hypot(coarse.mean(1).std(ddof=1) / math.sqrt(len(coarse)),
                              out["sde_se_avg"])}
     print(json.dumps(out, indent=1))
+    (args.cache / "fit.json").write_text(json.dumps(out, indent=1))
     if args.figure is not None:
         figure(args, real, sde, out)
     return out
