@@ -82,3 +82,15 @@ def test_gpt2_heads_follow_the_product_law_and_the_gaussian_switch():
     assert math.isfinite(float(step)) and 0.5 < float(step) < 2.0  # same second moment
     with pytest.raises(ParameterError, match="value_law must be 'product' except for gpt2"):
         RealSpec(arch="bert", value_law="gaussian")
+
+
+def test_cli_refuses_bad_threads_and_value_law(tmp_path):
+    from typer.testing import CliRunner
+
+    from tokensde.cli import app
+
+    for args, msg in ((["torch-encoder", "--threads", "0"], "threads must be an integer >= 1; got 0"),
+                      (["torch-encoder", "--value-law", "gaussian"],
+                       "value_law must be 'product' except for gpt2")):
+        r = CliRunner().invoke(app, ["real", *args, "--out", str(tmp_path / "o")])
+        assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output
