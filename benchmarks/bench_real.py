@@ -7,13 +7,14 @@ side by side in one run.
 Times, for GPT-2 (4 heads, 64 tokens) at the default size of the command, the real side (build
 each init from GPT2Config and run its inputs, hidden states and statistics at every layer), the
 discrete prediction (tokensde's network by the Gram sampler, one run per input) and the depth limit
-(the SDE, 64 Euler steps, 32 runs), all inside one `run_real`. Prints the seconds of each, their
-ratios and the total; target: the total of a default run <= 180 s on 2 cores. Needs the [real]
-extra.
+(the SDE, 64 Euler steps, 32 runs: the defaults), all inside one `run_real`. Prints the seconds of each, their
+ratios to the real side (and of the whole prediction), the total and the load; target: the total
+of a default run <= 180 s on 2 cores. Needs the [real] extra.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from _bench import banner, check_common, parser
@@ -45,11 +46,13 @@ def main() -> None:
     total = time.perf_counter() - t0
     w = run.meta["wall_s"]
     print(f"{'side':<28}{'seconds':>10}{'/ real':>10}")
+    w = {**w, "prediction": w["network"] + w["sde"]}
     for name, key in (("real networks", "real"), ("tokensde network (Gram)", "network"),
-                      ("depth limit (SDE)", "sde")):
+                      ("depth limit (SDE)", "sde"), ("prediction (network + SDE)", "prediction")):
         print(f"{name:<28}{w[key]:>10.1f}{w[key] / w['real']:>10.2f}")
     print(f"{'total':<28}{total:>10.1f}   target <= {TARGET_S:.0f} s: "
-          f"{'met' if total <= TARGET_S else 'NOT met'}")
+          f"{'met' if total <= TARGET_S else 'NOT met'}; load average after "
+          f"{os.getloadavg()[0]:.2f}")
     a = run.agreement
     print(f"agreement: {a['within']}/{a['layers']} layers within 3 SE, largest difference "
           f"{a['max_abs_diff']:.4f}")

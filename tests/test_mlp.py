@@ -2,6 +2,7 @@
 noise, streams of their own, and bad values."""
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from tokensde import ModelParams, ParameterError, simulate
 from tokensde.cli import app
 from tokensde.model.mlp import MLPS
+from tokensde.model.mlp.gelu import dual_kernel_at, gelu_at
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import choose_sampler, mlp_noise_fast, mlp_noise_full, mlp_noise_sde
 
@@ -142,7 +144,10 @@ def test_network_and_sde_agree_on_a_pair_mean():
 
 @pytest.mark.parametrize(
     ("kwargs", "msg"),
-    [({"mlp": "swish"}, "mlp must be one of none, gelu, relu"),
+    [({"mlp": "swish"}, "mlp must be one of none, gelu, relu or gelu(q=<q>) with q > 0; "
+                        "got 'swish'"),
+     ({"mlp": "gelu(q=-1)"}, "mlp must be one of none, gelu, relu or gelu(q=<q>) with q > 0; "
+                             "got 'gelu(q=-1)'"),
      ({"mlp": "relu", "mlp_sigma": -1.0}, "mlp_sigma must be a finite number >= 0"),
      ({"mlp": "relu", "mlp_sigma": float("nan")}, "mlp_sigma must be a finite number >= 0"),
      ({"mlp": "gelu", "mlp_width": 0}, "mlp_width must be an integer >= 1; got 0"),
@@ -151,8 +156,27 @@ def test_network_and_sde_agree_on_a_pair_mean():
      ({"mlp": "relu", "norm": "peri", "mlp_sigma": 0.0}, "mlp_sigma must be > 0 with norm='peri'")],
 )
 def test_bad_mlp_values_name_the_parameter(kwargs, msg):
-    with pytest.raises(ParameterError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ParameterError) as err:
         ModelParams(n=3, d=4, **kwargs)
+    # a message naming the value given is compared whole (the list of allowed names exactly)
+    assert str(err.value) == msg if "; got" in msg else str(err.value).startswith(msg)
+
+
+def test_scaled_gelu_is_resolved_by_name_and_never_listed():
+    """GELU at pre-activation variance q (what tokensde.real maps a block's MLP to) is resolved
+    from its name: using one leaves the allowed names exactly none, gelu, relu."""
+    name = gelu_at(0.1)
+    p = ModelParams(n=3, d=4, mlp=name, mlp_sigma=0.5)
+    assert name == "gelu(q=0.1)" and type(p.mlp_block).q == 0.1
+    assert p.mlp_block.second_moment == pytest.approx(
+        float(dual_kernel_at(np.array(1.0), 0.1)), rel=1e-12)
+    assert MLPS.names() == ("none", "gelu", "relu") and gelu_at(1.0) == "gelu"
+    assert type(ModelParams(n=3, d=4, mlp="gelu(q=0.1)").mlp_block) is type(p.mlp_block)
+    assert pickle.loads(pickle.dumps(p)) == p
+    with pytest.raises(ParameterError) as err:
+        ModelParams(n=3, d=4, mlp="gelu(q=nan)")
+    assert str(err.value) == ("mlp must be one of none, gelu, relu or gelu(q=<q>) with q > 0; "
+                              "got 'gelu(q=nan)'")
 
 
 def test_gram_sampler_choice_and_cli_errors():

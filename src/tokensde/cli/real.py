@@ -17,7 +17,7 @@ ARCH_COMMANDS = ("gpt2", "bert", "vit", "torch-encoder")
 def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, inputs: int,
          out: Path, seed: int, vocab: int | None, norm_first: bool, residual_scaling: bool,
          centring: bool, qk: bool, mlp: bool, bias: bool, value_scale: float, sde_steps: int,
-         as_json: bool) -> None:
+         as_json: bool, value_law: str = "product", sde_runs: int = 32, threads: int = 1) -> None:
     from ..io.store import check_output
     from ..real.models import INSTALL_HINT, MissingExtraError, RealSpec, has_transformers
 
@@ -26,8 +26,14 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
     with user_errors():
         spec = RealSpec(arch=arch, layers=layers, width=width, heads=heads, ctx=ctx, vocab=vocab,
                         norm_first=norm_first, residual_scaling=residual_scaling,
-                        centring=centring, qk=qk, mlp=mlp, bias=bias, value_scale=value_scale)
+                        centring=centring, qk=qk, mlp=mlp, bias=bias, value_scale=value_scale,
+                        value_law=value_law)
         check_output(out, "--out", directory=True)
+        import torch
+
+        from ..model.checks import check_int
+
+        torch.set_num_threads(check_int("threads", threads, 1))
         from ..plots.real import plot_real
         from ..real.experiment import real_budget, run_real, save_run
 
@@ -40,7 +46,7 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
             images = load_dataset("fashion-mnist").x_test
         try:
             with progress_bar(inits, f"real {arch}: inits") as bar:
-                run = run_real(spec, inits, inputs, seed, sde_steps=sde_steps,
+                run = run_real(spec, inits, inputs, seed, sde_steps=sde_steps, sde_runs=sde_runs,
                                progress=bar, images=images)
         except MissingExtraError:
             fail(INSTALL_HINT)
@@ -95,11 +101,19 @@ def make_command(arch: str) -> Callable[..., None]:
         mlp: bool = typer.Option(True, "--mlp/--no-mlp", help="MLP block (off: output zero)."),
         bias: bool = typer.Option(True, "--bias/--no-bias", help="torch-encoder: Linear biases."),
         value_scale: float = typer.Option(1.0, "--value-scale", help="Multiply W_V's init."),
+        value_law: str = typer.Option(
+            "product", "--value-law",
+            help="gpt2: each head's value path W_O W_V as built (product) or a Gaussian matrix "
+                 "of the same entry variance (gaussian, the mapping's law)."),
         sde_steps: int = typer.Option(64, "--sde-steps", help="Euler steps of the limit."),
+        sde_runs: int = typer.Option(32, "--sde-runs", help="Runs of the limit."),
+        threads: int = typer.Option(1, "--threads", help="torch threads (1: fastest on a shared "
+                                    "machine; docs/benchmarks.md)."),
         as_json: bool = JSON,
     ) -> None:
         _run(arch, layers, width, heads, ctx, inits, inputs, out, seed, vocab, norm_first,
-             residual_scaling, centring, qk, mlp, bias, value_scale, sde_steps, as_json)
+             residual_scaling, centring, qk, mlp, bias, value_scale, sde_steps, as_json,
+             value_law, sde_runs, threads)
 
     command.__doc__ = (f"{arch} at init: token cosines at every layer over independent inits, "
                        "against tokensde's network and depth limit.")

@@ -3,14 +3,18 @@
 A strategy family (`tokensde.model.noise`, `tokensde.model.attention`) keeps one `Registry`;
 each of its modules defines a class with a class attribute `name` and decorates it with
 `@REGISTRY.register`. The parameter that selects it (`ModelParams.noise`, `.attention`) is
-checked against the names registered, in the order they were registered. numpy-free, torch-free.
+checked against the names registered, in the order they were registered. A parameterised family
+(GELU at a pre-activation variance q, `gelu(q=0.1)`) is resolved from its name by `add_family`
+without being registered, so the names listed stay the strategies themselves. numpy-free,
+torch-free.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from .checks import check_choice
+from .checks import require
 
 
 class Named(Protocol):
@@ -28,6 +32,7 @@ class Registry(Generic[S]):
     def __init__(self, param: str) -> None:
         self.param = param
         self._classes: dict[str, type[S]] = {}
+        self._families: list[tuple[str, Callable[[str], type[S] | None]]] = []
 
     def register(self, cls: type[S]) -> type[S]:
         """Class decorator: make `cls` selectable as `param=cls.name` (a name is taken once)."""
@@ -44,14 +49,38 @@ class Registry(Generic[S]):
         """Remove the class registered as `name` (tests that register a toy one)."""
         del self._classes[name]
 
+    def add_family(self, form: str, resolve: Callable[[str], type[S] | None]) -> None:
+        """Also accept the names of a parameterised family, described by `form` in error
+        messages (e.g. 'gelu(q=<q>) with q > 0'): `resolve(name)` is its class, or None when
+        `name` is not one of the family. Its classes are made on demand, never registered."""
+        self._families.append((form, resolve))
+
     def names(self) -> tuple[str, ...]:
-        """The registered names, in registration order."""
+        """The registered names, in registration order (families not included)."""
         return tuple(self._classes)
 
+    def _resolve(self, name: Any) -> type[S] | None:
+        if isinstance(name, str):
+            if name in self._classes:
+                return self._classes[name]
+            for _form, resolve in self._families:
+                cls = resolve(name)
+                if cls is not None:
+                    return cls
+        return None
+
     def check(self, name: Any, param: str | None = None) -> str:
-        """`name` if it is registered, else ParameterError "`param` must be one of ..."."""
-        return check_choice(self.param if param is None else param, name, self.names())
+        """`name` if it is registered or of a family, else ParameterError "`param` must be one
+        of <the registered names> [or <each family's form>]"."""
+        allowed = "one of " + ", ".join(self.names())
+        allowed += "".join(f" or {form}" for form, _ in self._families)
+        require(self._resolve(name) is not None, self.param if param is None else param, allowed,
+                name)
+        return str(name)
 
     def get(self, name: Any) -> type[S]:
-        """The class registered as `name`, or ParameterError naming the parameter."""
-        return self._classes[self.check(name)]
+        """The class of `name` (registered or of a family), or ParameterError naming the
+        parameter."""
+        cls = self._resolve(self.check(name))
+        assert cls is not None
+        return cls

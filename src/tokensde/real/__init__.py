@@ -21,7 +21,9 @@ from .models import (
     make_inputs,
     require_transformers,
 )
+from .value import draw_value_paths, value_moments
 
 __all__ = ["ARCHS", "INSTALL_HINT", "BlockLaw", "Mapping", "MissingExtraError", "RealRun",
-           "RealSpec", "agreement", "build", "has_transformers", "hidden_states", "make_inputs",
-           "map_network", "require_transformers", "run_real", "save_run", "to_model"]
+           "RealSpec", "agreement", "build", "draw_value_paths", "has_transformers", "hidden_states",
+           "make_inputs", "map_network", "require_transformers", "run_real", "save_run",
+           "to_model", "value_moments"]

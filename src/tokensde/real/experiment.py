@@ -23,7 +23,7 @@ from ..sim.rng import derive_seed
 from .mapping import Mapping, map_network, spec_law_note
 from .measure import TOL, directions_gram, gram_stats, summarise
 from .models import RealSpec, build, hidden_states, make_inputs
-from .predict import SDE_STEPS, predict
+from .predict import SDE_RUNS, SDE_STEPS, predict
 
 KIND = "tokensde-real"
 SIDES: tuple[str, ...] = ("real", "network", "sde")
@@ -102,7 +102,7 @@ def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int
 
 
 def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, tol: float = TOL,
-             sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = 32,
+             sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = SDE_RUNS,
              progress: Callable[[int], None] | None = None,
              images: torch.Tensor | None = None) -> RealRun:
     """Measure `inits` x `inputs` of `spec` and predict them (module docstring). `sde`: draw the

@@ -166,7 +166,8 @@ def map_gpt2(net: RealNet) -> Mapping:
                    v * spec.value_scale ** 2, scaled, "gelu" if spec.mlp else "none", width, v,
                    scaled, _ln_eps(cfg, "layer_norm_epsilon", 1e-5), 2 * v,
                    ("gelu_new (tanh) as exact GELU", "LayerNorm centring as RMS",
-                    "W_O W_V product as Gaussian"), spec.residual_scaling)
+                    *(("W_O W_V product as Gaussian",) if spec.value_law == "product" else ())),
+                   spec.residual_scaling)
     return to_model(law, qk=spec.qk)
 
 
@@ -233,4 +234,6 @@ def spec_law_note(spec: RealSpec) -> str:
              if v]
     if spec.value_scale != 1.0:
         parts.append(f"value x{spec.value_scale:g}")
+    if spec.value_law != "product":
+        parts.append(f"{spec.value_law} value path")
     return ", ".join(parts) or "default init"

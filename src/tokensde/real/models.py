@@ -58,7 +58,10 @@ class RealSpec:
     `patch` (ViT). The switches (docs/real.md): `residual_scaling` (GPT-2's 1/sqrt(2 L) on the
     residual projections), `centring` (LayerNorm's mean subtraction; False: RMS), `qk` (False:
     query/key weights zero, uniform attention), `mlp` (False: MLP output weights zero), `bias`
-    (torch-encoder's Linear biases), `value_scale` (multiplies the value projection's init)."""
+    (torch-encoder's Linear biases), `value_scale` (multiplies the value projection's init),
+    `value_law` ('product': each head's value path is W_O^h W_V^h, as built; 'gaussian', GPT-2
+    only: a Gaussian d x d matrix of the same entry variance per head and layer, the mapping's law,
+    `gaussian_value_path`)."""
 
     arch: str = "gpt2"
     layers: int = 12
@@ -75,6 +78,7 @@ class RealSpec:
     mlp: bool = True
     bias: bool = True
     value_scale: float = 1.0
+    value_law: str = "product"
 
     def __post_init__(self) -> None:
         check_choice("arch", self.arch, ARCHS)
@@ -95,6 +99,10 @@ class RealSpec:
                 self.residual_scaling)
         require(self.bias or self.arch == "torch-encoder", "bias", "True except for "
                 "torch-encoder (the HuggingFace models' biases are zero at init)", self.bias)
+        check_choice("value_law", self.value_law, ("product", "gaussian"))
+        require(self.value_law == "product" or self.arch == "gpt2", "value_law",
+                "'product' except for gpt2 (the Gaussian value path is built for GPT-2 only)",
+                self.value_law)
 
     @property
     def tokens(self) -> int:
@@ -218,7 +226,50 @@ def _gpt2(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.T
                 b.mlp.c_proj.weight.normal_(0.0, sd)
     switch(spec, [(*b.attn.c_attn.weight.split(d, 1), b.mlp.c_proj.weight)  # Conv1D (d, 3d)
                   for b in blocks])
+    if spec.value_law == "gaussian":
+        dh = d // spec.heads
+        var_o = sd ** 2 / (2 * L) if spec.residual_scaling else sd ** 2
+        entry_sd = math.sqrt(dh * var_o * (sd * spec.value_scale) ** 2)
+        for b in blocks:
+            gaussian_value_path(b.attn, entry_sd * torch.randn(spec.heads, d, d), causal=True)
     return model, blocks, lambda ids: model(input_ids=ids)
+
+
+def head_products(attn: nn.Module, heads: int) -> torch.Tensor:
+    """`(heads, d, d)`: each head's value path `W_O^h W_V^h` of a GPT-2 attention (Conv1D weights
+    act as `u @ W`, so the matrix acting on a column token is the transpose)."""
+    d = attn.c_proj.weight.shape[0]
+    dh = d // heads
+    wv = attn.c_attn.weight[:, 2 * d:]  # (d_in, d): v = u @ wv
+    wo = attn.c_proj.weight  # (d, d_out): out = z @ wo
+    with torch.no_grad():
+            return torch.stack([(wv[:, h * dh:(h + 1) * dh] @ wo[h * dh:(h + 1) * dh]).T
+                            for h in range(heads)])
+
+
+def gaussian_value_path(attn: nn.Module, g: torch.Tensor, causal: bool) -> Any:
+    """Make a GPT-2 attention module output `sum_h A_h u G_h^T + b_O` (its own softmax attention
+    `A_h` of scaled, masked logits, the value path replaced by `g` `(heads, d, d)`), by a forward
+    hook; returns the hook's handle. With `g = head_products(attn, heads)` it is the module's own
+    output (tests/test_real_value.py)."""
+    heads, d = g.shape[0], g.shape[1]
+    dh = d // heads
+
+    def hook(module: nn.Module, args: tuple, kwargs: dict, out: Any) -> Any:
+        u = args[0] if args else kwargs["hidden_states"]
+        q, k, _ = module.c_attn(u).split(d, 2)
+        q = q.view(*u.shape[:-1], heads, dh).transpose(-3, -2)
+        k = k.view(*u.shape[:-1], heads, dh).transpose(-3, -2)
+        logits = q @ k.transpose(-1, -2) / math.sqrt(dh)
+        if causal:
+            n = u.shape[-2]
+            upper = torch.ones(n, n, dtype=torch.bool, device=u.device).triu(1)
+            logits = logits.masked_fill(upper, float("-inf"))
+        a = logits.softmax(-1)  # (..., heads, n, n)
+        y = torch.einsum("...hij,...jc,hec->...ie", a, u, g.to(u.dtype)) + module.c_proj.bias
+        return (y, *out[1:]) if isinstance(out, tuple) else y
+
+    return attn.register_forward_hook(hook, with_kwargs=True)
 
 
 def encoder_sizes(spec: RealSpec) -> dict[str, Any]:

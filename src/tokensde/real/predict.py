@@ -21,7 +21,8 @@ from ..sim.simulate import MLP_STREAM, QK_STREAM
 from .mapping import Mapping
 from .measure import TOL, directions_gram, gram_stats
 
-SDE_STEPS = 64  # Euler steps of the depth limit on [0, 1]
+SDE_STEPS = 64  # Euler steps of the depth limit on [0, 1] (a default run; docs/benchmarks.md)
+SDE_RUNS = 32  # runs of the depth limit in a default run (the first embeddings)
 SDE_QK_SAMPLES = 2  # draws of the query/key law per head and SDE step (docs/variants.md §3): the
 # logits of a real init are small (standard deviation d s var_QK ~ 0.1), so the average over the
 # law barely moves the attention, and each draw costs a head of noise

@@ -9,6 +9,7 @@ s^2 phi_N(a/c)/c` with `c^2 = 1 + s^2` (`phi_N` the normal density), so that
 from __future__ import annotations
 
 import math
+import re
 from functools import cache
 from typing import TYPE_CHECKING, ClassVar
 
@@ -109,7 +110,7 @@ def dual_kernel_at(rho: np.ndarray, q: float) -> np.ndarray:
 class ScaledGELU(Activation):
     """GELU of pre-activations of variance `q` (`phi(z) = gelu(sqrt(q) z)`, z standard): a real
     block whose first MLP layer has entry variance `q/d` on inputs of radius sqrt(d). A subclass
-    per q is made by `gelu_at`."""
+    per q is resolved from the name `gelu(q=<q>)` (`scaled_gelu`, `gelu_at`)."""
 
     name = "gelu(q)"
     q: ClassVar[float] = 1.0
@@ -124,19 +125,43 @@ class ScaledGELU(Activation):
         """`kappa_q(rho) / kappa_q(1)` by the quadrature of `dual_kernel_at`."""
         return dual_kernel_at(rho, self.q) / self.second_moment
 
+    def __reduce__(self) -> tuple:
+        return _scaled_instance, (self.q,)
+
+
+FORM = re.compile(r"gelu\(q=([^()]+)\)")
+
+
+@cache
+def _scaled_class(q: float) -> type[ScaledGELU]:
+    return type(f"ScaledGELU_{q:.6g}", (ScaledGELU,), {
+        "name": f"gelu(q={q:.6g})", "q": q,
+        "second_moment": float(dual_kernel_at(np.array(1.0), q))})
+
+
+def scaled_gelu(name: str) -> type[ScaledGELU] | None:
+    """The `ScaledGELU` class of `name` = 'gelu(q=<q>)' (q a finite number > 0; made once per q,
+    not registered), or None when `name` is not of that form."""
+    match = FORM.fullmatch(name)
+    if match is None:
+        return None
+    try:
+        q = float(match.group(1))
+    except ValueError:
+        return None
+    return _scaled_class(q) if math.isfinite(q) and q > 0 else None
+
+
+MLPS.add_family("gelu(q=<q>) with q > 0", scaled_gelu)
+
+
+def _scaled_instance(q: float) -> ScaledGELU:
+    return _scaled_class(q)()
+
 
 def gelu_at(q: float) -> str:
-    """The `mlp` name of GELU at pre-activation variance `q` (registered on first use, as
-    `gelu(q=<q>)`; `'gelu'` itself for q = 1). A process that loads stored parameters naming
-    one calls `gelu_at(q)` first."""
+    """The `mlp` name of GELU at pre-activation variance `q`: `gelu(q=<q>)` (6 significant
+    digits; `'gelu'` itself for q = 1). `MLPS` resolves it by its form, so nothing is registered
+    and a process that loads stored parameters naming one needs no call first."""
     q = check_real("q (GELU pre-activation variance)", q, 0.0, strict=True)
-    if q == 1.0:
-        return "gelu"
-    name = f"gelu(q={q:.6g})"
-    if name not in MLPS.names():
-        cls = type(f"ScaledGELU_{len(MLPS.names())}", (ScaledGELU,), {
-            "name": name, "q": float(f"{q:.6g}"),
-            "second_moment": float(dual_kernel_at(np.array(1.0), float(f"{q:.6g}")))})
-        cls.__qualname__ = name
-        MLPS.register(cls)
-    return name
+    return "gelu" if q == 1.0 else f"gelu(q={q:.6g})"
