@@ -295,11 +295,13 @@ class _Coupling:
         zm, root_k = g.zm, math.sqrt(g.k)
         mlp = None if pre is None or zm is None else (
             lambda u: mlp_noise_given(u, p, pre, zm, root_k))
+        level = g.level
+        assert level is not None, "networks() runs on the grids of the network levels"
         for law in laws:
             v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, self.sig_net)
-            x = nets[law, g.level]
+            x = nets[law, level]
             y = attention_output(x, p, forms)
-            nets[law, g.level] = layer_step(x, y, apply_matrices(y, v), p, dt, mlp)
+            nets[law, level] = layer_step(x, y, apply_matrices(y, v), p, dt, mlp)
 
 
 def coupled_samples(

@@ -235,7 +235,7 @@ def _gpt2(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.T
     return model, blocks, lambda ids: model(input_ids=ids)
 
 
-def head_products(attn: nn.Module, heads: int) -> torch.Tensor:
+def head_products(attn: Any, heads: int) -> torch.Tensor:
     """`(heads, d, d)`: each head's value path `W_O^h W_V^h` of a GPT-2 attention (Conv1D weights
     act as `u @ W`, so the matrix acting on a column token is the transpose)."""
     d = attn.c_proj.weight.shape[0]
@@ -243,11 +243,11 @@ def head_products(attn: nn.Module, heads: int) -> torch.Tensor:
     wv = attn.c_attn.weight[:, 2 * d:]  # (d_in, d): v = u @ wv
     wo = attn.c_proj.weight  # (d, d_out): out = z @ wo
     with torch.no_grad():
-            return torch.stack([(wv[:, h * dh:(h + 1) * dh] @ wo[h * dh:(h + 1) * dh]).T
+        return torch.stack([(wv[:, h * dh:(h + 1) * dh] @ wo[h * dh:(h + 1) * dh]).T
                             for h in range(heads)])
 
 
-def gaussian_value_path(attn: nn.Module, g: torch.Tensor, causal: bool) -> Any:
+def gaussian_value_path(attn: Any, g: torch.Tensor, causal: bool) -> Any:
     """Make a GPT-2 attention module output `sum_h A_h u G_h^T + b_O` (its own softmax attention
     `A_h` of scaled, masked logits, the value path replaced by `g` `(heads, d, d)`), by a forward
     hook; returns the hook's handle. With `g = head_products(attn, heads)` it is the module's own
@@ -255,7 +255,7 @@ def gaussian_value_path(attn: nn.Module, g: torch.Tensor, causal: bool) -> Any:
     heads, d = g.shape[0], g.shape[1]
     dh = d // heads
 
-    def hook(module: nn.Module, args: tuple, kwargs: dict, out: Any) -> Any:
+    def hook(module: Any, args: tuple, kwargs: dict, out: Any) -> Any:
         u = args[0] if args else kwargs["hidden_states"]
         q, k, _ = module.c_attn(u).split(d, 2)
         q = q.view(*u.shape[:-1], heads, dh).transpose(-3, -2)
