@@ -10,7 +10,8 @@ import torch
 from scipy import special
 
 from tokensde import ModelParams, ParameterError, simulate
-from tokensde.sim.samplers import choose_sampler
+from tokensde.sim.layers import mlp_step, normalize, normalize_branch, peri_norm_step
+from tokensde.sim.samplers import choose_sampler, mlp_noise_given
 
 
 @pytest.mark.parametrize(
@@ -89,6 +90,60 @@ def test_peri_norm_increments_have_length_alpha():
     np.testing.assert_allclose(steps, 0.2, rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.diagonal(res.gram, axis1=-2, axis2=-1), np.ones((20, 7, 3)),
                                rtol=1e-7)
+
+
+def test_peri_norm_of_a_zero_branch_is_zero():
+    # N(0) = 0 (the eps -> 0 limit of z / sqrt(|z|^2 + eps)); elsewhere N(z) = z / |z| bit for bit
+    z = torch.tensor([[3.0, 4.0, 0.0], [0.0, 0.0, 0.0], [1e-300, 0.0, 0.0]], dtype=torch.float64)
+    assert normalize_branch(z).tolist() == [[0.6, 0.8, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    w = torch.randn(50, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(normalize_branch(w), normalize(w))
+    # both peri sublayers, by hand: x + sqrt(1/4) N(xi) with N((0, 3, 4)) = (0, 0.6, 0.8)
+    p = ModelParams(n=2, d=3, norm="peri", mlp="relu")
+    x = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]]], dtype=torch.float64)
+    xi = torch.tensor([[[0.0, 3.0, 4.0], [0.0, 0.0, 0.0]]], dtype=torch.float64)
+    want = [[[1.0, 0.3, 0.4], [0.0, 2.0, 0.0]]]
+    assert mlp_step(x, xi, p, 0.25).tolist() == want
+    assert peri_norm_step(x, torch.zeros_like(x), xi, p, 0.25).tolist() == want
+
+
+def test_a_relu_block_with_every_hidden_unit_off_leaves_its_token():
+    # the cause of "non-finite tokens": a token whose m hidden pre-activations are all negative
+    # gets an exact zero block output (probability 2^-m per token and layer, every sampler)
+    p = ModelParams(n=2, d=3, norm="peri", mlp="relu")
+    x = torch.eye(2, 3, dtype=torch.float64).unsqueeze(0)  # orthonormal: C_X = I
+    pre = torch.ones(1, 2, p.mlp_hidden, dtype=torch.float64)
+    pre[0, 1] = -1.0
+    z = torch.tensor([[[1.0, 2.0, 2.0], [5.0, -1.0, 3.0]]], dtype=torch.float64)
+    xi = mlp_noise_given(x, p, pre, z)
+    assert xi[0, 1].tolist() == [0.0, 0.0, 0.0] and float(xi[0, 0].norm()) > 0
+    after = mlp_step(x, xi, p, 0.04)
+    assert torch.equal(after[0, 1], x[0, 1])
+    assert float((after[0, 0] - x[0, 0]).norm()) == pytest.approx(0.2, abs=1e-15)
+
+
+def test_peri_relu_radius_has_the_closed_form_for_every_sampler():
+    # E |h|^2 after depth time T: each sublayer adds sqrt(dt) times a unit vector whose direction
+    # is uniform given the past, or nothing when the block's m hidden units are all off, so
+    # E |h_i|^2 = 1 + T (1 + 1 - 2^-m) exactly; m = 1 gives 2.5 (a random direction for a zero
+    # branch would give 3, the unguarded N(0) nan). The reported case is finite for each sampler.
+    reported = ModelParams(n=4, d=3, beta=2, norm="peri", mlp="relu", mlp_sigma=0.7)
+    p, runs = reported.with_(mlp_width=1), 2000
+    iu = np.triu_indices(4, 1)
+    law = {}
+    for sampler in ("full", "fast", "gram"):
+        res = simulate(reported, T=0.5, dt=0.05, runs=8, seed=3, sampler=sampler)
+        assert np.isfinite(res.x).all() and np.isfinite(res.gram).all()
+        np.testing.assert_allclose(np.diagonal(res.gram, axis1=-2, axis2=-1), 1.0, rtol=1e-12)
+        res = simulate(p, T=1.0, dt=0.05, runs=runs, seed=5, sampler=sampler)
+        r2 = (res.x**2).sum(-1).mean(-1)
+        assert abs(r2.mean() - 2.5) < 5 * r2.std() / math.sqrt(runs)
+        q = (res.gram[:, -1, iu[0], iu[1]] ** 2).mean(-1)
+        law[sampler] = (q.mean(), q.var() / runs)
+    # the samplers agree in law on E mean_{i<j} <u_i, u_j>^2 at T
+    for sampler in ("full", "gram"):
+        diff = law[sampler][0] - law["fast"][0]
+        assert abs(diff) < 5 * math.sqrt(law[sampler][1] + law["fast"][1])
 
 
 def phi(r: float, d: int) -> float:

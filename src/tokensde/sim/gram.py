@@ -46,7 +46,14 @@ import torch
 
 from ..model.params import ModelParams, ParameterError, TimeGrid
 from ..model.qk import QKLaw
-from .layers import mlp_input, normalize, normalize_, tangent, weights_from_logits
+from .layers import (
+    mlp_input,
+    normalize,
+    normalize_,
+    normalize_branch,
+    tangent,
+    weights_from_logits,
+)
 from .loop import Progress, Stop, march
 from .norm_sde import check_peri_sde, peri_drift, peri_factor
 from .rng import RunStreams
@@ -231,7 +238,7 @@ def frame_norm_layer(hs: torch.Tensor, p: ModelParams, dt: float, scheme: str,
             raise ParameterError("norm='peri' has no SDE with the MLP block (docs/variants.md §5)")
         if a != 0.0:
             z[..., :m].add_(ybar, alpha=dt**0.5 * a)
-        z = normalize_(z).mul_(dt**0.5)
+        z = normalize_branch(z).mul_(dt**0.5)
     else:
         z.mul_(dt**0.5)
         if block is not None:
@@ -254,14 +261,15 @@ def frame_mlp_layer(u: torch.Tensor, p: ModelParams, dt: float, g1: torch.Tensor
     (`noise_factor(rs, m, d - m, n)`).
 
     pre/peri-norm: `u` is the residual stream `h`, the block sees `N(h)`, and the sublayer is
-    `h + sqrt(dt) xi` (pre) or `h + sqrt(dt) N(xi)` (peri, `xi` normalised with its full length),
+    `h + sqrt(dt) xi` (pre) or `h + sqrt(dt) N(xi)` (peri, `xi` normalised with its full length,
+    `N(0) = 0`: `layers.normalize_branch`),
     recompressed with the norms kept (`recompress_stream`).
     """
     m = u.shape[-1]
     hidden = p.mlp_block(mlp_input(u, p) @ g1.transpose(-1, -2))
     if p.norm != "post":
         z = gram_factor(hidden).mul_(mlp_scale(p)) @ h.transpose(-1, -2)
-        z = (normalize_(z) if p.norm == "peri" else z).mul_(dt**0.5)
+        z = (normalize_branch(z) if p.norm == "peri" else z).mul_(dt**0.5)
         z[..., :m].add_(u)
         return recompress_stream(z)
     z = gram_factor(hidden).mul_(dt**0.5 * mlp_scale(p)) @ h.transpose(-1, -2)

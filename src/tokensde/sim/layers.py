@@ -24,6 +24,20 @@ def normalize_(z: torch.Tensor) -> torch.Tensor:
     return z.div_(torch.linalg.vector_norm(z, dim=-1, keepdim=True))
 
 
+def normalize_branch(z: torch.Tensor) -> torch.Tensor:
+    """Peri-norm of a branch output, `N(z) = z / |z|` token-wise, with `N(0) = 0`.
+
+    A ReLU block's output is exactly zero for a token whose `m` hidden pre-activations are all
+    negative (probability `2^-m` per token and layer, the same for the `full`, `fast` and `gram`
+    samplers, which all give that token an exact zero row). `z / |z|` has no limit as `z -> 0`;
+    `0` is the `eps -> 0` limit of the norm layers networks use, `z / sqrt(|z|^2 + eps)`, which is
+    0 at `z = 0` for every `eps`: that sublayer leaves the token where it is (so does an output
+    whose norm underflows to 0). Elsewhere the result equals `normalize(z)` bit for bit.
+    """
+    r = torch.linalg.vector_norm(z, dim=-1, keepdim=True)
+    return torch.where(r > 0, z / r, torch.zeros((), dtype=z.dtype, device=z.device))
+
+
 def _as(a, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(a, dtype=like.dtype, device=like.device)  # params arrays are read-only
 
@@ -133,10 +147,11 @@ def peri_norm_step(
     x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
 ) -> torch.Tensor:
     """Peri-norm layer `x + sqrt(dt) N(sqrt(dt) M y + xi)`: the branch output `W y`,
-    `W = sqrt(dt) M + V`, normalised before the residual scale (docs/variants.md §4)."""
+    `W = sqrt(dt) M + V`, normalised before the residual scale (docs/variants.md §4; `N(0) = 0`,
+    see `normalize_branch`)."""
     my = mean_part(y, p)
     branch = xi if my is None else xi + dt**0.5 * my
-    return x + dt**0.5 * normalize(branch)
+    return x + dt**0.5 * normalize_branch(branch)
 
 
 NORM_STEPS = {"post": network_step, "pre": residual_step, "peri": peri_norm_step}
@@ -149,9 +164,10 @@ def mlp_input(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
 
 def mlp_step(x: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float) -> torch.Tensor:
     """The MLP sublayer after attention, with block output `xi = W_2 phi(W_1 u)`:
-    `N(x + sqrt(dt) xi)` (post), `x + sqrt(dt) xi` (pre), `x + sqrt(dt) N(xi)` (peri)."""
+    `N(x + sqrt(dt) xi)` (post), `x + sqrt(dt) xi` (pre), `x + sqrt(dt) N(xi)` (peri, with
+    `N(0) = 0`: a token whose ReLU hidden units are all off stays put, see `normalize_branch`)."""
     if p.norm == "peri":
-        return x + dt**0.5 * normalize(xi)
+        return x + dt**0.5 * normalize_branch(xi)
     z = x + dt**0.5 * xi
     return normalize_(z) if p.norm == "post" else z
 
