@@ -135,6 +135,20 @@ def test_two_workers_give_the_same_table(reference, tmp_path):
     assert (ref["status"] == "ok").all() and ref["p_single"].notna().all()
 
 
+def test_order_changes_which_cells_run_first_not_the_table(reference, tmp_path):
+    """`order` reverses the cells to run: they finish in that order, the table is the same (in
+    grid order); an order that drops a cell is refused before any cell runs."""
+    cfg, ref = reference
+    seen: list[int] = []
+    run_sweep(cfg, tmp_path / "rev", order=lambda todo: todo[::-1],
+              on_cell=lambda row, counts: seen.append(row["index"]))
+    assert seen == list(range(10))[::-1]
+    pd.testing.assert_frame_equal(comparable(load_table(tmp_path / "rev")), comparable(ref))
+    with pytest.raises(SweepError, match="permutation"):
+        run_sweep(cfg, tmp_path / "drop", order=lambda todo: todo[1:])
+    assert not list((tmp_path / "drop" / "cells").glob("*.parquet"))
+
+
 @pytest.mark.ray
 def test_ray_backend_gives_the_same_table(reference, tmp_path):
     pytest.importorskip("ray")

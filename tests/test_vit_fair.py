@@ -18,10 +18,20 @@ from scipy import stats as st
 from tokensde.model.params import ParameterError
 from tokensde.vit import TrainConfig, ViTConfig, load_dataset, make_model
 from tokensde.vit.data import DatasetError, export_npz
-from tokensde.vit.fair import choose_lr, fair_config, fair_gaps, per_seed, plateau, run_fair
+from tokensde.vit.fair import (
+    SETUP,
+    choose_lr,
+    fair_config,
+    fair_gaps,
+    per_seed,
+    plateau,
+    promising_first,
+    run_fair,
+)
 from tokensde.vit.stack import Member, StackedViT, train_stack
 from tokensde.vit.train import augment, draw_augment, evaluate, make_optimizer, shift_flip, train_epoch
 
+ARMS = ("default", "noise:0", "hybrid:0", "identity")
 CFG = ViTConfig(image_size=8, channels=1, patch=4, dim=16, depth=3, heads=2, norm="rms",
                 residual_scale=True, block="attention-only")
 
@@ -147,8 +157,15 @@ def test_training_and_choice_never_read_test_labels(digits) -> None:
                          for s in range(4)])
     want = choose_lr(rows)
     assert want["complete"].all()
-    partial = choose_lr(rows[~((rows["arm"] == "noise:0") & (rows["lr"] == 4e-3))])
-    assert list(partial["complete"]) == [True, True, False, False]
+    cut = rows[~((rows["arm"] == "noise:0") & (rows["lr"] == 4e-3))]
+    partial = choose_lr(cut)
+    # a rate one arm lacks is a choice for no arm: default chooses from {1e-3, 2e-3} too
+    assert not partial["complete"].any()
+    assert all(list(c) == [1e-3, 2e-3] for c in partial["common"])
+    cm = cut[cut["lr"] < 3e-3].groupby(["arm", "epochs", "lr"])["val_acc"].mean()
+    for _, r in partial.iterrows():
+        assert r["lr"] == cm.loc[(r["arm"], r["epochs"])].idxmax()
+    assert list(partial[partial["arm"] == "default"]["grid"].iloc[0]) == [1e-3, 2e-3, 4e-3]
     assert choose_lr(rows.drop(columns="test_acc")).equals(want)
     assert choose_lr(rows.assign(test_acc=-rows["test_acc"])).equals(want)
     # and the choice is the arg-max of the mean validation accuracy
@@ -187,6 +204,31 @@ def test_fair_gaps_pair_each_arm_at_its_own_rate() -> None:
     b2 = seeds[(seeds["arm"] == "default") & (seeds["lr"] == 2e-3)]["test_acc"].to_numpy()
     assert g["gap_fixed"] == pytest.approx(100 * (a2 - b2).mean())
     assert math.isnan(gaps.loc["default", "gap"])
+
+
+def test_promising_first_runs_each_arm_near_its_last_choice() -> None:
+    """Budgets in order; within the longer one, every arm's rates by their log2 distance from
+    the arm's choice at the shorter budget (ties: the smaller rate), arms interleaved; without a
+    complete earlier choice, by rate."""
+    cfg = fair_config("fair")
+    cells = cfg.cells()
+    chosen = pd.DataFrame([{**{k: v for k, v in cells[0].params.items() if k in SETUP},
+                            "arm": arm, "epochs": 10, "lr": lr, "complete": True}
+                           for arm, lr in (("default", 4e-3), ("noise:0", 1e-3),
+                                           ("hybrid:0", 4e-3), ("identity", 5e-4))])
+    todo = [c for c in cells if c.params["epochs"] >= 10]
+    out = promising_first(todo, chosen)
+    assert sorted(c.id for c in out) == sorted(c.id for c in todo)
+    ten = [(c.params["arm"], c.params["lr"]) for c in out if c.params["epochs"] == 10]
+    assert ten == sorted(ten, key=lambda a: (a[1], ARMS.index(a[0])))  # no earlier choice
+    thirty = [(c.params["arm"], c.params["lr"]) for c in out if c.params["epochs"] == 30]
+    assert [c.params["epochs"] for c in out] == [10] * 20 + [30] * 20
+    assert thirty[:4] == [("identity", 5e-4), ("noise:0", 1e-3), ("default", 4e-3),
+                          ("hybrid:0", 4e-3)]
+    assert thirty[4:8] == [("noise:0", 5e-4), ("identity", 1e-3), ("default", 2e-3),
+                           ("noise:0", 2e-3)]
+    assert promising_first(todo, pd.DataFrame()) == sorted(
+        todo, key=lambda c: (c.params["epochs"], c.params["lr"], c.index))
 
 
 def test_fair_tiny_pipeline_resumes_reports_and_ignores_test_labels(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 - `fair_lr.png`: validation accuracy against the peak learning rate, one panel per budget, one line
   per arm, the chosen rate ringed;
 - `fair_gaps.png`: the paired gap to `default` against the budget, each arm at its own chosen
-  rate (filled: the 95 % interval excludes 0), and dashed the gap with both at 2e-3.
+  rate (filled: the 95 % interval excludes 0; † a rate chosen from a partial grid), and dashed
+  the gap with both at 2e-3.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
             ax.set_xscale("log")
             ax.set_xticks(grid, [f"{g:.2g}" for g in grid])
             ax.minorticks_off()
-            ax.set(xlabel="peak learning rate", title=f"{e} epoch{'s' if e > 1 else ''}")
+            part = "" if chosen.loc[chosen["epochs"] == e, "complete"].all() else \
+                " (partial grid)"
+            ax.set(xlabel="peak learning rate", title=f"{e} epoch{'s' if e > 1 else ''}{part}")
         axes[0].set_ylabel("validation accuracy (%)")
         axes[0].legend(fontsize=7)
         fig.suptitle("learning-rate grid per arm (ringed: chosen, highest validation accuracy)",
@@ -71,6 +74,10 @@ def plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
             decided = (hi < 0) | (lo > 0)
             ax.plot(x[decided], y[decided], "o", color=color, label=f"{arm} (own rate)")
             ax.plot(x[~decided], y[~decided], "o", mfc="white", color=color)
+            partial = ~rows.get("complete", pd.Series(True, index=rows.index)).to_numpy(bool)
+            for xi, yi in zip(x[partial], hi[partial], strict=True):
+                ax.annotate("†", (xi, yi), textcoords="offset points", xytext=(0, 3),
+                            ha="center", fontsize=8, color=color)
             if rows["gap_fixed"].notna().any():
                 ax.plot(x, rows["gap_fixed"].to_numpy(float), "--", color=color, lw=0.9,
                         alpha=0.7, label=f"{arm} (both at 2e-3)")
@@ -80,7 +87,8 @@ def plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
         ax.set_xticks(budgets, [str(e) for e in budgets])
         ax.minorticks_off()
         ax.set(xlabel="training budget (epochs)", ylabel="accuracy − default (points)",
-               title="paired gap to default, 95 % t-interval (open: contains 0)")
+               title="paired gap to default, 95 % t-interval (open: contains 0; "
+                     "†: rate from a partial grid)")
         ax.legend(fontsize=7)
         return save(fig, out)
 

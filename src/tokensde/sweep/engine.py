@@ -799,6 +799,15 @@ def check_cells(budgets: list[tuple[Cell, Budget]], workers: int, have: int | No
                       stacklevel=3)
 
 
+def _ordered(todo: list[Cell], order: Callable[[list[Cell]], list[Cell]] | None) -> list[Cell]:
+    if order is None:
+        return todo
+    new = list(order(list(todo)))
+    if sorted(c.id for c in new) != sorted(c.id for c in todo):
+        raise SweepError("a sweep order must return a permutation of the cells it is given")
+    return new
+
+
 def _rows(tasks: list[Row], workers: int, backend: str, address: str | None
           ) -> Generator[Row, None, None]:
     if backend == "ray":
@@ -809,11 +818,14 @@ def _rows(tasks: list[Row], workers: int, backend: str, address: str | None
 def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *,
               workers: int = 1, backend: str = "local", address: str | None = None,
               on_cell: OnCell | None = None, on_start: Callable[[dict[str, int]], None] | None
-              = None) -> dict[str, Any]:
+              = None, order: Callable[[list[Cell]], list[Cell]] | None = None
+              ) -> dict[str, Any]:
     """Run (or resume) a sweep into directory `out`; return a summary.
 
     Each finished cell is written at once; `on_start(counts)` is called before the first cell and
     `on_cell(row, counts)` after each, with counts `total`, `done`, `failed`, `skipped`.
+    `order(todo)` may reorder the cells still to run (a permutation of them): which cells finish
+    first, never what they hold nor the table, which is in grid order.
     """
     cfg = config if isinstance(config, SweepConfig) else SweepConfig.load(config)
     workers = check_int("workers", workers, 1)
@@ -832,7 +844,7 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
         parts = sd.parts(meta)
         sd.clean()
         ok = {i for i, t in parts.items() if t.column("status")[0].as_py() == "ok"}
-        todo = [c for c in cells if c.id not in ok]
+        todo = _ordered([c for c in cells if c.id not in ok], order)
         counts = {"total": len(cells), "done": len(ok), "failed": 0, "skipped": len(ok),
                   "ran": 0}
         if on_start is not None:

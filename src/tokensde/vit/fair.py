@@ -37,7 +37,7 @@ import torch
 
 from ..analysis.stats import t_interval
 from ..model.params import ParameterError, check_choice
-from ..sweep.engine import OnCell, SweepConfig, SweepDir, load_table, run_sweep
+from ..sweep.engine import Cell, OnCell, SweepConfig, SweepDir, load_table, run_sweep
 from ..sweep.kinds import ExperimentKind, Param, choice, integer, real, register
 from .compare import BASELINE
 from .data import DATASETS, ImageData, load_dataset
@@ -158,13 +158,50 @@ def check_data(config: SweepConfig) -> None:
             _data(*key)
 
 
+def _prior_choices(out: str | os.PathLike) -> pd.DataFrame:
+    """The complete choices (`choose_lr`) of the cells already finished in `out` (none if it
+    holds no sweep yet)."""
+    sd = SweepDir(out)
+    if not sd.exists() or not any(sd.cells_dir.glob("*.parquet")):
+        return pd.DataFrame()
+    seeds = per_seed(load_table(out))
+    if seeds.empty:
+        return pd.DataFrame()
+    chosen = choose_lr(seeds)
+    return chosen[chosen["complete"]]
+
+
+def promising_first(cells: list[Cell], chosen: pd.DataFrame) -> list[Cell]:
+    """Cells by budget; within one, the rates nearest (in log2) to the arm's choice at the
+    largest smaller budget with a complete grid first, then the smaller rate, then grid order.
+    A partial run of a long budget thus holds every arm near its likely rate."""
+    def prior(c: Cell) -> float | None:
+        if chosen.empty:
+            return None
+        same = chosen["arm"] == c.params["arm"]
+        for k in _setup(chosen):
+            same &= chosen[k] == c.params[k]
+        rows = chosen[same & (chosen["epochs"] < c.params["epochs"])]
+        return None if rows.empty else float(rows.loc[rows["epochs"].idxmax(), "lr"])
+
+    def key(c: Cell) -> tuple[int, float, float, int]:
+        lr, p = c.params["lr"], prior(c)
+        near = 0.0 if p is None else round(abs(math.log2(lr / p)), 9)
+        return (c.params["epochs"], near, lr, c.index)
+
+    return sorted(cells, key=key)
+
+
 def run_fair(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
              on_cell: OnCell | None = None, on_start: Any = None,
              figures: bool = True) -> dict[str, Any]:
-    """Run (or resume) a fair sweep into `out` (its data checked first, `check_data`), then
+    """Run (or resume) a fair sweep into `out` (its data checked first, `check_data`), the
+    promising cells first (`promising_first`, from the choices finished at the start), then
     write its report (`fair_report`)."""
     check_data(config)
-    summary = run_sweep(config, out, workers=workers, on_cell=on_cell, on_start=on_start)
+    chosen = _prior_choices(out)
+    summary = run_sweep(config, out, workers=workers, on_cell=on_cell, on_start=on_start,
+                        order=functools.partial(promising_first, chosen=chosen))
     return {**summary, "report": fair_report(out, figures=figures)}
 
 
@@ -191,25 +228,32 @@ def per_seed(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def choose_lr(seeds: pd.DataFrame) -> pd.DataFrame:
-    """Per set-up, arm and budget: the grid rate with the highest mean validation accuracy at the
-    end of training (ties: the smaller rate), the mean validation accuracy of every rate, and
-    whether the choice lies on an edge of the grid; `complete` is False where some rate of the
-    sweep has not finished yet (a partial sweep). Reads the set-up and VAL_COLUMNS only."""
+    """Per set-up, arm and budget: the rate with the highest mean validation accuracy at the end
+    of training (ties: the smaller rate) among the rates that *every* arm of that budget has
+    finished (`common`: the whole grid once the sweep is done, so that a partial sweep never lets
+    one arm choose from more rates than another), the mean validation accuracy of every finished
+    rate, and whether the choice lies on an edge of `common`; `complete` is False where some rate
+    of the sweep has not finished yet. Reads the set-up and VAL_COLUMNS only."""
     val = seeds[[*_setup(seeds), *VAL_COLUMNS]]
-    key = [*_setup(seeds), "arm", "epochs"]
+    budget = [*_setup(seeds), "epochs"]
     every = sorted(float(x) for x in val["lr"].unique())
     rows = []
-    for k, g in val.groupby(key, sort=True):
-        curve = g.groupby("lr")["val_acc"].agg(["mean", "count"]).sort_index()
-        best = float(curve["mean"].idxmax())  # first maximum: the smaller rate on a tie
-        grid = [float(x) for x in curve.index]
-        rows.append({**dict(zip(key, k, strict=True)), "lr": best,
-                     "val": 100.0 * float(curve.loc[best, "mean"]), "grid": grid,
-                     "val_by_lr": [100.0 * float(x) for x in curve["mean"]],
-                     "seeds_by_lr": [int(x) for x in curve["count"]],
-                     "edge": len(grid) > 1 and best in (grid[0], grid[-1]),
-                     "complete": grid == every})
-    return pd.DataFrame(rows)
+    for k, g in val.groupby(budget, sort=True):
+        kk = k if isinstance(k, tuple) else (k,)
+        common = sorted(set.intersection(*(set(map(float, h["lr"])) for _, h in
+                                           g.groupby("arm"))))
+        for arm, h in g.groupby("arm", sort=True):
+            curve = h.groupby("lr")["val_acc"].agg(["mean", "count"]).sort_index()
+            best = float(curve.loc[common, "mean"].idxmax())  # first maximum: the smaller rate
+            rows.append({**dict(zip(budget, kk, strict=True)), "arm": arm, "lr": best,
+                         "val": 100.0 * float(curve.loc[best, "mean"]),
+                         "grid": [float(x) for x in curve.index],
+                         "val_by_lr": [100.0 * float(x) for x in curve["mean"]],
+                         "seeds_by_lr": [int(x) for x in curve["count"]], "common": common,
+                         "edge": len(common) > 1 and best in (common[0], common[-1]),
+                         "complete": common == every})
+    cols = [*_setup(seeds), "arm", "epochs"]
+    return pd.DataFrame(rows).sort_values(cols, kind="stable").reset_index(drop=True)
 
 
 def _gap(x: np.ndarray, base: pd.Series, seeds: np.ndarray) -> tuple[float, float, float, int]:
@@ -228,6 +272,7 @@ def fair_gaps(seeds: pd.DataFrame, chosen: pd.DataFrame, fixed_lr: float | None 
     seeds both finished; with `gap_fixed*` the same gap with both at `fixed_lr` (if in the grid)."""
     key = [*_setup(seeds), "epochs"]
     pick = chosen.set_index([*key, "arm"])["lr"]
+    whole = chosen.set_index([*key, "arm"])["complete"]
     rows = []
     for k, g in seeds.groupby(key, sort=True):
         kk = k if isinstance(k, tuple) else (k,)
@@ -253,7 +298,8 @@ def fair_gaps(seeds: pd.DataFrame, chosen: pd.DataFrame, fixed_lr: float | None 
                          "acc_sd": 100.0 * float(acc.std(ddof=1)) if len(acc) > 1 else math.nan,
                          "gap": gap[0], "gap_lo": gap[1], "gap_hi": gap[2], "pairs": gap[3],
                          "half_width": (gap[2] - gap[1]) / 2, "gap_fixed": fixed[0],
-                         "gap_fixed_lo": fixed[1], "gap_fixed_hi": fixed[2]})
+                         "gap_fixed_lo": fixed[1], "gap_fixed_hi": fixed[2],
+                         "complete": bool(whole[(*kk, arm)] and whole[(*kk, baseline)])})
     return pd.DataFrame(rows)
 
 
@@ -272,7 +318,9 @@ def plateau(seeds: pd.DataFrame, chosen: pd.DataFrame, arm: str = BASELINE) -> d
         return {}
     last = mine[(mine["epochs"] == E) & (mine["lr"] == pick[(arm, E)])]
     back = max(1, round(E * LAST_THIRD))
-    out: dict[str, Any] = {"arm": arm, "epochs": E, "lr": float(pick[(arm, E)]), "window": back}
+    out: dict[str, Any] = {"arm": arm, "epochs": E, "lr": float(pick[(arm, E)]), "window": back,
+                           "complete": bool(chosen.set_index(["arm", "epochs"])
+                                            .loc[(arm, E), "complete"])}
     if E > back:
         change = np.array([100.0 * (c[-1] - c[-1 - back]) for c in last["test_curve"]])
         out["last_third"] = list(t_interval(change))
@@ -325,7 +373,11 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
              f"(paired seeds: {int(gaps['pairs'].max()) if len(gaps) else 0})", "", head, rule]
     lines += _arm_rows(by, _arms(gaps["arm"]), budgets, lambda r: (
         f"{r['acc']:.1f} %" if r.name[0] == BASELINE else
-        f"{r['acc']:.1f} %, {_pts(r['gap'])} [{_pts(r['gap_lo'])}, {_pts(r['gap_hi'])}]"))
+        f"{r['acc']:.1f} %, {_pts(r['gap'])} [{_pts(r['gap_lo'])}, {_pts(r['gap_hi'])}]")
+        + ("" if r["complete"] else " †"))
+    if not gaps["complete"].all():
+        lines += ["", "† the rates were chosen from the part of the grid that every arm has "
+                  "finished (the sweep has not finished this budget)."]
     if gaps["gap_fixed"].notna().any():
         lines += ["", "Gap to `default` with **both at 2e-3** (the earlier protocol), same runs:",
                   "", head, rule]
@@ -352,8 +404,9 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
                     f"{got[g]:.1f}" for g in every) + " |")
     if level.get("last_third"):
         m, lo, hi = level["last_third"]
+        mark = "" if level.get("complete", True) else " †"
         lines += ["", f"**Plateau**: `{level['arm']}` at {level['epochs']} epochs (lr "
-                  f"{level['lr']:.2g}) changed by {_pts(m)} [{_pts(lo)}, {_pts(hi)}] points over "
+                  f"{level['lr']:.2g}{mark}) changed by {_pts(m)} [{_pts(lo)}, {_pts(hi)}] points over "
                   f"its last {level['window']} epochs (test accuracy)."]
         if "budget_change" in level:
             m, lo, hi = level["budget_change"]
