@@ -194,3 +194,39 @@ def test_result_round_trip_and_schema_check():
     assert len([p for p in res.points if p["kind"] == "weak"]) == 2 * 2 * 3
     with pytest.raises(StoreError, match="schema"):
         ConvergenceResult.from_dict({**data, "schema": 99})
+
+
+def test_pre_norm_network_is_the_euler_sde_on_its_own_grid():
+    # pre-norm (docs/variants.md §4): the SDE's Euler step is the residual update, so without an
+    # MLP block the network of ref/2 layers and the SDE twice as coarse are one computation
+    p = ModelParams(n=4, d=5, beta=1.0, heads=2, causal=True, norm="pre", sigma=1.3)
+    x0 = 0.7 * torch.randn(6, 4, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    nets, fine, half = coupled_states(x0, p, 1.0, (2, 4), 8, RunStreams(4, 6), ("gaussian",))
+    assert torch.allclose(nets["gaussian", 4], half, atol=1e-12)
+    # the stream is not projected: its radii move away from the start's
+    assert not torch.allclose(torch.linalg.vector_norm(fine, dim=-1),
+                              torch.linalg.vector_norm(x0, dim=-1), atol=1e-3)
+    # one layer by hand: x + (sum of the fine increments) y(N(x)), per head with sigma/sqrt(2)
+    nets1, _, _ = coupled_states(x0, p, 1.0, (1,), 4, RunStreams(4, 6), ("gaussian",))
+    z = RunStreams(4, 6)
+    v = sum(p.sigma / math.sqrt(2) * math.sqrt(0.25) * z.normal(2, 5, 5) for _ in range(4))
+    u = torch.nn.functional.normalize(x0, dim=-1)
+    y = torch.softmax((u @ u.transpose(-1, -2)).masked_fill(
+        torch.ones(4, 4, dtype=torch.bool).triu(1), float("-inf")), -1) @ u
+    by_hand = x0 + (y.unsqueeze(1) @ v.transpose(-1, -2)).sum(1)
+    assert torch.allclose(nets1["gaussian", 1], by_hand, atol=1e-12)
+
+
+def test_post_norm_network_is_not_the_euler_sde():
+    # the check above can fail: post-norm's SDE step has the Ito drift and the projection
+    p = ModelParams(n=4, d=5, beta=1.0, sigma=1.3)
+    x0 = torch.nn.functional.normalize(torch.randn(6, 4, 5, dtype=torch.float64), dim=-1)
+    nets, _, half = coupled_states(x0, p, 1.0, (4,), 8, RunStreams(4, 6), ("gaussian",))
+    assert not torch.allclose(nets["gaussian", 4], half, atol=1e-6)
+
+
+def test_coupled_states_refuses_peri_norm():
+    p = ModelParams(n=3, d=3, beta=1.0, norm="peri")
+    x0 = torch.nn.functional.normalize(torch.randn(2, 3, 3, dtype=torch.float64), dim=-1)
+    with pytest.raises(ParameterError, match="norm='post' or 'pre'"):
+        coupled_states(x0, p, 1.0, (2,), 4, RunStreams(0, 2), ("gaussian",))

@@ -32,11 +32,11 @@ from scipy import stats as _st
 
 from ..io.store import check_meta, header
 from ..model.params import ModelParams, ParameterError, check_int
-from ..sim.layers import attention_output, layer_step
+from ..sim.layers import NORM_STEPS, attention_output, layer_step, normalize, residual_step
 from ..sim.loop import Progress
 from ..sim.rng import RUN_BLOCK, RunStreams, derive_seed
 from ..sim.samplers import apply_matrices, mlp_kernel_noise, mlp_noise_given
-from ..sim.sde import sde_layer
+from ..sim.sde import sde_layer, sde_step
 from ..sim.simulate import MLP_STREAM, QK_STREAM, initial_tokens, qk_draws, scheme_params
 from .clusters import upper_pairs
 
@@ -154,8 +154,8 @@ class CoupledSamples:
 def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[int],
                    ref_steps: int, rs: RunStreams, laws: Sequence[str] = LAWS,
                    progress: Progress | None = None,
-                   on_step: Callable[[int, dict[tuple[str, int], torch.Tensor], torch.Tensor],
-                                     None] | None = None,
+                   on_step: Callable[[int, dict[tuple[str, int], torch.Tensor], torch.Tensor,
+                                      torch.Tensor], None] | None = None,
                    qk_rs: RunStreams | None = None,
                    mlp_rs: RunStreams | None = None,
                    ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -180,9 +180,16 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
     over `sqrt(k)`: one Gaussian path for both, coupled as far as `s^2 H H^T` is close to
     `mlp_sigma^2 khat(X X^T)`.
 
-    `on_step(j, nets, fine)` is called after fine step `j` (every network has then done the
-    layers that end at or before `j h`)."""
+    Pre-norm (`p.norm='pre'`, docs/variants.md §4): the state is the residual stream, attention
+    and the MLP block read its directions, the network's sublayers and the SDE's Euler step are the
+    residual update `x + sqrt(dt) xi` (no projection, no Ito drift). Peri-norm is refused (its
+    SDE's noise is not the value noise of a shared matrix path).
+
+    `on_step(j, nets, fine, half)` is called after fine step `j` (every network has then done the
+    layers that end at or before `j h`; `half` is the SDE twice as coarse, current at even `j`)."""
     levels = check_levels(levels, ref_steps)
+    if p.norm not in ("post", "pre"):
+        raise ParameterError(f"coupled_states takes norm='post' or 'pre'; got norm={p.norm!r}")
     if p.mlp_block.active and mlp_rs is None:
         raise ParameterError(f"mlp={p.mlp!r} needs the streams of its weights (mlp_rs)")
     c = _Coupling(p, T / ref_steps)
@@ -205,7 +212,7 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
                 c.networks(nets, g, laws, mlp_rs)
             g.reset()
         if on_step is not None:
-            on_step(j, nets, fine)
+            on_step(j, nets, fine, half)
         if progress is not None:
             progress(x0.shape[0])
     return nets, fine, half
@@ -254,6 +261,10 @@ class _Coupling:
         self.net_shape = (d, d) if p.heads == 1 else (p.heads, d, d)
         self.shape = self.net_shape if self.m == 1 else (p.heads, self.m, d, d)
         self.mlp = p.mlp_block.active
+        # what attention reads, and the steps: post-norm projects, pre-norm adds to the stream
+        self.inputs = (lambda t: t) if p.norm == "post" else normalize
+        self.net_step = NORM_STEPS[p.norm]
+        self.sde_step = sde_step if p.norm == "post" else residual_step
 
     def grid(self, level: int | None, k: int, x0: torch.Tensor) -> _Grid:
         """Empty sums for a grid of `k` fine steps per step."""
@@ -268,11 +279,11 @@ class _Coupling:
             zm: torch.Tensor | None, k: int) -> torch.Tensor:
         """One SDE step of `k` fine steps driven by their summed increments `dw` and normals `zm`."""
         ps = self.ps
-        y = attention_output(x, ps, forms)
+        y = attention_output(self.inputs(x), ps, forms)
         v = (dw if self.m == 1 else dw.flatten(1, 2)) / math.sqrt(k * self.h)
         z = None if zm is None else zm if k == 1 else zm / math.sqrt(k)
         mlp = None if z is None else (lambda u: mlp_kernel_noise(u, ps, z))
-        return sde_layer(x, y, apply_matrices(y, v), ps, k * self.h, mlp)
+        return sde_layer(x, y, apply_matrices(y, v), ps, k * self.h, mlp, self.sde_step)
 
     def forms(self, f: torch.Tensor | None) -> torch.Tensor | None:
         """The networks' forms: the first of the `m` draws of each head."""
@@ -300,8 +311,8 @@ class _Coupling:
         for law in laws:
             v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, self.sig_net)
             x = nets[law, level]
-            y = attention_output(x, p, forms)
-            nets[law, level] = layer_step(x, y, apply_matrices(y, v), p, dt, mlp)
+            y = attention_output(self.inputs(x), p, forms)
+            nets[law, level] = layer_step(x, y, apply_matrices(y, v), p, dt, mlp, self.net_step)
 
 
 def coupled_samples(
@@ -357,7 +368,7 @@ def coupled_samples(
         cols = slice(lo - start, hi - start)
 
         def on_step(j: int, nets: dict[tuple[str, int], torch.Tensor], fine: torch.Tensor,
-                    cols: slice = cols) -> None:
+                    half: torch.Tensor, cols: slice = cols) -> None:
             if j in at:
                 for a, law in enumerate(laws):
                     for b, L in enumerate(lv):
