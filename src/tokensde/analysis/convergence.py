@@ -350,8 +350,9 @@ def coupled_samples(
     if p.noise != "matrix":
         raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
     if p.norm != "post":
-        raise ParameterError(f"convergence needs norm='post' (the other placements are "
-                             f"are checked uncoupled: diagnostics/norm_weak_order.py); got "
+        raise ParameterError(f"convergence needs norm='post' (its statistics read unit tokens; "
+                             f"coupled_states takes 'pre', see diagnostics/real_weak_order.py; "
+                             f"peri is checked uncoupled: diagnostics/norm_weak_order.py); got "
                              f"norm={p.norm!r}")
     names = tuple(problem.statistics)
     fns = [STATISTICS[k] for k in names]
