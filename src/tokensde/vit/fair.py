@@ -382,8 +382,9 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
         lines += ["", "Gap to `default` with **both at 2e-3** (the earlier protocol), same runs:",
                   "", head, rule]
         lines += _arm_rows(by, [a for a in _arms(gaps["arm"]) if a != BASELINE], budgets,
-                           lambda r: f"{_pts(r['gap_fixed'])} [{_pts(r['gap_fixed_lo'])}, "
-                                     f"{_pts(r['gap_fixed_hi'])}]")
+                           lambda r: "not run" if not np.isfinite(r["gap_fixed"]) else
+                           f"{_pts(r['gap_fixed'])} [{_pts(r['gap_fixed_lo'])}, "
+                           f"{_pts(r['gap_fixed_hi'])}]")
     ch = chosen.set_index(["arm", "epochs"])
     every = sorted({float(g) for grid in chosen["grid"] for g in grid})
     lines += ["", "**Chosen peak learning rate** (highest mean validation accuracy; * = on the "
