@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tokensde.analysis.clusters import upper_pairs
 from tokensde.analysis.convergence import (
     RESOLVE_Z,
     _weak_used,
@@ -51,6 +52,7 @@ from tokensde.analysis.convergence import (
 )
 from tokensde.real import RealSpec, build, hidden_states, make_inputs, map_network
 from tokensde.real.mapping import Mapping
+from tokensde.real.measure import directions_gram
 from tokensde.real.predict import initial_state
 from tokensde.sim.rng import RunStreams, derive_seed
 from tokensde.sim.simulate import MLP_STREAM, QK_STREAM
@@ -77,9 +79,7 @@ def model(args: argparse.Namespace) -> Mapping:
 
 def cosine_mean(x: torch.Tensor) -> torch.Tensor:
     """Mean pairwise cosine of the token directions, per run."""
-    u = torch.nn.functional.normalize(x, dim=-1)
-    i, j = torch.triu_indices(x.shape[1], x.shape[1], 1)
-    return (u @ u.transpose(-1, -2))[:, i, j].mean(-1)
+    return upper_pairs(directions_gram(x)).mean(-1)
 
 
 def run_block(args: argparse.Namespace, m: Mapping, b: int) -> dict[str, np.ndarray]:

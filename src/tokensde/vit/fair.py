@@ -175,19 +175,19 @@ def promising_first(cells: list[Cell], chosen: pd.DataFrame) -> list[Cell]:
     """Cells by budget; within one, the rates nearest (in log2) to the arm's choice at the
     largest smaller budget with a complete grid first, then the smaller rate, then grid order.
     A partial run of a long budget thus holds every arm near its likely rate."""
-    def prior(c: Cell) -> float | None:
-        if chosen.empty:
-            return None
-        same = chosen["arm"] == c.params["arm"]
-        for k in _setup(chosen):
-            same &= chosen[k] == c.params[k]
-        rows = chosen[same & (chosen["epochs"] < c.params["epochs"])]
-        return None if rows.empty else float(rows.loc[rows["epochs"].idxmax(), "lr"])
+    setup = _setup(chosen)
+    past: dict[tuple[Any, ...], list[tuple[int, float]]] = {}  # (set-up, arm) -> by budget
+    if not chosen.empty:
+        for _, r in chosen.sort_values("epochs").iterrows():
+            past.setdefault((*(r[k] for k in setup), r["arm"]), []).append(
+                (int(r["epochs"]), float(r["lr"])))
 
     def key(c: Cell) -> tuple[int, float, float, int]:
-        lr, p = c.params["lr"], prior(c)
-        near = 0.0 if p is None else round(abs(math.log2(lr / p)), 9)
-        return (c.params["epochs"], near, lr, c.index)
+        E, lr = c.params["epochs"], c.params["lr"]
+        before = [x for e, x in past.get((*(c.params[k] for k in setup), c.params["arm"]), [])
+                  if e < E]
+        near = round(abs(math.log2(lr / before[-1])), 9) if before else 0.0
+        return (E, near, lr, c.index)
 
     return sorted(cells, key=key)
 
@@ -271,8 +271,8 @@ def fair_gaps(seeds: pd.DataFrame, chosen: pd.DataFrame, fixed_lr: float | None 
     paired gap to `baseline` at *its* chosen rate, `mean +- t_{0.975,S-1} sd/sqrt(S)` over the
     seeds both finished; with `gap_fixed*` the same gap with both at `fixed_lr` (if in the grid)."""
     key = [*_setup(seeds), "epochs"]
-    pick = chosen.set_index([*key, "arm"])["lr"]
-    whole = chosen.set_index([*key, "arm"])["complete"]
+    by_arm = chosen.set_index([*key, "arm"])
+    pick, whole = by_arm["lr"], by_arm["complete"]
     rows = []
     for k, g in seeds.groupby(key, sort=True):
         kk = k if isinstance(k, tuple) else (k,)
@@ -308,7 +308,8 @@ def plateau(seeds: pd.DataFrame, chosen: pd.DataFrame, arm: str = BASELINE) -> d
     after epoch E minus after epoch E - round(E/3) (the change over the last third of that run),
     and the change from the next smaller budget to E (both chosen rates), each a mean over paired
     seeds with its 95 % t-interval, in points."""
-    pick = chosen.set_index(["arm", "epochs"])["lr"]
+    ch = chosen.set_index(["arm", "epochs"])
+    pick = ch["lr"]
     mine = seeds[seeds["arm"] == arm]
     if mine.empty:
         return {}
@@ -319,8 +320,7 @@ def plateau(seeds: pd.DataFrame, chosen: pd.DataFrame, arm: str = BASELINE) -> d
     last = mine[(mine["epochs"] == E) & (mine["lr"] == pick[(arm, E)])]
     back = max(1, round(E * LAST_THIRD))
     out: dict[str, Any] = {"arm": arm, "epochs": E, "lr": float(pick[(arm, E)]), "window": back,
-                           "complete": bool(chosen.set_index(["arm", "epochs"])
-                                            .loc[(arm, E), "complete"])}
+                           "complete": bool(ch.loc[(arm, E), "complete"])}
     if E > back:
         change = np.array([100.0 * (c[-1] - c[-1 - back]) for c in last["test_curve"]])
         out["last_third"] = list(t_interval(change))
