@@ -293,3 +293,63 @@ def test_fair_config_errors(tmp_path: Path) -> None:
     cifar = fair_config("fair-cifar", data_dir="/data/cifar").cells()
     assert len(cifar) == 80 and cifar[0].params["train_subset"] + cifar[0].params["val_subset"] \
         == 50000 and cifar[0].params["data_dir"] == "/data/cifar"
+
+
+def test_choice_is_complete_against_each_budgets_own_grid() -> None:
+    """With the planned cells, a budget is complete once every arm has finished *its* grid,
+    even when another budget's grid is wider; the choice itself does not depend on the plan."""
+    rng = np.random.default_rng(5)
+    grids = {1: (1e-3, 2e-3, 4e-3), 3: (1e-3, 2e-3)}
+    plan = pd.DataFrame([{"arm": a, "epochs": e, "lr": lr} for a in ("default", "noise:0")
+                         for e, g in grids.items() for lr in g])
+    rows = pd.DataFrame([{**r, "train_seed": s, "val_acc": rng.uniform(), "test_acc": 0.5}
+                         for r in plan.to_dict("records") for s in range(3)])
+    with_plan, without = choose_lr(rows, plan), choose_lr(rows)
+    assert with_plan["complete"].all()
+    assert without.set_index(["arm", "epochs"])["complete"].to_dict() == {
+        ("default", 1): True, ("default", 3): False, ("noise:0", 1): True, ("noise:0", 3): False}
+    assert with_plan["lr"].equals(without["lr"])
+    assert [list(p) for p in with_plan["plan"]] == [list(grids[e]) for e in with_plan["epochs"]]
+    cut = rows[~((rows["epochs"] == 3) & (rows["lr"] == 2e-3) & (rows["arm"] == "noise:0"))]
+    part = choose_lr(cut, plan).set_index(["arm", "epochs"])
+    assert not part.loc[("default", 3), "complete"] and part.loc[("default", 1), "complete"]
+    assert part.loc[("default", 3), "lr"] == 1e-3  # the one rate both arms have at 3 epochs
+
+
+def test_fair_report_merges_a_sweep_that_widens_the_grid(tmp_path: Path) -> None:
+    """`fair-report A B`: B's rates join A's grid at B's budgets only (paired by seed, the choice
+    over the union), a rate outside a budget's grid reads '–'; a cell given twice, or a sweep of
+    another kind, is refused by name."""
+    from typer.testing import CliRunner
+
+    from tokensde.cli import app
+    from tokensde.vit.depth import SWEEPS
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    run_fair(fair_config("fair-tiny"), a, figures=False)
+    wide = tmp_path / "wide.toml"
+    wide.write_text((SWEEPS / "vit-fair-tiny.toml").read_text().replace(
+        "epochs = [1, 2]", "epochs = [1]").replace("lr = [2e-3, 8e-3]", "lr = [3.2e-2]")
+        .replace('name = "vit-fair-tiny"', 'name = "vit-fair-tiny-wide"'))
+    run_fair(fair_config(wide), b, figures=False)
+    res = CliRunner().invoke(app, ["vit", "fair-report", str(a), str(b), "--no-figures"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((a / "fair.json").read_text())
+    chosen = pd.DataFrame(doc["chosen"]).set_index(["arm", "epochs"])
+    assert chosen["complete"].all() and doc["more"][0]["path"] == str(b)
+    assert [list(g) for g in chosen.loc[[("default", 1), ("default", 2)], "grid"]] == \
+        [[2e-3, 8e-3, 3.2e-2], [2e-3, 8e-3]]
+    seeds = per_seed(pd.concat([pd.read_parquet(d / "table.parquet") for d in (a, b)]))
+    means = seeds.groupby(["arm", "epochs", "lr"])["val_acc"].mean()
+    for (arm, e), r in chosen.iterrows():
+        assert r["lr"] == means.loc[(arm, e)].idxmax()
+    row = [x for x in res.output.splitlines() if x.startswith("| default | 2 |")][0]
+    assert row.endswith("| – |")
+    dup = CliRunner().invoke(app, ["vit", "fair-report", str(a), str(a), "--no-figures"])
+    assert dup.exit_code != 0 and "more than one of" in dup.output
+    from tokensde.vit.depth import depth_config, run_depth
+
+    other = tmp_path / "depth"
+    run_depth(depth_config("tiny"), other)
+    bad = CliRunner().invoke(app, ["vit", "fair-report", str(a), str(other), "--no-figures"])
+    assert bad.exit_code != 0 and "not 'vit_fair'" in bad.output

@@ -6,7 +6,7 @@
     tokensde vit depth --size quick --out DIR   # the depth sweep (sweep kind vit_depth), report
     tokensde vit depth-report DIR         # redraw the depth sweep's tables and figures
     tokensde vit fair --out DIR           # each arm at its own validated rate, 1-30 epochs
-    tokensde vit fair-report DIR          # the fair protocol's tables and figures
+    tokensde vit fair-report DIR [MORE]   # the fair protocol's tables and figures
     tokensde vit export-data --out F.npz  # a data subset in one file (for another machine)
 """
 
@@ -255,8 +255,9 @@ def depth_report_cmd(
 
 def fair_cmd(
     out: Out = Path("vit-fair"),
-    size: Annotated[str, typer.Option(help="fair, fair-tiny, fair-cifar, or a TOML sweep file "
-                                           "of kind vit_fair.")] = "fair",
+    size: Annotated[str, typer.Option(help="fair, fair-wide (its grid widened at 1 and 3 "
+                                           "epochs), fair-tiny, fair-pilot, fair-cifar, or a TOML "
+                                           "sweep file of kind vit_fair.")] = "fair",
     device: Annotated[str, typer.Option(help="Torch device of the training: cpu or cuda "
                                              "(sets TOKENSDE_VIT_DEVICE for the workers).")]
     = "cpu",
@@ -294,13 +295,16 @@ def fair_cmd(
 
 def fair_report_cmd(
     out: Annotated[Path, typer.Argument(help="Fair sweep directory (the report goes here).")],
+    more: Annotated[list[Path] | None, typer.Argument(
+        help="Fair sweeps that widen its grid (e.g. vit-fair-wide), reported with it.")] = None,
     figures: Annotated[bool, typer.Option(help="Draw the figures (needs matplotlib).")] = True,
 ) -> None:
-    """Rebuild fair.json, fair.md and the figures of a (finished or partial) fair sweep."""
+    """Rebuild fair.json, fair.md and the figures of a (finished or partial) fair sweep, with the
+    sweeps that widen its grid."""
     from ..vit.fair import fair_report
 
     with user_errors():
-        files = fair_report(out, figures=figures)
+        files = fair_report(out, figures=figures, more=more or ())
     typer.echo((out / "fair.md").read_text())
     typer.echo("wrote " + ", ".join(files.values()))
 

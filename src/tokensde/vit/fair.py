@@ -27,7 +27,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from .stack import Member, StackedViT, train_stack
 from .train import TrainConfig
 
 KIND = "vit_fair"
-FAIR_SWEEPS = ("fair", "fair-tiny", "fair-pilot", "fair-cifar")
+FAIR_SWEEPS = ("fair", "fair-wide", "fair-tiny", "fair-pilot", "fair-cifar")
 # Columns that identify a training set-up (rows equal on all of them are comparable).
 SETUP = ("depth", "dataset", "data_dir", "train_subset", "val_subset", "test_subset", "dim",
          "heads", "patch", "batch_size", "seeds", "seed0", "poison_test")
@@ -227,21 +227,27 @@ def per_seed(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def choose_lr(seeds: pd.DataFrame) -> pd.DataFrame:
+def choose_lr(seeds: pd.DataFrame, planned: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per set-up, arm and budget: the rate with the highest mean validation accuracy at the end
     of training (ties: the smaller rate) among the rates that *every* arm of that budget has
     finished (`common`: the whole grid once the sweep is done, so that a partial sweep never lets
     one arm choose from more rates than another), the mean validation accuracy of every finished
     rate, and whether the choice lies on an edge of `common`; `complete` is False where some rate
-    of the sweep has not finished yet. Reads the set-up and VAL_COLUMNS only."""
+    of the budget's grid has not finished yet. The grid of a budget is its rates in `planned`
+    (the cells of the sweeps, `planned_cells`), or without it every rate of `seeds` at any
+    budget. Reads the set-up and VAL_COLUMNS only."""
     val = seeds[[*_setup(seeds), *VAL_COLUMNS]]
     budget = [*_setup(seeds), "epochs"]
     every = sorted(float(x) for x in val["lr"].unique())
+    grids = None if planned is None else {
+        (k if isinstance(k, tuple) else (k,)): sorted(set(map(float, g["lr"])))
+        for k, g in planned.groupby(budget, sort=True)}
     rows = []
     for k, g in val.groupby(budget, sort=True):
         kk = k if isinstance(k, tuple) else (k,)
         common = sorted(set.intersection(*(set(map(float, h["lr"])) for _, h in
                                            g.groupby("arm"))))
+        grid = every if grids is None else grids.get(kk, every)
         for arm, h in g.groupby("arm", sort=True):
             curve = h.groupby("lr")["val_acc"].agg(["mean", "count"]).sort_index()
             best = float(curve.loc[common, "mean"].idxmax())  # first maximum: the smaller rate
@@ -249,9 +255,10 @@ def choose_lr(seeds: pd.DataFrame) -> pd.DataFrame:
                          "val": 100.0 * float(curve.loc[best, "mean"]),
                          "grid": [float(x) for x in curve.index],
                          "val_by_lr": [100.0 * float(x) for x in curve["mean"]],
-                         "seeds_by_lr": [int(x) for x in curve["count"]], "common": common,
+                         "seeds_by_lr": [int(x) for x in curve["count"]], "plan": grid,
+                         "common": common,
                          "edge": len(common) > 1 and best in (common[0], common[-1]),
-                         "complete": common == every})
+                         "complete": common == grid})
     cols = [*_setup(seeds), "arm", "epochs"]
     return pd.DataFrame(rows).sort_values(cols, kind="stable").reset_index(drop=True)
 
@@ -386,13 +393,15 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
                            f"{_pts(r['gap_fixed'])} [{_pts(r['gap_fixed_lo'])}, "
                            f"{_pts(r['gap_fixed_hi'])}]")
     ch = chosen.set_index(["arm", "epochs"])
-    every = sorted({float(g) for grid in chosen["grid"] for g in grid})
+    every = sorted({float(g) for col in ("grid", "plan") if col in chosen
+                    for grid in chosen[col] for g in grid})
     lines += ["", "**Chosen peak learning rate** (highest mean validation accuracy; * = on the "
               "edge of the grid; † = chosen from a partial grid, the sweep has not finished)", "",
               head, rule]
     lines += _arm_rows(ch, _arms(chosen["arm"]), budgets, lambda r: (
         f"{r['lr']:.2g}{'*' if r['edge'] else ''}{'' if r['complete'] else '†'}"))
-    lines += ["", "**Validation accuracy (%) over the grid** (mean over seeds)", "",
+    lines += ["", "**Validation accuracy (%) over the grid** (mean over seeds; – not in this "
+              "budget's grid, … not run yet)", "",
               "| arm | epochs | " + " | ".join(f"{x:.2g}" for x in every) + " |",
               "|---|---|" + "---|" * len(every)]
     for arm in _arms(chosen["arm"]):
@@ -401,8 +410,9 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
                 r = ch.loc[(arm, e)]
                 got = dict(zip(r["grid"], r["val_by_lr"], strict=True))
                 lines.append(f"| {arm} | {e} | " + " | ".join(
-                    "" if g not in got else f"**{got[g]:.1f}**" if g == r["lr"] else
-                    f"{got[g]:.1f}" for g in every) + " |")
+                    "–" if g not in r.get("plan", every) else "…" if g not in got else
+                    f"**{got[g]:.1f}**" if g == r["lr"] else f"{got[g]:.1f}" for g in every)
+                    + " |")
     if level.get("last_third"):
         m, lo, hi = level["last_third"]
         mark = "" if level.get("complete", True) else " †"
@@ -416,24 +426,56 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     return "\n".join(lines) + "\n"
 
 
-def fair_report(out: str | os.PathLike, figures: bool = True) -> dict[str, str]:
-    """From the (finished or partial) sweep in `out`: the choice, the gaps and the plateau
-    (`fair.json`, with a header naming the sweep), the markdown tables (`fair.md`) and, with
-    `figures`, `fair_lr.png` and `fair_gaps.png`; return the file paths."""
+def planned_cells(out: str | os.PathLike) -> pd.DataFrame:
+    """The parameters of every cell of the sweep in `out` (finished or not), one row each."""
+    return pd.DataFrame([c["params"] for c in SweepDir(out).manifest()["cells"]])
+
+
+def load_fair(dirs: Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                           list[dict[str, Any]]]:
+    """The per-seed rows (`per_seed`), the planned cells (`planned_cells`) and the configs of
+    the fair sweeps in `dirs` together, e.g. a sweep and a second one that widens its grid;
+    a (set-up, arm, budget, rate) run by two of them is an error."""
+    if not dirs:
+        raise ParameterError("give at least one fair sweep directory")
+    configs, tables, planned = [], [], []
+    for d in dirs:
+        config = SweepDir(d).manifest()["config"]
+        if config.get("kind") != KIND:
+            raise ParameterError(f"{d} holds a sweep of kind {config.get('kind')!r}, not {KIND!r}")
+        configs.append(config)
+        planned.append(planned_cells(d))
+        table = load_table(d)
+        if len(table):
+            tables.append(table)
+    plan = pd.concat(planned, ignore_index=True)
+    twice = plan[plan.duplicated([*_setup(plan), "arm", "epochs", "lr"], keep=False)]
+    if len(twice):
+        r = twice.iloc[0]
+        raise ParameterError(f"arm {r['arm']}, {r['epochs']} epochs, lr {r['lr']:g} is a cell of "
+                             f"more than one of {', '.join(map(str, dirs))}; give each cell once")
+    seeds = per_seed(pd.concat(tables, ignore_index=True)) if tables else pd.DataFrame()
+    if seeds.empty:
+        raise ParameterError(f"{', '.join(map(str, dirs))}: no finished cells yet")
+    return seeds, plan, configs
+
+
+def fair_report(out: str | os.PathLike, figures: bool = True,
+                more: Sequence[str | os.PathLike] = ()) -> dict[str, str]:
+    """From the (finished or partial) fair sweep in `out`, and those in `more` that widen its
+    grid (`load_fair`): the choice, the gaps and the plateau (`fair.json`, with a header naming
+    the sweeps), the markdown tables (`fair.md`) and, with `figures`, `fair_lr.png` and
+    `fair_gaps.png`, all written into `out`; return the file paths."""
     from ..io.store import atomic_write, header
 
     out = Path(out)
-    kind = SweepDir(out).manifest()["config"].get("kind")
-    if kind != KIND:
-        raise ParameterError(f"{out} holds a sweep of kind {kind!r}, not {KIND!r}")
-    seeds = per_seed(load_table(out))
-    if seeds.empty:
-        raise ParameterError(f"{out} has no finished cells yet")
-    chosen = choose_lr(seeds)
+    seeds, plan, configs = load_fair([out, *more])
+    chosen = choose_lr(seeds, plan)
     gaps = fair_gaps(seeds, chosen)
     level = plateau(seeds, chosen)
-    doc = header(KIND_FAIR, sweep=SweepDir(out).manifest()["config"], chosen=json_rows(chosen),
-                 gaps=json_rows(gaps), plateau=level)
+    doc = header(KIND_FAIR, sweep=configs[0], more=[{"path": str(m), "config": c} for m, c in
+                                                    zip(more, configs[1:], strict=True)],
+                 chosen=json_rows(chosen), gaps=json_rows(gaps), plateau=level)
     files = {"report": atomic_write(out / REPORT, lambda tmp: tmp.write_text(
         json.dumps(doc, indent=1) + "\n"))}
     md = fair_table(gaps, chosen, level)
