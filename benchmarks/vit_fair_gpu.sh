@@ -13,18 +13,20 @@
 #  1. the machine: nvidia-smi, torch and CUDA versions;
 #  2. a check that the stacked model computes the same logits on CUDA as on the CPU, and the
 #     stacked-vs-single speed ratio on CUDA (benchmarks/bench_vit_stack.py, a few seconds);
-#  3. the sweep `tokensde vit fair` (80 cells, 960 models) into .fair/vit-fair with
-#     $FAIR_WORKERS worker processes, cut off after $FAIR_BUDGET_S seconds (SIGTERM: the finished
-#     cells stay; running this script again resumes). Cells run in grid order: every rate and arm
-#     at 1, 3 and 10 epochs first, the 30-epoch cells last;
-#  4. the report (fair.md, fair.json; figures if matplotlib is there) of what finished;
-#  5. $OUT/vit-fair.tgz (the whole sweep directory), fair.md, log.txt and gpu.csv (GPU
+#  3. the sweeps, with $FAIR_WORKERS worker processes, cut off together after $FAIR_BUDGET_S
+#     seconds (SIGTERM: the finished cells stay; running this script again resumes): with the
+#     size `fair`, first `fair-wide` (16 short cells that widen the grid at 1 and 3 epochs) into
+#     .fair/vit-fair-wide, then `fair` (80 cells, 960 models) into .fair/vit-fair, budget by
+#     budget, the 30-epoch cells last;
+#  4. the report of both (fair.md, fair.json; figures if matplotlib is there) of what finished;
+#  5. $OUT/vit-fair.tgz (the sweep directories), fair.md, log.txt and gpu.csv (GPU
 #     utilisation every 5 s) under $OUT.
 # To resume on a fresh machine: unpack vit-fair.tgz into .fair/ and carry .fair again.
 # Dry run on a CPU (what tests/test_vit_fair.py does not cover: this script itself):
 #   tokensde vit export-data --dataset digits --train 900 --test 200 --out .fair/digits.npz
 #   FAIR_DEVICE=cpu FAIR_SIZE=fair-tiny FAIR_DATA=.fair/digits.npz FAIR_DIR=/tmp/ft FAIR_WORKERS=2 \
 #       OUT=/tmp/ft-out PYTHONPATH=src bash benchmarks/vit_fair_gpu.sh
+# (FAIR_WIDE_SIZE=F.toml adds a sweep that widens the grid to the dry run, as fair-wide does.)
 set -u
 OUT=${OUT:-.fair/out}
 mkdir -p "$OUT" .fair
@@ -33,6 +35,10 @@ SWEEP=${FAIR_DIR:-.fair/vit-fair}
 WORKERS=${FAIR_WORKERS:-12}
 BUDGET=${FAIR_BUDGET_S:-450}
 SIZE=${FAIR_SIZE:-fair}
+WIDE_SIZE=${FAIR_WIDE_SIZE:-}  # the sweep that widens the grid: fair-wide for fair
+[ "$SIZE" = fair ] && WIDE_SIZE=${WIDE_SIZE:-fair-wide}
+WIDE=
+[ -n "$WIDE_SIZE" ] && WIDE=$(dirname "$SWEEP")/vit-fair-wide
 DEVICE=${FAIR_DEVICE:-cuda}
 PY=${PYTHON:-python3}
 export TOKENSDE_VIT_DEVICE=$DEVICE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -70,19 +76,27 @@ EOF
 timeout 120 "$PY" benchmarks/bench_vit_stack.py --device cuda --models 12 --steps 5 --rounds 2
 fi
 
-echo "== sweep (budget $BUDGET s)"
+sweep() {  # sweep SIZE DIR: run it in what is left of the budget
+    local left=$(( BUDGET - ($(date +%s) - t0) ))
+    [ "$left" -gt 0 ] || { echo "== $1: no budget left"; return 124; }
+    echo "== sweep $1 into $2 ($left s left)"
+    timeout -s TERM "$left" "${TOKENSDE[@]}" vit fair --size "$1" --out "$2" \
+        --data-dir "$DATA" --device "$DEVICE" --workers "$WORKERS" --no-figures --quiet
+    local rc=$?
+    echo "== $1 exit $rc after $(( $(date +%s) - t0 )) s (124/143: cut off by the budget; rerun to resume)"
+    return $rc
+}
 t0=$(date +%s)
-timeout -s TERM "$BUDGET" "${TOKENSDE[@]}" vit fair --size "$SIZE" --out "$SWEEP" \
-    --data-dir "$DATA" --device "$DEVICE" --workers "$WORKERS" --no-figures --quiet
-rc=$?
-echo "== sweep exit $rc after $(( $(date +%s) - t0 )) s (124/143: cut off by the budget; rerun to resume)"
+[ -n "$WIDE" ] && sweep "$WIDE_SIZE" "$WIDE"
+sweep "$SIZE" "$SWEEP"
 
 FIG=--no-figures
 "$PY" -c 'import matplotlib' 2>/dev/null && FIG=--figures
-"${TOKENSDE[@]}" vit fair-report "$SWEEP" $FIG || echo "no report (no finished cell?)"
+"${TOKENSDE[@]}" vit fair-report "$SWEEP" $WIDE $FIG || echo "no report (no finished cell?)"
 "${TOKENSDE[@]}" sweep status "$SWEEP" 2>/dev/null | head -20 || true
 [ -n "$SMI" ] && kill "$SMI" 2>/dev/null
 cp "$SWEEP/fair.md" "$OUT/" 2>/dev/null
-tar czf "$OUT/vit-fair.tgz" -C "$(dirname "$SWEEP")" "$(basename "$SWEEP")"
+tar czf "$OUT/vit-fair.tgz" -C "$(dirname "$SWEEP")" "$(basename "$SWEEP")" \
+    ${WIDE:+"$(basename "$WIDE")"}
 echo "== done in $(( $(date +%s) - t_start )) s; $(ls -la "$OUT" | wc -l) entries in $OUT"
 ls -la "$OUT"
