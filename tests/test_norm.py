@@ -40,7 +40,7 @@ def test_sde_limits_and_the_gram_sampler_when_asked_for():
     assert choose_sampler(p, "gram") == "gram"
     from tokensde.analysis.convergence import Problem, coupled_samples
 
-    with pytest.raises(ParameterError, match="convergence needs norm='post'"):
+    with pytest.raises(ParameterError, match="convergence takes norm='post' or 'pre'"):
         coupled_samples(Problem("x", p.with_(norm="peri"), T=1.0), (2,), 4, runs=4)
 
 

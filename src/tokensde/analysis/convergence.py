@@ -333,7 +333,8 @@ def coupled_samples(
     fractions in (0, 1] that put a layer boundary of every level on the time).
 
     Runs are cut into batches of whole `RUN_BLOCK`s, so the numbers depend only on `seed` and the
-    run index, never on `start`, `stop` or `batch_size`.
+    run index, never on `start`, `stop` or `batch_size`. Pre-norm: the statistics and the strong
+    errors read the token directions `x / |x|` of the residual stream (what attention reads).
     """
     lv = check_levels(levels, ref_steps)
     runs = check_int("runs", runs, 1)
@@ -349,11 +350,10 @@ def coupled_samples(
     p = problem.params
     if p.noise != "matrix":
         raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
-    if p.norm != "post":
-        raise ParameterError(f"convergence needs norm='post' (its statistics read unit tokens; "
-                             f"coupled_states takes 'pre', see diagnostics/real_weak_order.py; "
-                             f"peri is checked uncoupled: diagnostics/norm_weak_order.py); got "
-                             f"norm={p.norm!r}")
+    if p.norm not in ("post", "pre"):
+        raise ParameterError(f"convergence takes norm='post' or 'pre' (peri-norm is checked "
+                             f"uncoupled: diagnostics/norm_weak_order.py); got norm={p.norm!r}")
+    view = normalize if p.norm == "pre" else (lambda t: t)  # pre-norm: what attention reads
     names = tuple(problem.statistics)
     fns = [STATISTICS[k] for k in names]
     at = _strong_steps(strong_at, lv, ref_steps)
@@ -373,20 +373,21 @@ def coupled_samples(
             if j in at:
                 for a, law in enumerate(laws):
                     for b, L in enumerate(lv):
-                        err = (nets[law, L] - fine).square().sum(-1).mean(-1)
+                        err = (view(nets[law, L]) - view(fine)).square().sum(-1).mean(-1)
                         sq[at[j], a, b, cols] = err.numpy()
 
         rs = RunStreams(seed, runs, lo, hi)
         nets, fine, half = coupled_states(x0, p, problem.T, lv, ref_steps, rs, laws, progress,
                                           on_step, rs.derived(QK_STREAM), rs.derived(MLP_STREAM))
+        u0 = view(x0)
         for s, f in enumerate(fns):
-            ref_f[s, cols] = f(fine, x0).numpy()
-            ref_h[s, cols] = f(half, x0).numpy()
+            ref_f[s, cols] = f(view(fine), u0).numpy()
+            ref_h[s, cols] = f(view(half), u0).numpy()
         for a, law in enumerate(laws):
             for b, L in enumerate(lv):
-                x = nets[law, L]
+                x = view(nets[law, L])
                 for s, f in enumerate(fns):
-                    net[a, b, s, cols] = f(x, x0).numpy()
+                    net[a, b, s, cols] = f(x, u0).numpy()
     return CoupledSamples(lv, laws, names, net, ref_f, ref_h, sq, tuple(float(f) for f in strong_at))
 
 
