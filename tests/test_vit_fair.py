@@ -343,7 +343,7 @@ def test_fair_report_merges_a_sweep_that_widens_the_grid(tmp_path: Path) -> None
     means = seeds.groupby(["arm", "epochs", "lr"])["val_acc"].mean()
     for (arm, e), r in chosen.iterrows():
         assert r["lr"] == means.loc[(arm, e)].idxmax()
-    row = [x for x in res.output.splitlines() if x.startswith("| default | 2 |")][0]
+    row = next(x for x in res.output.splitlines() if x.startswith("| default | 2 |"))
     assert row.endswith("| – |")
     dup = CliRunner().invoke(app, ["vit", "fair-report", str(a), str(a), "--no-figures"])
     assert dup.exit_code != 0 and "more than one of" in dup.output
