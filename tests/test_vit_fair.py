@@ -345,6 +345,12 @@ def test_fair_report_merges_a_sweep_that_widens_the_grid(tmp_path: Path) -> None
         assert r["lr"] == means.loc[(arm, e)].idxmax()
     row = next(x for x in res.output.splitlines() if x.startswith("| default | 2 |"))
     assert row.endswith("| – |")
+    # `vit fair --with`: a resumed sweep reports with the sweeps that widen it
+    res = CliRunner().invoke(app, ["vit", "fair", "--size", str(wide), "--out", str(b), "--with",
+                                   str(a), "--quiet", "--no-figures"])
+    assert res.exit_code == 0 and "0 cells trained" in res.output, res.output
+    both = json.loads((b / "fair.json").read_text())
+    assert both["more"][0]["path"] == str(a) and both["chosen"] == doc["chosen"]
     dup = CliRunner().invoke(app, ["vit", "fair-report", str(a), str(a), "--no-figures"])
     assert dup.exit_code != 0 and "more than one of" in dup.output
     from tokensde.vit.depth import depth_config, run_depth

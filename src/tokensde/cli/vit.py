@@ -271,11 +271,15 @@ def fair_cmd(
     = None,
     test_subset: Annotated[int | None, typer.Option(help="Replace the test images (0 = all).")]
     = None,
+    with_: Annotated[list[Path] | None, typer.Option(
+        "--with", help="A fair sweep that widens this one's grid, reported with it (repeat "
+                       "for more).")] = None,
     figures: Annotated[bool, typer.Option(help="Draw the figures (needs matplotlib).")] = True,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
     """Run (or resume) the fair protocol: every arm at every rate of the grid and every budget,
-    the rate chosen per arm on the validation split; then write fair.json, fair.md, figures."""
+    the rate chosen per arm on the validation split; then write fair.json, fair.md, figures
+    (with the sweeps given by --with)."""
     import os
 
     from ..vit.depth import DEVICE_ENV
@@ -288,7 +292,8 @@ def fair_cmd(
                           train_subset=train_subset, val_subset=val_subset,
                           test_subset=test_subset)
         os.environ[DEVICE_ENV] = device
-        return run_fair(cfg, out, workers, bar.cell, bar.start, figures=figures)
+        return run_fair(cfg, out, workers, bar.cell, bar.start, figures=figures,
+                        more=with_ or ())
 
     _run_sweep(start, out, "fair.md", "cells", quiet)
 

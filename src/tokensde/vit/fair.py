@@ -194,15 +194,18 @@ def promising_first(cells: list[Cell], chosen: pd.DataFrame) -> list[Cell]:
 
 def run_fair(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
              on_cell: OnCell | None = None, on_start: Any = None,
-             figures: bool = True) -> dict[str, Any]:
+             figures: bool = True, more: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
     """Run (or resume) a fair sweep into `out` (its data checked first, `check_data`), the
     promising cells first (`promising_first`, from the choices finished at the start), then
-    write its report (`fair_report`)."""
+    write its report with the sweeps `more` that widen its grid (`fair_report`)."""
+    for m in more:
+        if SweepDir(m).manifest()["config"].get("kind") != KIND:
+            raise ParameterError(f"--with {m}: not a sweep of kind {KIND!r}")
     check_data(config)
     chosen = _prior_choices(out)
     summary = run_sweep(config, out, workers=workers, on_cell=on_cell, on_start=on_start,
                         order=functools.partial(promising_first, chosen=chosen))
-    return {**summary, "report": fair_report(out, figures=figures)}
+    return {**summary, "report": fair_report(out, figures=figures, more=more)}
 
 
 # ----------------------------------------------------------------------------- analysis
