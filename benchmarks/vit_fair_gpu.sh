@@ -35,10 +35,10 @@ SWEEP=${FAIR_DIR:-.fair/vit-fair}
 WORKERS=${FAIR_WORKERS:-12}
 BUDGET=${FAIR_BUDGET_S:-450}
 SIZE=${FAIR_SIZE:-fair}
-WIDE_SIZE=${FAIR_WIDE_SIZE:-}  # the sweep that widens the grid: fair-wide for fair
-[ "$SIZE" = fair ] && WIDE_SIZE=${WIDE_SIZE:-fair-wide}
+# the sweep that widens the grid (fair-wide for fair; FAIR_WIDE_SIZE= turns it off)
+if [ "$SIZE" = fair ]; then WIDE_SIZE=${FAIR_WIDE_SIZE-fair-wide}; else WIDE_SIZE=${FAIR_WIDE_SIZE:-}; fi
 WIDE=
-[ -n "$WIDE_SIZE" ] && WIDE=$(dirname "$SWEEP")/vit-fair-wide
+[ -n "$WIDE_SIZE" ] && WIDE=${FAIR_WIDE_DIR:-$SWEEP-wide}
 DEVICE=${FAIR_DEVICE:-cuda}
 PY=${PYTHON:-python3}
 export TOKENSDE_VIT_DEVICE=$DEVICE OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -48,6 +48,12 @@ t_start=$(date +%s)
 echo "== $(date -u) vit_fair_gpu.sh: size $SIZE on $DEVICE, data $DATA, sweep $SWEEP,"\
      "$WORKERS workers, budget $BUDGET s"
 [ -f "$DATA" ] || { echo "missing $DATA: carry .fair (see the header of this script)"; exit 2; }
+# where the data set lives, as an environment variable (TOKENSDE_DATA_<NAME>), not --data-dir:
+# the cells keep data_dir = '', so sweeps started elsewhere (benchmarks/results) resume here
+DATA_VAR=$("$PY" -c 'import sys, numpy as np; from tokensde.vit.data import data_env
+print(data_env(str(np.load(sys.argv[1])["dataset"])))' "$DATA") || { echo "cannot read $DATA"; exit 2; }
+export "$DATA_VAR=$DATA"
+echo "== $DATA_VAR=$DATA"
 SMI=
 if [ "$DEVICE" = cuda ]; then
 nvidia-smi -L || true
@@ -81,7 +87,7 @@ sweep() {  # sweep SIZE DIR: run it in what is left of the budget
     [ "$left" -gt 0 ] || { echo "== $1: no budget left"; return 124; }
     echo "== sweep $1 into $2 ($left s left)"
     timeout -s TERM "$left" "${TOKENSDE[@]}" vit fair --size "$1" --out "$2" \
-        --data-dir "$DATA" --device "$DEVICE" --workers "$WORKERS" --no-figures --quiet
+        --device "$DEVICE" --workers "$WORKERS" --no-figures --quiet
     local rc=$?
     echo "== $1 exit $rc after $(( $(date +%s) - t0 )) s (124/143: cut off by the budget; rerun to resume)"
     return $rc
@@ -92,11 +98,12 @@ sweep "$SIZE" "$SWEEP"
 
 FIG=--no-figures
 "$PY" -c 'import matplotlib' 2>/dev/null && FIG=--figures
-"${TOKENSDE[@]}" vit fair-report "$SWEEP" $WIDE $FIG || echo "no report (no finished cell?)"
+"${TOKENSDE[@]}" vit fair-report "$SWEEP" ${WIDE:+"$WIDE"} $FIG || echo "no report (no finished cell?)"
 "${TOKENSDE[@]}" sweep status "$SWEEP" 2>/dev/null | head -20 || true
 [ -n "$SMI" ] && kill "$SMI" 2>/dev/null
 cp "$SWEEP/fair.md" "$OUT/" 2>/dev/null
-tar czf "$OUT/vit-fair.tgz" -C "$(dirname "$SWEEP")" "$(basename "$SWEEP")" \
-    ${WIDE:+"$(basename "$WIDE")"}
+absdir() { (cd "$(dirname "$1")" && pwd); }
+tar czf "$OUT/vit-fair.tgz" -C "$(absdir "$SWEEP")" "$(basename "$SWEEP")" \
+    ${WIDE:+-C "$(absdir "$WIDE")" "$(basename "$WIDE")"}
 echo "== done in $(( $(date +%s) - t_start )) s; $(ls -la "$OUT" | wc -l) entries in $OUT"
 ls -la "$OUT"

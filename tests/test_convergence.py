@@ -248,9 +248,3 @@ def test_pre_norm_samples_read_directions_and_converge_weakly():
     assert abs(mean[1]) < abs(mean[0]) / 4
     assert s.sq_err[0, 0, 1].mean() < s.sq_err[0, 0, 0].mean()
 
-
-def test_convergence_refuses_peri_norm_by_name():
-    prob = Problem("peri", ModelParams(n=2, d=3, norm="peri"), T=1.0,
-                   statistics={"pair_mean": "m"})
-    with pytest.raises(ParameterError, match="norm='post' or 'pre'"):
-        coupled_samples(prob, levels=(2,), ref_steps=4, runs=4)

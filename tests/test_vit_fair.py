@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -352,10 +353,44 @@ def test_fair_report_merges_a_sweep_that_widens_the_grid(tmp_path: Path) -> None
     both = json.loads((b / "fair.json").read_text())
     assert both["more"][0]["path"] == str(a) and both["chosen"] == doc["chosen"]
     dup = CliRunner().invoke(app, ["vit", "fair-report", str(a), str(a), "--no-figures"])
-    assert dup.exit_code != 0 and "more than one of" in dup.output
+    assert dup.exit_code != 0 and f"planned by {a} and {a}" in dup.output
+    # refused before any training: an overlapping grid, another set-up, another kind
+    over = tmp_path / "over.toml"
+    over.write_text(wide.read_text().replace("lr = [3.2e-2]", "lr = [8e-3, 6.4e-2]"))
+    planned_twice = re.escape(f"lr 0.008 is planned by {tmp_path / 'c'} and {a}")
+    with pytest.raises(ParameterError, match=planned_twice):
+        run_fair(fair_config(over), tmp_path / "c", more=[a])
+    with pytest.raises(ParameterError, match=r"not one set-up.*train_subset: 500 in .*, 600 in"):
+        run_fair(fair_config(wide, train_subset=500), tmp_path / "c", more=[a])
+    assert not (tmp_path / "c" / "cells").exists()
     from tokensde.vit.depth import depth_config, run_depth
 
     other = tmp_path / "depth"
     run_depth(depth_config("tiny"), other)
     bad = CliRunner().invoke(app, ["vit", "fair-report", str(a), str(other), "--no-figures"])
     assert bad.exit_code != 0 and "not 'vit_fair'" in bad.output
+    with pytest.raises(ParameterError, match=r"--with .*depth: not a sweep of kind 'vit_fair'"):
+        run_fair(fair_config(wide), tmp_path / "c", more=[other])
+
+
+def test_data_location_from_the_environment(tmp_path: Path, monkeypatch) -> None:
+    """Without a data_dir, TOKENSDE_DATA_<NAME> says where the data set lives (a .npz file
+    here): the same images as the source it was written from, and a cell's parameters (so a
+    sweep's fingerprint) do not change; a missing file is named with its variable."""
+    from tokensde.vit.data import data_env
+
+    f = tmp_path / "digits.npz"
+    export_npz("digits", f, train=700, test=150)
+    direct = load_dataset("digits", train_subset=300, val_subset=200, test_subset=100)
+    monkeypatch.setenv(data_env("digits"), str(f))
+    assert data_env("fashion-mnist") == "TOKENSDE_DATA_FASHION_MNIST"
+    via = load_dataset("digits", train_subset=300, val_subset=200, test_subset=100)
+    assert via.info["source"] == str(f)
+    for k in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"):
+        assert torch.equal(getattr(via, k), getattr(direct, k)), k
+    assert len(load_dataset("digits").y_test) == 150  # the file's, not the package's 360
+    monkeypatch.setenv(data_env("digits"), str(tmp_path / "none.npz"))
+    from tokensde.vit.data import MissingDatasetError
+
+    with pytest.raises(MissingDatasetError, match=r"TOKENSDE_DATA_DIGITS=.*none.npz does not"):
+        load_dataset("digits")

@@ -21,6 +21,7 @@ standard deviation; labels as int64 `(N,)`.
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,10 +194,24 @@ def read_npz(path: str | Path, name: str) -> dict[str, np.ndarray]:
     return arrays
 
 
+def data_env(name: str) -> str:
+    """The environment variable that says where data set `name` lives on this machine (a
+    directory or a `.npz` file), used when no `data_dir` is given: `TOKENSDE_DATA_FASHION_MNIST`,
+    `TOKENSDE_DATA_CIFAR10`, `TOKENSDE_DATA_DIGITS`. A location, not a parameter, so a sweep
+    resumed on another machine keeps its cells."""
+    return "TOKENSDE_DATA_" + name.upper().replace("-", "_")
+
+
 def read_arrays(name: str, data_dir: str | Path | None = None) -> tuple[dict[str, np.ndarray], str]:
     """Raw arrays of data set `name` (uint8 or float images, int labels) and where they came from;
-    `data_dir` may be a `.npz` file written by `export_npz`."""
+    `data_dir` may be a `.npz` file written by `export_npz`; without it, `data_env(name)` if set."""
     check_choice("dataset", name, DATASETS)
+    if not data_dir and os.environ.get(data_env(name)):
+        data_dir = os.environ[data_env(name)]
+        if not Path(data_dir).exists():
+            raise MissingDatasetError(f"{data_env(name)}={data_dir} does not exist (it says where "
+                                      f"{name} lives when no data_dir is given)")
+    data_dir = data_dir or None
     if data_dir is not None and str(data_dir).endswith(".npz"):
         return read_npz(data_dir, name), str(data_dir)
     if name == "fashion-mnist":

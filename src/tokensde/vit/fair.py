@@ -167,7 +167,7 @@ def _prior_choices(out: str | os.PathLike) -> pd.DataFrame:
     seeds = per_seed(load_table(out))
     if seeds.empty:
         return pd.DataFrame()
-    chosen = choose_lr(seeds)
+    chosen = choose_lr(seeds, planned_cells(out))
     return chosen[chosen["complete"]]
 
 
@@ -201,6 +201,8 @@ def run_fair(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
     for m in more:
         if SweepDir(m).manifest()["config"].get("kind") != KIND:
             raise ParameterError(f"--with {m}: not a sweep of kind {KIND!r}")
+    check_merge([(str(out), pd.DataFrame([c.params for c in config.cells()])),
+                 *((str(m), planned_cells(m)) for m in more)])
     check_data(config)
     chosen = _prior_choices(out)
     summary = run_sweep(config, out, workers=workers, on_cell=on_cell, on_start=on_start,
@@ -250,7 +252,10 @@ def choose_lr(seeds: pd.DataFrame, planned: pd.DataFrame | None = None) -> pd.Da
         kk = k if isinstance(k, tuple) else (k,)
         common = sorted(set.intersection(*(set(map(float, h["lr"])) for _, h in
                                            g.groupby("arm"))))
-        grid = every if grids is None else grids.get(kk, every)
+        if grids is not None and kk not in grids:
+            raise ParameterError(f"no planned cells for the set-up and budget {kk} of finished "
+                                 "cells; pass the cells of every sweep read (planned_cells)")
+        grid = every if grids is None else grids[kk]
         for arm, h in g.groupby("arm", sort=True):
             curve = h.groupby("lr")["val_acc"].agg(["mean", "count"]).sort_index()
             best = float(curve.loc[common, "mean"].idxmax())  # first maximum: the smaller rate
@@ -434,29 +439,53 @@ def planned_cells(out: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame([c["params"] for c in SweepDir(out).manifest()["cells"]])
 
 
+def _setups(plan: pd.DataFrame, setup: list[str]) -> set[tuple[Any, ...]]:
+    return {tuple(v.item() if hasattr(v, "item") else v for v in r)
+            for r in plan[setup].drop_duplicates().itertuples(index=False)}
+
+
+def check_merge(plans: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """The planned cells of sweeps `(name, cells)` reported together, checked: the set-ups of
+    each sweep are those of the first, or some of them, or include them all (a sweep widens the
+    other's grid; otherwise the parameters that differ are named), and no (set-up, arm, budget,
+    rate) is planned twice. Returns them concatenated."""
+    setup = _setup(plans[0][1])
+    ref = _setups(plans[0][1], setup)
+    for name, plan in plans[1:]:
+        mine = _setups(plan, setup)
+        if not (mine <= ref or ref <= mine):
+            a, b = sorted(ref - mine, key=str)[0], sorted(mine - ref, key=str)[0]
+            diff = [f"{k}: {x!r} in {plans[0][0]}, {y!r} in {name}"
+                    for k, x, y in zip(setup, a, b, strict=True) if x != y]
+            raise ParameterError(f"{name} and {plans[0][0]} are not one set-up, so neither widens "
+                                 f"the other's grid ({'; '.join(diff)})")
+    plan = pd.concat([p.assign(_sweep=n) for n, p in plans], ignore_index=True)
+    key = [*setup, "arm", "epochs", "lr"]
+    twice = plan[plan.duplicated(key, keep=False)]
+    if len(twice):
+        r = twice.iloc[0]
+        where = twice.merge(twice.iloc[[0]][key])["_sweep"].tolist()
+        raise ParameterError(f"the cell arm {r['arm']}, {r['epochs']} epochs, lr {r['lr']:g} is "
+                             f"planned by {' and '.join(where)}; give each cell once")
+    return plan.drop(columns="_sweep")
+
+
 def load_fair(dirs: Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame,
                                                            list[dict[str, Any]]]:
-    """The per-seed rows (`per_seed`), the planned cells (`planned_cells`) and the configs of
-    the fair sweeps in `dirs` together, e.g. a sweep and a second one that widens its grid;
-    a (set-up, arm, budget, rate) run by two of them is an error."""
+    """The per-seed rows (`per_seed`), the planned cells (`check_merge`) and the configs of the
+    fair sweeps in `dirs` together: the first, and sweeps that widen its grid."""
     if not dirs:
         raise ParameterError("give at least one fair sweep directory")
-    configs, tables, planned = [], [], []
+    configs, tables = [], []
     for d in dirs:
         config = SweepDir(d).manifest()["config"]
         if config.get("kind") != KIND:
             raise ParameterError(f"{d} holds a sweep of kind {config.get('kind')!r}, not {KIND!r}")
         configs.append(config)
-        planned.append(planned_cells(d))
         table = load_table(d)
         if len(table):
             tables.append(table)
-    plan = pd.concat(planned, ignore_index=True)
-    twice = plan[plan.duplicated([*_setup(plan), "arm", "epochs", "lr"], keep=False)]
-    if len(twice):
-        r = twice.iloc[0]
-        raise ParameterError(f"arm {r['arm']}, {r['epochs']} epochs, lr {r['lr']:g} is a cell of "
-                             f"more than one of {', '.join(map(str, dirs))}; give each cell once")
+    plan = check_merge([(str(d), planned_cells(d)) for d in dirs])
     seeds = per_seed(pd.concat(tables, ignore_index=True)) if tables else pd.DataFrame()
     if seeds.empty:
         raise ParameterError(f"{', '.join(map(str, dirs))}: no finished cells yet")
