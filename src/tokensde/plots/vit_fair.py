@@ -16,14 +16,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..vit.fair import ordered_arms
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
+
+ARM_ORDER = ("default", "noise:0", "hybrid:0", "identity", "shared")
+
+
+def _arms(arms: Any) -> list[str]:
+    rank = {a: i for i, a in enumerate(ARM_ORDER)}
+    return sorted(set(arms), key=lambda a: (rank.get(a, len(rank)), a))
 
 
 def plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
     """Validation accuracy (mean over seeds) against the learning rate; chosen rates ringed."""
     budgets = sorted(chosen["epochs"].unique())
-    arms = ordered_arms(chosen["arm"])
+    arms = _arms(chosen["arm"])
     with styled():
         fig = new_figure(3.0 * len(budgets), 3.4)
         axes = np.atleast_1d(fig.subplots(1, len(budgets)))
@@ -53,7 +59,7 @@ def plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
 def plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
     """Paired gap to default against the budget, per arm at its chosen rate (solid) and with
     both at 2e-3 (dashed)."""
-    arms = [a for a in ordered_arms(gaps["arm"]) if a != "default"]
+    arms = [a for a in _arms(gaps["arm"]) if a != "default"]
     with styled():
         fig = new_figure(5.4, 3.8)
         ax = fig.subplots()

@@ -364,8 +364,7 @@ def _pts(x: float) -> str:
     return "n/a" if not np.isfinite(x) else f"{x:+.1f}"
 
 
-def ordered_arms(arms: Any) -> list[str]:
-    """The distinct arms, in ARM_ORDER (others after them, by name)."""
+def _arms(arms: Any) -> list[str]:
     rank = {a: i for i, a in enumerate(ARM_ORDER)}
     return sorted(set(arms), key=lambda a: (rank.get(a, len(rank)), a))
 
@@ -387,7 +386,7 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     lines = ["**Test accuracy at each arm's own learning rate** (chosen on the validation split), "
              "and the gap to `default` in points with its 95 % paired t-interval "
              f"(paired seeds: {int(gaps['pairs'].max()) if len(gaps) else 0})", "", head, rule]
-    lines += _arm_rows(by, ordered_arms(gaps["arm"]), budgets, lambda r: (
+    lines += _arm_rows(by, _arms(gaps["arm"]), budgets, lambda r: (
         f"{r['acc']:.1f} %" if r.name[0] == BASELINE else
         f"{r['acc']:.1f} %, {_pts(r['gap'])} [{_pts(r['gap_lo'])}, {_pts(r['gap_hi'])}]")
         + ("" if r["complete"] else " †"))
@@ -397,7 +396,7 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     if gaps["gap_fixed"].notna().any():
         lines += ["", "Gap to `default` with **both at 2e-3** (the earlier protocol), same runs:",
                   "", head, rule]
-        lines += _arm_rows(by, [a for a in ordered_arms(gaps["arm"]) if a != BASELINE], budgets,
+        lines += _arm_rows(by, [a for a in _arms(gaps["arm"]) if a != BASELINE], budgets,
                            lambda r: "not run" if not np.isfinite(r["gap_fixed"]) else
                            f"{_pts(r['gap_fixed'])} [{_pts(r['gap_fixed_lo'])}, "
                            f"{_pts(r['gap_fixed_hi'])}]")
@@ -407,13 +406,13 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     lines += ["", "**Chosen peak learning rate** (highest mean validation accuracy; * = on the "
               "edge of the grid; † = chosen from a partial grid, the sweep has not finished)", "",
               head, rule]
-    lines += _arm_rows(ch, ordered_arms(chosen["arm"]), budgets, lambda r: (
+    lines += _arm_rows(ch, _arms(chosen["arm"]), budgets, lambda r: (
         f"{r['lr']:.2g}{'*' if r['edge'] else ''}{'' if r['complete'] else '†'}"))
     lines += ["", "**Validation accuracy (%) over the grid** (mean over seeds; – not in this "
               "budget's grid, … not run yet)", "",
               "| arm | epochs | " + " | ".join(f"{x:.2g}" for x in every) + " |",
               "|---|---|" + "---|" * len(every)]
-    for arm in ordered_arms(chosen["arm"]):
+    for arm in _arms(chosen["arm"]):
         for e in budgets:
             if (arm, e) in ch.index:
                 r = ch.loc[(arm, e)]
