@@ -12,6 +12,7 @@ from tokensde.model.params import ModelParams, ParameterError
 from tokensde.sim.layers import attention_output, network_step
 from tokensde.vit import Arm, ViTConfig, build_vit, make_model, pair_cosines, parse_arms, value_weights
 from tokensde.vit.geometry import geometry
+from tokensde.vit.init import arm_order
 
 SMALL = ViTConfig(image_size=8, patch=4, dim=16, depth=3, heads=2)
 ARMS = ["default", "gaussian:2", "noise:0", "noise:0.1", "noise:2", "hybrid:0", "hybrid:0.5",
@@ -80,6 +81,12 @@ def test_arm_parsing() -> None:
             Arm.parse(bad)
     with pytest.raises(ParameterError, match="distinct"):
         parse_arms("default,noise:0,suppressed:0.0")
+
+
+def test_arm_order_is_by_kind_then_label() -> None:
+    arms = ["shared", "identity", "noise:0.5", "hybrid:0", "noise:0", "default", "noise:0", "zz"]
+    assert arm_order(arms) == ["default", "noise:0", "noise:0.5", "hybrid:0", "identity",
+                               "shared", "zz"]
 
 
 def test_config_errors_name_the_parameter() -> None:

@@ -18,12 +18,10 @@ import pandas as pd
 
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
 
-ARM_ORDER = ("default", "noise:0", "hybrid:0", "identity", "shared")
-
 
 def _arms(arms: Any) -> list[str]:
-    rank = {a: i for i, a in enumerate(ARM_ORDER)}
-    return sorted(set(arms), key=lambda a: (rank.get(a, len(rank)), a))
+    """The distinct arms in the order of the report's rows (which `fair_report` sets)."""
+    return list(dict.fromkeys(arms))
 
 
 def plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
@@ -87,8 +85,8 @@ def plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
         ax.set_xticks(budgets, [str(e) for e in budgets])
         ax.minorticks_off()
         ax.set(xlabel="training budget (epochs)", ylabel="accuracy − default (points)",
-               title="paired gap to default, 95 % t-interval (open: contains 0; "
-                     "†: rate from a partial grid)")
+               title="paired gap to default, 95 % t-interval\n"
+                     "(open: contains 0; †: rate from a partial grid)")
         ax.legend(fontsize=7)
         return save(fig, out)
 

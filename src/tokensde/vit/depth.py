@@ -40,7 +40,7 @@ from ..sweep.kinds import ExperimentKind, Param, choice, integer, real, register
 from .compare import BASELINE, DataSpec
 from .data import DATASETS
 from .geometry import pair_cosines
-from .init import Arm, make_model
+from .init import Arm, arm_order, make_model
 from .model import BLOCKS, ViT, ViTConfig
 from .train import TrainConfig, evaluate, make_optimizer, train_epoch
 
@@ -252,9 +252,9 @@ def gap_table(gaps: pd.DataFrame, block: str = "attention-only") -> str:
 
 
 def _ordered(gaps: pd.DataFrame) -> pd.DataFrame:
-    rank = {a: i for i, a in enumerate(["default", "noise:0", "hybrid:0", "identity", "shared"])}
-    return gaps.assign(_o=gaps["arm"].map(lambda a: rank.get(a, len(rank)))).sort_values(
-        ["block", "_o", "arm", "depth"]).drop(columns="_o").reset_index(drop=True)
+    rank = {a: i for i, a in enumerate(arm_order(gaps["arm"]))}
+    return gaps.assign(_o=gaps["arm"].map(rank)).sort_values(
+        ["block", "_o", "depth"]).drop(columns="_o").reset_index(drop=True)
 
 
 def pooled_table(out: str | os.PathLike, also: Sequence[str | os.PathLike] = ()) -> pd.DataFrame:

@@ -42,6 +42,7 @@ from ..sweep.kinds import ExperimentKind, Param, choice, integer, real, register
 from .compare import BASELINE
 from .data import DATASETS, ImageData, load_dataset
 from .depth import DEVICE_ENV, PATCH, SWEEPS, check_arm, json_rows, sized_config
+from .init import arm_order
 from .model import ViTConfig
 from .stack import Member, StackedViT, train_stack
 from .train import TrainConfig
@@ -357,16 +358,10 @@ def plateau(seeds: pd.DataFrame, chosen: pd.DataFrame, arm: str = BASELINE) -> d
 
 KIND_FAIR = "tokensde.vit.fair-report"
 REPORT, TABLE_MD = "fair.json", "fair.md"
-ARM_ORDER = ("default", "noise:0", "hybrid:0", "identity", "shared")
 
 
 def _pts(x: float) -> str:
     return "n/a" if not np.isfinite(x) else f"{x:+.1f}"
-
-
-def _arms(arms: Any) -> list[str]:
-    rank = {a: i for i, a in enumerate(ARM_ORDER)}
-    return sorted(set(arms), key=lambda a: (rank.get(a, len(rank)), a))
 
 
 def _arm_rows(by: pd.DataFrame, arms: list[str], budgets: list[Any],
@@ -386,7 +381,7 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     lines = ["**Test accuracy at each arm's own learning rate** (chosen on the validation split), "
              "and the gap to `default` in points with its 95 % paired t-interval "
              f"(paired seeds: {int(gaps['pairs'].max()) if len(gaps) else 0})", "", head, rule]
-    lines += _arm_rows(by, _arms(gaps["arm"]), budgets, lambda r: (
+    lines += _arm_rows(by, arm_order(gaps["arm"]), budgets, lambda r: (
         f"{r['acc']:.1f} %" if r.name[0] == BASELINE else
         f"{r['acc']:.1f} %, {_pts(r['gap'])} [{_pts(r['gap_lo'])}, {_pts(r['gap_hi'])}]")
         + ("" if r["complete"] else " †"))
@@ -396,7 +391,7 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     if gaps["gap_fixed"].notna().any():
         lines += ["", "Gap to `default` with **both at 2e-3** (the earlier protocol), same runs:",
                   "", head, rule]
-        lines += _arm_rows(by, [a for a in _arms(gaps["arm"]) if a != BASELINE], budgets,
+        lines += _arm_rows(by, [a for a in arm_order(gaps["arm"]) if a != BASELINE], budgets,
                            lambda r: "not run" if not np.isfinite(r["gap_fixed"]) else
                            f"{_pts(r['gap_fixed'])} [{_pts(r['gap_fixed_lo'])}, "
                            f"{_pts(r['gap_fixed_hi'])}]")
@@ -406,13 +401,13 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     lines += ["", "**Chosen peak learning rate** (highest mean validation accuracy; * = on the "
               "edge of the grid; † = chosen from a partial grid, the sweep has not finished)", "",
               head, rule]
-    lines += _arm_rows(ch, _arms(chosen["arm"]), budgets, lambda r: (
+    lines += _arm_rows(ch, arm_order(chosen["arm"]), budgets, lambda r: (
         f"{r['lr']:.2g}{'*' if r['edge'] else ''}{'' if r['complete'] else '†'}"))
     lines += ["", "**Validation accuracy (%) over the grid** (mean over seeds; – not in this "
               "budget's grid, … not run yet)", "",
               "| arm | epochs | " + " | ".join(f"{x:.2g}" for x in every) + " |",
               "|---|---|" + "---|" * len(every)]
-    for arm in _arms(chosen["arm"]):
+    for arm in arm_order(chosen["arm"]):
         for e in budgets:
             if (arm, e) in ch.index:
                 r = ch.loc[(arm, e)]
@@ -492,6 +487,12 @@ def load_fair(dirs: Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataF
     return seeds, plan, configs
 
 
+def _by_arm(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` with its rows stably reordered so that the arms come in display order."""
+    rank = {a: i for i, a in enumerate(arm_order(table["arm"]))}
+    return table.iloc[np.argsort(table["arm"].map(rank).to_numpy(), kind="stable")]
+
+
 def fair_report(out: str | os.PathLike, figures: bool = True,
                 more: Sequence[str | os.PathLike] = ()) -> dict[str, str]:
     """From the (finished or partial) fair sweep in `out`, and those in `more` that widen its
@@ -507,7 +508,7 @@ def fair_report(out: str | os.PathLike, figures: bool = True,
     level = plateau(seeds, chosen)
     doc = header(KIND_FAIR, sweep=configs[0], more=[{"path": str(m), "config": c} for m, c in
                                                     zip(more, configs[1:], strict=True)],
-                 chosen=json_rows(chosen), gaps=json_rows(gaps), plateau=level)
+                 chosen=json_rows(_by_arm(chosen)), gaps=json_rows(_by_arm(gaps)), plateau=level)
     files = {"report": atomic_write(out / REPORT, lambda tmp: tmp.write_text(
         json.dumps(doc, indent=1) + "\n"))}
     md = fair_table(gaps, chosen, level)

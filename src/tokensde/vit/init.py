@@ -18,6 +18,7 @@ each with the model of the theory it is (`ARM_MODELS`):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,15 @@ ARM_MODELS: dict[str, str] = {
     "identity": "deterministic flow: V = I, no noise, at the branch scale r",
     "shared": "coherent noise: one random V repeated at every depth (not independent over layers)",
 }
+
+
+def arm_order(arms: Iterable[str]) -> list[str]:
+    """The distinct arm labels in display order: by kind as in ARM_KINDS, then by label."""
+    def key(arm: str) -> tuple[int, str]:
+        kind = ALIASES.get(arm.partition(":")[0], arm.partition(":")[0])
+        return (ARM_KINDS.index(kind) if kind in ARM_KINDS else len(ARM_KINDS), arm)
+
+    return sorted(set(arms), key=key)
 
 
 @dataclass(frozen=True)
