@@ -47,9 +47,11 @@ ARM_MODELS: dict[str, str] = {
 
 def arm_order(arms: Iterable[str]) -> list[str]:
     """The distinct arm labels in display order: by kind as in ARM_KINDS, then by label."""
+    rank = {kind: i for i, kind in enumerate(ARM_KINDS)}
+    rank.update({alias: rank[kind] for alias, kind in ALIASES.items()})
+
     def key(arm: str) -> tuple[int, str]:
-        kind = ALIASES.get(arm.partition(":")[0], arm.partition(":")[0])
-        return (ARM_KINDS.index(kind) if kind in ARM_KINDS else len(ARM_KINDS), arm)
+        return (rank.get(arm.partition(":")[0], len(ARM_KINDS)), arm)
 
     return sorted(set(arms), key=key)
 
