@@ -34,7 +34,14 @@ from tokensde.sim.layers import (
 )
 from tokensde.sim.norm_sde import peri_factor, peri_sde_step
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.samplers import apply_matrices, choose_sampler, mlp_kernel_noise, mlp_scale, psd_factor
+from tokensde.sim.samplers import (
+    apply_matrices,
+    choose_sampler,
+    gram_factor,
+    mlp_kernel_noise,
+    mlp_scale,
+    psd_factor,
+)
 from tokensde.sim.sde import sde_step
 from tokensde.sim.simulate import MLP_STREAM, QK_STREAM
 
@@ -113,8 +120,8 @@ def test_mlp_frame_sublayer_equals_the_sublayer_with_both_weight_matrices(mlp, n
     hidden = p.mlp_block(x @ w1.transpose(-1, -2))
     x1 = mlp_step(x, mlp_scale(p) * hidden @ w2.transpose(-1, -2), p, dt)
     b, b_perp, u = frame_of(x)
-    c = torch.linalg.cholesky(gram_of(hidden))
-    z = torch.linalg.solve_triangular(c, hidden @ w2.transpose(-1, -2), upper=False)
+    c = gram_factor(hidden)  # the block's own factor: Cholesky, or the symmetric root near the margin
+    z = torch.linalg.solve(c, hidden @ w2.transpose(-1, -2))
     inner = (z @ b).transpose(-1, -2)
     h = stacked_factor([inner], [(z @ b_perp).transpose(-1, -2)])[0] if b_perp.shape[-1] else inner
     u1 = frame_mlp_layer(u, p, dt, w1 @ b, h)

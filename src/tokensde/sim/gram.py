@@ -57,7 +57,7 @@ from .layers import (
 from .loop import Progress, Stop, march
 from .norm_sde import check_peri_sde, peri_drift, peri_factor
 from .rng import RunStreams
-from .samplers import gram_factor, mlp_scale, psd_factor, scheme_params
+from .samplers import gram_factor, mlp_scale, psd_factor, scheme_params, sym_root, well_pivoted
 from .sde import ito_correction
 
 
@@ -69,25 +69,43 @@ def iso_scales(p: ModelParams) -> tuple[float, float]:
     return a, c
 
 
-def recompress(z: torch.Tensor) -> torch.Tensor:
-    """Rows of `z` `(runs, n, c)` as unit vectors in `min(n, c)` coordinates: `u = N(R^T)` with
-    `z^T = Q R` (Householder QR, so rank-deficient `z` is fine and distances keep full precision)."""
-    n, c = z.shape[-2:]
-    if c <= n:
-        return normalize(z)
+def frame_coordinates(z: torch.Tensor) -> torch.Tensor:
+    """Rows of `z` `(runs, n, c)`, `c > n`, in n coordinates with the same Gram matrix, chosen
+    continuously in `z` and commuting with row scaling (`F(D z) = D F(z)`, so a recompressed frame
+    recompresses to itself, normalised or not).
+
+    Runs whose every row lies outside the pivot margin (`samplers.well_pivoted`) take `R^T` of the
+    Householder QR `z^T = Q R`, the signs of R's rows set so that its diagonal is non-negative (then
+    unique; distances keep full precision). The others (merged or antipodal tokens) take
+    `D (N(z) N(z)^T)^(1/2)`, `D` the row norms and `N(z)` the normalised rows (`samplers.sym_root`).
+    No branch on a rounding-level quantity: a seed gives the same run on any CPU up to rounding.
+    """
+    n = z.shape[-2]
     a, _ = torch.geqrf(z.transpose(-1, -2))  # R is the upper triangle (faster than linalg.qr)
     # a is column-major, so a^T is row-major and so is its lower triangle R^T
-    return normalize_(a.transpose(-1, -2)[..., :n].tril())
+    r_t = a.transpose(-1, -2)[..., :n].tril()
+    diag = r_t.diagonal(dim1=-2, dim2=-1)
+    r_t.mul_(torch.where(diag < 0, -1.0, 1.0).to(r_t.dtype).unsqueeze(-2))
+    bad = ~well_pivoted(diag, z.square().sum(-1))
+    if bool(bad.any()):
+        zb = z[bad]
+        norms = torch.linalg.vector_norm(zb, dim=-1, keepdim=True)
+        r_t[bad] = norms * sym_root(zb / torch.where(norms > 0, norms, 1.0))
+    return r_t
+
+
+def recompress(z: torch.Tensor) -> torch.Tensor:
+    """Rows of `z` `(runs, n, c)` as unit vectors in `min(n, c)` coordinates: `u = N(C)` with
+    `C C^T = z z^T` (`frame_coordinates`)."""
+    n, c = z.shape[-2:]
+    return normalize(z) if c <= n else normalize_(frame_coordinates(z))
 
 
 def recompress_stream(z: torch.Tensor) -> torch.Tensor:
     """`recompress` without the normalisation: rows of `z` `(runs, n, c)` in `min(n, c)`
     coordinates with the same Gram matrix, norms included (the residual stream of pre/peri-norm)."""
     n, c = z.shape[-2:]
-    if c <= n:
-        return z
-    a, _ = torch.geqrf(z.transpose(-1, -2))
-    return a.transpose(-1, -2)[..., :n].tril()
+    return z if c <= n else frame_coordinates(z)
 
 
 def pad(u: torch.Tensor, width: int) -> torch.Tensor:

@@ -30,36 +30,122 @@ def full_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
     return p.noise_law.draw(y, rs)
 
 
-def gram_factor(y: torch.Tensor) -> torch.Tensor:
-    """`C` with `C C^T = Y Y^T` for each run (rank-deficient Gram matrices included, no jitter).
+#: A run's Gram matrix is factored by Cholesky only when every pivot (the squared distance of a
+#: row from the span of the rows before it) is at least this fraction of that row's squared
+#: length, i.e. every row lies at least 3 % of its length away from the span before it. Elsewhere
+#: (merged or antipodal tokens, more rows than columns) the factor is the symmetric square root.
+#: The choice is a fixed margin of the run's own state, far above rounding, so a rounding-level
+#: change of the input never changes the factor by more than rounding error amplified by at most
+#: about PIVOT_MARGIN^(-1/2) = 32 per factor.
+PIVOT_MARGIN = 1e-3
 
-    Cholesky where it succeeds; for the runs where it fails (merged or antipodal tokens make
-    `Y Y^T` singular) `C = R^T` from the QR factorisation `Y^T = Q R`, which always exists.
-    Each run's factor depends on that run alone, never on the others in its batch.
+
+def sym_root(y: torch.Tensor) -> torch.Tensor:
+    """The symmetric square root `(Y Y^T)^(1/2) = U diag(s) U^T` `(runs, n, n)` of each run's Gram
+    matrix, from the thin SVD `Y = U diag(s) W^T`.
+
+    Continuous (Lipschitz in the Frobenius norm) in `Y` `(runs, n, k)`, rank deficiency included,
+    and invariant to the signs and the basis the SVD picks within a singular subspace. The SVD of
+    `Y` itself keeps the absolute precision of `Y`: two rows `delta` apart get rows about `delta`
+    apart, down to rounding (an eigen-decomposition of `Y Y^T` leaves them up to
+    `eps |Y|^2 / gap` apart, enough to split merged tokens over a few layers).
+
+    Args:
+        y: the rows `(runs, n, k)`.
+
+    Returns:
+        `U diag(s) U^T`, `(runs, n, n)`.
     """
-    c, info = torch.linalg.cholesky_ex(y @ y.transpose(-1, -2))
-    bad = info != 0
-    n_bad = int(bad.sum())
-    if n_bad == 0:
-        return c
-    if n_bad == bad.numel():
-        r = torch.linalg.qr(y.transpose(-1, -2), mode="r")[1]
-        return _pad_columns(r.transpose(-1, -2), y.shape[-2])
-    r = torch.linalg.qr(y[bad].transpose(-1, -2), mode="r")[1]
-    c[bad] = _pad_columns(r.transpose(-1, -2), y.shape[-2])
+    if y.shape[-2] == 2:
+        return _pair_root(y)
+    u, s, _ = torch.linalg.svd(y, full_matrices=False)
+    return (u * s.unsqueeze(-2)) @ u.transpose(-1, -2)
+
+
+def _pair_root(y: torch.Tensor) -> torch.Tensor:
+    """`sym_root` of two rows in closed form: `(K + w I) / sqrt(tr K + 2 w)`, `w = sqrt(det K)`
+    `= |a| |b - (<a, b> / |a|^2) a|` (the area the rows span, without the cancellation of
+    `|a|^2 |b|^2 - <a, b>^2`); 0 for two zero rows."""
+    k = y @ y.transpose(-1, -2)
+    a, b = y[..., 0, :], y[..., 1, :]
+    aa = k[..., 0, 0]
+    coef = torch.where(aa > 0, k[..., 0, 1] / torch.where(aa > 0, aa, 1.0), 0.0)
+    w = aa.sqrt() * torch.linalg.vector_norm(b - coef.unsqueeze(-1) * a, dim=-1)
+    root = k + w[..., None, None] * torch.eye(2, dtype=y.dtype, device=y.device)
+    scale = (k.diagonal(dim1=-2, dim2=-1).sum(-1) + 2 * w).sqrt()
+    return root / torch.where(scale > 0, scale, 1.0)[..., None, None]
+
+
+def psd_root(k: torch.Tensor) -> torch.Tensor:
+    """The symmetric square root `K^(1/2)` of positive semi-definite `K` `(runs, n, n)`, negative
+    rounding eigenvalues set to 0 (continuous in `K`; a zero eigenvalue's root has about half the
+    digits of `K`)."""
+    w, u = torch.linalg.eigh(k)
+    return (u * w.clamp(min=0.0).sqrt().unsqueeze(-2)) @ u.transpose(-1, -2)
+
+
+def well_pivoted(pivots: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """`(runs,)`: every row is well pivoted, `pivots^2 >= PIVOT_MARGIN * lengths` row by row, for
+    the diagonal `pivots` `(runs, n)` of a triangular factor and the squared row lengths `lengths`
+    `(runs, n)` (a nan pivot, from a failed Cholesky, is not well pivoted)."""
+    return (pivots.square() >= PIVOT_MARGIN * lengths).all(-1)
+
+
+def _cholesky_or(k: torch.Tensor, fallback: torch.Tensor | None,
+                 root: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Cholesky factors of `k` `(runs, n, n)`, and `root(fallback)` for the runs not well pivoted."""
+    c, info = torch.linalg.cholesky_ex(k)
+    pivots = torch.where((info == 0).unsqueeze(-1), c.diagonal(dim1=-2, dim2=-1), torch.nan)
+    bad = ~well_pivoted(pivots, k.diagonal(dim1=-2, dim2=-1))
+    if bool(bad.any()):
+        c[bad] = root((k if fallback is None else fallback)[bad])
     return c
 
 
-def _pad_columns(c: torch.Tensor, n: int) -> torch.Tensor:
-    """Zero-pad `(runs, n, k)` factors to `(runs, n, n)` (k = min(n, d) < n when n > d)."""
-    k = c.shape[-1]
-    return c if k == n else torch.nn.functional.pad(c, (0, n - k))
+def gram_factor(y: torch.Tensor) -> torch.Tensor:
+    """`C` `(runs, n, n)` with `C C^T = Y Y^T` for each run of `Y` `(runs, n, k)`.
+
+    The Cholesky factor where the run is well pivoted by the margin `PIVOT_MARGIN`; the symmetric
+    root `sym_root` elsewhere (always when `n > k`). Each run's factor depends on that run alone,
+    and a rounding-level change of `Y` moves `C` by rounding error only (amplified by at most about
+    `PIVOT_MARGIN^(-1/2)`): no branch on a rounding-level quantity.
+
+    Args:
+        y: the rows whose Gram matrix is factored, `(runs, n, k)`.
+
+    Returns:
+        The factor `C`, `(runs, n, n)`.
+    """
+    if y.shape[-2] > y.shape[-1]:
+        return sym_root(y)
+    return _cholesky_or(y @ y.transpose(-1, -2), y, sym_root)
+
+
+def gaussian_image(y: torch.Tensor, cols: int, rs: RunStreams) -> torch.Tensor:
+    """A draw of `Y G` `(runs, n, cols)` for `G` `(k, cols)` standard normal, `Y` `(runs, n, k)`.
+
+    With `n >= k`, `G` itself is drawn (`k cols` normals, linear in `Y`); with `n < k`, the exact
+    law `C Z` with `C C^T = Y Y^T` (`gram_factor`) and `Z` `(n, cols)` standard normal (`n cols`
+    normals). The choice depends on the shapes alone.
+
+    Args:
+        y: the rows, `(runs, n, k)`.
+        cols: the number of columns of `G`.
+        rs: the run streams the normals come from.
+
+    Returns:
+        The draw, `(runs, n, cols)`.
+    """
+    n, k = y.shape[-2:]
+    if n >= k:
+        return y @ rs.normal(k, cols, dtype=y.dtype)
+    return gram_factor(y) @ rs.normal(n, cols, dtype=y.dtype)
 
 
 def fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
-    """Exact-in-law Gaussian matrix noise `sigma C Z`, `Z` standard normal `(runs, n, d)`."""
-    z = rs.normal(y.shape[-2], p.d, dtype=y.dtype)
-    return (gram_factor(y) @ z).mul_(p.sigma)
+    """Exact-in-law Gaussian matrix noise `xi_i = V y_i` `(runs, n, d)`: `sigma C Z` with
+    `C C^T = Y Y^T` when `n < d` (`n d` normals), `Y V^T` with `V` drawn when `n >= d`."""
+    return gaussian_image(y, p.d, rs).mul_(p.sigma)
 
 
 def fast_applicable(p: ModelParams) -> bool:
@@ -76,6 +162,9 @@ def gram_applicable(p: ModelParams) -> bool:
 def gram_refusal(p: ModelParams) -> str | None:
     """Why `sampler='gram'` does not apply to `p` (a message naming the parameter), or None."""
     use = " (use sampler='fast' or 'full')"
+    if p.has_bias:
+        return (f"sampler='gram' does not carry the biases; got bias_sigma={p.bias_sigma:g}, "
+                f"mlp_bias={p.mlp_bias:g}{use}")
     law = p.qk_law
     if law.random and not law.rotation_invariant:
         invariant = ", ".join(n for n in QK_LAWS.names()
@@ -138,14 +227,16 @@ NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}
 
 
 def psd_factor(k: torch.Tensor) -> torch.Tensor:
-    """`C` with `C C^T = K` for positive semi-definite `K` `(runs, n, n)`: Cholesky where it
-    succeeds, the symmetric square root (negative rounding eigenvalues set to 0) where not."""
-    c, info = torch.linalg.cholesky_ex(k)
-    bad = info != 0
-    if bool(bad.any()):
-        w, u = torch.linalg.eigh(k[bad])
-        c[bad] = (u * w.clamp(min=0.0).sqrt().unsqueeze(-2)) @ u.transpose(-1, -2)
-    return c
+    """`C` with `C C^T = K` for positive semi-definite `K` `(runs, n, n)`: Cholesky for the runs
+    well pivoted by the margin `PIVOT_MARGIN`, the symmetric root `psd_root` for the others.
+
+    Args:
+        k: the matrices, `(runs, n, n)`.
+
+    Returns:
+        The factors, `(runs, n, n)`.
+    """
+    return _cholesky_or(k, None, psd_root)
 
 
 def mlp_scale(p: ModelParams) -> float:
@@ -162,11 +253,11 @@ def mlp_noise_full(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Ten
 
 
 def mlp_noise_fast(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
-    """The same law without d-sized weights: the pre-activations `W_1 x_i` of the `m` hidden
-    units are independent `N(0, X X^T)` vectors over the tokens, and given `H = phi(W_1 X^T)^T`
-    the output is `s C Z`, `C C^T = H H^T`, `Z` standard normal `(n, d)`."""
-    return mlp_noise_given(x, p, rs.normal(p.n, p.mlp_hidden, dtype=x.dtype),
-                           rs.normal(p.n, p.d, dtype=x.dtype))
+    """The law of `mlp_noise_full` without d-sized weights where the tokens are fewer: the
+    pre-activations `X W_1^T` and, given `H = phi(X W_1^T)`, the output `s H W_2^T` are each drawn
+    by `gaussian_image` (the weights themselves when the rows outnumber the columns)."""
+    h = p.mlp_block(gaussian_image(x, p.mlp_hidden, rs))
+    return gaussian_image(h, p.d, rs).mul_(mlp_scale(p))
 
 
 def mlp_noise_given(x: torch.Tensor, p: ModelParams, pre: torch.Tensor, z: torch.Tensor,
