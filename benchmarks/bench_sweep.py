@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tokensde.sweep.engine import SweepConfig, run_sweep
+from tokensde.sweep.config import SweepConfig
+from tokensde.sweep.engine import run_sweep
 
 
 def measure(cells: int, backend: str, workers: int, root: Path) -> dict[str, float]:

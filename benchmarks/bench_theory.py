@@ -4,7 +4,7 @@
 
 Rows: one point (best of many calls), a grid x grid (beta, d) theory grid at fixed rho0, and the
 same grid averaged over a uniform random initial pair. The `quad` reference
-(`two_tokens.p_anti_reference`, nested adaptive quadrature) is timed on `--sample` random grid
+(`theory.p_anti_reference`, nested adaptive quadrature) is timed on `--sample` random grid
 points and scaled to the grid; its values also give the largest deviation of the fast quadrature.
 """
 
@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from tokensde.theory import two_tokens as tt
+from tokensde import theory as tt
 
 TARGETS = {"one point": 5e-3, "grid": 2.0}
 

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from tokensde.study.context import SWEEP_DIR
-from tokensde.sweep.engine import SweepConfig
+from tokensde.sweep.config import SweepConfig
 from tokensde.sweep.kinds import get_kind
 
 MODES = ("horizon", "decided")

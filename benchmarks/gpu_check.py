@@ -41,6 +41,7 @@ SPEED = [
     ("gram", 32, 4096, 256, 16384),
 ]
 LAW_RUNS = 4000
+DEVICE_ENV = "TOKENSDE_VIT_DEVICE"  # the training device of the vit_depth kind (docs/vit.md)
 
 
 def throughput(sampler: str, n: int, d: int, runs: int, device: str) -> float:
@@ -102,16 +103,16 @@ def until_ok(sampler: str, device: str) -> bool:
 def vit_depth_ok(device: str) -> bool:
     """The sweep kind vit_depth on `device`: geometry at init (measured on the CPU) identical,
     test accuracy within 5 points of the CPU run's (float32 training differs in rounding)."""
-    from tokensde.sweep.kinds import KINDS
-    from tokensde.vit.depth import DEVICE_ENV, KIND
+    from tokensde.sweep import get_kind
 
+    kind = get_kind("vit_depth")
     cell = {"block": "attention-only", "arm": "default", "depth": 4, "train_seed": 0,
             "dataset": "digits", "dim": 32, "train_subset": 0, "test_subset": 0,
             "batch_size": 32, "epochs": 3}
     rows = {}
     for dev in ("cpu", device.split(":")[0]):
         os.environ[DEVICE_ENV] = dev
-        rows[dev] = KINDS[KIND](cell, 0)
+        rows[dev] = kind(cell, 0)
     os.environ.pop(DEVICE_ENV)
     cpu, gpu = rows["cpu"], rows[device.split(":")[0]]
     same_geo = all(cpu[k] == gpu[k] for k in cpu if k.startswith("init_"))

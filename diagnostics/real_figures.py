@@ -1,4 +1,4 @@
-"""Figures and the depth-limit fit of docs/real.md, from the tables of real_mustshow.py.
+"""Figures and the depth-limit fit of docs/real.md, from the tables of real_runs.py.
 
     python diagnostics/real_figures.py --runs /tmp/real_runs --docs docs
 

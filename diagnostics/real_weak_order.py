@@ -24,7 +24,7 @@ Statistic: the mean over pairs i < j of the token cosine, at depth fractions f =
 Error: `E(L) = E[net_L - (2 fine - half)]`, per run, averaged over the runs of an init; the init is
 the independent unit (SE over inits). Reported at f = 1 and averaged over the 12 fractions.
 Fit: `|E| = C L^-p` over the levels resolved at 3 SE (and on the side of the finest resolved
-level's sign, `convergence._weak_used`), least squares of log |E| on log L (`fit_order`), with a
+level's sign, `convergence.weak_levels_used`), least squares of log |E| on log L (`fit_order`), with a
 t interval (dof = levels - 2) and a Poisson bootstrap over inits (400 replicates,
 seed `derive_seed(seed, 5)`). Everything single-threaded.
 """
@@ -44,10 +44,10 @@ import torch
 from tokensde.analysis.clusters import upper_pairs
 from tokensde.analysis.convergence import (
     RESOLVE_Z,
-    _weak_used,
     coupled_states,
     fit_order,
     poisson_weights,
+    weak_levels_used,
     weighted_means,
 )
 from tokensde.real import RealSpec, build, hidden_states, make_inputs, map_network
@@ -156,7 +156,7 @@ def summary(per_init: np.ndarray, lv: np.ndarray, w: np.ndarray) -> dict:
     n = per_init.shape[0]
     e = per_init.mean(0)
     se = per_init.std(0, ddof=1) / math.sqrt(n)
-    used = _weak_used(e, se)
+    used = weak_levels_used(e, se)
     rows = [{"L": int(L), "E": float(e[k]), "se": float(se[k]),
              "z": float(e[k] / se[k]), "resolved": bool(abs(e[k]) >= RESOLVE_Z * se[k]),
              "used": bool(used[k])} for k, L in enumerate(lv)]

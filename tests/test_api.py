@@ -27,7 +27,8 @@ from tokensde import (
 )
 from tokensde._lazy import exported_imports
 
-LAYERS = ("model", "theory", "sim", "io", "analysis", "sweep", "plots", "vit", "study", "cli")
+LAYERS = ("model", "theory", "sim", "io", "analysis", "sweep", "plots", "vit", "real", "meanfield",
+          "study", "cli")
 
 
 def _package(name: str):
@@ -64,7 +65,7 @@ def test_every_layer_lists_what_it_offers(layer):
         assert _resolve(pkg, n) is not None, f"tokensde.{layer}.{n}"
 
 
-@pytest.mark.parametrize("layer", ["", "analysis", "io", "sweep"])
+@pytest.mark.parametrize("layer", ["", "analysis", "io", "sweep", "meanfield"])
 def test_lazy_exports_are_their_type_checking_imports(layer):
     # the block under `if TYPE_CHECKING:` is the one list of what is loaded on use
     pkg = _package(layer)

@@ -19,7 +19,8 @@ from tokensde.cli import app
 from tokensde.io.store import StoreError, load_result, save_result
 from tokensde.model.params import ModelParams, ParameterError, TimeGrid
 from tokensde.sim.simulate import resolve_checkpoints, simulate
-from tokensde.sweep.engine import SweepError, run_sweep, sweep_status
+from tokensde.sweep.config import SweepError
+from tokensde.sweep.engine import run_sweep, sweep_status
 
 runner = CliRunner()
 S = ["simulate", "--json", "--n", "3", "--d", "3", "--runs", "10"]

@@ -85,7 +85,12 @@ def test_kept_memory_is_what_a_run_holds():
     assert b.kept == res.x.nbytes + res.gram.nbytes + res.tokens.nbytes
     budget = simulation_budget(p, TimeGrid.make(layers=6), 7, "fast", checkpoints=3,
                                record=("gram", "tokens"))
-    assert budget.memory - budget.per_run * 7 == estimate_memory(7, 5, 4, 3, block=7).workspace
+    # the fast sampler with n >= d draws V itself (d x d per run), no n x n factor
+    assert budget.memory - budget.per_run * 7 == estimate_memory(7, 5, 4, 3, block=7,
+                                                                 full=True).workspace
+    small = simulation_budget(p.with_(n=3), TimeGrid.make(layers=6), 7, "fast", checkpoints=3,
+                              record=("gram", "tokens"))
+    assert small.memory - small.per_run * 7 == estimate_memory(7, 3, 4, 3, block=7).workspace
 
 
 def test_work_by_hand_and_the_rate_is_a_lower_bound_on_time():
@@ -249,7 +254,7 @@ SWEEP = ("kind = 'multi_token'\nruns = 20\nT = 0.1\nseed = 3\n[grid]\nn = [4]\nd
 
 
 def test_worker_bounds():
-    from tokensde.sweep.engine import worker_bounds, worker_cap
+    from tokensde.sweep.backends import worker_bounds, worker_cap
 
     b = worker_bounds(8, 5, cell_bytes=100, have=250)
     assert b["asked"] == 8 and b["cells"] == 5 and b["memory"] == 2
@@ -259,7 +264,8 @@ def test_worker_bounds():
 
 
 def test_sweep_workers_capped_by_memory_and_reported(tmp_path, monkeypatch):
-    from tokensde.sweep.engine import SweepConfig, cell_budgets, run_sweep
+    from tokensde.sweep.config import SweepConfig
+    from tokensde.sweep.engine import cell_budgets, run_sweep
 
     cfg = tmp_path / "s.toml"
     cfg.write_text(SWEEP)

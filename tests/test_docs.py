@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ("model", "theory", "sim", "io", "analysis", "sweep", "plots", "vit", "study", "cli")
+LAYERS = ("model", "theory", "sim", "io", "analysis", "sweep", "plots", "vit", "real", "meanfield",
+          "study", "cli")
 STUBS = ("meanfield", "real", "reporting", "first_passage", "ray", "vit-fair")
 
 

@@ -1,13 +1,19 @@
 """Every example of the documentation site (docs/**/*.md) works as written.
 
-- each ```python block runs as a fresh process on this tree's `src`, in a scratch directory, and
-  must exit 0; a block preceded by `<!-- slow-test: REASON -->` runs with the slow tests (it
-  takes a minute or more), one preceded by `<!-- skip-test: REASON -->` not at all (few, each
-  with its reason: `test_the_docs_have_examples_and_mark_few` holds that);
-- each `tokensde ...` command of a ```bash block and each `$ tokensde ...` line of a ```console
-  block parses as Click would (options, choices, sub-commands), without running;
+- each Python block, fenced (```python) or indented by four spaces, runs as a script file
+  (`example.py`) in a fresh process on this tree's `src`, in a scratch directory, and must exit 0
+  (as a user pastes it into a file: a process pool that spawns re-imports the script, so the
+  `if __name__ == "__main__":` guard is tested); a block preceded by
+  `<!-- slow-test: REASON -->` runs with the slow tests (it takes a minute or more), one preceded
+  by `<!-- skip-test: REASON -->` not at all (few, each with its reason:
+  `test_the_docs_have_examples_and_mark_few` holds that);
+- each `tokensde ...` command of a ```bash block, of an indented shell block and each
+  `$ tokensde ...` line of a ```console block parses as Click would (options, choices,
+  sub-commands), without running; a usage line (`[--opt]`, `a | b`, `...`) is not parsed;
+- each `python -c CODE` command runs its code as a script, like a Python block;
 - each `make` target named exists, and each `python FILE` names a file of the repository;
-  other programs (git, ray) are left alone.
+  other programs (git, ray) are left alone;
+- no indented block mixes Python and shell (it could be neither run nor parsed).
 
 The README has its own test (tests/test_readme.py), which also checks what its examples print.
 """
@@ -18,7 +24,22 @@ import shlex
 from pathlib import Path
 
 import pytest
-from doc_blocks import REPO, commands, fenced, make_targets, parse_cli, prompts, python_blocks, run_python
+from doc_blocks import (
+    REPO,
+    commands,
+    fenced,
+    indented_blocks,
+    is_synopsis,
+    make_targets,
+    parse_cli,
+    prompts,
+    python_blocks,
+    python_c,
+    run_python,
+    shell_blocks,
+    strip_prefix,
+    unsorted_code,
+)
 
 DOCS = REPO / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
@@ -35,7 +56,7 @@ def _shell_commands() -> list[tuple[str, str]]:
     out = []
     for page in PAGES:
         text = page.read_text()
-        for block in fenced(text, "bash"):
+        for block in shell_blocks(text):
             out += [(_id(page, 0), c) for c in commands(block)]
         for block in fenced(text, "console"):
             out += [(_id(page, 0), c) for c, _ in prompts(block)]
@@ -43,10 +64,11 @@ def _shell_commands() -> list[tuple[str, str]]:
 
 
 SHELL = _shell_commands()
+PYTHON_C = [(w, code) for w, c in SHELL if (code := python_c(shlex.split(c))) is not None]
 
 
 def test_the_docs_have_examples_and_mark_few():
-    assert len(BLOCKS) >= 8 and len(SHELL) >= 15
+    assert len(BLOCKS) >= 8 and len(SHELL) >= 15 and PYTHON_C
     for kind, most in MAX_MARKED.items():
         marked = [(_id(p, i), m[1]) for p, i, _, m in BLOCKS if m is not None and m[0] == kind]
         assert len(marked) <= most, marked
@@ -65,18 +87,102 @@ def test_python_example_runs(page, i, code, tmp_path):
     assert out.returncode == 0, f"{_id(page, i)}:\n{out.stderr[-3000:]}"
 
 
+@pytest.mark.parametrize(("where", "code"), PYTHON_C, ids=[w for w, _ in PYTHON_C])
+def test_python_c_command_runs(where, code, tmp_path):
+    out = run_python(code, cwd=tmp_path, timeout=600)
+    assert out.returncode == 0, f"{where}:\n{out.stderr[-3000:]}"
+
+
 @pytest.mark.parametrize(("where", "command"), SHELL, ids=[f"{w}:{c[:40]}" for w, c in SHELL])
 def test_shell_command_parses(where, command):
-    args = shlex.split(command)
-    while args and "=" in args[0] and not args[0].startswith("-"):
-        args = args[1:]  # environment assignments
-    if not args:
+    args = strip_prefix(shlex.split(command))
+    if not args or is_synopsis(args):
         return
     if args[0] == "make":
         assert set(args[1:]) <= make_targets(), f"{where}: {command}"
     elif args[0] in ("python", "python3"):
+        if args[1] == "-c":
+            return  # run by test_python_c_command_runs
         script = args[2] if args[1] == "-m" else args[1]
         assert args[1] == "-m" or (REPO / script).is_file(), f"{where}: {command}"
     elif args[0] == "tokensde":
         parse_cli(shlex.join(args))
     # other programs (git, ray, a subshell) are not ours to check
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_no_indented_block_mixes_python_and_shell(page):
+    assert unsorted_code(page.read_text()) == [], f"{page.name}: split the block into ```python and ```bash"
+
+
+# --- the block finder and the runner, on a page made up here --------------------------------
+
+PAGE = """# A page
+
+Text, then an indented Python block:
+
+    import math
+    print(math.pi)
+
+A formula, not code:
+
+    dx = P dW - (d-1)/2 x dt
+
+- a list item
+
+    its continuation, not a block
+
+Commands:
+
+    PYTHONPATH=src python3 -c "import sys
+    print(sys.argv)"
+    nice -n 10 env OMP_NUM_THREADS=1 tokensde simulate --runs 4   # a comment
+
+A mixed block:
+
+    from tokensde import simulate
+    tokensde simulate --runs 4
+
+```python
+print("fenced")
+```
+"""
+
+
+def test_the_finder_sorts_indented_blocks():
+    assert [c for c, _ in indented_blocks(PAGE)][1] == "dx = P dW - (d-1)/2 x dt\n"
+    assert len(indented_blocks(PAGE)) == 4  # the list continuation is not one
+    assert [c for c, _ in python_blocks(PAGE)] == ['print("fenced")\n', "import math\nprint(math.pi)\n"]
+    cmds = [c for b in shell_blocks(PAGE) for c in commands(b)]
+    assert len(cmds) == 2
+    assert python_c(shlex.split(cmds[0])) == "import sys\nprint(sys.argv)"
+    assert strip_prefix(shlex.split(cmds[1])) == ["tokensde", "simulate", "--runs", "4"]
+    assert unsorted_code(PAGE) == ["from tokensde import simulate\ntokensde simulate --runs 4\n"]
+
+
+def test_a_block_runs_as_a_script(tmp_path):
+    out = run_python("import sys\nprint(__name__, sys.argv[0])\n", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["__main__", str(tmp_path / "example.py")]
+
+
+SPAWN = """import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+
+def square(x):
+    return x * x
+
+{body}
+"""
+POOL = ("with ProcessPoolExecutor(1, mp_context=mp.get_context('spawn')) as pool:\n"
+        "    print(list(pool.map(square, [2])))")
+
+
+def test_a_spawn_pool_needs_the_main_guard(tmp_path):
+    """What the runner must catch: without the guard the spawned worker re-runs the pool."""
+    bare = run_python(SPAWN.format(body=POOL), cwd=tmp_path, timeout=120)
+    assert bare.returncode != 0
+    guarded = SPAWN.format(body="if __name__ == '__main__':\n" + "\n".join(
+        "    " + line for line in POOL.splitlines()))
+    out = run_python(guarded, cwd=tmp_path, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[4]", out.stderr

@@ -164,24 +164,28 @@ def test_minority_mass_counts_weights() -> None:
 
 
 def test_sweep_kind_and_cli(tmp_path) -> None:
-    """The sweep kind `meanfield` is found by name; the CLI writes its tables and refuses bad input."""
+    """The sweep kind `meanfield` is found by name; the CLI runs the table as a sweep of it into
+    --out and refuses bad input."""
     from typer.testing import CliRunner
 
     from tokensde.cli import app
-    from tokensde.io.store import read_parquet
+    from tokensde.sweep import load_table, sweep_status
     from tokensde.sweep.kinds import get_kind
 
     st = get_kind("meanfield")({"d": 2, "beta": 3.0, "n": 0, "K": 16, "runs": 2, "T": 20.0,
                                 "dt": 0.05}, 0)
     assert st["p_decided"] == 1.0 and st["minority_mean"] == pytest.approx(0.5, abs=1e-12)
+    assert len(st["minority_runs"]) == 2 and "runs" not in st  # no clash with the parameter
     out = tmp_path / "mf"
     res = CliRunner().invoke(app, ["meanfield", "table", "--n", "8", "--runs", "2", "--K", "16",
                                    "--dt", "0.05", "--time", "20", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    table, meta = read_parquet(out / "table.parquet", "meanfield_table")
-    assert meta["runs"] == 2 and sorted(set(table.column("n").to_pylist())) == [0, 8]
+    status = sweep_status(out)
+    assert status["kind"] == "meanfield" and status["done"] == 4 and status["failed"] == 0
+    table = load_table(out)
+    assert set(table["runs"]) == {2} and sorted(set(table["n"])) == [0, 8]
     bad = CliRunner().invoke(app, ["meanfield", "table", "--start", "grid", "--runs", "1"])
-    assert bad.exit_code == 2 and "start must be one of" in bad.output
+    assert bad.exit_code == 2 and "--start must be one of" in bad.output
 
 
 def test_report_section_tiny(tmp_path) -> None:
@@ -194,6 +198,7 @@ def test_report_section_tiny(tmp_path) -> None:
     assert sec.status == "ok", sec.note
     rows = sec.tables[0].rows
     limit = [r for r in rows if r[3] == "limit"]
-    assert len(limit) == 2 and all(r[9] == pytest.approx(0.5, abs=1e-12) for r in limit)
+    assert len(limit) == 2 and all(r[8] == pytest.approx(0.5, abs=1e-12) for r in limit)
+    assert all(r[7].startswith("1.0") or r[7] == "undecided" for r in limit)  # the rule's text
     assert (tmp_path / "figures" / "meanfield.png").exists()
     assert study.build_section("meanfield", ctx).provenance["reused"] is True

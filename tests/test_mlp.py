@@ -129,6 +129,7 @@ def test_until_decided_keeps_each_runs_numbers():
     assert np.allclose(dec.gram[done, -1], g, rtol=1e-5, atol=1e-12)
 
 
+@pytest.mark.slow  # a statistical check of tens of seconds: runs with the slow set
 def test_network_and_sde_agree_on_a_pair_mean():
     """The SDE of the block (kernel noise, Ito term) against the network at dt = 0.01: a seeded
     check at 5 standard errors (the weak order itself: diagnostics/mlp_weak_order.py)."""
@@ -213,7 +214,7 @@ def test_pair_theory_starts_and_limits():
 
 def test_two_token_cells_keep_their_ids_without_a_block():
     from tokensde.study.context import sweep_file
-    from tokensde.sweep.engine import SweepConfig
+    from tokensde.sweep.config import SweepConfig
 
     cells = SweepConfig.load(sweep_file(("phase-quick",))).cells()
     assert all("mlp" not in c.params and "mlp_sigma" not in c.params for c in cells)
@@ -263,7 +264,7 @@ def test_goe_forms_redrawn_two_token_theory():
 
 
 def test_bad_theory_and_sweep_inputs_name_the_parameter(tmp_path):
-    from tokensde.sweep.engine import SweepConfig
+    from tokensde.sweep.config import SweepConfig
     from tokensde.theory.redrawn_forms import p_first_forms
 
     with pytest.raises(ParameterError, match=r"tol must be a number in \[1e-14, 0.5\]; got 2.0"):

@@ -223,6 +223,7 @@ def test_peri_sde_noise_has_the_direction_correlation(heads):
     assert torch.all(xi.mean(0).abs() < 5 * xi.std(0) / math.sqrt(runs))
 
 
+@pytest.mark.slow  # a statistical check of tens of seconds: runs with the slow set
 def test_peri_sde_agrees_with_the_network():
     """Seeded: the peri-norm network at dt = 0.005 against its SDE on the mean inner product of
     the directions, with the mean part M = I (which enters through c_d / (sigma |y|)); the weak

@@ -195,7 +195,7 @@ def test_heads_drop_out_of_the_sde_of_forms_redrawn_every_layer():
 
 def test_sweep_cells_carry_variants_only_when_not_default():
     # a multi-token cell keeps its canonical form (id, seed) unless a variant is asked for
-    from tokensde.sweep.engine import canonical
+    from tokensde.sweep.config import canonical
     from tokensde.sweep.kinds import get_kind
 
     kind = get_kind("multi_token")

@@ -22,7 +22,9 @@ import pandas as pd
 import pytest
 
 import tokensde
-from tokensde.sweep.engine import TIMING_COLUMNS, load_table, run_sweep
+from tokensde.sweep.config import TIMING_COLUMNS
+from tokensde.sweep.engine import run_sweep
+from tokensde.sweep.store import load_table
 
 pytestmark = pytest.mark.ray
 

@@ -13,9 +13,9 @@ import pytest
 
 from tokensde.analysis.convergence import (
     RESOLVE_Z,
-    _weak_used,
     fit_order,
     poisson_weights,
+    weak_levels_used,
     weighted_means,
 )
 from tokensde.sim.rng import derive_seed
@@ -45,7 +45,7 @@ def test_errors_and_fit_recomputed(data: tuple[np.ndarray, np.ndarray, dict], ke
     assert np.allclose([r["E"] for r in rows], e, rtol=0, atol=1e-12)
     assert np.allclose([r["se"] for r in rows], se, rtol=0, atol=1e-12)
     assert [r["resolved"] for r in rows] == (np.abs(e) >= RESOLVE_Z * se).tolist()
-    used = _weak_used(e, se)
+    used = weak_levels_used(e, se)
     assert out[key]["levels_used"] == lv[used].tolist()
     w = poisson_weights(per_init.shape[0], out["design"]["bootstrap"],
                         derive_seed(out["design"]["seed"], 5))

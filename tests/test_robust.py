@@ -23,7 +23,8 @@ from tokensde.io.store import StoreError, load_result, save_result
 from tokensde.model.params import ModelParams, ParameterError
 from tokensde.sim.simulate import simulate
 from tokensde.study.phase import outside
-from tokensde.sweep.engine import SweepError, run_sweep
+from tokensde.sweep.config import SweepError
+from tokensde.sweep.engine import run_sweep
 
 runner = CliRunner()
 SMALL = ("kind = 'multi_token'\nruns = 8\nT = 0.5\nseed = 3\n[params]\ndt = 0.05\n"

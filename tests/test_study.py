@@ -17,7 +17,7 @@ import pytest
 import tokensde.study as study
 from tokensde.model.params import ParameterError
 from tokensde.study import context, multi
-from tokensde.sweep.engine import SweepConfig
+from tokensde.sweep.config import SweepConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,6 +148,7 @@ def test_plot_modules_leave_the_matplotlib_backend_alone():
     assert _python(code, MPLBACKEND="svg") == "svg False"
 
 
+@pytest.mark.slow  # a statistical check of tens of seconds: runs with the slow set
 def test_variants_section_labels_every_arm_and_checks_the_spec_model(tmp_path):
     from tokensde.plots.variants import arm
     from tokensde.theory import decision_time as absorption

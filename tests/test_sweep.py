@@ -20,16 +20,10 @@ from typer.testing import CliRunner
 from tokensde.cli.sweep import register
 from tokensde.io.store import StoreError
 from tokensde.model.params import ParameterError
-from tokensde.sweep.engine import (
-    TIMING_COLUMNS,
-    SweepConfig,
-    SweepError,
-    load_table,
-    read_table,
-    run_sweep,
-    sweep_status,
-)
+from tokensde.sweep.config import TIMING_COLUMNS, SweepConfig, SweepError
+from tokensde.sweep.engine import run_sweep, sweep_status
 from tokensde.sweep.kinds import get_kind
+from tokensde.sweep.store import load_table, read_table
 
 ROOT = Path(__file__).resolve().parents[1]
 

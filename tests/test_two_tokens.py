@@ -19,8 +19,8 @@ from tokensde.sim.layers import attention_weights, network_step
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import full_noise
 from tokensde.sweep import two_token as phase_grid
-from tokensde.sweep.engine import read_table
 from tokensde.sweep.kinds import get_kind
+from tokensde.sweep.store import read_table
 from tokensde.theory import mlp_block as pdf
 from tokensde.theory import two_tokens as tt
 
@@ -421,6 +421,7 @@ def test_two_token_kind_is_monte_carlo_with_theory_and_resolves_offsets(tmp_path
         kind.normalize({"beta": 1.0, "d": 4, "runs": 1, "T": 1.0, "rho0": 2})
 
 
+@pytest.mark.slow  # a statistical check of tens of seconds: runs with the slow set
 def test_grid_command_saves_every_cell_resumes_and_draws(tmp_path, monkeypatch):
     sweep, png = tmp_path / "grid", tmp_path / "phase.png"
     args = ["grid", "--out", str(sweep), "--figure", str(png), "--ds", "4", "--runs", "20",

@@ -16,8 +16,10 @@ from test_vit_train import _write_cifar
 
 from tokensde.model.params import ModelParams, ParameterError
 from tokensde.sim.layers import attention_output, network_step
-from tokensde.sweep.engine import SweepConfig, load_table, run_sweep
+from tokensde.sweep.config import SweepConfig
+from tokensde.sweep.engine import run_sweep
 from tokensde.sweep.kinds import KINDS
+from tokensde.sweep.store import load_table
 from tokensde.vit import ViTConfig, build_vit, make_model, value_weights
 from tokensde.vit.depth import (
     KIND,

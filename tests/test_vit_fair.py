@@ -19,16 +19,10 @@ from scipy import stats as st
 from tokensde.model.params import ParameterError
 from tokensde.vit import TrainConfig, ViTConfig, load_dataset, make_model
 from tokensde.vit.data import DatasetError, export_npz
-from tokensde.vit.fair import (
-    SETUP,
-    choose_lr,
-    fair_config,
-    fair_gaps,
-    per_seed,
-    plateau,
-    promising_first,
-    run_fair,
-)
+from tokensde.vit.fair import fair_config
+from tokensde.vit.fair_choice import SETUP, choose_lr, per_seed
+from tokensde.vit.fair_run import promising_first, run_fair
+from tokensde.vit.fair_stats import fair_gaps, plateau
 from tokensde.vit.stack import Member, StackedViT, train_stack
 from tokensde.vit.train import augment, draw_augment, evaluate, make_optimizer, shift_flip, train_epoch
 

@@ -10,8 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tokensde.sweep.engine import fingerprint, load_table, sweep_status
-from tokensde.vit.fair import choose_lr, fair_config, fair_gaps, load_fair, per_seed
+from tokensde.sweep.config import fingerprint
+from tokensde.sweep.engine import sweep_status
+from tokensde.sweep.store import load_table
+from tokensde.vit.fair import fair_config
+from tokensde.vit.fair_choice import choose_lr, per_seed
+from tokensde.vit.fair_report import load_fair
+from tokensde.vit.fair_stats import fair_gaps
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "vit-fair"
 WIDE = RESULTS.parent / "vit-fair-wide"
@@ -88,7 +93,7 @@ def test_documented_30_epochs(both) -> None:
     default chooses 2e-3, noise:0 4e-3, inside the grid; noise:0 -0.3 [-0.9, +0.3], hybrid:0
     -1.7 [-2.2, -1.2], identity -3.6 [-4.1, -3.1]; with both at 2e-3, noise:0 -0.6 [-1.1, -0.2];
     default gains +1.2 [+0.9, +1.6] over its last 10 epochs and +4.4 [+3.9, +4.9] from 10."""
-    from tokensde.vit.fair import plateau
+    from tokensde.vit.fair_stats import plateau
 
     seeds, chosen = both
     assert len(seeds[seeds["epochs"] == 30]) == 20 * 12

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from .sim.result import SimResult
     from .sim.simulate import InitialState, Recording, StoppingRule, simulate
     from .study.reproduce import reproduce
-    from .sweep.engine import load_table, run_sweep, sweep_status
+    from .sweep.engine import run_sweep, sweep_status
+    from .sweep.store import load_table
 
 __all__ = [
     "VALUE_INIT_PRESETS",

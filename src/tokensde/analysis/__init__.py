@@ -27,18 +27,33 @@ if TYPE_CHECKING:
         tolerance_report,
         upper_pairs,
     )
-    from .convergence import fit_order, run_convergence
+    from .convergence import (
+        RESOLVE_Z,
+        Problem,
+        coupled_samples,
+        coupled_states,
+        fit_order,
+        poisson_weights,
+        run_convergence,
+        summarise,
+        weak_levels_used,
+        weighted_means,
+    )
     from .pair_monte_carlo import PairOutcome, hybrid_monte_carlo, monte_carlo
     from .stats import t_interval, wilson
 
 __all__ = [
     "OUTCOME_NAMES",
+    "RESOLVE_Z",
     "ClusterReport",
     "Outcome",
     "PairOutcome",
+    "Problem",
     "analyze",
     "antipodal_fraction",
     "classify_clusters",
+    "coupled_samples",
+    "coupled_states",
     "effective_rank",
     "fit_order",
     "hybrid_monte_carlo",
@@ -48,10 +63,14 @@ __all__ = [
     "minority_law",
     "monte_carlo",
     "pair_fractions",
+    "poisson_weights",
     "run_convergence",
+    "summarise",
     "t_interval",
     "tolerance_report",
     "upper_pairs",
+    "weak_levels_used",
+    "weighted_means",
     "wilson",
 ]
 

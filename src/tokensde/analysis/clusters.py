@@ -79,12 +79,28 @@ def component_labels(adj: np.ndarray) -> np.ndarray:
 
 
 def is_merged(g: Inner, tol: float) -> Inner:
-    """Elementwise `1 - g < tol`: inner products `g` of merged pairs (spec §7)."""
+    """Elementwise `1 - g < tol`: inner products `g` of merged pairs (spec §7).
+
+    Args:
+        g: Inner products, a numpy array or a torch tensor of any shape.
+        tol: The merged tolerance.
+
+    Returns:
+        A boolean array (or tensor) of the shape of `g`.
+    """
     return 1.0 - g < tol
 
 
 def is_antipodal(g: Inner, tol: float) -> Inner:
-    """Elementwise `1 + g < tol`: inner products `g` of antipodal pairs (spec §7)."""
+    """Elementwise `1 + g < tol`: inner products `g` of antipodal pairs (spec §7).
+
+    Args:
+        g: Inner products, a numpy array or a torch tensor of any shape.
+        tol: The antipodal tolerance.
+
+    Returns:
+        A boolean array (or tensor) of the shape of `g`.
+    """
     return 1.0 + g < tol
 
 
@@ -122,20 +138,43 @@ def label_sizes(labels: np.ndarray) -> np.ndarray:
 
 def upper_pairs(gram: Inner) -> Inner:
     """Off-diagonal entries `G_ij, i < j` (row-major), of Gram matrices `(..., n, n)`:
-    `(..., n(n-1)/2)`, a numpy array or a torch tensor like `gram`."""
+    `(..., n(n-1)/2)`, a numpy array or a torch tensor like `gram`.
+
+    Args:
+        gram: Gram matrices `(..., n, n)`, numpy or torch.
+
+    Returns:
+        The entries above the diagonal, `(..., n(n-1)/2)`, of the type of `gram`.
+    """
     i, j = np.triu_indices(gram.shape[-1], k=1)
     return gram[..., i, j]
 
 
 def pair_fractions(pairs: Any, tol: float) -> tuple[float, float]:
     """Fractions `(merged, antipodal)` of the inner products `pairs` (any shape, e.g. from
-    `upper_pairs`; compared in float64, as `analyze` does): `1 - G_ij < tol`, `1 + G_ij < tol`."""
+    `upper_pairs`; compared in float64, as `analyze` does): `1 - G_ij < tol`, `1 + G_ij < tol`.
+
+    Args:
+        pairs: Inner products `G_ij`, any shape (numpy or torch).
+        tol: The merged / antipodal tolerance.
+
+    Returns:
+        `(merged, antipodal)`: the fractions of `pairs` within `tol` of +1 and of -1.
+    """
     g = np.asarray(pairs, dtype=np.float64)
     return float(is_merged(g, tol).mean()), float(is_antipodal(g, tol).mean())
 
 
 def antipodal_fraction(gram: Any, tol: float) -> np.ndarray:
-    """Fraction of pairs `i < j` that are antipodal, `(runs,)` (nan for n = 1)."""
+    """Fraction of pairs `i < j` that are antipodal, `(runs,)` (nan for n = 1).
+
+    Args:
+        gram: Gram matrices `(runs, n, n)`.
+        tol: A pair is antipodal when `1 + G_ij < tol`.
+
+    Returns:
+        The fraction of antipodal pairs of each run, `(runs,)`.
+    """
     g = as_gram(gram)
     pairs = upper_pairs(g)
     if pairs.shape[-1] == 0:
@@ -145,7 +184,14 @@ def antipodal_fraction(gram: Any, tol: float) -> np.ndarray:
 
 def effective_rank(gram: Any) -> np.ndarray:
     """Participation ratio of the Gram spectrum, `(tr G)^2 / tr(G^2)`, `(runs,)`: 1 on one pole,
-    n for orthonormal tokens."""
+    n for orthonormal tokens.
+
+    Args:
+        gram: Gram matrices `(runs, n, n)`.
+
+    Returns:
+        The participation ratio of each run, `(runs,)`.
+    """
     g = as_gram(gram)
     tr = np.trace(g, axis1=-2, axis2=-1)
     return tr * tr / (g * g).sum((-2, -1))
@@ -160,7 +206,15 @@ def log_gaps(gram: Any) -> np.ndarray:
 
 def inner_product_histogram(gram: Any, bins: int = 40) -> tuple[np.ndarray, np.ndarray]:
     """Histogram of pairwise inner products `G_ij, i < j` over all runs on [-1, 1]:
-    `(counts (bins,), edges (bins + 1,))`."""
+    `(counts (bins,), edges (bins + 1,))`.
+
+    Args:
+        gram: Gram matrices `(runs, n, n)`.
+        bins: Number of equal bins on [-1, 1].
+
+    Returns:
+        `(counts, edges)`: counts `(bins,)` and bin edges `(bins + 1,)`.
+    """
     edges = np.linspace(-1.0, 1.0, bins + 1)
     counts, _ = np.histogram(np.clip(upper_pairs(as_gram(gram)), -1.0, 1.0), bins=edges)
     return counts, edges
@@ -223,6 +277,17 @@ def analyze(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | 
 
     `before`: Gram matrices at an earlier checkpoint; a configuration that is neither single nor
     bipolar is *other* if `max |G - before| <= move_tol` (default `tol`), else *undecided*.
+
+    Args:
+        gram: Gram matrices `(runs, n, n)` (numpy or torch) of unit tokens.
+        tol: A pair is merged when `1 - G_ij < tol`, antipodal when `1 + G_ij < tol`.
+        before: Gram matrices `(runs, n, n)` at an earlier checkpoint, or None.
+        move_tol: The largest change from `before` of a configuration that counts as settled
+            (default `tol`).
+
+    Returns:
+        A `ClusterReport`: clusters, poles, cluster sizes, antipodal fraction, effective rank and
+        outcome code of each run.
     """
     g = as_gram(gram)
     tol = check_tol(tol)
@@ -242,12 +307,31 @@ def analyze(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | 
 
 def classify_clusters(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | None = None
              ) -> np.ndarray:
-    """Outcome code (`Outcome`) of each run, `(runs,)`; see `analyze`."""
+    """Outcome code (`Outcome`) of each run, `(runs,)`; see `analyze`.
+
+    Args:
+        gram: Gram matrices `(runs, n, n)`.
+        tol: The merged / antipodal tolerance of `analyze`.
+        before: Gram matrices at an earlier checkpoint, or None.
+        move_tol: The largest change from `before` that counts as settled (default `tol`).
+
+    Returns:
+        The outcome code of each run, `(runs,)` (values of `Outcome`).
+    """
     return analyze(gram, tol, before, move_tol).outcome
 
 
 def minority_law(report: ClusterReport, n: int) -> np.ndarray:
-    """Counts of the minority side size `m = 1..n//2` over the bipolar runs, `(n//2,)`."""
+    """Counts of the minority side size `m = 1..n//2` over the bipolar runs, `(n//2,)`.
+
+    Args:
+        report: The `analyze` result of runs of `n` tokens.
+        n: Number of tokens.
+
+    Returns:
+        Counts `(n//2,)`: entry `m - 1` is the number of bipolar runs whose smaller pole holds `m`
+        tokens.
+    """
     minor = report.sides[report.bipolar, 1]
     return np.bincount(minor, minlength=n // 2 + 1)[1:n // 2 + 1]
 
@@ -258,6 +342,18 @@ def tolerance_report(gram: Any, tol: float = 1e-4, before: Any = None,
 
     Returns the outcome counts at `tol / factor`, `tol`, `tol * factor` and the fraction of runs
     whose outcome differs from the one at `tol`.
+
+    Args:
+        gram: Gram matrices `(runs, n, n)`.
+        tol: The tolerance of `analyze`.
+        before: Gram matrices at an earlier checkpoint, or None.
+        move_tol: The settled tolerance of `analyze` (default `tol`); scaled with `tol`.
+        factor: How far `tol` is moved each way (> 1).
+
+    Returns:
+        `tol`, `factor`, `counts` (the outcome counts at `tol`), `counts_down` / `counts_up` (at
+        `tol / factor` and `tol * factor`) and `changed_down` / `changed_up` (the fraction of runs
+        whose outcome changes).
     """
     tol = check_tol(tol)
     f = check_real("factor", factor, 1.0, strict=True)

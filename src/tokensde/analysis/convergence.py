@@ -159,7 +159,9 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
                    qk_rs: RunStreams | None = None,
                    mlp_rs: RunStreams | None = None,
                    ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
-    """Final states `(runs, n, d)` of every (law, level) network, of the SDE on the fine grid
+    """Networks of `L` layers and the SDE at steps `T / ref_steps` and `2 T / ref_steps`, one Brownian path.
+
+    The final states `(runs, n, d)` of every (law, level) network, of the SDE on the fine grid
     (`ref_steps` steps over `[0, T]`) and of the SDE on the grid twice as coarse, all driven by one
     Brownian path: fine step `j` draws `dW_j = sigma sqrt(h) Z_j`, `Z_j = rs.normal(d, d)`; with
     `heads > 1`, one path per head, `Z_j = rs.normal(heads, d, d)` and `sigma / sqrt(heads)`.
@@ -185,8 +187,25 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
     residual update `x + sqrt(dt) xi` (no projection, no Ito drift). Peri-norm is refused (its
     SDE's noise is not the value noise of a shared matrix path).
 
-    `on_step(j, nets, fine, half)` is called after fine step `j` (every network has then done the
-    layers that end at or before `j h`; `half` is the SDE twice as coarse, current at even `j`)."""
+    Args:
+        x0: The initial tokens `(runs, n, d)`, shared by every scheme.
+        p: The model (norm 'post' or 'pre').
+        T: The horizon.
+        levels: The network depths `L`, each dividing `ref_steps`.
+        ref_steps: The fine SDE steps over `[0, T]` (even).
+        rs: The run streams of the Brownian path.
+        laws: The value-noise laws of the networks ('gaussian', 'uniform').
+        progress: Called with the number of runs after each fine step, or None.
+        on_step: `on_step(j, nets, fine, half)`, called after fine step `j` (every network has
+            then done the layers that end at or before `j h`; `half` is the SDE twice as coarse,
+            current at even `j`), or None.
+        qk_rs: The streams of a random qk law's forms, or None.
+        mlp_rs: The streams of the MLP block's weights (needed with an MLP block), or None.
+
+    Returns:
+        `(nets, fine, half)`: the networks' final states by `(law, L)`, the fine SDE's and the
+        coarse SDE's, each `(runs, n, d)`.
+    """
     levels = check_levels(levels, ref_steps)
     if p.norm not in ("post", "pre"):
         raise ParameterError(f"coupled_states takes norm='post' or 'pre'; got norm={p.norm!r}")
@@ -328,13 +347,31 @@ def coupled_samples(
     batch_size: int = 4096,
     progress: Progress | None = None,
 ) -> CoupledSamples:
-    """Runs `[start, stop)` of a `runs`-run experiment: every level and both references on shared
+    """Per-run statistics `f(X^L_T)`, `f(X^h_T)`, `f(X^{2h}_T)` and `|X^L_t - X^h_t|^2` on shared paths.
+
+    Runs `[start, stop)` of a `runs`-run experiment: every level and both references on shared
     Brownian paths, reduced to per-run statistics (strong errors at the times `strong_at * T`,
     fractions in (0, 1] that put a layer boundary of every level on the time).
 
     Runs are cut into batches of whole `RUN_BLOCK`s, so the numbers depend only on `seed` and the
     run index, never on `start`, `stop` or `batch_size`. Pre-norm: the statistics and the strong
     errors read the token directions `x / |x|` of the residual stream (what attention reads).
+
+    Args:
+        problem: The reference problem (model, horizon, initial state, statistics).
+        levels: The network depths `L`, each dividing `ref_steps`.
+        ref_steps: The fine SDE steps over `[0, T]` (even).
+        runs: The runs of the whole experiment.
+        seed: The root seed.
+        laws: The value-noise laws of the networks.
+        start: The first run of this part (a multiple of `RUN_BLOCK`).
+        stop: The run after the last of this part (default `runs`).
+        strong_at: The time fractions of the strong errors.
+        batch_size: The most runs simulated at once.
+        progress: Called with the number of runs done, or None.
+
+    Returns:
+        The `CoupledSamples` of the runs `[start, stop)`.
     """
     lv = check_levels(levels, ref_steps)
     runs = check_int("runs", runs, 1)
@@ -456,7 +493,17 @@ def _ols(logL: np.ndarray, logE: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.ndarray,
               replicates: np.ndarray | None = None, level: float = 0.95) -> OrderFit:
     """Order `-slope` of `log|e|` on `log L`; t-interval from the residuals; bootstrap percentile
-    interval from `replicates` `(B, len(levels))` of the errors when given."""
+    interval from `replicates` `(B, len(levels))` of the errors when given.
+
+    Args:
+        levels: The numbers of layers `L`, one per error.
+        errors: The errors at each level.
+        replicates: Bootstrap replicates of the errors `(B, len(levels))`, or None.
+        level: Confidence level of the intervals.
+
+    Returns:
+        An `OrderFit`: the order, its standard error, the constant and the intervals.
+    """
     L = np.asarray(levels, dtype=float)
     e = np.abs(np.asarray(errors, dtype=float))
     if L.size < 2 or L.size != e.size or np.any(e <= 0):
@@ -483,12 +530,29 @@ def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.n
 
 
 def poisson_weights(runs: int, replicates: int, seed: int) -> np.ndarray:
-    """Poisson(1) bootstrap weights `(replicates, runs)`, seeded."""
+    """Poisson bootstrap weights `w_{b,r} ~ Poisson(1)`, independent, `(replicates, runs)`.
+
+    Args:
+        runs: The runs resampled.
+        replicates: The bootstrap replicates `B`.
+        seed: The seed of the NumPy generator.
+
+    Returns:
+        The weights `(replicates, runs)`, float.
+    """
     return np.random.default_rng(seed).poisson(1.0, (replicates, runs)).astype(float)
 
 
 def weighted_means(values: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Bootstrap means of `values` `(..., runs)` under weights `w` `(B, runs)`: `(B, ...)`."""
+    """Bootstrap means `sum_r w_{b,r} v_r / sum_r w_{b,r}` of `values` over its last axis.
+
+    Args:
+        values: The per-run values `(..., runs)`.
+        w: The weights `(B, runs)` (`poisson_weights`).
+
+    Returns:
+        The weighted means `(B, ...)`.
+    """
     flat = values.reshape(-1, values.shape[-1])
     return (w @ flat.T / w.sum(1, keepdims=True)).reshape(w.shape[0], *values.shape[:-1])
 
@@ -500,7 +564,9 @@ def _interval(mean: float, se: float) -> tuple[float, float]:
 def summarise(weak: CoupledSamples, strong: CoupledSamples, problem: Problem,
               bootstrap: int = 400, seed: int = 0, strong_from: int = 1
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Error points and fitted orders as two lists of JSON-ready rows.
+    """Weak errors `E f(X^L) - (2 E f(X^h) - E f(X^{2h}))`, strong errors and their fitted orders.
+
+    The error points and fitted orders as two lists of JSON-ready rows.
 
     Weak errors come from `weak` (Richardson reference), strong errors from `strong` (finest SDE
     path; the strong fit uses levels >= `strong_from`). Point rows: problem, law, kind
@@ -508,6 +574,17 @@ def summarise(weak: CoupledSamples, strong: CoupledSamples, problem: Problem,
     resolved, used. Fit rows: order, order_se, t-interval (ci_lo, ci_hi), bootstrap interval
     (boot_lo, boot_hi), constant and the levels used; order is None when fewer than 3 levels are
     resolved.
+
+    Args:
+        weak: The samples of the weak errors.
+        strong: The samples of the strong errors.
+        problem: The reference problem they were drawn for.
+        bootstrap: The bootstrap replicates of the order intervals.
+        seed: The seed of the bootstrap weights.
+        strong_from: The coarsest level of the strong fit.
+
+    Returns:
+        `(points, fits)`: the error points and the fitted orders, JSON-ready rows.
     """
     base = {"problem": problem.name}
     points: list[dict[str, Any]] = []
@@ -521,7 +598,7 @@ def summarise(weak: CoupledSamples, strong: CoupledSamples, problem: Problem,
         for s, stat in enumerate(weak.stats):
             err = diff[a, :, s].mean(-1)
             se = diff[a, :, s].std(-1, ddof=1) / math.sqrt(runs)
-            used = _weak_used(err, se)
+            used = weak_levels_used(err, se)
             row = {**base, "law": law, "kind": "weak", "statistic": stat,
                    "label": problem.statistics[stat], "runs": runs}
             points += _point_rows(row, lv, err, se, used)
@@ -560,9 +637,19 @@ def _se(v: np.ndarray) -> float:
     return float(v.std(ddof=1) / math.sqrt(v.shape[-1]))
 
 
-def _weak_used(err: np.ndarray, se: np.ndarray) -> np.ndarray:
-    """Levels fitted: resolved above Monte Carlo noise, finer than any resolved level whose error
-    has the other sign (pre-asymptotic coarse levels where the error changes sign are dropped)."""
+def weak_levels_used(err: np.ndarray, se: np.ndarray) -> np.ndarray:
+    """Levels fitted: `|e_L| >= RESOLVE_Z se_L`, and finer than any resolved level of the other sign.
+
+    Resolved above Monte Carlo noise, finer than any resolved level whose error has the other sign
+    (pre-asymptotic coarse levels where the error changes sign are dropped).
+
+    Args:
+        err: The weak errors, one per level (coarse to fine).
+        se: Their standard errors.
+
+    Returns:
+        A boolean mask of the levels to fit.
+    """
     resolved = np.abs(err) >= RESOLVE_Z * se
     if not resolved.any():
         return resolved
@@ -696,6 +783,20 @@ def run_convergence(
     builtin `map`, a process pool's `map`, or a caching map that keeps finished chunks); numbers
     depend only on `seed`: problem `k` uses seeds `derive_seed(seed, k, pass)`.
     `progress(runs)` is called as each chunk finishes.
+
+    Args:
+        size: 'tiny', 'quick', 'full' or a `Size` (levels, runs, reference depth).
+        problems: Problem names (or `Problem` objects) to run.
+        seed: Root seed.
+        laws: The value-noise laws to compare.
+        bootstrap: Bootstrap replicates for the order intervals (0: none).
+        map_fn: A `map`-like function that runs the chunks.
+        chunk: Runs per chunk.
+        progress: Called with the number of runs of each finished chunk, or None.
+
+    Returns:
+        A `ConvergenceResult`: settings, problems, weak and strong error points and the fitted
+        orders.
     """
     sz = CONVERGENCE_SIZES[size] if isinstance(size, str) else size
     probs = [PROBLEMS[p] if isinstance(p, str) else p for p in problems]

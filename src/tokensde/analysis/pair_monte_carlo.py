@@ -236,6 +236,29 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
     only, docs/variants.md §5) antipodal pairs are no longer absorbing, so each run is tested
     at every layer (a first passage, not an absorption) and the theory is the tol -> 0 limit of
     `pair_diffusion.p_first`.
+
+    Args:
+        beta: Attention strength.
+        d: Dimension of the tokens.
+        rho0: Initial inner product, or 'uniform' for a uniform random pair.
+        runs: Number of independent runs.
+        T: Depth time of the horizon.
+        dt: Layer step (default `default_dt(d)`).
+        seed: Root seed.
+        sigma: Scale of the value noise.
+        tol: A run is decided within `tol` of -1 or +1.
+        level: Confidence level of the Wilson interval.
+        engine: 'network' or 'reduced'.
+        sampler: Exact noise sampler of `simulate` ('auto', 'fast', 'full', 'gram').
+        law: Entry law of the noise.
+        batch_size: Runs per batch (None: `simulate`'s choice).
+        until: 'decided' (stop each run once decided) or 'horizon'.
+        mlp: Activation of the MLP block ('none', 'relu', 'gelu').
+        mlp_sigma: Scale of the MLP block.
+        progress: Called with the number of runs done, or None.
+
+    Returns:
+        A `PairOutcome`: counts, P_anti with its interval, and the theory value beside.
     """
     if dt is None:
         dt = default_dt(check_int("d", d, 2))
@@ -269,6 +292,24 @@ def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str
     """Two-token outcome fractions for the §6 hybrid model (USA, `M = I`, scalar noise `eps`).
 
     Theory: antipodal a.s. above `eps^2 = 2 e^{-beta}`, merged a.s. below (`hybrid_p_anti`).
+
+    Args:
+        beta: Attention strength.
+        eps: Scale of the scalar noise.
+        d: Dimension of the tokens.
+        rho0: Initial inner product, or 'uniform' for a uniform random pair.
+        runs: Number of independent runs.
+        T: Depth time of the horizon.
+        dt: Layer step.
+        seed: Root seed.
+        tol: A run is decided within `tol` of -1 or +1.
+        level: Confidence level of the Wilson interval.
+        engine: 'network' (the full network) or 'reduced' (the 1-D diffusion).
+        law: Entry law of the noise ('gaussian', 'uniform', 'rademacher').
+        progress: Called with the number of runs done, or None.
+
+    Returns:
+        A `PairOutcome`: counts, P_anti with its interval, and the theory value beside.
     """
     grid = _check_common(runs, T, dt, seed, tol, level)
     if engine not in ENGINES:

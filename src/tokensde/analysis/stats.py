@@ -13,7 +13,16 @@ from scipy import stats as _st
 
 def wilson(successes: np.ndarray | int, trials: np.ndarray | int, level: float = 0.95
            ) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score interval `(lo, hi)` for a binomial proportion `successes / trials`."""
+    """Wilson score interval `(lo, hi)` for a binomial proportion `successes / trials`.
+
+    Args:
+        successes: Number of successes (array or int).
+        trials: Number of trials (array or int, broadcast with `successes`).
+        level: Confidence level.
+
+    Returns:
+        `(lo, hi)`, arrays of the broadcast shape.
+    """
     k = np.asarray(successes, dtype=float)
     n = np.asarray(trials, dtype=float)
     if np.any(n <= 0) or np.any(k < 0) or np.any(k > n):
@@ -29,7 +38,15 @@ def wilson(successes: np.ndarray | int, trials: np.ndarray | int, level: float =
 
 
 def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """`(mean, lo, hi)` with `lo, hi = mean -+ t_{(1+level)/2, n-1} sd / sqrt(n)` (nan if n < 2)."""
+    """`(mean, lo, hi)` with `lo, hi = mean -+ t_{(1+level)/2, n-1} sd / sqrt(n)` (nan if n < 2).
+
+    Args:
+        x: The sample, `(n,)`.
+        level: Confidence level.
+
+    Returns:
+        `(mean, lo, hi)`.
+    """
     x = np.asarray(x, dtype=float)
     m = float(x.mean())
     if len(x) < 2:

@@ -41,7 +41,11 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    Returns:
+        Nothing; the process exits with the command's status.
+    """
     app()
 
 

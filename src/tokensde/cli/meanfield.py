@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from ..model.params import ParameterError, check_choice, check_int, check_real
 from ._common import JSON, SEED, check_run, emit_json, user_errors
 
 meanfield_app = typer.Typer(no_args_is_help=True, add_completion=False,
@@ -25,31 +28,124 @@ def table(
     dt: float = typer.Option(0.02, "--dt", help="Layer step dt = alpha^2."),
     tol: float = typer.Option(1e-4, "--tol", help="Decided when 1 - |<x_i, x_j>| < tol."),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda."),
-    out: Path = typer.Option(None, "--out", help="Directory for table.parquet, minority.parquet."),
+    out: Path = typer.Option(None, "--out", help="Sweep folder of the table: every finished "
+                             "system is saved there, and the same command resumes it."),
+    force: bool = typer.Option(False, "--force", help="Delete what --out holds (another table, "
+                               "older results, finished cells) and start over."),
     seed: int = SEED,
     json_out: bool = JSON,
 ) -> None:
-    """P(bipolar) and the minority mass at absorption, particles against the limit (n = 0);
-    one line per system on stderr as each cell ends."""
-    from ..io.store import check_output
-    from ..meanfield.absorption import run_table, table_budget, write_tables
+    """P(bipolar) and the minority mass at absorption, particles against the limit (n = 0), run
+    as a `meanfield` sweep: one line per system on stderr as each ends; SIGINT or SIGTERM keeps
+    the finished systems and prints the command that resumes."""
+    import shutil
+    import tempfile
+
+    from ..io.outputs import clear_results, guard_output
+    from ..meanfield.absorption import bipolar_text, table_budget
+    from ..meanfield.kind import table_config, table_frame
+    from ..sweep import load_table
+    from .sweep import run_resumable
 
     with user_errors():
+        _check_options(d, beta, n, start, K, runs, T, dt, tol, device, seed)
         if out is not None:
-            check_output(out, "--out", directory=True)
+            guard_output(out, "--out", directory=True, force=force, resumable=True)
         check_run(table_budget(d, beta, n, K, start, runs, T, dt), device)
-        tab, minority = run_table(d, beta, n, K, start, runs, seed, T, dt, tol, device=device,
-                                  log=lambda line: typer.echo(line, err=True))
-        if out is not None:
-            write_tables(out, tab, minority, ds=d, betas=beta, ns=n, starts=start, K=K,
-                         runs=runs, seed=seed, T=T, dt=dt, tol=tol)
+        cfg = table_config(d, beta, n, K, start, runs, seed, T, dt, tol, device)
+        cfg.cells()  # every cell validated before anything is written
+        if out is not None and force:
+            if _done(out) is None:
+                raise ParameterError(f"--out: {out} is in use by a running sweep; wait for it, "
+                                     "or choose another --out")
+            clear_results(out, "--out")
+        where = out if out is not None else Path(tempfile.mkdtemp(prefix="tokensde-meanfield-"))
+        resume = _command(d, beta, n, start, K, runs, T, dt, tol, device, seed, json_out, where)
+        try:
+            summary = run_resumable(cfg, where, quiet=True, resume=resume, on_cell=_log)
+            rows = load_table(where)
+        except BaseException:
+            if out is None and not _done(where):  # a temporary folder is kept only for its cells
+                shutil.rmtree(where, ignore_errors=True)
+            raise
+        if out is None:
+            shutil.rmtree(where, ignore_errors=True)
+    tab = table_frame(rows)
+    failed = rows[rows["status"] != "ok"]
+    for r in failed.to_dict("records"):
+        typer.echo(f"error: system d {r['d']} beta {r['beta']:g} {r['start']} n {r['n']} "
+                   f"failed: {r['error']}", err=True)
     if json_out:
         emit_json(tab.to_dict(orient="records"))
-        return
-    cols = ["d", "beta", "start", "n", "runs", "p_decided", "p_bipolar", "p_bipolar_lo",
-            "minority_mean", "minority_lo", "minority_hi", "t_decided_median"]
-    typer.echo("n = 0 is the limit (K nodes); intervals 95 % (Wilson, t)")
-    typer.echo(tab[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    elif len(tab):
+        tab.insert(5, "P(bipolar)", [bipolar_text(r) for r in tab.to_dict("records")])
+        cols = ["d", "beta", "start", "n", "runs", "p_decided", "P(bipolar)", "minority_mean",
+                "minority_lo", "minority_hi", "t_decided_median"]
+        typer.echo("n = 0 is the limit (K nodes); P(bipolar) over the decided runs with its 95 % "
+                   "Wilson interval, and, where runs are undecided, the bounds with all of them "
+                   "counted each way; minority mass over decided runs (95 % t)")
+        typer.echo(tab[cols].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if out is not None:
+        typer.echo(f"saved in {out} ({summary['ran']} systems run, {summary['skipped']} reused)",
+                   err=True)
+    if len(failed):
+        raise typer.Exit(1)
+
+
+def _check_options(d: list[int], beta: list[float], n: list[int], start: list[str], K: int,
+                   runs: int, T: float, dt: float, tol: float, device: str, seed: int) -> None:
+    """Every option of `meanfield table` in its range, before any work; ParameterError naming
+    the option otherwise."""
+    from ..meanfield.absorption import STARTS
+    from ..meanfield.kind import check_device
+
+    for v in d:
+        check_int("--d", v, 2)
+    for b in beta:
+        check_real("--beta", b, 0.0)
+    for m in n:
+        check_int("--n", m, 2)
+    for st in start:
+        check_choice("--start", st, STARTS)
+    check_int("--K", K, 2)
+    check_int("--runs", runs, 1)
+    check_int("--seed", seed, 0)
+    for name, x in (("--time", T), ("--dt", dt), ("--tol", tol)):
+        check_real(name, x, 0.0, strict=True)
+    check_device("--device", device)
+
+
+def _done(out: Path) -> int | None:
+    """Finished cells of the sweep in `out` (0 when it is no readable sweep), None while another
+    process runs it."""
+    from ..sweep import sweep_status
+
+    try:
+        st = sweep_status(out)
+    except (OSError, ValueError):
+        return 0
+    return None if st["running"] else int(st["done"])
+
+
+def _log(row: dict[str, Any]) -> None:
+    """The line of a finished system on stderr."""
+    from ..meanfield.absorption import system_line
+
+    if row["status"] == "ok":
+        typer.echo(system_line(row), err=True)
+
+
+def _command(d: list[int], beta: list[float], n: list[int], start: list[str], K: int, runs: int,
+             T: float, dt: float, tol: float, device: str, seed: int, json_out: bool,
+             out: Path) -> str:
+    """The `tokensde meanfield table` command line of these options, writing into `out`."""
+    words = ["tokensde", "meanfield", "table"]
+    for flag, values in (("--d", d), ("--beta", beta), ("--n", n), ("--start", start)):
+        for v in values:
+            words += [flag, repr(v) if isinstance(v, float) else str(v)]
+    words += ["--K", str(K), "--runs", str(runs), "--time", repr(T), "--dt", repr(dt),
+              "--tol", repr(tol), "--device", device, "--seed", str(seed), "--out", str(out)]
+    return shlex.join(words + (["--json"] if json_out else []))
 
 
 @meanfield_app.command("convergence")

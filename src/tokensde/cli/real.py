@@ -1,5 +1,7 @@
 """`tokensde real ARCH`: a real Transformer at init, measured at every layer over independent
-inits, against tokensde's discrete network at the same depth and its depth limit (docs/real.md)."""
+inits, against tokensde's discrete network at the same depth and its depth limit (docs/real.md).
+It prints each layer's z and exits 1 when the largest |z| passes the Sidak threshold for the
+number of layers (family-wise false-alarm rate 5 % when the model is exact)."""
 
 from __future__ import annotations
 
@@ -54,8 +56,9 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
         table = save_run(run, out / "real.parquet")
         a = run.agreement
         title = (f"{arch}, L={layers}, d={width}, {heads} heads, n={spec.tokens}, {inits} inits x "
-                 f"{inputs} inputs ({run.meta['init_note']}): {a['within']}/{a['layers']} layers "
-                 f"within 3 SE")
+                 f"{inputs} inputs ({run.meta['init_note']}): max |z| {a['max_abs_z']:.2f} "
+                 f"{'<=' if a['agrees'] else '>'} {a['threshold']:.2f}"
+                 f"{'' if a['agrees'] else ' DISAGREES'}")
         fig = plot_real(run.table, out / "real.png", title)
         (out / "mapping.json").write_text(json.dumps(
             {"rows": [list(map(str, r)) for r in run.mapping.rows], **run.meta}, indent=1,
@@ -64,6 +67,7 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
                "has_limit": run.mapping.has_limit, "wall_s": run.meta["wall_s"]}
     if as_json:
         emit_json(summary)
+        _verdict_exit(a)
         return
     c = run.table[run.table.stat == "cos_mean"]
     final = {s: float(c[c.side == s]["mean"].iloc[-1]) for s in c.side.unique()}
@@ -72,10 +76,45 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
     typer.echo(f"agreement: {a['within']}/{a['layers']} layers within 3 combined SE "
                f"({a['fraction_within']:.0%}); largest |real - tokensde| = "
                f"{a['max_abs_diff']:.4f} at layer {a['at_layer']}")
+    for line in verdict_lines(a):
+        typer.echo(line)
     typer.echo("depth limit: " + ("yes (branches scaled by 1/sqrt(L)): SDE drawn" if
                                   run.mapping.has_limit else
                                   "none (no residual scaling: collapse by layer count)"))
     typer.echo(f"wrote {table}, {fig}, {out / 'mapping.json'}")
+    _verdict_exit(a)
+
+
+def verdict_lines(a: dict) -> list[str]:
+    """The per-layer z, the verdict against the Sidak threshold and the inits that would
+    resolve the largest unresolved gap, as printed lines.
+
+    Args:
+        a: `tokensde.real.experiment.agreement`'s dictionary.
+
+    Returns:
+        The lines.
+    """
+    zs = ", ".join(f"{i + 1}: {z:+.2f}" for i, z in enumerate(a["z"]))
+    rule = (f"Sidak threshold {a['threshold']:.2f} for {a['layers']} layers: "
+            f"|z| > Phi^-1(1 - a/2), a = 1 - (1 - {a['fwer']:g})^(1/{a['layers']}); "
+            f"false alarm at most {a['fwer']:.0%} when the model is exact")
+    head = (f"agrees: largest |z| = {a['max_abs_z']:.2f} at layer {a['at_layer_z']}" if a["agrees"]
+            else f"DISAGREES at layers {', '.join(map(str, a['disagree_at']))}: largest |z| = "
+                 f"{a['max_abs_z']:.2f} at layer {a['at_layer_z']}")
+    lines = [f"z = (real - tokensde) / combined SE, by layer: {zs}", f"{head} ({rule})"]
+    if a["unresolved_layer"] is not None:
+        need = a["inits_to_resolve"]
+        lines.append(f"largest gap not yet resolved: layer {a['unresolved_layer']}, z = "
+                     f"{a['unresolved_z']:+.2f}: a gap of this size reaches the threshold at "
+                     + ("no finite number of inits (z = 0)" if need == float("inf") else
+                        f"about {need:.0f} inits ({a['units']} now)"))
+    return lines
+
+
+def _verdict_exit(a: dict) -> None:
+    if not a.get("agrees", True):
+        raise typer.Exit(1)
 
 
 def make_command(arch: str) -> Callable[..., None]:
@@ -123,7 +162,9 @@ def make_command(arch: str) -> Callable[..., None]:
 def register(app: typer.Typer) -> None:
     """Add the `real` sub-app (gpt2, bert, vit, torch-encoder) to `app`."""
     sub = typer.Typer(no_args_is_help=True,
-                      help="Real Transformers at init against tokensde (extra [real]).")
+                      # the backslash keeps Rich from reading `[real]` as a markup tag (it printed "(extra )")
+                      help="Real Transformers at init against tokensde (needs the extra: "
+                           "pip install 'tokensde\\[real]').")
     for arch in ARCH_COMMANDS:
         sub.command(arch)(make_command(arch))
     app.add_typer(sub, name="real")

@@ -40,19 +40,46 @@ def pair_summary(gram: np.ndarray, tol: float, exact: bool = False) -> dict[str,
     one cluster or bipolar by the rule for undecided runs (`stats.estimate_with_undecided`:
     over the runs whose every pair is within tol of +-1, with the bounds the others allow;
     `exact`: every run the same, no interval), of Gram matrices `(runs, n, n)`."""
-    from ..analysis.stats import estimate_with_undecided
-
     rho = upper_pairs(gram)
     if rho.size == 0:
         return {"pairs": 0}
     merged, antipodal = pair_fractions(rho, tol)
-    outcome = classify_clusters(gram, tol)
+    return _outcome_summary(int(rho.shape[1]), float(rho.mean()), merged, antipodal,
+                            classify_clusters(gram, tol), exact)
+
+
+def token_summary(x: np.ndarray, tol: float, exact: bool = False) -> dict[str, Any]:
+    """`pair_summary` from the final tokens `(runs, n, d)` instead of Gram matrices, in
+    O(n log n) per run on the circle (`analysis.token_clusters`).
+
+    Args:
+        x: tokens `(runs, n, d)`.
+        tol: the merged / antipodal tolerance.
+        exact: every run the same (no interval).
+
+    Returns:
+        The summary of `pair_summary`.
+    """
+    from ..analysis.token_clusters import tokens_outcome, tokens_pair_fractions
+
+    n = x.shape[-2]
+    if n < 2:
+        return {"pairs": 0}
+    merged, antipodal, mean = tokens_pair_fractions(x, tol)
+    return _outcome_summary(n * (n - 1) // 2, float(mean.mean()), float(merged.mean()),
+                            float(antipodal.mean()), tokens_outcome(x, tol)[0], exact)
+
+
+def _outcome_summary(pairs: int, mean: float, merged: float, antipodal: float,
+                     outcome: np.ndarray, exact: bool) -> dict[str, Any]:
+    from ..analysis.stats import estimate_with_undecided
+
     runs = len(outcome)
     decided = int((outcome != Outcome.UNDECIDED).sum())
     counts = {o: int((outcome == o).sum()) for o in (Outcome.SINGLE, Outcome.BIPOLAR)}
     return {
-        "pairs": int(rho.shape[1]),
-        "mean_inner_product": float(rho.mean()),
+        "pairs": pairs,
+        "mean_inner_product": mean,
         "frac_pairs_merged": merged,
         "frac_pairs_antipodal": antipodal,
         "frac_runs_one_cluster": counts[Outcome.SINGLE] / runs,
@@ -158,6 +185,9 @@ def simulate_cmd(
     runs: int = typer.Option(1000, "--runs", help="Independent runs (>= 1)."),
     seed: int = typer.Option(0, "--seed", help="Root seed (>= 0)."),
     sampler: str = typer.Option("auto", "--sampler", help="auto | fast | full | gram."),
+    attention_eval: str = typer.Option("auto", "--attention-eval", help="How the attention is "
+                                       "evaluated: auto | dense | expansion (O(n) at d = 2, 3; "
+                                       "docs/fast-attention.md)."),
     scheme: str = typer.Option("network", "--scheme", help="network (discrete) | sde (limit)."),
     dtype: str = typer.Option("float64", "--dtype", help="float64 | float32."),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N."),
@@ -176,7 +206,7 @@ def simulate_cmd(
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
     from ..io.store import check_output, save_result
     from ..plots.style import check_figure
-    from ..sim.simulate import simulate, simulation_budget
+    from ..sim.simulate import GRAM_RECORD_MAX, simulate, simulation_budget
 
     with user_errors():
         time = _max_time(time, max_time)
@@ -187,6 +217,9 @@ def simulate_cmd(
             check_output(out, "--out", suffixes=(".npz",))
         if plot is not None:
             check_figure(plot, "--plot")
+            if n > GRAM_RECORD_MAX:
+                raise ParameterError(f"--plot draws pairwise inner products from Gram matrices, "
+                                     f"recorded up to n = {GRAM_RECORD_MAX}; got n = {n}")
         # the names as typed: ModelParams checks them
         p = _model_params(value_init, law, sigma, n=n, d=d, beta=beta,
                           attention=cast(Attention, attention), causal=causal,
@@ -197,17 +230,20 @@ def simulate_cmd(
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
         x0 = _name_or_npy("init", init, ("uniform", "pair"))
         check_run(simulation_budget(p, grid, runs, sampler, checkpoints, dtype=dtype, init=x0,
-                                    until=until), device,
+                                    until=until, attention_eval=attention_eval), device,
                   {"layers": "--layers (or --time / --dt)"})
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
             res = simulate(p, grid, runs=runs, init=x0, rho0=rho0, seed=seed, sampler=sampler,
                            scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints,
-                           progress=bar, **_stopping(until, tol))
-        assert res.gram is not None  # record=('gram',), the default
-        gram = res.gram[:, -1]
+                           progress=bar, attention_eval=attention_eval, **_stopping(until, tol))
+        # the default record: Gram matrices up to GRAM_RECORD_MAX tokens, the tokens above
+        exact = _identical_runs(p, init)
+        pairs = (pair_summary(res.gram[:, -1], tol, exact) if res.gram is not None
+                 else token_summary(res.x, tol, exact))
         summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
-                   "dt": grid.dt, "T": grid.T, "sampler": res.sampler, "scheme": scheme,
-                   "seed": seed, **pair_summary(gram, tol, _identical_runs(p, init)),
+                   "dt": grid.dt, "T": grid.T, "sampler": res.sampler,
+                   "attention_eval": res.extra["attention_eval"], "scheme": scheme,
+                   "seed": seed, **pairs,
                    **decision_summary(res),
                    "wall_s": res.wall_s}
         if out is not None:

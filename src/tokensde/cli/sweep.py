@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -66,23 +66,57 @@ def term_as_interrupt() -> Iterator[dict[str, Any]]:
         signal.signal(signal.SIGTERM, old)
 
 
-def run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "local",
-                  address: str | None = None, quiet: bool = False) -> dict[str, Any]:
-    """`run_sweep` with a progress bar; an interrupt (SIGINT, SIGTERM) stops the cells in
-    progress and exits with a one-line message that says how to resume."""
-    from ..sweep.engine import SweepDir, run_sweep
+def run_with_bar(start: Any, out: Path, table: str, unit: str, quiet: bool) -> None:
+    """Run `start(bar)` (a sweep into `out` and its report) with a progress bar; on SIGINT or
+    SIGTERM say what is saved and exit 128 + signal; print `out/table` and the summary."""
+    from ..sweep.store import SweepDir
 
     bar = Bar(not quiet)
+    with user_errors(), term_as_interrupt() as got:
+        try:
+            summary = start(bar)
+        except KeyboardInterrupt:
+            bar.close()
+            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))
+            fail(f"interrupted by {got['signal']}: {done} finished {unit} are saved in {out}; "
+                 "run the same command again to resume", 128 + got["number"])
+        finally:
+            bar.close()
+    typer.echo((out / table).read_text())
+    typer.echo(f"{summary['ran']} {unit} trained, {summary['skipped']} reused, "
+               f"{summary['failed']} failed in {summary['wall_s']:.0f} s; wrote "
+               + ", ".join(summary["report"].values()))
+    if summary["failed"]:
+        raise typer.Exit(1)
+
+
+def run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "local",
+                  address: str | None = None, quiet: bool = False, resume: str | None = None,
+                  on_cell: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """`run_sweep` with a progress bar; an interrupt (SIGINT, SIGTERM) stops the cells in
+    progress and exits with a one-line message that says how to resume: the command `resume`
+    when given, else "run the same command again". `on_cell(row)` after each finished cell."""
+    from ..sweep.engine import run_sweep
+    from ..sweep.store import SweepDir
+
+    bar = Bar(not quiet)
+
+    def each(row: dict[str, Any], counts: dict[str, int]) -> None:
+        bar.cell(row, counts)
+        if on_cell is not None:
+            on_cell(row)
+
     with term_as_interrupt() as got:
         try:
             return run_sweep(config, out, workers=workers, backend=backend, address=address,
-                             on_start=bar.start, on_cell=bar.cell)
+                             on_start=bar.start, on_cell=each)
         except KeyboardInterrupt:
             bar.close()
             done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))  # counts may lag a write
             saved = "no cell had finished" if not done else f"{done} finished cells are saved"
+            how = f"to resume, run: {resume}" if resume else "run the same command again to resume"
             fail(f"interrupted by {got['signal']}: {saved} in {out}; cells in progress were "
-                 "stopped: run the same command again to resume", 128 + got["number"])
+                 f"stopped: {how}", 128 + got["number"])
         finally:
             bar.close()
 
@@ -119,17 +153,18 @@ def table_cmd(
     fmt: str = typer.Option("parquet", "--format", help="parquet, csv or json."),
     output: str = typer.Option(None, "--output",
                                help="Where to write (default DIR/table.<format>; '-' = stdout)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --output file."),
 ) -> None:
     """Consolidate the finished cells into one table (one row per cell); print where it went."""
-    from ..io.store import check_output
-    from ..sweep.engine import export_table, render_table
+    from ..io.outputs import guard_output
+    from ..sweep.store import export_table, render_table
 
     with user_errors():
         if output == "-":
             typer.echo(render_table(out, fmt), nl=False)
             return
         if output is not None:
-            check_output(output, "--output")
+            guard_output(output, "--output", force=force)
         emit_json(export_table(out, fmt, output))
 
 

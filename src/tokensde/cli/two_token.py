@@ -38,6 +38,7 @@ RUNS = typer.Option(1000, "--runs", help="Independent runs (>= 1).")
 BETA = typer.Option(..., "--beta", help="Interaction strength (>= 0).")
 TIME = typer.Option(40.0, "--time", help="Depth time T (horizon).")
 OUT = typer.Option(None, "--out", help="Also save the result (JSON with parameters, version).")
+FORCE = typer.Option(False, "--force", help="Replace an existing --out file.")
 QUIET = typer.Option(False, "--no-progress", help="No progress bar on stderr.")
 ENGINE = typer.Option("network", "--engine",
                       help="network (full d-dimensional network) | reduced (1-D rho diffusion).")
@@ -47,12 +48,13 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
-def _check_out(out: Path | None) -> None:
-    """--out can take the JSON result (checked before any run)."""
+def _check_out(out: Path | None, force: bool) -> None:
+    """--out can take the JSON result: writable, and no finished file replaced without --force
+    (checked before any run)."""
     if out is not None:
-        from ..io.store import check_output
+        from ..io.outputs import guard_output
 
-        check_output(out, "--out", suffixes=(".json",))
+        guard_output(out, "--out", force=force, suffixes=(".json",))
 
 
 def _save(result: dict[str, Any], out: Path) -> str:
@@ -150,7 +152,8 @@ def mc_cmd(
     mlp: str = typer.Option("none", "--mlp", help="Random MLP block: none | relu | gelu (each run "
                             "then tested every layer; docs/variants.md §5)."),
     mlp_sigma: float = typer.Option(1.0, "--mlp-sigma", help="Output scale of the MLP block."),
-    engine: str = ENGINE, out: Path | None = OUT, quiet: bool = QUIET, json_out: bool = JSON,
+    engine: str = ENGINE, out: Path | None = OUT, force: bool = FORCE, quiet: bool = QUIET,
+    json_out: bool = JSON,
 ) -> None:
     """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti
     (with an MLP block: against the exact first-passage probability at --tol)."""
@@ -161,7 +164,7 @@ def mc_cmd(
     from ..theory.first_passage import hitting_probability
 
     with user_errors():
-        _check_out(out)
+        _check_out(out, force)
         dt = tt.default_dt(d) if dt is None else dt
         grid = TimeGrid.make(T=time, dt=dt, exact=True)
         check_run(mc.pair_budget(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
@@ -216,7 +219,7 @@ def grid_cmd(
     from ..plots.multi import load
     from ..plots.phase import plot_phase_diagram
     from ..plots.style import check_figure
-    from ..sweep.engine import SweepDir
+    from ..sweep.store import SweepDir
     from ..sweep.two_token import grid_config
     from .sweep import run_resumable
 
@@ -238,7 +241,8 @@ def hybrid_cmd(
     time: float = TIME,
     dt: float = typer.Option(0.01, "--dt", help="Layer step dt = alpha^2."),
     seed: int = SEED, tol: float = _tol(1e-6),
-    engine: str = ENGINE, out: Path | None = OUT, quiet: bool = QUIET, json_out: bool = JSON,
+    engine: str = ENGINE, out: Path | None = OUT, force: bool = FORCE, quiet: bool = QUIET,
+    json_out: bool = JSON,
 ) -> None:
     """Hybrid model of §6 (USA, M = I, scalar noise): threshold eps^2 = 2 e^-beta; MC with --eps."""
     import math
@@ -248,7 +252,7 @@ def hybrid_cmd(
     from ..theory import two_tokens as tt
 
     with user_errors():
-        _check_out(out)
+        _check_out(out, force)
         eps2_c = tt.hybrid_eps2_c(beta)
         result: dict[str, Any] = {"beta": beta, "eps2_c": eps2_c, "eps_c": math.sqrt(eps2_c)}
         if eps is not None:

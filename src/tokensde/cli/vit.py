@@ -12,15 +12,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ..io.store import atomic_write, check_output, header
-from ..model.params import ParameterError, check_choice
-from ._common import emit_json, fail, progress_bar, user_errors
+from ..io.store import check_output
+from ..model.params import check_choice
+from ._common import emit_json, progress_bar, user_errors
+from .sweep import run_with_bar
 
 DEFAULT_ARMS = "default,noise:0,noise:0.1,identity,shared"
 
@@ -39,25 +39,6 @@ Norm = Annotated[str, typer.Option(help="layer or rms.")]
 Block = Annotated[str, typer.Option(help="standard (pre-norm, MLP) or attention-only (spec).")]
 ResScale = Annotated[bool, typer.Option(help="Scale residual branches by 1/sqrt(depth).")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
-
-
-def _model(data: Any, dim: int, depth: int, heads: int, patch: int | None, mlp_ratio: int,
-           norm: str, block: str, residual_scale: bool) -> Any:
-    from ..vit.compare import model_config
-
-    return model_config(data, patch, dim=dim, depth=depth, heads=heads, mlp_ratio=mlp_ratio,
-                        norm=norm, residual_scale=residual_scale, block=block)
-
-
-def _subset(value: int | None, default: int) -> int | None:
-    value = default if value is None else value
-    if value < 0:
-        raise ParameterError(f"subset sizes must be >= 0 (0 = all); got {value!r}")
-    return value or None
-
-
-def _write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 def compare_cmd(
@@ -88,39 +69,28 @@ def compare_cmd(
 ) -> None:
     """Train every arm on every seed; write the accuracy table (paired gap to default, 95 % t-CI)."""
     from ..plots.vit import plot_accuracy
-    from ..vit import DATASETS, DataSpec, TrainConfig, compact, compare, format_table, parse_arms
-    from ..vit.compare import DATA_DEFAULTS, save_summary
-    from ..vit.train import steps_per_epoch
+    from ..vit import compact, format_table
+    from ..vit.compare import compare_plan
 
     with user_errors():
         check_output(out, "--out", directory=True)
-        arm_list = parse_arms(arms)
-        if seeds < 1:
-            raise ParameterError(f"seeds must be an integer >= 1; got {seeds!r}")
-        quick = DATA_DEFAULTS[check_choice("dataset", dataset, DATASETS)]
-        spec = DataSpec(dataset, None if data_dir is None else str(data_dir),
-                        _subset(train_subset, quick["train_subset"]), _subset(test_subset, 0))
-        batch = quick["batch_size"] if batch_size is None else batch_size
-        train_cfg = TrainConfig(epochs=epochs, batch_size=batch, lr=lr,
-                                weight_decay=weight_decay, warmup=warmup,
-                                label_smoothing=label_smoothing, augment=augment, seed=seed0)
-        data = spec.load()
-        model_cfg = _model(data, dim, depth, heads, patch, mlp_ratio, norm, block, residual_scale)
-        seed_list = list(range(seed0, seed0 + seeds))
-        total = steps_per_epoch(data, train_cfg) * epochs * len(arm_list) * seeds
-        with progress_bar(total, f"vit compare ({len(arm_list)} arms x {seeds} seeds)",
-                          progress) as update:
-            summary = compare(spec, model_cfg, train_cfg, arm_list, seed_list, out, threads, jobs,
-                              update)
-        save_summary(summary, out)
-        table = format_table(summary)
+        plan = compare_plan(
+            arms, seeds, dataset, data_dir, seed0=seed0, train_subset=train_subset,
+            test_subset=test_subset, batch_size=batch_size, patch=patch,
+            model={"dim": dim, "depth": depth, "heads": heads, "mlp_ratio": mlp_ratio,
+                   "norm": norm, "residual_scale": residual_scale, "block": block},
+            train={"epochs": epochs, "lr": lr, "weight_decay": weight_decay, "warmup": warmup,
+                   "label_smoothing": label_smoothing, "augment": augment})
+        with progress_bar(plan.total_steps, f"vit compare ({len(plan.arms)} arms x {seeds} "
+                          "seeds)", progress) as update:
+            summary = plan.run(out, threads, jobs, update)
         figure = plot_accuracy(out / "summary.json", out / "accuracy.png")
     if json_out:
         emit_json(compact(summary))
     else:
-        typer.echo(f"{dataset}: train {data.info['train']}, test {data.info['test']}; "
+        typer.echo(f"{dataset}: train {plan.data.info['train']}, test {plan.data.info['test']}; "
                    f"{epochs} epochs\n")
-        typer.echo(table)
+        typer.echo(format_table(summary))
         typer.echo(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {figure}")
 
 
@@ -140,20 +110,16 @@ def geometry_cmd(
 ) -> None:
     """Token cosine similarity across depth at initialisation, per arm, on real test images."""
     from ..plots.vit import plot_geometry
-    from ..vit import geometry, load_dataset, parse_arms
-    from ..vit.geometry import KIND_GEOMETRY
+    from ..vit import parse_arms
+    from ..vit.geometry import geometry_study
 
     with user_errors():
         check_output(out, "--out", directory=True)
-        arm_list = parse_arms(arms)
-        if images < 1 or seeds < 1:
-            raise ParameterError(f"images and seeds must be >= 1; got {images!r}, {seeds!r}")
-        data = load_dataset(dataset, data_dir, test_subset=images)
-        model_cfg = _model(data, dim, depth, heads, patch, mlp_ratio, norm, block, residual_scale)
-        result = geometry(model_cfg, arm_list, data.x_test, list(range(seeds)), bins, tol)
-        doc = {**header(KIND_GEOMETRY, dataset=dataset, data=data.info,
-                        model=model_cfg.to_dict()), **result}
-        _write_text(out / "geometry.json", json.dumps(doc, indent=1) + "\n")
+        result = geometry_study(parse_arms(arms), dataset, data_dir, images, seeds, patch,
+                                {"dim": dim, "depth": depth, "heads": heads,
+                                 "mlp_ratio": mlp_ratio, "norm": norm,
+                                 "residual_scale": residual_scale, "block": block}, bins, tol,
+                                out)
         figure = plot_geometry(out / "geometry.json", out / "geometry.png")
     if json_out:
         emit_json({"arms": {a: {k: v[k] for k in ("near_pos", "near_neg", "mean")}
@@ -169,42 +135,11 @@ def geometry_cmd(
 
 def plot_cmd(out: Out = Path("vit-compare")) -> None:
     """Redraw accuracy.png / geometry.png from summary.json / geometry.json in DIR."""
-    from ..plots.vit import plot_accuracy, plot_geometry
+    from ..plots.vit import redraw
 
     with user_errors():
-        done = []
-        if (out / "summary.json").is_file():
-            done.append(plot_accuracy(out / "summary.json", out / "accuracy.png"))
-        if (out / "geometry.json").is_file():
-            done.append(plot_geometry(out / "geometry.json", out / "geometry.png"))
-        if not done:
-            raise FileNotFoundError(f"{out} holds neither summary.json nor geometry.json")
+        done = redraw(out)
     typer.echo("wrote " + ", ".join(map(str, done)))
-
-
-def _run_sweep(start: Any, out: Path, table: str, unit: str, quiet: bool) -> None:
-    """Run `start(bar)` (a sweep into `out` and its report) with a progress bar; on SIGINT or
-    SIGTERM say what is saved and exit 128 + signal; print `out/table` and the summary."""
-    from ..sweep.engine import SweepDir
-    from .sweep import Bar, term_as_interrupt
-
-    bar = Bar(not quiet)
-    with user_errors(), term_as_interrupt() as got:
-        try:
-            summary = start(bar)
-        except KeyboardInterrupt:
-            bar.close()
-            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))
-            fail(f"interrupted by {got['signal']}: {done} finished {unit} are saved in {out}; "
-                 "run the same command again to resume", 128 + got["number"])
-        finally:
-            bar.close()
-    typer.echo((out / table).read_text())
-    typer.echo(f"{summary['ran']} {unit} trained, {summary['skipped']} reused, "
-               f"{summary['failed']} failed in {summary['wall_s']:.0f} s; wrote "
-               + ", ".join(summary["report"].values()))
-    if summary["failed"]:
-        raise typer.Exit(1)
 
 
 def depth_cmd(
@@ -236,7 +171,7 @@ def depth_cmd(
                            train_subset=train_subset, test_subset=test_subset)
         return run_depth(cfg, out, workers, backend, address, bar.cell, bar.start)
 
-    _run_sweep(start, out, "gaps.md", "runs", quiet)
+    run_with_bar(start, out, "gaps.md", "runs", quiet)
 
 
 def depth_report_cmd(
@@ -283,7 +218,8 @@ def fair_cmd(
     import os
 
     from ..vit.depth import DEVICE_ENV
-    from ..vit.fair import fair_config, run_fair
+    from ..vit.fair import fair_config
+    from ..vit.fair_run import run_fair
 
     def start(bar: Any) -> dict[str, Any]:
         check_output(out, "--out", directory=True)
@@ -295,7 +231,7 @@ def fair_cmd(
         return run_fair(cfg, out, workers, bar.cell, bar.start, figures=figures,
                         more=with_ or ())
 
-    _run_sweep(start, out, "fair.md", "cells", quiet)
+    run_with_bar(start, out, "fair.md", "cells", quiet)
 
 
 def fair_report_cmd(
@@ -306,7 +242,7 @@ def fair_report_cmd(
 ) -> None:
     """Rebuild fair.json, fair.md and the figures of a (finished or partial) fair sweep, with the
     sweeps that widen its grid."""
-    from ..vit.fair import fair_report
+    from ..vit.fair_report import fair_report
 
     with user_errors():
         files = fair_report(out, figures=figures, more=more or ())

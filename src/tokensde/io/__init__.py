@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .store import (
         StoreError,
         atomic_write,
+        check_output,
         header,
         load_result,
         read_parquet,
@@ -29,6 +30,7 @@ __all__ = [
     "StoreError",
     "Table",
     "atomic_write",
+    "check_output",
     "header",
     "load_result",
     "progress_bar",

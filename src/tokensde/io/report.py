@@ -257,7 +257,18 @@ def write_report(sections: Sequence[Section], path: str | os.PathLike,
                  title: str = "tokensde report", meta: dict[str, Any] | None = None,
                  force: bool = False) -> Path:
     """Render and write the report atomically (refusing to replace a file that is not a
-    tokensde report unless `force`, `check_report_path`); return its path."""
+    tokensde report unless `force`, `check_report_path`); return its path.
+
+    Args:
+        sections: The report's sections, in order.
+        path: The HTML file to write.
+        title: Title of the page.
+        meta: Run metadata shown in the header, or None.
+        force: Replace a file at `path` that tokensde did not write.
+
+    Returns:
+        The path written.
+    """
     check_report_path(path, "report path", force)
     text = render(sections, title, meta)
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

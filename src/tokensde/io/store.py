@@ -32,10 +32,21 @@ class StoreError(ValueError):
 
 def check_output(path: str | os.PathLike, name: str, directory: bool = False,
                  suffixes: tuple[str, ...] | None = None) -> Path:
-    """`path` if a file (or, with `directory`, a directory) can be written there: it is not the
-    other kind of thing, no part of it above is a file, the nearest existing directory above is
-    writable (permissions and a read-only mount), and its suffix is one of `suffixes` (lower
-    case, with the dot) when given. Raise ParameterError naming `name`; nothing is created."""
+    """`path` if a file (or, with `directory`, a directory) can be written there; nothing is created.
+
+    It is not the other kind of thing, no part of it above is a file, the nearest existing
+    directory above is writable (permissions and a read-only mount), and its suffix is one of
+    `suffixes` (lower case, with the dot) when given; else ParameterError naming `name`.
+
+    Args:
+        path: The output path.
+        name: The option or parameter named in the error (`--out`).
+        directory: Whether `path` is a directory (else a file).
+        suffixes: The allowed suffixes, or None for any.
+
+    Returns:
+        `path` as a `Path`.
+    """
     path = Path(path)
     want = "a directory" if directory else "a file path"
     if path.exists() and path.is_dir() != directory:
@@ -68,7 +79,15 @@ def _check_writable(path: Path, where: Path, name: str) -> None:
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Path:
     """Call `write(tmp)` on a temporary file next to `path`, then rename it over `path` (what
-    `write` returns is ignored)."""
+    `write` returns is ignored).
+
+    Args:
+        path: The file to create or replace.
+        write: Called with the temporary path; it writes the content there.
+
+    Returns:
+        `path`, as a `Path`.
+    """
     path = check_output(path, "output path")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -132,18 +151,43 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def write_json(path: str | os.PathLike, doc: Any, indent: int = 1) -> Path:
-    """Write `doc` (made JSON-ready by `to_jsonable`) to `path` atomically."""
+    """Write `doc` (made JSON-ready by `to_jsonable`) to `path` atomically.
+
+    Args:
+        path: The file to write.
+        doc: The document (numpy scalars and arrays are converted).
+        indent: JSON indentation.
+
+    Returns:
+        The path written.
+    """
     return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(to_jsonable(doc),
                                                                     indent=indent)))
 
 
 def header(kind: str, **fields: Any) -> dict[str, Any]:
-    """A metadata header with kind, schema and package version."""
+    """A metadata header with kind, schema and package version.
+
+    Args:
+        kind: What the file holds, e.g. 'tokensde.vit.geometry'.
+        **fields: Further entries of the header (parameters, seed, ...).
+
+    Returns:
+        `{"kind", "schema", "package", "version", **fields}`.
+    """
     return {"kind": kind, "schema": SCHEMA, "package": "tokensde", "version": __version__, **fields}
 
 
 def save_result(result: SimResult, path: str | os.PathLike) -> Path:
-    """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata."""
+    """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata.
+
+    Args:
+        result: What `simulate` returned.
+        path: The `.npz` file to write.
+
+    Returns:
+        The path written.
+    """
     check_output(path, "path", suffixes=(".npz",))
     meta = header(KIND_SIM, **result.metadata())
     arrays: dict[str, np.ndarray] = {"x": np.asarray(result.x), "checkpoints": result.checkpoints}
@@ -161,7 +205,17 @@ def save_result(result: SimResult, path: str | os.PathLike) -> Path:
 
 
 def load_result(path: str | os.PathLike) -> SimResult:
-    """Read a `SimResult` written by `save_result`; raise StoreError on a bad file."""
+    """Read a `SimResult` written by `save_result`; raise StoreError on a bad file.
+
+    Args:
+        path: A `.npz` file written by `save_result`.
+
+    Returns:
+        The `SimResult`.
+
+    Raises:
+        StoreError: The file is truncated, foreign or of a newer schema.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {path} does not exist")
@@ -254,7 +308,16 @@ PARQUET_META_KEY = b"tokensde"
 
 def write_parquet(table: Any, path: str | os.PathLike, meta: dict[str, Any]) -> Path:
     """Write a pyarrow Table (or pandas DataFrame) to `path` atomically, with the JSON header
-    `meta` (see `header`) in the Parquet schema metadata."""
+    `meta` (see `header`) in the Parquet schema metadata.
+
+    Args:
+        table: A pyarrow Table or a pandas DataFrame.
+        path: The Parquet file to write.
+        meta: The header (`header(...)`).
+
+    Returns:
+        The path written.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -269,6 +332,13 @@ def read_parquet(path: str | os.PathLike, kind: str) -> tuple[Any, dict[str, Any
     """Read a Parquet file written by `write_parquet`: `(pyarrow Table, header)`.
 
     Raises FileNotFoundError if absent and StoreError if truncated, foreign or from a newer schema.
+
+    Args:
+        path: The Parquet file.
+        kind: The header kind the file must carry.
+
+    Returns:
+        `(table, header)`: a pyarrow Table and the JSON header.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq

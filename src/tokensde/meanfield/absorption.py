@@ -3,8 +3,10 @@
 `absorption_table` drives, on each noise path, the K-node limit and particle systems of several n
 (i.i.d. or quasi-uniform starts) with the same value matrices, each until decided (every pair of
 live nodes within `tol` of +-1: one atom or two antipodal atoms) or the horizon T, and returns one
-row per system: P(bipolar) (minority mass > 0) with its Wilson interval, the minority mass's mean
-(t interval) and quantiles, the atoms, and the time to decision, with the undecided fraction.
+row per system: P(bipolar) (minority mass > 0) by the reporting rule for undecided runs
+(`stats.estimate_with_undecided`: over the decided runs with its Wilson interval, and the bounds
+that the undecided runs allow), the minority mass's mean (t interval) and quantiles, the atoms, and
+the time to decision, with the undecided fraction.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..analysis.stats import censored_quantiles, t_interval, wilson
+from ..analysis.stats import Estimate, censored_quantiles, estimate_with_undecided, t_interval
 from ..io.store import check_output, header, write_parquet
 from ..model.checks import ParameterError, check_choice, check_int, check_real
 from ..model.params import ModelParams, TimeGrid
@@ -50,27 +52,71 @@ def particle_starts(n: int, d: int, runs: int, start: str, seed: int,
 
 
 def system_stats(res: FlowResult, index: int) -> dict[str, Any]:
-    """Statistics of system `index` of `res` over its runs (see the module docstring)."""
+    """Statistics of system `index` of `res` over its runs (see the module docstring); P(bipolar)
+    `p_bipolar` is over the decided runs (nan when none is), `p_bipolar_lo, _hi` its 95 % Wilson
+    interval, `p_bipolar_bound_lo, _hi` the bounds with every undecided run counted each way.
+
+    Args:
+        res: The coupled run (`flow.run_coupled`).
+        index: Which of its systems.
+
+    Returns:
+        One row: counts, P(bipolar), the minority mass, atoms and time to decision.
+    """
     x, w = res.x[index], res.w[index]
     at = res.decided_at[index]
     runs = len(at)
     done = at >= 0
     m = minority_mass(x, w)
     atoms = atom_count(x, w)
-    k_bi = int((done & (m > 0)).sum())
-    lo, hi = wilson(k_bi, runs)
+    k_bi, k_done = int((done & (m > 0)).sum()), int(done.sum())
+    est = estimate_with_undecided(k_bi, k_done - k_bi, runs)
+    lo, hi = est.ci or (math.nan, math.nan)
     md = m[done]
     mean, mlo, mhi = t_interval(md) if len(md) > 1 else (math.nan, math.nan, math.nan)
     qs = np.quantile(md, [0.1, 0.5, 0.9]) if len(md) else [math.nan] * 3
     t = np.where(done, at * res.grid.dt, np.nan)
     tq = censored_quantiles(t, [0.5, 0.9])
-    return {"runs": runs, "p_decided": float(done.mean()), "k_bipolar": k_bi,
-            "p_bipolar": k_bi / runs, "p_bipolar_lo": float(lo), "p_bipolar_hi": float(hi),
+    return {"runs": runs, "p_decided": float(done.mean()), "k_decided": k_done,
+            "k_bipolar": k_bi, "p_bipolar": est.p, "p_bipolar_lo": lo, "p_bipolar_hi": hi,
+            "p_bipolar_bound_lo": est.bounds[0], "p_bipolar_bound_hi": est.bounds[1],
             "minority_mean": float(mean), "minority_lo": float(mlo), "minority_hi": float(mhi),
             "minority_q10": float(qs[0]), "minority_q50": float(qs[1]),
             "minority_q90": float(qs[2]), "atoms_mean": float(atoms[done].mean()) if done.any()
             else math.nan, "t_decided_median": tq[0], "t_decided_q90": tq[1],
             "horizon": res.grid.T}
+
+
+def bipolar_estimate(row: dict[str, Any]) -> Estimate:
+    """P(bipolar) of a row of `system_stats` by the reporting rule: `k_bipolar` hits and
+    `k_decided - k_bipolar` one-cluster runs of `runs` (`stats.estimate_with_undecided`).
+
+    Args:
+        row: A row with `k_bipolar`, `k_decided` and `runs`.
+
+    Returns:
+        The `Estimate`.
+    """
+    k, dec = int(row["k_bipolar"]), int(row["k_decided"])
+    return estimate_with_undecided(k, dec - k, int(row["runs"]))
+
+
+def bipolar_text(row: dict[str, Any]) -> str:
+    """P(bipolar) of a row as text: 'undecided' when no run decided (no probability); else the
+    estimate over the decided runs with its 95 % Wilson interval, and, when some runs are
+    undecided, the bounds with every undecided run counted each way.
+
+    Args:
+        row: A row of `system_stats` (`k_bipolar`, `k_decided`, `runs`).
+
+    Returns:
+        E.g. '0.75 [0.53, 0.89]' or '0.75 [0.53, 0.89] bounds [0.40, 0.95]' or 'undecided'.
+    """
+    est = bipolar_estimate(row)
+    if est.decided == 0:
+        return "undecided"
+    p, ci, bounds = est.parts()
+    return f"{p} {ci}" + ("" if est.decided == est.runs else f" bounds {bounds}")
 
 
 def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str = "iid",
@@ -82,7 +128,30 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
                      ) -> tuple[list[dict[str, Any]], dict[int, np.ndarray]]:
     """Rows (one per system: the K-node limit, `n = LIMIT`, unless not `with_limit`, then each n of `ns`) of
     `system_stats` for `runs` common noise paths of the pure-noise model (M = 0, softmax, Gaussian
-    matrix noise); and the per-run minority masses `{n: (runs,)}` (nan where undecided)."""
+    matrix noise); and the per-run minority masses `{n: (runs,)}` (nan where undecided).
+
+    Args:
+        d: Dimension.
+        beta: Attention strength.
+        ns: Particle counts.
+        K: Nodes of the limit measure.
+        start: 'iid' or 'quasi' (quasi-uniform) particle starts.
+        runs: Number of common noise paths.
+        seed: Root seed.
+        T: Depth time of the horizon.
+        dt: Layer step.
+        tol: Decision tolerance.
+        merge_tol: Nodes closer than this merge (None: never).
+        mixture: A von Mises-Fisher mixture for the initial law (None: uniform).
+        device: Torch device.
+        batch: Runs advanced together (None: all).
+        dtype: Torch dtype.
+        with_limit: Include the K-node limit.
+
+    Returns:
+        `(rows, masses)`: one row of statistics per system, and each system's minority mass per
+        run `(runs,)` (nan where undecided), keyed by n (`LIMIT` for the limit).
+    """
     d, K = check_int("d", d, 2), check_int("K", K, 2)
     beta = check_real("beta", beta, 0.0)
     ns = [check_int("n", n, 2) for n in ns]
@@ -130,6 +199,22 @@ def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
                   ("runs", "K", "n", "d"), bounded=False, longer=("runs", "K", "n", "time"))
 
 
+def system_line(row: dict[str, Any]) -> str:
+    """One line on a finished system: its cell, the decided fraction, P(bipolar) (`bipolar_text`)
+    and the mean minority mass with its 95 % t interval.
+
+    Args:
+        row: A row of `absorption_table` (d, beta, start, n, the statistics, `wall_s`).
+
+    Returns:
+        The line.
+    """
+    return (f"d {row['d']} beta {row['beta']:g} {row['start']} n {row['n']}: decided "
+            f"{row['p_decided']:.3f}, P(bipolar) {bipolar_text(row)}, minority "
+            f"{row['minority_mean']:.4f} [{row['minority_lo']:.4f}, {row['minority_hi']:.4f}], "
+            f"{row['wall_s']:.0f} s")
+
+
 def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
               starts: Sequence[str] = STARTS, runs: int = 100, seed: int = 0, T: float = 40.0,
               dt: float = 0.02, tol: float = 1e-4, merge_tol: float | None = MERGE_TOL,
@@ -156,10 +241,7 @@ def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: i
                 for row in r:
                     row["wall_s"] = time.perf_counter() - tc
                     if log is not None:
-                        log(f"d {d} beta {beta:g} {st} n {row['n']}: decided "
-                            f"{row['p_decided']:.3f}, P(bipolar) {row['p_bipolar']:.3f}, minority "
-                            f"{row['minority_mean']:.4f} [{row['minority_lo']:.4f}, "
-                            f"{row['minority_hi']:.4f}], {row['wall_s']:.0f} s")
+                        log(system_line(row))
                 rows += r
                 for n, v in m.items():
                     long += [{"d": d, "beta": beta, "start": st, "n": n, "run": i,

@@ -68,7 +68,20 @@ def node_convergence(beta: float, Ks: Sequence[int], times: Sequence[float], K_r
     one row per (time, K): `field_err` (max over 64 test points of |y_K - y_ref|),
     `arc_err_count` (the four quarter-circle masses by node counting), `arc_err_interp` (by the
     piecewise-linear cumulative mass). (Half-circles carry exactly 1/2 here: the uniform start
-    is antipodally symmetric and the flow keeps that symmetry.)"""
+    is antipodally symmetric and the flow keeps that symmetry.)
+
+    Args:
+        beta: Attention strength.
+        Ks: Node counts to test.
+        times: Depth times at which the errors are measured.
+        K_ref: Nodes of the reference (larger than every K).
+        dt: Layer step.
+        seed: Seed of the common noise path.
+
+    Returns:
+        A DataFrame, one row per (time, K): `beta`, `T`, `K`, `field_err`, `arc_err_count`,
+        `arc_err_interp`.
+    """
     Ks = [check_int("K", k, 2) for k in Ks]
     if max(Ks) >= K_ref:
         raise ParameterError(f"K_ref must exceed every K; got K_ref = {K_ref}, max K = {max(Ks)}")
@@ -86,7 +99,20 @@ def particle_convergence(beta: float, ns: Sequence[int], T: float, draws: int = 
                          K_ref: int = 512, dt: float = 0.02, seed: int = 0) -> pd.DataFrame:
     """d = 2: `draws` i.i.d. uniform samples of n particles and the `K_ref`-node limit, all on one
     common path (`run_coupled(shared_path=True)`); one row per (n, draw): `field_err` and
-    `arc_err_count` of `node_convergence`."""
+    `arc_err_count` of `node_convergence`.
+
+    Args:
+        beta: Attention strength.
+        ns: Particle counts.
+        T: Depth time at which the errors are measured.
+        draws: Independent samples of n particles per n.
+        K_ref: Nodes of the limit.
+        dt: Layer step.
+        seed: Seed of the common noise path and of the samples.
+
+    Returns:
+        A DataFrame, one row per (n, draw): `field_err` and `arc_err_count`.
+    """
     p = ModelParams(n=2, d=2, beta=beta)
     grid = TimeGrid.make(T=T, dt=dt)
     kw: dict = {"seed": seed, "until": "horizon", "merge_tol": None}

@@ -28,8 +28,10 @@ from ..analysis.clusters import is_antipodal, is_merged
 from ..model.checks import ParameterError, check_int, check_real
 from ..model.noise import apply_matrices
 from ..model.params import ModelParams, TimeGrid
+from ..sim.decide import DENSE_MAX, angle_of_gap, decided_tokens
+from ..sim.expansion import choose_evaluator
 from ..sim.layers import attention_output, network_step, normalize
-from ..sim.rng import derive_seed
+from ..sim.rng import RUN_BLOCK, RunStreams
 from ..sim.sde import sde_step
 
 STEPS = {"network": network_step, "sde": sde_step}
@@ -82,7 +84,25 @@ def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Merge nodes with `1 - <x_i, x_j> < tol` (transitively): weights summed, positions their
     normalised weighted mean; the node axis is then cut to the largest live count of the batch
-    (live nodes first, heaviest first; the rest carry weight 0). `(runs, K, d), (runs, K)` in."""
+    (live nodes first, heaviest first; the rest carry weight 0). `(runs, K, d), (runs, K)` in.
+    On the circle with more than DENSE_MAX nodes the groups come from the sorted angles
+    (`_circle_leads`, O(K log K)), else from the `K x K` inner products."""
+    K = x.shape[-2]
+    lead = _circle_leads(x, w, tol) if x.shape[-1] == 2 and K > DENSE_MAX else _dense_leads(
+        x, w, tol)
+    wn = torch.zeros_like(w).scatter_add_(-1, lead, w)
+    xs = torch.zeros_like(x).scatter_add_(-2, lead.unsqueeze(-1).expand_as(x), w.unsqueeze(-1) * x)
+    keep = wn > 0
+    xn = torch.where(keep.unsqueeze(-1), normalize(torch.where(keep.unsqueeze(-1), xs, x)), x)
+    order = torch.argsort(wn, dim=-1, descending=True, stable=True)
+    top = max(1, int(keep.sum(-1).max()))
+    order = order[..., :top]
+    return xn.gather(-2, order.unsqueeze(-1).expand(*order.shape, x.shape[-1])), wn.gather(-1, order)
+
+
+def _dense_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
+    """`(runs, K)`: the smallest index of each live node's group (nodes joined transitively
+    when `1 - <x_i, x_j> < tol`), from the `K x K` inner products; a dead node leads itself."""
     K = x.shape[-2]
     live = w > 0
     close = is_merged(x @ x.transpose(-1, -2), tol) & live.unsqueeze(-1) & live.unsqueeze(-2)
@@ -94,18 +114,42 @@ def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
         if bool((nxt == lead).all()):
             break
         lead = nxt
-    wn = torch.zeros_like(w).scatter_add_(-1, lead, w)
-    xs = torch.zeros_like(x).scatter_add_(-2, lead.unsqueeze(-1).expand_as(x), w.unsqueeze(-1) * x)
-    keep = wn > 0
-    xn = torch.where(keep.unsqueeze(-1), normalize(torch.where(keep.unsqueeze(-1), xs, x)), x)
-    order = torch.argsort(wn, dim=-1, descending=True, stable=True)
-    top = max(1, int(keep.sum(-1).max()))
-    order = order[..., :top]
-    return xn.gather(-2, order.unsqueeze(-1).expand(*order.shape, x.shape[-1])), wn.gather(-1, order)
+    return lead
+
+
+def _circle_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
+    """`_dense_leads` for circle nodes `(runs, K, 2)` in O(K log K): `1 - <x_i, x_j> < tol` iff
+    the angles are closer than `A = arccos(1 - tol)`, so the groups are the chains of sorted live
+    angles split at the gaps of at least `A` (the last chain joins the first when the gap across
+    the cut of the circle is below `A`)."""
+    runs, K = w.shape
+    live = w > 0
+    theta = torch.atan2(x[..., 1], x[..., 0]).double()
+    srt, perm = torch.where(live, theta, math.inf).sort(-1)  # live angles first, ascending
+    count = live.sum(-1, keepdim=True)
+    pos = torch.arange(K, device=x.device).expand(runs, K)
+    a = angle_of_gap(tol)
+    nxt = torch.cat([srt[:, 1:], srt[:, :1]], -1)
+    cut = (nxt - srt >= a) & (pos < count - 1)  # a gap after sorted position i (i < L - 1)
+    chain = torch.cat([torch.zeros_like(cut[:, :1]), cut[:, :-1]], -1).long().cumsum(-1)
+    last = chain.gather(-1, count - 1)
+    wrap = srt.gather(-1, torch.zeros_like(count)) + 2 * math.pi - srt.gather(-1, count - 1)
+    chain = torch.where((chain == last) & (wrap < a), 0, chain)  # the last chain meets the first
+    chain = torch.where(pos < count, chain, K + pos)  # dead nodes: groups of their own
+    node = torch.empty_like(chain).scatter_(-1, perm, chain)  # each node's group
+    lead = torch.full((runs, 2 * K), K, dtype=torch.long, device=x.device)
+    lead.scatter_reduce_(-1, node, pos, "amin")
+    return lead.gather(-1, node)
 
 
 def decided(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
-    """`(runs,)`: every pair of live nodes (weight > 0) has `1 - |<x_i, x_j>| < tol`."""
+    """`(runs,)`: every pair of live nodes (weight > 0) has `1 - |<x_i, x_j>| < tol` (above
+    DENSE_MAX nodes without the `K x K` inner products: `sim.decide.decided_tokens`, each dead
+    node replaced by a copy of the first live one)."""
+    if x.shape[-2] > DENSE_MAX:
+        live = w > 0
+        first = live.to(torch.int8).argmax(-1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
+        return decided_tokens(torch.where(live.unsqueeze(-1), x, x.gather(-2, first)), tol)
     g = x @ x.transpose(-1, -2)
     live = w > 0
     ok = is_merged(g, tol) | is_antipodal(g, tol) | ~(live.unsqueeze(-1) & live.unsqueeze(-2))
@@ -136,10 +180,48 @@ def _as_system(name: str, x: torch.Tensor | np.ndarray, w: torch.Tensor | np.nda
     return System(name, normalize(xt.clone()), wt.clone())
 
 
-def noise_path(seed: int, run: int, steps: int, d: int, sigma: float = 1.0) -> np.ndarray:
+def path_streams(seed: int, lo: int, hi: int, device: torch.device | str = "cpu") -> RunStreams:
+    """The run streams (`sim.rng.RunStreams`, as `simulate` draws from) of noise paths
+    `[lo, hi)`: whole blocks of RUN_BLOCK runs, serving only those runs, so that a run's draws
+    depend on the seed and its index alone (not on the runs beside it or the batch).
+
+    Args:
+        seed: root seed.
+        lo: first run.
+        hi: one past the last run.
+        device: where the draws are made.
+
+    Returns:
+        The streams, serving runs lo..hi-1 in order.
+    """
+    first = lo // RUN_BLOCK * RUN_BLOCK
+    top = -(-hi // RUN_BLOCK) * RUN_BLOCK
+    rs = RunStreams(seed, top, first, top, device)
+    mask = torch.zeros(top - first, dtype=torch.bool)
+    mask[lo - first:hi - first] = True
+    rs.retain(mask)
+    return rs
+
+
+def noise_path(seed: int, run: int, steps: int, d: int, sigma: float = 1.0,
+               dtype: torch.dtype = torch.float64) -> np.ndarray:
     """The value matrices `V_1..V_steps` `(steps, d, d)` of run `run`: i.i.d. N(0, sigma^2)
-    entries from the stream `derive_seed(seed, run)`, so a run's path never depends on its batch."""
-    return sigma * np.random.default_rng(derive_seed(seed, run)).standard_normal((steps, d, d))
+    entries, one `(d, d)` draw per layer from the run's stream (`path_streams`), as
+    `run_coupled` draws them.
+
+    Args:
+        seed: root seed.
+        run: the run (noise path) index.
+        steps: number of layers.
+        d: token dimension.
+        sigma: entry standard deviation.
+        dtype: dtype of the draws.
+
+    Returns:
+        `(steps, d, d)` array.
+    """
+    rs = path_streams(seed, run, run + 1)
+    return np.stack([(sigma * rs.normal(d, d, dtype=dtype))[0].numpy() for _ in range(steps)])
 
 
 def run_coupled(
@@ -168,6 +250,26 @@ def run_coupled(
     and the run's index only, not on the batch or the systems run beside it. `shared_path`: every
     run takes the path of run 0 (runs then differ only by their initial states: draws of an
     initial sample on one common path).
+
+    Args:
+        p: The model (pure noise: softmax attention, matrix noise; see `check_flow_params`).
+        grid: The layers (steps and step size).
+        systems: `(name, x0, w)` per system: nodes `(K, d)` or `(runs, K, d)`, weights `(K,)` or
+            `(runs, K)` summing to 1, or None for equal weights.
+        runs: Number of noise paths.
+        seed: Root seed; run `r` takes the path of `noise_path(seed, r, ...)`.
+        scheme: 'network' or 'sde'.
+        until: 'decided' (a run leaves once every system is decided) or 'horizon'.
+        tol: Decision tolerance of `decided`.
+        every: Layers between merges and decision tests (default: depth time 0.05).
+        merge_tol: Nodes closer than this merge (None: never).
+        device: Torch device.
+        dtype: Torch dtype.
+        batch: Runs advanced together (None: all).
+        shared_path: Every run takes the path of run 0.
+
+    Returns:
+        A `FlowResult`: final nodes and weights of each system and run, and the layer of decision.
     """
     p = check_flow_params(p)
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
@@ -209,14 +311,11 @@ def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarr
              final_w: list[list[torch.Tensor | None]], shared_path: bool = False) -> None:
     """One batch of `run_coupled`: fills `at`, `final_x`, `final_w` at the runs `run_ids`."""
     x0 = sy[0].x
-    if shared_path:
-        one = noise_path(seed, 0, grid.steps, p.d, p.noise_scale)
-        paths = torch.as_tensor(one, dtype=x0.dtype, device=x0.device).expand(
-            len(run_ids), *one.shape)
-    else:
-        paths = torch.as_tensor(np.stack([noise_path(seed, int(r), grid.steps, p.d, p.noise_scale)
-                                          for r in run_ids]), dtype=x0.dtype, device=x0.device)
+    # the value matrices of run r come from its run stream (`path_streams`, as `noise_path`)
+    lo = 0 if shared_path else int(run_ids[0])
+    rs = path_streams(seed, lo, lo + (1 if shared_path else len(run_ids)), x0.device)
     rows = torch.arange(len(run_ids))
+    how = [_evaluator(p, s) for s in sy]
 
     def store(si: int, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
         for j, run in enumerate(run_ids[r.numpy()].tolist()):
@@ -224,9 +323,11 @@ def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarr
             final_x[si][run], final_w[si][run] = x[j][lv].cpu(), w[j][lv].cpu()
 
     for k in range(1, grid.steps + 1):
-        v = paths[rows.to(x0.device), k - 1]
-        for s in sy:
-            y = attention_output(s.x, p, weights=s.w)
+        v = p.noise_scale * rs.normal(p.d, p.d, dtype=x0.dtype)
+        if shared_path:
+            v = v.expand(len(rows), p.d, p.d)
+        for s, e in zip(sy, how, strict=True):
+            y = attention_output(s.x, p, weights=s.w, evaluator=e)
             s.x = step(s.x, y, apply_matrices(y, v), p, grid.dt)
         if k % every and k != grid.steps:
             continue
@@ -234,6 +335,7 @@ def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarr
         for si, s in enumerate(sy):
             if merge_tol is not None:
                 s.x, s.w = merge_nodes(s.x, s.w, merge_tol)
+                how[si] = _evaluator(p, s)
             if until == "decided":
                 ids = run_ids[rows.numpy()]
                 now = decided(s.x, s.w, tol).cpu() & torch.as_tensor(at[si, ids] < 0)
@@ -247,12 +349,21 @@ def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarr
             lv = live.to(x0.device)
             for s in sy:
                 s.x, s.w = s.x[lv], s.w[lv]
+            if not shared_path:
+                rs.retain(live)
             if len(rows) == 0:
                 return
     ids = run_ids[rows.numpy()]
     for si, s in enumerate(sy):
         left = torch.as_tensor(at[si, ids] < 0)
         store(si, rows[left], s.x[left.to(s.x.device)], s.w[left.to(s.x.device)])
+
+
+def _evaluator(p: ModelParams, s: System) -> str:
+    """How the attention of system `s` is evaluated: `choose_evaluator`'s fixed rule ('auto') at
+    its node count and weights (the O(n) expansion on the circle and the sphere from a few
+    hundred nodes, `sim.expansion.auto_uses_expansion`)."""
+    return choose_evaluator(p.with_(n=s.x.shape[-2]), "auto", "full", s.x.dtype, s.w)
 
 
 def _pad(parts: list[torch.Tensor | None]) -> torch.Tensor:

@@ -72,7 +72,17 @@ def default_rule(d: int) -> str:
 
 def sphere_rule(K: int, d: int, rule: str = "auto", seed: int = 0
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """About `K` nodes of `rule` on S^{d-1} (gauss rounds to `2 m^2`, `m = round(sqrt(K/2))`)."""
+    """About `K` nodes of `rule` on S^{d-1} (gauss rounds to `2 m^2`, `m = round(sqrt(K/2))`).
+
+    Args:
+        K: About how many nodes.
+        d: Dimension of the sphere's ambient space.
+        rule: 'auto' (by d), 'circle', 'gauss', 'fibonacci' or 'qmc'.
+        seed: Seed of the 'qmc' scrambling.
+
+    Returns:
+        `(nodes (K', d), weights (K',))`, weights summing to 1.
+    """
     K, d = check_int("K", K, 1), check_int("d", d, 2)
     if rule not in RULES:
         raise ParameterError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")

@@ -18,7 +18,15 @@ from .flow import merge_nodes
 
 def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
     """`(runs,)`: the weight on the side of `<x_1, x_j> < 0` or of `> 0`, whichever is smaller,
-    node 1 the heaviest; `x` `(runs, K, d)`, `w` `(runs, K)` (zero weights: padding)."""
+    node 1 the heaviest; `x` `(runs, K, d)`, `w` `(runs, K)` (zero weights: padding).
+
+    Args:
+        x: Nodes `(runs, K, d)` of decided systems.
+        w: Their weights `(runs, K)`.
+
+    Returns:
+        The minority mass of each run, `(runs,)`.
+    """
     ref = x[torch.arange(x.shape[0]), w.argmax(-1)]
     side = (x @ ref.unsqueeze(-1)).squeeze(-1) < 0
     m = (w * side).sum(-1) / w.sum(-1)

@@ -72,8 +72,19 @@ TOL_DTYPES: tuple[str, ...] = ("float64", "float32")  # the dtypes a simulation 
 
 
 def check_tol(tol: float, name: str = "tol", dtype: str = "float64") -> float:
-    """Validate a clustering tolerance in [TOL_MIN, TOL_MAX] for float64 Gram matrices; for
-    another `dtype` the floor is TOL_EPS times its machine epsilon."""
+    """Validate a clustering tolerance in `[TOL_MIN, TOL_MAX]` for float64 Gram matrices.
+
+    Args:
+        tol: the tolerance (two tokens are merged when `<x_i, x_j> > 1 - tol`).
+        name: the parameter's name in the error message.
+        dtype: 'float64' or 'float32'; for float32 the floor is `TOL_EPS` times its machine epsilon.
+
+    Returns:
+        `tol` as a float.
+
+    Raises:
+        ParameterError: `tol` is not a finite number in the range.
+    """
     check_choice("dtype", dtype, TOL_DTYPES)
     t = check_real(name, tol, 0.0, strict=True)
     eps = float(np.finfo(dtype).eps)

@@ -72,7 +72,17 @@ VALUE_INIT_PRESETS: dict[str, ValueInit] = {
 
 
 def value_init_preset(name: str) -> ValueInit:
-    """The preset `name` (`VALUE_INIT_PRESETS`); ParameterError naming `value_init` otherwise."""
+    """The value-initialisation preset `name` (`VALUE_INIT_PRESETS`).
+
+    Args:
+        name: the preset's name.
+
+    Returns:
+        The preset.
+
+    Raises:
+        ParameterError: no preset has that name (the message names `value_init`).
+    """
     return VALUE_INIT_PRESETS[check_choice("value_init", name, tuple(VALUE_INIT_PRESETS))]
 
 
@@ -93,6 +103,12 @@ class ModelParams:
     `norm` where the layer normalises (docs/variants.md §4): 'post' (spec §2, tokens on the sphere),
     'pre' (attention sees the normalised residual stream, which keeps its radius) or 'peri' (as
     'pre', and the branch output is normalised too); their SDE schemes are in `norm_limits`.
+    `bias_sigma` the output bias of the MLP sublayer (docs/variants.md §5, biases): every layer
+    adds `alpha bias_sigma g` to every token, `g` standard normal in R^d, one per layer and run,
+    the same for all tokens (with mlp='none' the sublayer is that bias alone); `mlp_bias` the
+    hidden bias of the MLP block: each hidden pre-activation `<w_k, u_i>` (standard normal for a
+    unit token) gains `mlp_bias c_k`, `c_k` standard normal, one per unit, layer and run. Both 0
+    by default (no biases, every earlier run's numbers).
 
     Two parameter sets are equal when every field is (arrays `Q`, `K`, `mean` elementwise), so
     `p == p.with_()`; the hash follows the same values, so a `ModelParams` can key a dict.
@@ -119,6 +135,8 @@ class ModelParams:
     mlp: str = "none"
     mlp_sigma: float = 1.0
     mlp_width: int | None = None
+    bias_sigma: float = 0.0
+    mlp_bias: float = 0.0
     _M: np.ndarray | None = field(init=False, repr=False)
     _noise_law: NoiseLaw = field(init=False, repr=False)
     _attention_kind: AttentionKind = field(init=False, repr=False)
@@ -167,6 +185,11 @@ class ModelParams:
         object.__setattr__(self, "mlp_width", width)
         _require(not (block.active and self.norm == "peri" and sigma == 0), "mlp_sigma",
                  "> 0 with norm='peri' (peri-norm normalises the block output)", sigma)
+        object.__setattr__(self, "bias_sigma", check_real("bias_sigma", self.bias_sigma, 0.0))
+        hidden = check_real("mlp_bias", self.mlp_bias, 0.0)
+        object.__setattr__(self, "mlp_bias", hidden)
+        _require(block.active or hidden == 0.0, "mlp_bias", "0 with mlp='none' (the hidden bias "
+                 "of the MLP block needs a block)", hidden)
         if not block.active:
             given = [(k, v) for k, v, default in (("mlp_sigma", sigma, 1.0),
                                                   ("mlp_width", width, None)) if v != default]
@@ -232,6 +255,11 @@ class ModelParams:
         return MLP_WIDTH_FACTOR * self.d if self.mlp_width is None else self.mlp_width
 
     @property
+    def has_bias(self) -> bool:
+        """True when the layer has a random bias (`bias_sigma` or `mlp_bias` > 0)."""
+        return self.bias_sigma > 0.0 or self.mlp_bias > 0.0
+
+    @property
     def noise_scale(self) -> float:
         """Standard deviation scale of the layer noise: `eps` for scalar noise, else `sigma`."""
         return self._noise_law.scale
@@ -248,7 +276,10 @@ class ModelParams:
         law and attention kind allowing it (Gaussian matrix noise), and query/key forms that are
         either one `Q^T K = c I` shared by every head or drawn afresh every layer from a
         rotation-invariant law (qk_redraw='layer'); any norm placement (pre/peri: the Gram matrix
-        of the residual stream, radii included) and any MLP block."""
+        of the residual stream, radii included) and any MLP block; and no biases (`has_bias`:
+        their law is rotation invariant too, but the Gram sampler does not carry them)."""
+        if self.has_bias:
+            return False
         law = self._qk_law
         if law.random:
             iso_qk = law.rotation_invariant and law.redraw == "layer"
@@ -328,7 +359,7 @@ class ModelParams:
 
 
 _VARIANTS = ("heads", "qk", "qk_scale", "qk_redraw", "qk_samples", "norm", "mlp", "mlp_sigma",
-             "mlp_width")  # in to_dict when not default
+             "mlp_width", "bias_sigma", "mlp_bias")  # in to_dict when not default
 
 
 def _is_scaled_identity(a: np.ndarray, tol: float = 1e-12) -> bool:

@@ -35,7 +35,7 @@ def load(source: str | Path | pd.DataFrame) -> pd.DataFrame:
     if isinstance(source, pd.DataFrame):
         df = source
     else:
-        from ..sweep.engine import read_table
+        from ..sweep.store import read_table
 
         df = read_table(source)
     return df[df["status"] == "ok"].copy()

@@ -92,3 +92,27 @@ def plot_geometry(geometry: str | os.PathLike | dict[str, Any], out: str | os.Pa
                  f"{len(g['seeds'])} models; ViT D={m['dim']}, L={m['depth']}, {m['block']}",
                  fontsize=9)
     return save(fig, out, tight=True, style=False)
+
+
+def redraw(folder: str | os.PathLike) -> list[Path]:
+    """Redraw `accuracy.png` and `geometry.png` from `summary.json` and `geometry.json` in
+    `folder`, each where its file is present.
+
+    Args:
+        folder: The output directory of `tokensde vit compare` or `tokensde vit geometry`.
+
+    Returns:
+        The figures written.
+
+    Raises:
+        FileNotFoundError: `folder` holds neither file.
+    """
+    folder = Path(folder)
+    done = []
+    if (folder / "summary.json").is_file():
+        done.append(plot_accuracy(folder / "summary.json", folder / "accuracy.png"))
+    if (folder / "geometry.json").is_file():
+        done.append(plot_geometry(folder / "geometry.json", folder / "geometry.png"))
+    if not done:
+        raise FileNotFoundError(f"{folder} holds neither summary.json nor geometry.json")
+    return done

@@ -8,7 +8,7 @@ network and its depth limit.
 
 from __future__ import annotations
 
-from .experiment import RealRun, agreement, run_real, save_run
+from .experiment import RealRun, agreement, layer_threshold, run_real, save_run
 from .mapping import BlockLaw, Mapping, map_network, to_model
 from .models import (
     ARCHS,
@@ -25,5 +25,5 @@ from .value import draw_value_paths, value_moments
 
 __all__ = ["ARCHS", "INSTALL_HINT", "BlockLaw", "Mapping", "MissingExtraError", "RealRun",
            "RealSpec", "agreement", "build", "draw_value_paths", "has_transformers", "hidden_states",
-           "make_inputs", "map_network", "require_transformers", "run_real", "save_run",
+           "layer_threshold", "make_inputs", "map_network", "require_transformers", "run_real", "save_run",
            "to_model", "value_moments"]

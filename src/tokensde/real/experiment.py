@@ -3,11 +3,14 @@ against tokensde's discrete network at the real depth and (when the init has one
 
 `run_real(spec, inits, inputs, seed)` returns a `RealRun`: the tidy table (one row per side, layer
 and statistic: mean over units, standard error, t interval, number of units), the mapping and the
-agreement of the mean token cosine (`agreement`).
+agreement of the mean token cosine (`agreement`): each layer's z, and whether the largest |z|
+passes the Sidak threshold for the number of layers (a family-wise false-alarm rate of at most 5 %
+when the model is exact).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from scipy import stats as st
 
 from ..model.checks import check_int, require
 from ..sim.budget import Budget, estimate_work
@@ -28,6 +32,7 @@ from .predict import SDE_RUNS, SDE_STEPS, predict
 KIND = "tokensde-real"
 SIDES: tuple[str, ...] = ("real", "network", "sde")
 AGREE_SE = 3.0  # a layer agrees when |real - network| <= AGREE_SE combined standard errors
+FWER = 0.05  # family-wise false-alarm rate of the verdict "disagrees" when the model is exact
 
 
 @dataclass
@@ -43,22 +48,80 @@ class RealRun:
     embeddings: torch.Tensor | None = None  # (inits * inputs, n, d), what the predictions start from
 
 
-def agreement(table: pd.DataFrame, stat: str = "cos_mean", k: float = AGREE_SE) -> dict[str, Any]:
-    """Layers 1..L of `stat`, real against the discrete prediction: the fraction whose difference
-    is within `k` combined standard errors `sqrt(se_real^2 + se_net^2)`, and the largest difference."""
+def layer_threshold(layers: int, fwer: float = FWER) -> float:
+    """Sidak threshold `c = Phi^-1(1 - a/2)`, `a = 1 - (1 - fwer)^(1/K)`, for K layers' z.
+
+    Args:
+        layers: the number K of layers tested.
+        fwer: the family-wise false-alarm rate, in (0, 1).
+
+    Returns:
+        c such that, when every z is standard normal (the model exact, many inits),
+        `P(max_k |z_k| > c) <= fwer`: equal to fwer for independent layers, and at most fwer
+        for correlated ones (Sidak's inequality for jointly normal z).
+    """
+    k = check_int("layers", layers, 1)
+    require(0 < fwer < 1, "fwer", "in (0, 1)", fwer)
+    a = -math.expm1(math.log1p(-fwer) / k)
+    return float(st.norm.isf(a / 2))
+
+
+def agreement(table: pd.DataFrame, stat: str = "cos_mean", k: float = AGREE_SE,
+              fwer: float = FWER) -> dict[str, Any]:
+    """Layers 1..L of `stat`, real against the discrete prediction, `z_l = diff_l / se_l`.
+
+    Args:
+        table: the tidy table of `run_real` (sides 'real' and 'network').
+        stat: the statistic compared.
+        k: the per-layer band, in combined standard errors `se = sqrt(se_real^2 + se_net^2)`,
+            of the count `within`.
+        fwer: the family-wise false-alarm rate of the verdict (`layer_threshold`).
+
+    Returns:
+        `layers`, `within` (|z| <= k), `fraction_within`, the largest |difference| and its layer
+        (`max_abs_diff`, `at_layer`, `diff_over_se_at_max`), the per-layer `z`, `max_abs_z` and
+        its layer `at_layer_z`, the Sidak `threshold` for `layers` layers at `fwer`, `agrees`
+        (max |z| <= threshold), `disagree_at` (layers past it) and, for the largest difference
+        whose |z| is at most the threshold (not resolved), `unresolved_layer`, its `z`, and
+        `inits_to_resolve` = `units (threshold / |z|)^2`, the inits at which a gap of that
+        size would sit at the threshold (None when every layer is resolved; inf at z = 0).
+    """
     t = table[table.stat == stat]
     r = t[t.side == "real"].set_index("layer")
     p = t[t.side == "network"].set_index("layer")
     layers = [i for i in r.index if i > 0 and i in p.index]
     diff = np.array([r.at[i, "mean"] - p.at[i, "mean"] for i in layers])
     se = np.array([np.hypot(r.at[i, "se"], p.at[i, "se"]) for i in layers])
-    within = np.abs(diff) <= k * se
+    with np.errstate(divide="ignore", invalid="ignore"):  # se = 0: z is 0 or +-inf
+        z = np.where(se > 0, diff / se, np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
+    within = np.abs(z) <= k
     worst = int(np.argmax(np.abs(diff))) if len(diff) else 0
-    return {"stat": stat, "layers": len(layers), "within": int(within.sum()),
-            "fraction_within": float(within.mean()) if len(diff) else float("nan"),
-            "max_abs_diff": float(np.abs(diff).max()) if len(diff) else float("nan"),
-            "at_layer": int(layers[worst]) if len(diff) else -1,
-            "diff_over_se_at_max": float(diff[worst] / se[worst]) if len(diff) else float("nan")}
+    out: dict[str, Any] = {
+        "stat": stat, "layers": len(layers), "within": int(within.sum()),
+        "fraction_within": float(within.mean()) if len(diff) else float("nan"),
+        "max_abs_diff": float(np.abs(diff).max()) if len(diff) else float("nan"),
+        "at_layer": int(layers[worst]) if len(diff) else -1,
+        "diff_over_se_at_max": float(z[worst]) if len(diff) else float("nan")}
+    if not len(diff):
+        return out
+    thr = layer_threshold(len(layers), fwer)
+    az = np.abs(z)
+    zi = int(np.argmax(az))
+    units = int(r.loc[layers, "units"].min()) if "units" in r else 0
+    open_ = [j for j in range(len(layers)) if not az[j] > thr]
+    gap = max(open_, key=lambda j: abs(diff[j])) if open_ else None
+    need = None
+    if gap is not None:
+        need = math.inf if az[gap] == 0 else float(math.ceil(units * (thr / az[gap]) ** 2))
+    out.update({
+        "z": [round(float(v), 3) for v in z], "max_abs_z": float(az[zi]),
+        "at_layer_z": int(layers[zi]), "threshold": thr, "fwer": fwer,
+        "agrees": bool(np.all(az <= thr)),
+        "disagree_at": [int(layers[j]) for j in range(len(layers)) if az[j] > thr],
+        "unresolved_layer": None if gap is None else int(layers[gap]),
+        "unresolved_z": None if gap is None else float(z[gap]),
+        "units": units, "inits_to_resolve": need})
+    return out
 
 
 def measure_real(spec: RealSpec, inits: int, inputs: int, seed: int, tol: float = TOL,
@@ -105,9 +168,24 @@ def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, to
              sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = SDE_RUNS,
              progress: Callable[[int], None] | None = None,
              images: torch.Tensor | None = None) -> RealRun:
-    """Measure `inits` x `inputs` of `spec` and predict them (module docstring). `sde`: draw the
-    depth limit (default: when the init has one, `Mapping.has_limit`), from the first `sde_runs`
-    embeddings on `sde_steps` Euler steps. `images`: what ViT reads (`make_inputs`)."""
+    """Measure `inits` x `inputs` runs of the real network `spec` and predict them (module docstring).
+
+    Args:
+        spec: the architecture and its size.
+        inits: independent initialisations.
+        inputs: inputs per initialisation.
+        seed: root seed of the inits and inputs.
+        tol: the clustering tolerance of the statistics.
+        sde: also draw the depth limit (default: when the init has one, `Mapping.has_limit`).
+        sde_steps: Euler steps of the depth limit.
+        sde_runs: embeddings (the first ones) the depth limit starts from.
+        progress: called with the number of inits done, or None.
+        images: what ViT reads (`make_inputs`), or None.
+
+    Returns:
+        A `RealRun`: the per-layer table (real, network and SDE sides), the mapping, the
+        embeddings and the verdict (`agreement`).
+    """
     inits = check_int("inits", inits, 2)
     inputs = check_int("inputs", inputs, 1)
     seed = check_int("seed", seed, 0)
@@ -149,7 +227,15 @@ def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, to
 
 
 def save_run(run: RealRun, path: Any) -> Any:
-    """Write the table to Parquet with the header (kind, version, spec, seeds, agreement)."""
+    """Write the run's table to Parquet with the header (kind, version, spec, seeds, agreement).
+
+    Args:
+        run: the run of `run_real`.
+        path: the output file.
+
+    Returns:
+        The path written.
+    """
     from ..io.store import header, write_parquet
 
     return write_parquet(run.table, path, header(KIND, **run.meta))

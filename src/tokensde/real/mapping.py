@@ -13,7 +13,11 @@ onto depth time `[0, 1]` (`dt = 1/L`, depth fraction `k/L`):
   standard deviation of a logit between orthogonal tokens), law 'gaussian';
 - MLP: activation at pre-activation variance `q = d s var_1` (`gelu_at(q)`; ReLU is scale free),
   `dt mlp_sigma^2 = m var_2 kappa_q(1) / (d r0^2)`, width m (tokensde's block gives a unit
-  token an output of variance mlp_sigma^2 per coordinate; the value noise sigma^2 |y|^2).
+  token an output of variance mlp_sigma^2 per coordinate; the value noise sigma^2 |y|^2);
+- biases of the MLP (torch's Linear default; zero in the HuggingFace models): the output bias of
+  entry variance `var_b2`, one vector added to every token, `dt bias_sigma^2 = var_b2 / (d r0^2)`;
+  the hidden bias of entry variance `var_b1` against pre-activations of variance q,
+  `mlp_bias^2 = var_b1 / q`.
 
 A network whose residual branches scale as `1/L` in variance (GPT-2's `1/sqrt(2 L)` projections)
 maps to parameters that do not depend on `L`: its curve in depth fraction has a limit, the SDE. One
@@ -41,7 +45,9 @@ class BlockLaw:
     `causal`, `norm` ('pre' | 'post'), entry variances of the query, key, value and output
     projections, MLP `activation` ('gelu' | 'relu' | 'none'), hidden `width`, entry variances
     `var_1`, `var_2`, LayerNorm `eps`, `radius2` = r0^2 (per-coordinate second moment of the
-    residual stream at the embeddings) and `notes` (pieces approximated)."""
+    residual stream at the embeddings), `notes` (pieces approximated), `depth_scaled` (the
+    branches' variances scale as 1/L) and the entry variances `var_b1`, `var_b2` of the MLP's
+    hidden and output biases (0: none)."""
 
     d: int
     heads: int
@@ -61,6 +67,8 @@ class BlockLaw:
     radius2: float
     notes: tuple[str, ...] = field(default=())
     depth_scaled: bool = False
+    var_b1: float = 0.0
+    var_b2: float = 0.0
 
     @property
     def shrink(self) -> float:
@@ -94,8 +102,16 @@ class Mapping:
 
 
 def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
-    """Parameters of the tokensde model of `law` (module docstring); `qk=False`: uniform
-    attention (`beta = 0`), the real query/key weights being zero."""
+    """The tokensde model of a block law `law` (module docstring).
+
+    Args:
+        law: the variances of the block's weights and biases.
+        qk: the query/key weights are random; False: uniform attention (`beta = 0`), the real
+            query/key weights being zero.
+
+    Returns:
+        The `Mapping` (model parameters and what they came from).
+    """
     L, d, s, r2 = law.layers, law.d, law.shrink, law.radius2
     dt = 1.0 / L
     sigma = math.sqrt(d * law.var_o * law.var_v * s / r2 / dt)
@@ -138,7 +154,19 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
                   f"mlp_width = {law.width}, mlp_sigma = {mlp_sigma:.4g}",
                   "dt mlp_sigma^2 = m var_2 kappa_q(1) / (d r0^2): the MLP output's second moment "
                   "per coordinate relative to the stream's")]
-    rows.append(("biases", 0.0, "none", "zero at init (torch-encoder: see docs/real.md)"))
+    if law.var_b2 > 0:
+        bias_sigma = math.sqrt(law.var_b2 / (d * r2) / dt)
+        kw.update(bias_sigma=bias_sigma)
+        rows.append(("MLP output bias var(b_2)", law.var_b2, f"bias_sigma = {bias_sigma:.4g}",
+                     "one vector added to every token: dt bias_sigma^2 = var_b2 / (d r0^2)"))
+    if law.var_b1 > 0 and law.activation != "none":
+        q = d * s * law.var_1
+        mlp_bias = math.sqrt(law.var_b1 / q)
+        kw.update(mlp_bias=mlp_bias)
+        rows.append(("MLP hidden bias var(b_1)", law.var_b1, f"mlp_bias = {mlp_bias:.4g}",
+                     "shifts each hidden pre-activation: mlp_bias^2 = var_b1 / q"))
+    if law.var_b1 == law.var_b2 == 0:
+        rows.append(("biases", 0.0, "none", "zero at init"))
     return Mapping(ModelParams(**kw), TimeGrid.make(layers=L), law, rows)
 
 
@@ -202,7 +230,17 @@ def map_vit(net: RealNet, radius2: float) -> Mapping:
 def map_torch_encoder(net: RealNet) -> Mapping:
     """torch `nn.TransformerEncoderLayer` (norm_first: pre-LN, else post-LN; ReLU MLP): in_proj
     Xavier-uniform over (3d, d), variance 1/(2d); out_proj, linear1, linear2 torch's Linear
-    default, variance 1/(3 fan_in); embeddings of per-coordinate variance 1 (r0^2 = 1)."""
+    default, variance 1/(3 fan_in), and so are the biases of linear1 (1/(3d)) and linear2
+    (1/(3m)) (`spec.bias`; the attention's biases start at zero); embeddings of per-coordinate
+    variance 1 (r0^2 = 1). With `spec.mlp` off (linear2's weight zero) the hidden bias has no
+    effect and only linear2's bias remains.
+
+    Args:
+        net: a built torch-encoder network.
+
+    Returns:
+        Its mapping.
+    """
     spec = net.spec
     d, m = spec.width, spec.mlp_ratio * spec.width
     vin = 2.0 / (d + 3 * d)
@@ -212,12 +250,22 @@ def map_torch_encoder(net: RealNet) -> Mapping:
                    1.0 / (3 * m), 1e-5, 1.0,
                    ("uniform entries as Gaussian", "LayerNorm centring as RMS",
                     "W_O W_V product as Gaussian",
-                    *(("Linear biases of the MLP (not mapped)",) if spec.bias else ())))
+                    *(("uniform biases as Gaussian",) if spec.bias else ())),
+                   var_b1=1.0 / (3 * d) if spec.bias and spec.mlp else 0.0,
+                   var_b2=1.0 / (3 * m) if spec.bias else 0.0)
     return to_model(law, qk=spec.qk)
 
 
 def map_network(net: RealNet, radius2: float | None = None) -> Mapping:
-    """The mapping of `net`'s architecture; `radius2` (measured r0^2) is used by ViT only."""
+    """The mapping of `net`'s architecture onto tokensde's model parameters.
+
+    Args:
+        net: the real network at its init.
+        radius2: the measured squared radius `r0^2` of the embeddings (ViT only), or None.
+
+    Returns:
+        The `Mapping`.
+    """
     arch = net.spec.arch
     if arch == "vit":
         if radius2 is None:

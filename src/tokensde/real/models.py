@@ -33,7 +33,14 @@ class MissingExtraError(ImportError):
 
 
 def require_transformers() -> Any:
-    """The `transformers` module, or MissingExtraError saying how to install it."""
+    """The `transformers` module, or an error saying how to install it.
+
+    Returns:
+        The imported `transformers` module.
+
+    Raises:
+        MissingExtraError: the `[real]` extra is not installed.
+    """
     try:
         import transformers
     except ImportError as err:
@@ -42,7 +49,11 @@ def require_transformers() -> Any:
 
 
 def has_transformers() -> bool:
-    """True when the `[real]` extra is installed."""
+    """Whether the `[real]` extra (HuggingFace `transformers`) is installed.
+
+    Returns:
+        True when `transformers` imports.
+    """
     try:
         require_transformers()
     except MissingExtraError:
@@ -348,8 +359,18 @@ BUILDERS = {"gpt2": _gpt2, "bert": _bert, "vit": _vit, "torch-encoder": _torch_e
 
 
 def build(spec: RealSpec, seed: int) -> RealNet:
-    """The network of `spec` at its init under torch's global RNG seeded with `seed` (the
-    libraries draw their init from it); eval mode, dropout off, float32 as the libraries make it."""
+    """The network of `spec` at its init under torch's global RNG seeded with `seed`.
+
+    The libraries draw their init from that RNG; the network is in eval mode, dropout off, float32
+    as the libraries make it.
+
+    Args:
+        spec: the architecture and its size.
+        seed: the init's seed.
+
+    Returns:
+        The `RealNet`.
+    """
     seed = check_int("seed", seed, 0)
     state = torch.random.get_rng_state()
     try:
@@ -366,9 +387,18 @@ def build(spec: RealSpec, seed: int) -> RealNet:
 
 def make_inputs(spec: RealSpec, batch: int, seed: int, images: torch.Tensor | None = None
                 ) -> torch.Tensor:
-    """`batch` inputs: token ids `(batch, ctx)` uniform over the vocabulary, or (ViT) `batch` of
-    `images` `(N, 1, 28, 28)` drawn without replacement (the caller reads them, e.g. the
-    Fashion-MNIST test set by `tokensde.vit.data.load_dataset`)."""
+    """`batch` inputs for `spec`: token ids uniform over the vocabulary, or images (ViT).
+
+    Args:
+        spec: the architecture.
+        batch: number of inputs.
+        seed: seed of the draw.
+        images: ViT only: images `(N, 1, 28, 28)` drawn without replacement (the caller reads them,
+            e.g. the Fashion-MNIST test set by `tokensde.vit.data.load_dataset`).
+
+    Returns:
+        Token ids `(batch, ctx)` or images `(batch, 1, 28, 28)`.
+    """
     batch = check_int("inputs", batch, 1)
     gen = torch.Generator().manual_seed(check_int("seed", seed, 0))
     if spec.arch != "vit":
@@ -383,7 +413,15 @@ def make_inputs(spec: RealSpec, batch: int, seed: int, images: torch.Tensor | No
 
 
 def hidden_states(net: RealNet, inputs: torch.Tensor) -> torch.Tensor:
-    """`(batch, layers + 1, n, d)`: the embeddings and every block's output."""
+    """The embeddings and every block's output of `net` on `inputs`.
+
+    Args:
+        net: the real network.
+        inputs: token ids `(batch, ctx)` or images (`make_inputs`).
+
+    Returns:
+        `(batch, layers + 1, n, d)`.
+    """
     if len(inputs) == 0:
         raise ParameterError("inputs must hold at least one input")
     return net.run(inputs)

@@ -1,7 +1,8 @@
 """The two predictions of a mapped real network, from its embeddings: tokensde's discrete network at
 the real depth (`scheme='network'`, L layers of dt = 1/L) and its depth limit (`scheme='sde'`, a
 fine grid on [0, 1]), both by the exact Gram-space sampler (docs/gram.md: the law of the Gram
-matrix, at a cost that does not grow with d).
+matrix, at a cost that does not grow with d), or, when the mapped model has biases (which that
+sampler does not carry), by the exact fast sampler in R^d (`simulate.run_batch`, sampler 'fast').
 
 Initial tokens: the real embeddings, divided by `sqrt(d r0^2)` (pre-norm: the residual stream keeps
 its radii) or normalised (post-norm). Each run is an independent unit.
@@ -15,9 +16,10 @@ import numpy as np
 import torch
 
 from ..model.params import TimeGrid
+from ..sim.bias import BIAS_STREAM
 from ..sim.gram import frame_forms, run_batch_gram
 from ..sim.rng import RUN_BLOCK, RunStreams
-from ..sim.simulate import MLP_STREAM, QK_STREAM
+from ..sim.simulate import MLP_STREAM, QK_STREAM, qk_draws, run_batch
 from .mapping import Mapping
 from .measure import TOL, directions_gram, gram_stats
 
@@ -55,7 +57,6 @@ def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
     for start in range(0, runs, RUN_BLOCK):
         stop = min(start + RUN_BLOCK, runs)
         rs = RunStreams(seed, runs, start, stop)
-        forms = frame_forms(p, scheme, rs.derived(QK_STREAM), torch.float64)
         mlp_rs = rs.derived(MLP_STREAM) if p.mlp_block.active else None
 
         def record(c: int, xc: torch.Tensor, lo: int = start, hi: int = stop) -> None:
@@ -64,6 +65,12 @@ def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
                     out[k] = np.empty((runs, len(ck)))
                 out[k][lo:hi, c] = v
 
-        run_batch_gram(x[start:stop], p, grid, rs, scheme, ck, record, progress,
-                       forms=forms, mlp_rs=mlp_rs)
+        if p.has_bias:
+            run_batch(x[start:stop], p, grid, rs, "fast", scheme, ck, record, progress,
+                      forms=qk_draws(p, scheme, rs, torch.float64), mlp_rs=mlp_rs,
+                      bias_rs=rs.derived(BIAS_STREAM))
+        else:
+            forms = frame_forms(p, scheme, rs.derived(QK_STREAM), torch.float64)
+            run_batch_gram(x[start:stop], p, grid, rs, scheme, ck, record, progress,
+                           forms=forms, mlp_rs=mlp_rs)
     return ck / grid.steps, out

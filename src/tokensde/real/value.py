@@ -27,9 +27,19 @@ LAWS: tuple[str, ...] = ("product", "gaussian")
 
 def value_moments(k: int, d: int, var_o: float, var_v: float, law: str = "product"
                   ) -> dict[str, float]:
-    """Closed forms (module docstring) of the value path of inner dimension `k`, width `d`:
-    entry variance, entry fourth moment, entry kurtosis, mean and relative variance of
-    `|P x|^2` for a unit `x`; `law='gaussian'`: the Gaussian matrix of the same entry variance."""
+    """Closed-form moments of the value path of inner dimension `k` and width `d` (module docstring).
+
+    Args:
+        k: inner dimension of the product.
+        d: width.
+        var_o: entry variance of `W_O`.
+        var_v: entry variance of `W_V`.
+        law: 'product' (`W_O W_V`) or 'gaussian' (a Gaussian matrix of the same entry variance).
+
+    Returns:
+        Entry variance, entry fourth moment, entry kurtosis, and the mean and relative variance of
+        `|P x|^2` for a unit `x`.
+    """
     k, d = check_int("k", k, 1), check_int("d", d, 1)
     s2 = check_real("var_o", var_o, 0.0, strict=True) * check_real("var_v", var_v, 0.0,
                                                                     strict=True)
@@ -44,8 +54,21 @@ def value_moments(k: int, d: int, var_o: float, var_v: float, law: str = "produc
 def draw_value_paths(k: int, d: int, var_o: float, var_v: float, draws: int,
                      gen: torch.Generator, law: str = "product",
                      dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """`(draws, d, d)` independent value paths: `W_O W_V` (`law='product'`) or Gaussian matrices
-    of entry variance `k var_O var_V` (`law='gaussian'`)."""
+    """Independent value paths `W_O W_V`, or Gaussian matrices of entry variance `k var_O var_V`.
+
+    Args:
+        k: inner dimension of the product (the head size).
+        d: width.
+        var_o: entry variance of `W_O`.
+        var_v: entry variance of `W_V`.
+        draws: number of paths.
+        gen: the torch generator.
+        law: 'product' or 'gaussian'.
+        dtype: torch dtype.
+
+    Returns:
+        `(draws, d, d)`.
+    """
     k, d, draws = check_int("k", k, 1), check_int("d", d, 1), check_int("draws", draws, 1)
     check_choice("law", law, LAWS)
     if law == "gaussian":

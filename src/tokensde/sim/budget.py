@@ -84,24 +84,64 @@ class Memory(NamedTuple):
 
 def estimate_memory(runs: int, n: int, width: int, checkpoints: int, *, block: int,
                     record: Sequence[str] = ("gram",), heads: int = 1, full: bool = False,
-                    mlp: int = 0, itemsize: int = 8) -> Memory:
+                    mlp: int = 0, itemsize: int = 8, basis: int = 0) -> Memory:
     """Bytes of `runs` systems of `n` tokens of `width` numbers: the state `runs x n x width`,
     `runs x checkpoints x n x n` Gram matrices and `runs x checkpoints x n x width` tokens as
     `record` asks, and a workspace of `block` runs (4 token-sized tensors, the scores n x n, the
     noise: width^2 per run with the `full` sampler, else 2 n max(n, width), `mlp` numbers of an
-    MLP block, and per extra head its output and noise)."""
+    MLP block, and per extra head its output and noise). With `basis` = R > 0 (the O(n)
+    attention, `expansion.expansion_output`) the scores are replaced by its moments and outputs,
+    `(1 + width) (2 n + R)` per run, and one slab of basis functions shared by the block,
+    `R x max(BLOCK_MIN, n)` numbers at most.
+
+    Args:
+        runs: number of runs.
+        n: tokens per run.
+        width: numbers per token.
+        checkpoints: records kept per run.
+        block: runs advanced together.
+        record: what is recorded ('gram', 'tokens').
+        heads: attention heads.
+        full: the noise is a width x width matrix per run (else an n x n factor).
+        mlp: numbers of an MLP block per run.
+        itemsize: bytes per number.
+        basis: basis functions of the O(n) attention (0: dense scores).
+
+    Returns:
+        `Memory(kept, workspace)` in bytes.
+    """
+    from .expansion import BLOCK_MIN
+
     kept = runs * (n * width + checkpoints * n * n * ("gram" in record)
                    + checkpoints * n * width * ("tokens" in record))
     noise = width * width if full else 2 * n * max(n, width)
-    layer = block * (4 * n * width + n * n + noise + mlp
-                     + (heads - 1) * (n * width + (width * width if full else 0)))
+    scores = (1 + width) * (2 * n + basis) if basis else n * n
+    slab = basis * max(BLOCK_MIN, n) if basis and block else 0
+    layer = block * (4 * n * width + scores + noise + mlp
+                     + (heads - 1) * (n * width + (width * width if full else 0))) + slab
     return Memory(kept * itemsize, layer * itemsize)
 
 
-def estimate_work(runs: int, layers: int, n: int, width: int, heads: int = 1, mlp: int = 0
-                  ) -> float:
-    """Flop-ish units of `runs x layers` steps of `n` tokens of `width` numbers: `heads x n x
-    width x (n + width)` (scores n^2 width, noise applied n width^2) plus `mlp` per run and layer."""
+def estimate_work(runs: int, layers: int, n: int, width: int, heads: int = 1, mlp: int = 0,
+                  basis: int = 0) -> float:
+    """Flop-ish units of `runs x layers` steps: `heads x n x width x (n + width)` (scores n^2
+    width, noise applied n width^2), or `n (2 R (1 + width) + width^2)` with the O(n) attention
+    of `basis` = R functions, plus `mlp` per run and layer.
+
+    Args:
+        runs: number of runs.
+        layers: layers per run.
+        n: tokens per run.
+        width: numbers per token.
+        heads: attention heads.
+        mlp: MLP work per run and layer.
+        basis: basis functions of the O(n) attention (0: dense).
+
+    Returns:
+        The work in flop-ish units.
+    """
+    if basis:
+        return float(runs) * layers * (n * (2 * basis * (1 + width) + width * width) + mlp)
     return float(runs) * layers * (heads * n * width * (n + width) + mlp)
 
 

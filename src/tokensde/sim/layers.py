@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 
 from ..model.params import ModelParams, ParameterError
+from .expansion import expansion_output
 
 
 def normalize(z: torch.Tensor) -> torch.Tensor:
@@ -99,10 +100,20 @@ def attention_weights(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | Non
 
 
 def attention_output(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None,
-                     weights: torch.Tensor | None = None) -> torch.Tensor:
+                     weights: torch.Tensor | None = None, evaluator: str = "dense"
+                     ) -> torch.Tensor:
     """`y_i = sum_j A_ij x_j`, shape `(runs, n, d)`; with `heads > 1` one output per head,
     `y^h_i = sum_j A^h_ij x_j`, shape `(runs, heads, n, d)` (`forms`: see `attention_logits`;
-    token `weights` `(n,)` or `(runs, n)`: `A_ij ∝ w_j exp(l_ij)`, see `weights_from_logits`)."""
+    token `weights` `(n,)` or `(runs, n)`: `A_ij ∝ w_j exp(l_ij)`, see `weights_from_logits`).
+    `evaluator`: 'dense' (the n x n weights) or 'expansion' (unit tokens at d = 2, 3 in O(n),
+    `expansion.expansion_output`; refused by name where it does not apply)."""
+    if evaluator == "expansion":
+        if forms is not None:
+            raise ParameterError("attention_eval='expansion' needs the identity query/key form; "
+                                 "got drawn forms (use attention_eval='dense')")
+        return expansion_output(x, p, weights)
+    if evaluator != "dense":
+        raise ParameterError(f"evaluator must be 'dense' or 'expansion'; got {evaluator!r}")
     a = attention_weights(x, p, forms, weights)
     return a @ (x if p.heads == 1 else x.unsqueeze(-3))
 

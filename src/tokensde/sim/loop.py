@@ -12,6 +12,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from .decide import decided_tokens
+
 # Called after each layer with the number of runs just advanced (total: runs * steps).
 Progress = Callable[[int], None]
 
@@ -32,12 +34,11 @@ class Stop:
 
     def decided(self, x: torch.Tensor) -> torch.Tensor:
         """Boolean `(runs,)`: every pair `i != j` has `1 - |<x_i, x_j>| < tol` (of the directions
-        `x_i / |x_i|` when `directions`: tokens off the sphere, docs/variants.md §4)."""
+        `x_i / |x_i|` when `directions`: tokens off the sphere, docs/variants.md §4), without
+        an n x n array above `decide.DENSE_MAX` tokens (`decide.decided_tokens`)."""
         if self.directions:
             x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        gap = 1.0 - (x @ x.transpose(-1, -2)).abs()
-        gap.diagonal(dim1=-2, dim2=-1).fill_(0.0)
-        return (gap < self.tol).flatten(1).all(-1)
+        return decided_tokens(x, self.tol)
 
     def keep(self, rows: torch.Tensor, x: torch.Tensor) -> None:
         """Store the states `x` of batch rows `rows`."""

@@ -26,7 +26,15 @@ def block_seed(seed: int, block: int) -> int:
 
 
 def derive_seed(seed: int, *keys: int) -> int:
-    """A child seed in [0, 2^63) of `seed` for integer `keys` (a sub-experiment, a cell)."""
+    """A child seed in [0, 2^63) of `seed` for integer `keys` (a sub-experiment, a cell).
+
+    Args:
+        seed: the parent seed, an integer >= 0.
+        *keys: integers naming the child (a cell index, a stream key).
+
+    Returns:
+        The child seed, fixed by `(seed, keys)` on any machine.
+    """
     state = np.random.SeedSequence([int(seed), *map(int, keys)]).generate_state(2, np.uint32)
     return (int(state[0]) << 31 ^ int(state[1])) & (2**63 - 1)
 

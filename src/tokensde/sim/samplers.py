@@ -188,7 +188,7 @@ def gram_refusal(p: ModelParams) -> str | None:
 
 
 def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
-    """Resolve `sampler` to 'fast', 'full' or 'gram' for these parameters, or raise ParameterError.
+    """Resolve `sampler` to 'fast', 'full' or 'gram' for these parameters.
 
     `auto` takes `gram` when it applies, `norm='post'` (pre/peri-norm take it only when asked
     for, so that their earlier `auto` runs keep their numbers) and `d >= 4 n` (its cost per
@@ -197,6 +197,17 @@ def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     level with `fast` near d = 2n, and with heads, forms redrawn every layer or a block it was
     no slower than `fast` at n = 8, d = 32), else `fast` for Gaussian matrix noise when `n < d`
     (its cost `n^2 d` beats `n d^2`), else `full`.
+
+    Args:
+        p: the model parameters.
+        sampler: 'auto', 'fast', 'full' or 'gram'.
+
+    Returns:
+        The sampler that runs: 'fast', 'full' or 'gram'.
+
+    Raises:
+        ParameterError: `sampler` is not one of those, or does not apply to `p` (the message
+            says why and which sampler to use).
     """
     if sampler not in SAMPLERS:
         raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")

@@ -87,12 +87,22 @@ def coupled_paths(
     substeps: int = 1,
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the network and the SDE on one Brownian path; return both final states `(runs, n, d)`.
+    """Run the network and the SDE on one Brownian path; return both final states.
 
-    `increments(k)` gives the Brownian increments `dW` `(runs, substeps, d, d)` of layer `k` on a
-    grid `substeps` times finer. The network uses `V_k = sum(dW) / sqrt(dt)`; the SDE steps on the
-    fine grid. Matrix noise only; with `heads > 1`, `dW` `(runs, substeps, heads, d, d)`, one per head.
-    Token `weights` `(n,)` or `(runs, n)` weigh the attention (`layers.weights_from_logits`).
+    The network uses `V_k = sum(dW) / sqrt(dt)`; the SDE steps on the grid `substeps` times finer.
+    Matrix noise only.
+
+    Args:
+        x0: initial unit tokens `(runs, n, d)`.
+        p: the model parameters.
+        grid: the network's layers (`dt` its step).
+        increments: `increments(k)` gives the Brownian increments `dW` of layer `k`,
+            `(runs, substeps, d, d)`, or `(runs, substeps, heads, d, d)` with `heads > 1`.
+        substeps: SDE steps per layer.
+        weights: token weights `(n,)` or `(runs, n)` of the attention (`layers.weights_from_logits`).
+
+    Returns:
+        The final states `(network, sde)`, each `(runs, n, d)`.
     """
     x_net, x_sde = x0.clone(), x0.clone()
     h = grid.dt / substeps

@@ -27,7 +27,15 @@ import torch
 from ..model.checks import check_tol
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from ..model.qk import QKDraws
+from .bias import BIAS_STREAM, check_bias, mlp_branch
 from .budget import Budget, check_budget, estimate_memory, estimate_work
+from .expansion import (
+    basis_size,
+    check_expansion,
+    choose_evaluator,
+    truncation_order,
+    unit_roundoff,
+)
 from .gram import frame_forms, run_batch_gram, uniform_frame
 from .layers import (
     NORM_STEPS,
@@ -51,11 +59,27 @@ NORM_SCHEMES: dict[tuple[str, str], Callable[..., torch.Tensor]] = {
     **{("network", k): v for k, v in NORM_STEPS.items()},
     ("sde", "pre"): residual_step, ("sde", "peri"): peri_sde_step}
 RECORDS: tuple[str, ...] = ("gram", "tokens")
+# the default record: Gram matrices (n x n per run and checkpoint) up to this many tokens, the
+# tokens (n x d) above (one Gram matrix of 65536 tokens takes 34 GB)
+GRAM_RECORD_MAX = 1024
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
 CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
 QK_STREAM = 0x514B  # `derive_seed` key of the streams of random query/key forms
 MLP_STREAM = 0x4D4C50  # `derive_seed` key of the streams of the MLP blocks' weights
+
+
+def default_record(n: int) -> tuple[str, ...]:
+    """What `simulate` records by default: `('gram',)` for `n <= GRAM_RECORD_MAX`, else
+    `('tokens',)` (O(n d) per checkpoint instead of O(n^2)).
+
+    Args:
+        n: the number of tokens.
+
+    Returns:
+        The record tuple.
+    """
+    return ("gram",) if n <= GRAM_RECORD_MAX else ("tokens",)
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -105,8 +129,9 @@ def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> 
 
 
 def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | torch.device,
-               dtype: str | torch.dtype, checkpoints: Any, record: Sequence[str],
-               progress: Any, init: Any = "uniform") -> None:
+               dtype: str | torch.dtype, checkpoints: Any, record: Sequence[str] | None,
+               progress: Any, init: Any = "uniform", attention_eval: str = "auto",
+               weights: Any = None) -> None:
     """The checks of `simulate` that come before any work: argument types, USA beta for the
     dtype, and a lower bound on the memory the run needs (kept records + one block of layer
     workspace) against the machine's; the Gram sampler from a uniform start holds nothing of
@@ -124,7 +149,8 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
     name = str(tdtype).removeprefix("torch.")
     params.attention_kind.check_dtype(name)
-    b = simulation_budget(params, grid, runs, sampler, checkpoints, record, tdtype, init)
+    b = simulation_budget(params, grid, runs, sampler, checkpoints, record, tdtype, init,
+                          attention_eval=attention_eval, weights=weights)
     # the library refuses only what this machine cannot hold at all (its physical memory); the
     # command line checks against the memory available now (`budget.available_memory`)
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -138,28 +164,41 @@ def _check_call(params: Any, grid: Any, runs: Any, sampler: str, device: str | t
 
 def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int, sampler: str = "auto",
                       checkpoints: int | Sequence[int] | None = None,
-                      record: Sequence[str] = ("gram",), dtype: str | torch.dtype = "float64",
-                      init: Any = "uniform", until: str = "horizon") -> Budget:
+                      record: Sequence[str] | None = None,
+                      dtype: str | torch.dtype = "float64", init: Any = "uniform",
+                      until: str = "horizon", attention_eval: str = "auto",
+                      weights: np.ndarray | torch.Tensor | None = None) -> Budget:
     """The memory (`budget.estimate_memory`: records kept, plus one block of layer workspace)
-    and the work (`budget.estimate_work`, runs x layers x heads x n x w x (n + w)) of
-    `simulate` with these arguments, w the width held (d; n for the Gram sampler from a uniform
-    start, which holds nothing of size d)."""
+    and the work (`budget.estimate_work`, runs x layers x heads x n x w x (n + w), or n x (R (1
+    + w) + w^2) with the O(n) attention of R basis functions) of `simulate` with these
+    arguments, w the width held (d; n for the Gram sampler from a uniform start, which holds
+    nothing of size d). `record` None: `default_record(n)`; `attention_eval` and `weights` as
+    `simulate` (the expansion holds no n x n array)."""
     runs = check_int("runs", runs, 1)
     tdtype = resolve_dtype(dtype)
     k = len(resolve_checkpoints(checkpoints, grid.steps))
     used = choose_sampler(params, sampler)
     n, heads = params.n, params.heads
+    record = default_record(n) if record is None else record
     w = n if used == "gram" and isinstance(init, str) and init == "uniform" else params.d
     size = torch.finfo(tdtype).bits // 8
+    basis = 0
+    if choose_evaluator(params, attention_eval, used, tdtype,
+                        check_token_weights(weights, n, runs)) == "expansion":
+        beta = check_expansion(params)
+        basis = basis_size(params.d, truncation_order(beta, params.d, unit_roundoff(tdtype)))
+    # the fast sampler with n >= d draws V itself, as the full one does: no n x n factor
+    full = used == "full" or (used == "fast" and n >= params.d)
     mem = estimate_memory(runs, n, w, k, block=min(runs, RUN_BLOCK), record=record, heads=heads,
-                          full=used == "full", mlp=_mlp_width(params, used), itemsize=size)
+                          full=full, mlp=_mlp_width(params, used), itemsize=size, basis=basis)
     one = estimate_memory(1, n, w, k, block=0, record=record, itemsize=size).kept
     name = str(tdtype).removeprefix("torch.")
     detail = (f"{runs} runs, n = {n}, d = {params.d}, {heads} head{'s' * (heads > 1)}, {k} "
-              f"checkpoints, {grid.steps} layers, sampler {used}, {name}")
+              f"checkpoints, {grid.steps} layers, sampler {used}, {name}"
+              + (f", attention by expansion ({basis} basis functions)" if basis else ""))
     lower = ("runs", "n", "d", *(("heads",) if heads > 1 else ()), "checkpoints")
     return Budget("this simulation", mem.total, one, runs,
-                  estimate_work(runs, grid.steps, n, w, heads, _mlp_width(params, used)),
+                  estimate_work(runs, grid.steps, n, w, heads, _mlp_width(params, used), basis),
                   detail, lower, bounded=until != "decided", longer=("runs", "layers", "n", "d"))
 
 
@@ -269,12 +308,19 @@ def run_batch(
     forms: QKDraws | None = None,
     mlp_rs: RunStreams | None = None,
     weights: torch.Tensor | None = None,
+    bias_rs: RunStreams | None = None,
+    attention_eval: str = "dense",
 ) -> torch.Tensor:
     """Advance one batch `x` `(runs, n, d)` through `grid.steps` layers, calling `record(c, x)` at
     checkpoint number `c`; return the final state (see `march` for `stop`). `forms`: the random
     query/key forms (`qk_draws`), needed when `p.qk` is a random law; `mlp_rs`: the streams of
     the MLP blocks (`rs.derived(MLP_STREAM)`), needed when `p.mlp` is not 'none'; `weights`
-    `(n,)` or `(runs, n)`: token weights of the attention (`layers.weights_from_logits`)."""
+    `(n,)` or `(runs, n)`: token weights of the attention (`layers.weights_from_logits`);
+    `bias_rs`: the streams of the biases (`rs.derived(BIAS_STREAM)`), needed when `p.has_bias`
+    (`bias.mlp_branch`: the MLP sublayer adds `sqrt(dt) bias_sigma g`, one `g` per layer shared
+    by the tokens, and the block's hidden units a bias `mlp_bias c`); `attention_eval`: 'dense'
+    or 'expansion' (`layers.attention_output`, resolved by `expansion.choose_evaluator`)."""
+    check_bias(p, scheme)
     q = scheme_params(p, scheme)
     step = SCHEMES[scheme] if p.norm == "post" else NORM_SCHEMES[scheme, p.norm]
     noise = peri_noise if (scheme, p.norm) == ("sde", "peri") else noise_sampler(sampler, q)
@@ -286,10 +332,11 @@ def run_batch(
 
     # the limit takes both noises in one step, the network one sublayer each (docs/variants.md §5)
     advance = sde_layer if scheme == "sde" else layer_step
-    mlp = None if block is None or mlp_rs is None else (lambda u: block(u, q, mlp_rs))
+    mlp = mlp_branch(q, sampler, block, mlp_rs, bias_rs)
 
     def layer(xk: torch.Tensor) -> torch.Tensor:
-        y = attention_output(inputs(xk), q, None if forms is None else forms.next(), weights)
+        y = attention_output(inputs(xk), q, None if forms is None else forms.next(), weights,
+                             attention_eval)
         xi = torch.zeros_like(xk) if silent else noise(y, q, rs)
         return advance(xk, y, xi, q, grid.dt, mlp, step)
 
@@ -410,21 +457,23 @@ class StoppingRule:
 
 @dataclass(frozen=True)
 class Recording:
-    """What is saved: `record` (any of 'gram', 'tokens') at `checkpoints` (None: the start and
+    """What is saved: `record` (any of 'gram', 'tokens'; None: `default_record(n)`, Gram
+    matrices up to GRAM_RECORD_MAX tokens, tokens above) at `checkpoints` (None: the start and
     the end; an int K >= 2: K evenly spaced layers; a sequence: those layer indices)."""
 
     checkpoints: int | tuple[int, ...] | None = None
-    record: tuple[str, ...] = ("gram",)
+    record: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.record, str):
             raise ParameterError(f"record must be a tuple of {RECORDS}; got the string "
                                  f"{self.record!r} (write ({self.record!r},))")
-        record = tuple(self.record)
-        bad = set(record) - set(RECORDS)
-        if bad:
-            raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
-        object.__setattr__(self, "record", record)
+        if self.record is not None:  # None: `default_record(n)`, resolved by `simulate`
+            record = tuple(self.record)
+            bad = set(record) - set(RECORDS)
+            if bad:
+                raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
+            object.__setattr__(self, "record", record)
         ck = self.checkpoints
         if ck is not None and not isinstance(ck, int | np.integer) and isinstance(ck, Iterable) \
                 and not isinstance(ck, str | bytes):
@@ -468,7 +517,7 @@ def simulate(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "float64",
     checkpoints: int | Sequence[int] | None = None,
-    record: Sequence[str] = ("gram",),
+    record: Sequence[str] | None = None,
     batch_size: int | None = None,
     progress: Progress | None = None,
     until: str = "horizon",
@@ -478,24 +527,64 @@ def simulate(
     stopping: StoppingRule | None = None,
     recording: Recording | None = None,
     weights: np.ndarray | torch.Tensor | None = None,
+    attention_eval: str = "auto",
 ) -> SimResult:
-    """Simulate `runs` independent systems; the horizon is `grid`, `(layers, alpha)` or `(T, dt)`.
-
-    `sampler`: 'auto' | 'fast' | 'full' | 'gram' (see `samplers.choose_sampler`). `scheme`:
-    'network' (the discrete model) or 'sde' (its depth limit). `record`: any of 'gram', 'tokens'.
-    `batch_size`: runs advanced together (default `default_batch`); the numbers never depend on it.
-    `until='decided'`: the horizon is a maximum; each run stops at the first test (every
-    `decide_every` layers, default `decide_every(dt)`) at which every pair of tokens is within
-    `tol` (default 1e-6) of +1 or -1, and `SimResult.decided_at` holds that layer (-1: never).
-    A run's numbers up to its decision are those of the fixed-horizon run with the same seed.
+    """Simulate `runs` independent systems `x^{k+1} = N(x^k + dt M y^k + sqrt(dt) V_k y^k)` (or the SDE).
 
     The keywords that belong together can be given as one object instead: `initial` (an
     `InitialState`: init, rho0), `stopping` (a `StoppingRule`: until, tol, decide_every) and
     `recording` (a `Recording`: checkpoints, record); an object and one of its keywords away
-    from its default is an error. The result's arrays are numpy arrays on the CPU.
-    `weights`: token weights `(n,)` or `(runs, n)`, non-negative with a positive sum, so that
-    `A_ij ∝ w_j exp(beta <Q x_i, K x_j>)` (integer weights equal repeated tokens; None: today's
-    model, bit for bit); not with sampler='gram'.
+    from its default is an error. A run's numbers depend on the seed and its index alone: not
+    on the batch size, the other runs, early stopping nor the CPU.
+
+    Args:
+        params: the model (`ModelParams`).
+        grid: the horizon as a `TimeGrid`; or give `(layers, alpha)` or `(T, dt)`.
+        layers: number of layers `L` (with `alpha`, the residual scale; default `1/sqrt(L)`).
+        alpha: residual scale, `dt = alpha^2`.
+        T: depth time of the horizon (with `dt`).
+        dt: depth-time step per layer.
+        runs: number of independent runs (noise paths).
+        init: 'uniform' (i.i.d. uniform tokens), 'pair' (two tokens at `<x_1, x_2> = rho0`), or
+            the initial tokens `(n, d)` or `(runs, n, d)`.
+        rho0: the initial inner product of `init='pair'`.
+        seed: root seed of the run streams.
+        sampler: 'auto', 'fast', 'full' or 'gram' (`samplers.choose_sampler`).
+        scheme: 'network' (the discrete model) or 'sde' (its depth limit).
+        device: torch device.
+        dtype: 'float64' (default) or 'float32'.
+        checkpoints: layers recorded: an integer K (K evenly spaced records), a list of layer
+            indices, or None (start and end).
+        record: any of 'gram', 'tokens' (None: `default_record(n)`, Gram matrices up to
+            GRAM_RECORD_MAX tokens, the tokens above).
+        batch_size: runs advanced together (default `default_batch`); numbers never depend on it.
+        progress: a progress callback, or None.
+        until: 'horizon', or 'decided': the horizon is a maximum and each run stops at the first
+            test (every `decide_every` layers, default `decide_every(dt)`) at which every pair of
+            tokens is within `tol` (default 1e-6) of +1 or -1; `SimResult.decided_at` holds that
+            layer (-1: never). A run's numbers up to its decision are those of the fixed-horizon
+            run with the same seed.
+        tol: the decision tolerance of `until='decided'`.
+        decide_every: layers between two decision tests.
+        initial: an `InitialState` instead of `init`, `rho0`.
+        stopping: a `StoppingRule` instead of `until`, `tol`, `decide_every`.
+        recording: a `Recording` instead of `checkpoints`, `record`.
+        weights: token weights `(n,)` or `(runs, n)`, non-negative with a positive sum, so that
+            `A_ij ∝ w_j exp(beta <Q x_i, K x_j>)` (integer weights equal repeated tokens; None:
+            the unweighted model, bit for bit); not with sampler='gram'.
+        attention_eval: how the attention is evaluated, not which kernel (that is
+            `ModelParams.attention`): 'dense' (n x n weights), 'expansion' (the O(n) harmonic
+            expansion at d = 2, 3: softmax/USA, one head, identity query/key, no mask; refused by
+            name elsewhere) or 'auto' (`expansion.auto_uses_expansion`: a fixed rule of n, d,
+            beta and dtype, dense where the expansion does not apply).
+
+    Returns:
+        A `SimResult`: numpy arrays on the CPU (Gram matrices and/or tokens at the checkpoints),
+        the parameters, the seed, the sampler that ran and `extra['attention_eval']`.
+
+    Raises:
+        ParameterError: an argument outside its range, or options that do not go together
+            (the message names the parameter).
     """
     init, rho0 = _group(initial, InitialState, {"init": init, "rho0": rho0}).values()
     until, tol, decide_every = _group(stopping, StoppingRule, {
@@ -503,16 +592,19 @@ def simulate(
     checkpoints, record = _group(recording, Recording, {"checkpoints": checkpoints,
                                                         "record": record}).values()
     grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt)
-    _check_call(params, grid, runs, sampler, device, dtype, checkpoints, record, progress, init)
+    _check_call(params, grid, runs, sampler, device, dtype, checkpoints, record, progress, init,
+                attention_eval, weights)
     runs = check_int("runs", runs, 1)
     seed = check_int("seed", seed, 0)
     if scheme not in SCHEMES:
         raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
     if params.norm == "peri" and scheme == "sde":
         check_peri_sde(params)
+    check_bias(params, scheme)  # before check_sde_step's warning: a refusal comes first
     if scheme == "sde":
         check_sde_step(params, grid.dt)
-    record = Recording(None, tuple(record)).record
+    kept: tuple[str, ...] = tuple(default_record(params.n) if record is None else record)
+    Recording(None, kept)  # checks the names
     decide = _check_until(until, tol, decide_every, grid.dt, dtype)
     init_kind = _check_init(init, params, runs, rho0)
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
@@ -521,14 +613,15 @@ def simulate(
     if w_all is not None and used == "gram":
         raise ParameterError("weights (token weights) are not carried by sampler='gram'; use "
                              "sampler='fast' or 'full'")
+    evaluator = choose_evaluator(params, attention_eval, used, tdtype, w_all)
     ck = resolve_checkpoints(checkpoints, grid.steps)
     bs = default_batch(runs, params, used, tdtype, dev) if batch_size is None else check_int(
         "batch_size", batch_size, 1)
     bs = runs if bs >= runs else math.ceil(bs / RUN_BLOCK) * RUN_BLOCK
     n, d, K = params.n, params.d, len(ck)
     width = n if used == "gram" else d
-    gram = torch.empty(runs, K, n, n, dtype=tdtype) if "gram" in record else None
-    toks = torch.empty(runs, K, n, width, dtype=tdtype) if "tokens" in record else None
+    gram = torch.empty(runs, K, n, n, dtype=tdtype) if "gram" in kept else None
+    toks = torch.empty(runs, K, n, width, dtype=tdtype) if "tokens" in kept else None
     finals = []
     layer_of = np.full(runs, -1, dtype=np.int64)
     t0 = time.perf_counter()
@@ -560,7 +653,9 @@ def simulate(
         framed = frame_forms(params, scheme, rs.derived(QK_STREAM), tdtype) if (
             used == "gram" and params.qk_law.random) else None
         mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
-        retain = _both(rs.retain, *(f.retain for f in (forms, framed, mlp_rs) if f is not None))
+        bias_rs = rs.derived(BIAS_STREAM) if params.has_bias else None
+        retain = _both(rs.retain, *(f.retain for f in (forms, framed, mlp_rs, bias_rs)
+                                    if f is not None))
         halt = None if decide is None else Stop(*decide, stop - start, retain,
                                                   directions=params.norm != "post")
         if used == "gram":
@@ -570,14 +665,16 @@ def simulate(
             wb = None if w_all is None else torch.as_tensor(
                 w_all if w_all.ndim == 1 else w_all[start:stop], dtype=tdtype, device=dev)
             xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt,
-                           forms=forms, mlp_rs=mlp_rs, weights=wb)
+                           forms=forms, mlp_rs=mlp_rs, weights=wb, bias_rs=bias_rs,
+                           attention_eval=evaluator)
         if halt is not None:
             layer_of[start:stop] = halt.layer
             if progress is not None:  # the layers that decided runs did not need
                 progress(int(np.where(halt.layer >= 0, grid.steps - halt.layer, 0).sum()))
         finals.append(xf.cpu())
-    extra = {} if decide is None else {"tol": decide[0], "decide_every": decide[1],
-                                         "max_T": grid.T}
+    extra: dict[str, Any] = {"attention_eval": evaluator}
+    if decide is not None:
+        extra |= {"tol": decide[0], "decide_every": decide[1], "max_T": grid.T}
     return SimResult(
         params=params, grid=grid, runs=runs, seed=seed, sampler=used, scheme=scheme,
         init=init_kind if init_kind != "pair" else f"pair(rho0={rho0})", checkpoints=ck,

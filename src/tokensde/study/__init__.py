@@ -19,8 +19,10 @@ The command line (`tokensde figure`, `tokensde reproduce`) is a thin shell over 
 which never imports the CLI.
 """
 
-from .context import STUDY_SIZES, Context, FigureSpec
+from .context import STUDY_SIZES, SWEEP_DIR, Context, FigureSpec
+from .convergence import convergence_data
 from .registry import FIGURES, build_section
 from .reproduce import reproduce
 
-__all__ = ["FIGURES", "STUDY_SIZES", "Context", "FigureSpec", "build_section", "reproduce"]
+__all__ = ["FIGURES", "STUDY_SIZES", "SWEEP_DIR", "Context", "FigureSpec", "build_section",
+           "convergence_data", "reproduce"]

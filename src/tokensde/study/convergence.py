@@ -54,8 +54,17 @@ def cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def convergence_data(ctx: Context) -> tuple[Any, bool]:
-    """The saved convergence result of this size (computed and saved if absent; finished chunks
-    of an interrupted computation are kept under `data/convergence-<size>.parts/`)."""
+    """Weak and strong errors of the networks against the SDE, and their orders, at `ctx.size`.
+
+    The saved convergence result of this size, computed and saved if absent; finished chunks of
+    an interrupted computation are kept under `data/convergence-<size>.parts/`.
+
+    Args:
+        ctx: The study context (output directory, size, seed, workers).
+
+    Returns:
+        `(result, reused)`: the `ConvergenceResult`, and whether it was read from a saved file.
+    """
     from ..analysis.convergence import CONVERGENCE_SIZES, ConvergenceResult, run_convergence
     from ..io.progress import progress_bar
     from ..io.store import write_json

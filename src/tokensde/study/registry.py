@@ -100,7 +100,15 @@ def remedy(name: str, ctx: Context) -> str:
 
 
 def build_section(name: str, ctx: Context) -> Section:
-    """Build one figure's section; an error becomes a 'failed' section that says what failed."""
+    """Build one figure's section; an error becomes a 'failed' section that says what failed.
+
+    Args:
+        name: A figure name of `FIGURES`.
+        ctx: Output directory, size, seed and workers.
+
+    Returns:
+        The report `Section` (status 'failed' with the error and its remedy when it failed).
+    """
     spec = FIGURES[name]
     t0 = time.perf_counter()
     try:

@@ -36,6 +36,19 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
     absent or a report of ours (another file there is replaced only with `force`). Returns the
     report path, the sections and the run record written to `out/reproduce.json`; a failed
     section is recorded there (`record['failed']`, each with its remedy) and in the report.
+
+    Args:
+        out: The results directory.
+        size: 'tiny', 'quick' or 'full' (`STUDY_SIZES`).
+        seed: Root seed.
+        workers: Processes for the heavy parts.
+        only: Figure names to build (None: all).
+        log: Called with a line of progress for each section.
+        skip: Figure names to leave out.
+        force: Replace an `out/report.html` that tokensde did not write.
+
+    Returns:
+        `(report_path, sections, record)`.
     """
     for what, given in (("only", only), ("skip", skip)):
         bad = [n for n in given or () if n not in FIGURES]

@@ -3,6 +3,10 @@
 A sweep is a TOML file naming a registered kind (`kind_names()`); `run_sweep` runs or resumes it
 into a directory, `sweep_status` and `load_table` read it back. Loaded on first use. Names not
 in `__all__` are internal.
+
+Modules: `config` (the TOML file, cell ids and seeds), `backends` (one cell; a local pool or
+Ray), `store` (the sweep directory and its tables), `engine` (running or resuming a sweep),
+`kinds` (the registry of kinds), `two_token` (the two-token kind).
 """
 
 from __future__ import annotations
@@ -12,16 +16,10 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .engine import (
-        SweepConfig,
-        SweepError,
-        export_table,
-        load_table,
-        read_table,
-        run_sweep,
-        sweep_status,
-    )
+    from .config import SweepConfig, SweepError
+    from .engine import run_sweep, sweep_status
     from .kinds import ExperimentKind, experiment, get_kind, kind_names, register
+    from .store import export_table, load_table, read_table
     from .two_token import grid_config
 
 __all__ = [

@@ -129,7 +129,17 @@ KINDS: dict[str, ExperimentKind] = {}
 
 def register(kind: ExperimentKind) -> ExperimentKind:
     """Add `kind` to the registry; a name can be registered once (re-registering the same
-    function, as on a module reload, is allowed)."""
+    function, as on a module reload, is allowed).
+
+    Args:
+        kind: The kind to add.
+
+    Returns:
+        `kind`.
+
+    Raises:
+        ValueError: Another function is registered under its name.
+    """
     old = KINDS.get(kind.name)
     if old is not None and old.run.__qualname__ != kind.run.__qualname__:
         raise ValueError(f"experiment kind {kind.name!r} is already registered by "
@@ -139,7 +149,16 @@ def register(kind: ExperimentKind) -> ExperimentKind:
 
 
 def experiment(name: str, doc: str = "", **params: Param) -> Callable[[RunFn], RunFn]:
-    """Decorator: register `fn(cell, seed) -> stats` as kind `name` with these parameters."""
+    """Decorator: register `fn(cell, seed) -> stats` as kind `name` with these parameters.
+
+    Args:
+        name: The kind's name, as sweep files give it.
+        doc: One line on what a cell computes.
+        **params: The cell's parameters, each a `Param` (type, default, allowed values).
+
+    Returns:
+        A decorator that registers the function and returns it unchanged.
+    """
     def deco(fn: RunFn) -> RunFn:
         register(ExperimentKind(name, fn, dict(params), doc or (fn.__doc__ or "").strip()))
         return fn
@@ -162,7 +181,11 @@ def _plugin_kinds() -> dict[str, str]:
 
 
 def kind_names() -> list[str]:
-    """Every kind a sweep can name: built in, registered, or from an installed entry point."""
+    """Every kind a sweep can name: built in, registered, or from an installed entry point.
+
+    Returns:
+        The names, sorted.
+    """
     return sorted({*BUILTIN_KINDS, *KINDS, *_plugin_kinds()})
 
 
@@ -170,7 +193,18 @@ def get_kind(name: str, module: str | None = None) -> ExperimentKind:
     """The kind called `name`: registered, built in, or from the entry-point group `tokensde.kinds`.
 
     `module` is what sweep files of earlier versions named; those names are accepted and ignored,
-    any other is refused (a sweep file never chooses code to import)."""
+    any other is refused (a sweep file never chooses code to import).
+
+    Args:
+        name: The kind's name.
+        module: The module named by a sweep file of an earlier version, or None.
+
+    Returns:
+        The `ExperimentKind`.
+
+    Raises:
+        ParameterError: No kind has that name, or `module` is not one of the old names.
+    """
     if module and module not in LEGACY_MODULES:
         raise ParameterError(f"module {module!r} (for experiment kind {name!r}) is not read: kinds are "
                              f"found by name ({', '.join(kind_names())}); a package adds one through "

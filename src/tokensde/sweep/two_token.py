@@ -23,7 +23,7 @@ from ..theory import decision_time as absorption
 from ..theory import two_tokens as tt
 from ..theory.coefficients import pair_model
 from ..theory.first_passage import hitting_probability
-from .engine import SweepConfig
+from .config import SweepConfig
 from .kinds import ExperimentKind, Param, Stats, choice, integer, real, register
 
 KIND = "two_token"
@@ -140,7 +140,21 @@ def grid_config(betas: list[float], ds: list[int], rho0: float | str = "uniform"
                 runs: int = 200, T: float = 30.0, seed: int = 0, engine: str = "network",
                 name: str = "two-token-grid") -> SweepConfig:
     """A `two_token` sweep over every (beta, d) of `betas` x `ds` (dt = 0.05/d), as
-    `tokensde two-token grid` runs it."""
+    `tokensde two-token grid` runs it.
+
+    Args:
+        betas: Attention strengths.
+        ds: Dimensions.
+        rho0: Initial inner product, or 'uniform'.
+        runs: Runs per cell.
+        T: Depth time of the horizon.
+        seed: Root seed of the sweep.
+        engine: 'network' or 'reduced'.
+        name: The sweep's name.
+
+    Returns:
+        The `SweepConfig`.
+    """
     return SweepConfig.from_dict({
         "name": name, "kind": KIND, "module": __name__, "seed": seed, "runs": runs, "T": T,
         "params": {"rho0": rho0, "engine": engine},

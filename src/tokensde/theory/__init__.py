@@ -2,11 +2,15 @@
 antipodal probabilities, the hybrid model and the time to decision.
 
 `tokensde.theory` is also reachable from the package root (`tokensde.theory.beta_c(10)`).
+`tokensde.theory.mlp_block` holds two tokens with the random MLP block (docs/mlp_theory.md:
+`mlp_block.p_first`, the probability of reaching a tolerance first); `tokensde.theory.token_noise`
+the stability of the uniform state when every token has its own noise (`critical_coupling`).
 Names not in `__all__` are internal.
 """
 
 from __future__ import annotations
 
+from . import mlp_block, token_noise
 from .decision_time import decision_rate, median_time, p_anti_at_tol, survival
 from .two_tokens import (
     antipodal_attracts,
@@ -18,6 +22,7 @@ from .two_tokens import (
     lyapunov_antipodal,
     lyapunov_merged,
     p_anti,
+    p_anti_reference,
     p_anti_uniform,
     reduced_diffusion,
     rho_drift_diffusion,
@@ -35,11 +40,14 @@ __all__ = [
     "lyapunov_antipodal",
     "lyapunov_merged",
     "median_time",
+    "mlp_block",
     "p_anti",
     "p_anti_at_tol",
+    "p_anti_reference",
     "p_anti_uniform",
     "reduced_diffusion",
     "rho_drift_diffusion",
     "survival",
+    "token_noise",
     "uniform_pair_density",
 ]

@@ -95,7 +95,18 @@ def check_first_passage(beta: float, d: float, tol: float,
 
 def decision_rate(beta: float, d: float, tol: float = PAIR_TOL, sigma: float = 1.0,
                   nodes: int = NODES) -> float:
-    """Principal rate `kappa_0`: `P(tau > t) ~ C exp(-kappa_0 t)` for the decision time at `tol`."""
+    """Principal rate `kappa_0`: `P(tau > t) ~ C exp(-kappa_0 t)` for the decision time at `tol`.
+
+    Args:
+        beta: Attention strength.
+        d: Dimension.
+        tol: The decision tolerance.
+        sigma: Scale of the value noise.
+        nodes: Grid nodes of the finite-difference generator.
+
+    Returns:
+        `kappa_0`, the slowest decay rate of the survival function.
+    """
     b, dd, t, s = check_first_passage(beta, d, tol, sigma)
     return principal_rate(SpecPair(b, dd, s), t, nodes)
 
@@ -136,6 +147,18 @@ def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "unif
     The backward equation `u_t = A u` (A the finite-difference generator) is stepped by
     Crank-Nicolson, after four implicit-Euler steps that damp the jump of `u(0) = 1` at the
     edges; `S(t) = sum_i w_i u_i(t)` with `w` the initial law on the nodes.
+
+    Args:
+        times: Depth times `(K,)`, increasing.
+        beta: Attention strength.
+        d: Dimension.
+        rho0: Initial inner product, or 'uniform'.
+        tol: The decision tolerance.
+        sigma: Scale of the value noise.
+        nodes: Grid nodes of the finite-difference generator.
+
+    Returns:
+        `P(tau > t)` at each time, `(K,)`.
     """
     b, dd, t, s = check_first_passage(beta, d, tol, sigma)
     return survival_law(SpecPair(b, dd, s), times, rho0, t, nodes)
@@ -206,7 +229,19 @@ def _implicit_step(u: np.ndarray, diag: np.ndarray, up: np.ndarray, down: np.nda
 def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float = PAIR_TOL,
                 sigma: float = 1.0, t_max: float = 1e4) -> float:
     """Median decision time, to 0.1 % of the horizon searched (nan if more than half are
-    undecided at `t_max`)."""
+    undecided at `t_max`).
+
+    Args:
+        beta: Attention strength.
+        d: Dimension.
+        rho0: Initial inner product, or 'uniform'.
+        tol: The decision tolerance.
+        sigma: Scale of the value noise.
+        t_max: The horizon searched.
+
+    Returns:
+        The median depth time to decision.
+    """
     span = 1.0
     while True:
         grid = np.linspace(0.0, span, 1001)
@@ -231,6 +266,17 @@ def p_anti_at_tol(beta: float, d: float, rho0: float | str = "uniform", tol: flo
     """Probability that the §5 pair reaches `1 + rho < tol` before `1 - rho < tol`: what a run
     stopped at decision with tolerance `tol` reports. It tends to `p_anti` as `tol -> 0` above
     `beta_c`, and to 0 below it; the difference is the chance that a pair once within `tol` of
-    -1 leaves again (`first_passage.hitting_probability` on `SpecPair`)."""
+    -1 leaves again (`first_passage.hitting_probability` on `SpecPair`).
+
+    Args:
+        beta: Attention strength.
+        d: Dimension.
+        rho0: Initial inner product, or 'uniform'.
+        tol: The decision tolerance.
+        sigma: Scale of the value noise.
+
+    Returns:
+        The probability of deciding antipodal.
+    """
     b, dd, t, s = check_first_passage(beta, d, tol, sigma)
     return fp.hitting_probability(SpecPair(b, dd, s), rho0, t)

@@ -293,9 +293,20 @@ def hitting_probability(model: RhoDiffusion, rho0: Any, tol: float = 0.0) -> flo
 
 
 def spec_reference(beta: float, d: float, rho0: float) -> float:
-    """Slow adaptive reference for spec §5's `P_anti`: nested scipy `quad` with algebraic
-    endpoint weights, on the plain spec integrand `1/((1 - r^2) cosh(beta (1 - r)))` minus its
-    poles; for tests and benchmarks at moderate `beta` (<~ 10). Independent of the engine."""
+    """Reference `P_anti(beta, d, rho0)` of spec §5 by nested adaptive quadrature (slow).
+
+    Nested scipy `quad` with algebraic endpoint weights, on the plain spec integrand
+    `1/((1 - r^2) cosh(beta (1 - r)))` minus its poles; for tests and benchmarks at moderate
+    `beta` (<~ 10). Independent of the engine.
+
+    Args:
+        beta: The inverse temperature.
+        d: The dimension.
+        rho0: The initial inner product of the pair, in [-1, 1].
+
+    Returns:
+        The probability that the pair ends antipodal.
+    """
     c = math.cosh(2 * beta)
     if not c > d - 2:
         return 1.0 if rho0 == -1 else 0.0

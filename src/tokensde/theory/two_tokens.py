@@ -67,24 +67,56 @@ def _unwrap(out: np.ndarray) -> Any:
 
 
 def beta_c(d: ArrayLike) -> ArrayLike:
-    """Critical interaction `beta_c(d) = arccosh(d - 2) / 2` (0 for `d <= 3`)."""
+    """Critical interaction `beta_c(d) = arccosh(d - 2) / 2` (0 for `d <= 3`).
+
+    Args:
+        d: Dimension (a number or an array).
+
+    Returns:
+        `beta_c(d)`, of the shape of `d`.
+    """
     _, dd = _check_beta_d(0.0, d)
     return _unwrap(beta_critical(dd))
 
 
 def antipodal_attracts(beta: ArrayLike, d: ArrayLike) -> Any:
-    """True where antipodal pairs attract with positive probability: `cosh(2 beta) > d - 2`."""
+    """True where antipodal pairs attract with positive probability: `cosh(2 beta) > d - 2`.
+
+    Args:
+        beta: Attention strength (broadcast with `d`).
+        d: Dimension.
+
+    Returns:
+        A boolean (array) of the broadcast shape.
+    """
     return _unwrap(supercritical(*_check_beta_d(beta, d)))
 
 
 def lyapunov_merged(d: ArrayLike, sigma: float = 1.0) -> ArrayLike:
-    """Exponent of `log(1 - rho)` at `rho = 1`: `-sigma^2 (d - 1)` (always attracting)."""
+    """Exponent of `log(1 - rho)` at `rho = 1`: `-sigma^2 (d - 1)` (always attracting).
+
+    Args:
+        d: Dimension.
+        sigma: Scale of the value noise.
+
+    Returns:
+        The exponent `-sigma^2 (d - 1)`.
+    """
     _, dd = _check_beta_d(0.0, d)
     return _unwrap(-(sigma**2) * (dd - 1.0))
 
 
 def lyapunov_antipodal(beta: ArrayLike, d: ArrayLike, sigma: float = 1.0) -> ArrayLike:
-    """Exponent of `log(1 + rho)` at `rho = -1`: `sigma^2 (d - 2 - cosh 2beta) / cosh^2 beta`."""
+    """Exponent of `log(1 + rho)` at `rho = -1`: `sigma^2 (d - 2 - cosh 2beta) / cosh^2 beta`.
+
+    Args:
+        beta: Attention strength (broadcast with `d`).
+        d: Dimension.
+        sigma: Scale of the value noise.
+
+    Returns:
+        The exponent (negative: antipodal pairs attract).
+    """
     b, dd = _check_beta_d(beta, d)
     s2 = sech(b) ** 2  # cosh(2b)/cosh(b)^2 = 2 - sech(b)^2, so large beta cannot overflow
     return _unwrap(sigma**2 * ((dd - 2.0) * s2 - (2.0 - s2)))
@@ -100,6 +132,14 @@ def p_anti(beta: ArrayLike, d: ArrayLike, rho0: ArrayLike) -> ArrayLike:
 
     Broadcasts `beta`, `d` (any real >= 2) and `rho0`. `rho0 = -1` is a fixed point of the
     dynamics and gives 1; `rho0 = 1` gives 0. Independent of `sigma`.
+
+    Args:
+        beta: Attention strength.
+        d: Dimension (any real >= 2).
+        rho0: Initial inner product in [-1, 1].
+
+    Returns:
+        The probability that the pair ends antipodal, of the broadcast shape.
     """
     b, dd = _check_beta_d(beta, d)
     shape, (b, dd, r) = _points(b, dd, _check_rho("rho0", rho0))
@@ -109,7 +149,15 @@ def p_anti(beta: ArrayLike, d: ArrayLike, rho0: ArrayLike) -> ArrayLike:
 
 
 def uniform_pair_density(rho: ArrayLike, d: ArrayLike) -> ArrayLike:
-    """Density of `<x_1, x_2>` for independent uniform unit vectors: `∝ (1 - rho^2)^((d-3)/2)`."""
+    """Density of `<x_1, x_2>` for independent uniform unit vectors: `∝ (1 - rho^2)^((d-3)/2)`.
+
+    Args:
+        rho: Inner products in [-1, 1].
+        d: Dimension.
+
+    Returns:
+        The normalised density at `rho`.
+    """
     _, dd = _check_beta_d(0.0, d)
     r = _check_rho("rho", rho)
     a = 0.5 * (dd - 1.0)
@@ -123,6 +171,13 @@ def p_anti_uniform(beta: ArrayLike, d: ArrayLike) -> ArrayLike:
 
     `F` is the distribution function of `rho_0` (a regularised incomplete beta function), since
     `E P_anti(rho_0) = E int_{rho_0}^1 S' / Z = int S'(rho) P(rho_0 < rho) drho / Z`.
+
+    Args:
+        beta: Attention strength (broadcast with `d`).
+        d: Dimension.
+
+    Returns:
+        The probability that a uniform random pair ends antipodal.
     """
     b, dd = _check_beta_d(beta, d)
     shape, (b, dd) = _points(b, dd)
@@ -137,7 +192,17 @@ p_anti_reference = fp.spec_reference
 def rho_drift_diffusion(rho: ArrayLike, beta: float, d: float, sigma: float = 1.0) -> tuple[
         ArrayLike, ArrayLike]:
     """Spec §5: drift `sigma^2 (1-rho^2)((d-2) m - s rho)` and squared diffusion `2 s sigma^2
-    (1-rho^2)^2` of `rho`, with `m/s = sech(beta (1 - rho))`, `m + s = 1`."""
+    (1-rho^2)^2` of `rho`, with `m/s = sech(beta (1 - rho))`, `m + s = 1`.
+
+    Args:
+        rho: Inner products in [-1, 1] (array).
+        beta: Attention strength.
+        d: Dimension.
+        sigma: Scale of the value noise.
+
+    Returns:
+        `(drift, diffusion_squared)`, each of the shape of `rho`.
+    """
     b, dd = _check_beta_d(beta, d)
     r = _check_rho("rho", rho)
     s = 1.0 / (1.0 + sech(b * (1.0 - r)))
@@ -152,14 +217,29 @@ def rho_drift_diffusion(rho: ArrayLike, beta: float, d: float, sigma: float = 1.
 
 
 def hybrid_eps2_c(beta: ArrayLike) -> ArrayLike:
-    """Threshold of the hybrid model: antipodal iff `eps^2 > 2 e^{-beta}`, merged iff below."""
+    """Threshold of the hybrid model: antipodal iff `eps^2 > 2 e^{-beta}`, merged iff below.
+
+    Args:
+        beta: Attention strength (a number or an array).
+
+    Returns:
+        The threshold `2 e^{-beta}` of `eps^2`.
+    """
     b, _ = _check_beta_d(beta, 2.0)
     return _unwrap(2.0 * np.exp(-b))
 
 
 def hybrid_lyapunov(beta: ArrayLike, eps: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
     """Exponents `(of log(1+rho) at -1, of log(1-rho) at +1)`: `(2e^-b - eps^2, e^2b (eps^2 -
-    2e^-b))`. They always have opposite signs, so the pair ends on one side almost surely."""
+    2e^-b))`. They always have opposite signs, so the pair ends on one side almost surely.
+
+    Args:
+        beta: Attention strength (broadcast with `eps`).
+        eps: Scale of the scalar noise.
+
+    Returns:
+        `(at_antipodal, at_merged)`: the two exponents.
+    """
     b, _ = _check_beta_d(beta, 2.0)
     e2 = np.asarray(eps, dtype=float) ** 2
     gap = 2.0 * np.exp(-b) - e2
@@ -179,7 +259,16 @@ def hybrid_drift_diffusion(rho: ArrayLike, beta: float, eps: float) -> tuple[Arr
 
 
 def hybrid_p_anti(beta: float, eps: float, rho0: float = 0.0) -> float:
-    """1 above the threshold, 0 below (and for `rho0 = 1`), nan exactly at it; `rho0 = -1`: 1."""
+    """1 above the threshold, 0 below (and for `rho0 = 1`), nan exactly at it; `rho0 = -1`: 1.
+
+    Args:
+        beta: Attention strength.
+        eps: Scale of the scalar noise.
+        rho0: Initial inner product.
+
+    Returns:
+        The probability that the pair ends antipodal: 1, 0 or nan.
+    """
     b = check_real("beta", beta)
     e = check_real("eps", eps)
     r = float(_check_rho("rho0", rho0))
@@ -216,6 +305,21 @@ def reduced_diffusion(beta: float, d: float, rho0: float | str, *, T: float, dt:
     Stepped in `z = artanh(rho)`, where the coefficients are bounded and `rho` can never leave
     (-1, 1); `rho0` may be 'uniform' (a uniform random pair in R^d). `checkpoints`: number of
     evenly spaced recording times (ends included; default: start and end).
+
+    Args:
+        beta: Attention strength.
+        d: Dimension.
+        rho0: Initial inner product, or 'uniform'.
+        T: Depth time of the horizon.
+        dt: Time step.
+        runs: Number of independent paths.
+        seed: Root seed.
+        sigma: Scale of the value noise.
+        eps: Scale of the scalar noise of the hybrid model, or None for §5.
+        checkpoints: Number of recording times, or None (start and end).
+
+    Returns:
+        `RhoPaths`: `z = artanh(rho)` `(runs, K)` at `times` `(K,)`.
     """
     _check_beta_d(beta, d)
     sigma = check_real("sigma", sigma)
@@ -243,5 +347,11 @@ def default_dt(d: int) -> float:
     The network's error per layer in `P_anti` grows like `d^2 dt^2` (the noise `sqrt(dt) V y`
     has norm `~ sqrt(d dt)`); with this step the bias of `P_anti` stays below ~0.01 up to
     d = 10 (measured in docs/two-tokens.md).
+
+    Args:
+        d: Dimension.
+
+    Returns:
+        The layer step `0.05 / d`.
     """
     return 0.05 / check_int("d", d, 2)

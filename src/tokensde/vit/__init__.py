@@ -6,6 +6,7 @@
 - `depth`: the depth sweep (arms x depths x seeds x blocks) as the sweep kind `vit_depth`;
 - `data`: Fashion-MNIST (Debian package), CIFAR-10 (local pickles), scikit-learn digits;
 - `train`: one run with per-epoch checkpoints, resume and a JSONL log;
+- `stack`: many attention-only ViTs trained at once (`StackedViT`), for the fair sweep;
 - `compare`: arms x seeds and the accuracy table with paired t-intervals;
 - `geometry`: token cosine similarity across depth at initialisation.
 """
@@ -15,16 +16,20 @@ from .data import DATASETS, DatasetError, ImageData, MissingDatasetError, load_d
 from .geometry import geometry, pair_cosines
 from .init import ARM_KINDS, Arm, apply_value_init, make_model, parse_arms, value_weights
 from .model import ViT, ViTConfig, build_vit
-from .train import TrainConfig, lr_at, train_run
+from .stack import LAYOUT_WARNING, Member, StackedViT
+from .train import TrainConfig, lr_at, make_optimizer, train_run
 
 __all__ = [
     "ARM_KINDS",
     "DATASETS",
+    "LAYOUT_WARNING",
     "Arm",
     "DataSpec",
     "DatasetError",
     "ImageData",
+    "Member",
     "MissingDatasetError",
+    "StackedViT",
     "TrainConfig",
     "ViT",
     "ViTConfig",
@@ -37,6 +42,7 @@ __all__ = [
     "load_dataset",
     "lr_at",
     "make_model",
+    "make_optimizer",
     "pair_cosines",
     "parse_arms",
     "summarize",

@@ -21,10 +21,10 @@ import numpy as np
 
 from ..analysis.stats import t_interval
 from ..io.store import atomic_write, header
-from ..model.params import check_int
+from ..model.params import ParameterError, check_choice, check_int
 from ..sim.loop import Progress
-from .data import ImageData, load_dataset
-from .init import Arm
+from .data import DATASETS, ImageData, load_dataset
+from .init import Arm, parse_arms
 from .model import ViTConfig
 from .train import TrainConfig, steps_per_epoch, train_run
 
@@ -107,7 +107,15 @@ def _sd(x: np.ndarray) -> float:
 
 
 def summarize(results: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
-    """Table of final test accuracy per arm and paired differences to `default`, also per epoch."""
+    """Table of final test accuracy per arm and paired differences to `default`, also per epoch.
+
+    Args:
+        results: `results[arm][seed]`: a run's result (final accuracy and per-epoch history).
+        seeds: The seeds, in order.
+
+    Returns:
+        `arms`, `paired` and `seeds` of the `compare` summary.
+    """
     curves = {a: np.array([[h["test_acc"] for h in runs[s]["history"]] for s in seeds])
               for a, runs in results.items()}  # (seeds, epochs)
     arms = {a: {"mean": float(c[:, -1].mean()), "sd": _sd(c[:, -1]), "runs": c[:, -1].tolist(),
@@ -128,7 +136,23 @@ def summarize(results: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -
 def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[Arm],
             seeds: list[int], out: str | Path, threads: int = 1, jobs: int = 1,
             progress: Progress | None = None) -> dict[str, Any]:
-    """Run every arm on every seed and return the summary (with a header saying how it was made)."""
+    """Run every arm on every seed and return the summary (with a header saying how it was made).
+
+    Args:
+        data: Which data set to load (each worker loads it itself).
+        model_cfg: The ViT's shape.
+        train_cfg: The optimisation of each run (its seed is replaced by each run's).
+        arms: The value-initialisation arms.
+        seeds: The seeds; run `(arm, seed)` trains one model.
+        out: Directory of the runs (`out/ARM/seed-S/`), which resume.
+        threads: torch threads per run.
+        jobs: Runs trained in parallel processes.
+        progress: Called with the number of optimiser steps done, or None.
+
+    Returns:
+        The summary: a header (data set, model, training, arms), `arms` (accuracy mean, sd,
+        curves per arm), `paired` (gap to `default` with its t-interval, per epoch too) and `seeds`.
+    """
     out = Path(out)
     results = run_all(data, model_cfg, train_cfg, arms, seeds, out, threads, jobs, progress)
     meta = header(KIND_COMPARE, dataset=data.name, data=data.load().info, data_spec=asdict(data),
@@ -154,7 +178,14 @@ def save_summary(summary: dict[str, Any], out: str | Path) -> dict[str, Path]:
 
 
 def compact(summary: dict[str, Any]) -> dict[str, Any]:
-    """The `--json` shape: `{"arms": {ARM: {"mean", "sd", "runs"}}, "dataset", "epochs"}`."""
+    """The `--json` shape: `{"arms": {ARM: {"mean", "sd", "runs"}}, "dataset", "epochs"}`.
+
+    Args:
+        summary: What `compare` returned.
+
+    Returns:
+        The `--json` document.
+    """
     arms = {a: {k: v[k] for k in ("mean", "sd", "runs")} for a, v in summary["arms"].items()}
     return {"arms": arms, "dataset": summary["dataset"], "epochs": summary["epochs"]}
 
@@ -164,7 +195,14 @@ def _pct(x: float) -> str:
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    """Markdown tables: final accuracy per arm, then the paired gap to `default` at every epoch."""
+    """Markdown tables: final accuracy per arm, then the paired gap to `default` at every epoch.
+
+    Args:
+        summary: What `compare` returned.
+
+    Returns:
+        The Markdown text.
+    """
     seeds = len(summary["seeds"])
     lines = [f"| arm | test accuracy % (mean ± sd, {seeds} seeds) | paired diff to default, "
              "points [95 % t-interval] |", "|---|---|---|"]
@@ -180,3 +218,92 @@ def format_table(summary: dict[str, Any]) -> str:
         for a, p in summary["paired"].items():
             lines.append(f"| {a} | " + " | ".join(_pct(q["mean"]) for q in p["per_epoch"]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def subset_size(value: int | None, default: int) -> int | None:
+    """A subset size as the loaders take it: `value` (or `default` when None), 0 meaning all.
+
+    Args:
+        value: The number of images asked for; None for `default`; 0 for all.
+        default: The size used when `value` is None.
+
+    Returns:
+        The number of images, or None for all of them.
+
+    Raises:
+        ParameterError: `value` is negative.
+    """
+    value = default if value is None else value
+    if value < 0:
+        raise ParameterError(f"subset sizes must be >= 0 (0 = all); got {value!r}")
+    return value or None
+
+
+@dataclass(frozen=True, eq=False)
+class ComparePlan:
+    """A checked `arms x seeds` comparison, its data loaded, ready to run (`compare_plan`)."""
+
+    spec: DataSpec
+    data: ImageData
+    model_cfg: ViTConfig
+    train_cfg: TrainConfig
+    arms: list[Arm]
+    seeds: list[int]
+
+    @property
+    def total_steps(self) -> int:
+        """Optimiser steps of all runs together (for a progress bar)."""
+        return (steps_per_epoch(self.data, self.train_cfg) * self.train_cfg.epochs
+                * len(self.arms) * len(self.seeds))
+
+    def run(self, out: str | Path, threads: int = 1, jobs: int = 1,
+            progress: Progress | None = None) -> dict[str, Any]:
+        """Train every run (resuming finished ones), write `summary.json` and `table.md` into
+        `out` and return the summary (`compare`)."""
+        summary = compare(self.spec, self.model_cfg, self.train_cfg, self.arms, self.seeds, out,
+                          threads, jobs, progress)
+        save_summary(summary, out)
+        return summary
+
+
+def compare_plan(arms: str, seeds: int, dataset: str = "fashion-mnist",
+                 data_dir: str | Path | None = None, *, seed0: int = 0,
+                 train_subset: int | None = None, test_subset: int | None = 0,
+                 batch_size: int | None = None, patch: int | None = None,
+                 model: dict[str, Any] | None = None,
+                 train: dict[str, Any] | None = None) -> ComparePlan:
+    """Check the parameters of an `arms x seeds` comparison and load its data set.
+
+    Args:
+        arms: Comma-separated arms, e.g. `"default,noise:0"` (`parse_arms`).
+        seeds: Number of seeds; the runs use `seed0, seed0 + 1, ...`.
+        dataset: `fashion-mnist`, `cifar10` or `digits`.
+        data_dir: Where the data set lives (None: its default place).
+        seed0: The first seed.
+        train_subset: Training images (0 = all; None: the data set's default, `DATA_DEFAULTS`).
+        test_subset: Test images (0 = all).
+        batch_size: Batch size (None: the data set's default).
+        patch: Patch side (None: the data set's default).
+        model: Other `ViTConfig` fields (dim, depth, heads, mlp_ratio, norm, block, ...).
+        train: Other `TrainConfig` fields (epochs, lr, weight_decay, warmup, ...).
+
+    Returns:
+        The plan; `plan.run(out, ...)` trains and writes the summary.
+
+    Raises:
+        ParameterError: An argument is out of range or names no known arm or data set.
+    """
+    arm_list = parse_arms(arms)
+    if seeds < 1:
+        raise ParameterError(f"seeds must be an integer >= 1; got {seeds!r}")
+    defaults = DATA_DEFAULTS[check_choice("dataset", dataset, DATASETS)]
+    spec = DataSpec(dataset, None if data_dir is None else str(data_dir),
+                    subset_size(train_subset, defaults["train_subset"]),
+                    subset_size(test_subset, 0))
+    batch = defaults["batch_size"] if batch_size is None else batch_size
+    train_cfg = TrainConfig(**{"batch_size": batch,
+                               **(train or {}), "seed": seed0})
+    data = spec.load()
+    model_cfg = model_config(data, patch, **(model or {}))
+    return ComparePlan(spec, data, model_cfg, train_cfg, arm_list,
+                       list(range(seed0, seed0 + seeds)))

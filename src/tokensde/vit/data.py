@@ -249,8 +249,21 @@ def export_npz(name: str, path: str | Path, train: int, test: int,
 
 
 def read_digits() -> dict[str, np.ndarray]:
-    """scikit-learn's digits, 0..16 grey levels `(N, 8, 8)`, split by a fixed permutation."""
-    from sklearn.datasets import load_digits
+    """scikit-learn's digits, 0..16 grey levels `(N, 8, 8)`, split by a fixed permutation.
+
+    Returns:
+        `x_train`, `y_train`, `x_test`, `y_test`: images `(N, 8, 8)` and labels, the first
+        `DIGITS_TEST` images of a fixed permutation (seed 0) for testing.
+
+    Raises:
+        MissingDatasetError: scikit-learn is not installed (it comes with the `vit` extra).
+    """
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:
+        raise MissingDatasetError(
+            "the digits data set comes with scikit-learn, which is not installed: "
+            "pip install 'tokensde[vit]'") from err
 
     bunch = load_digits()
     order = np.random.default_rng(0).permutation(len(bunch.target))
@@ -275,7 +288,23 @@ def load_dataset(name: str, data_dir: str | Path | None = None, train_subset: in
                  test_subset: int | None = None, val_subset: int | None = None) -> ImageData:
     """Load `name` (one of DATASETS); keep the first `train_subset` / `test_subset` images, and
     hold out the `val_subset` training images after them as a validation set (all training
-    images but the last `val_subset` when `train_subset` is None)."""
+    images but the last `val_subset` when `train_subset` is None).
+
+    Args:
+        name: 'fashion-mnist', 'cifar10' or 'digits'.
+        data_dir: A directory of the data set's files or a `.npz` from `export_npz` (None: the
+            default place, or the `TOKENSDE_DATA_*` variable).
+        train_subset: Training images kept (None: all).
+        test_subset: Test images kept (None: all).
+        val_subset: Training images held out for validation (None: none).
+
+    Returns:
+        `ImageData`: standardised image tensors, labels and where they came from.
+
+    Raises:
+        MissingDatasetError: The files are not there (the message says how to get them).
+        DatasetError: A file is corrupt or of the wrong format.
+    """
     check_choice("dataset", name, DATASETS)
     arrays, source = read_arrays(name, data_dir)
     total_train = len(arrays["y_train"])

@@ -35,8 +35,10 @@ import torch
 from ..analysis import clusters
 from ..analysis.stats import t_interval
 from ..model.params import ParameterError, check_choice, check_real
-from ..sweep.engine import OnCell, SweepConfig, load_table, run_sweep
+from ..sweep.config import SweepConfig
+from ..sweep.engine import OnCell, run_sweep
 from ..sweep.kinds import ExperimentKind, Param, choice, integer, real, register
+from ..sweep.store import load_table
 from .compare import BASELINE, DataSpec
 from .data import DATASETS
 from .geometry import pair_cosines
@@ -260,7 +262,7 @@ def _ordered(gaps: pd.DataFrame) -> pd.DataFrame:
 def pooled_table(out: str | os.PathLike, also: Sequence[str | os.PathLike] = ()) -> pd.DataFrame:
     """The finished cells of the depth sweep in `out` and of the sweeps in `also`, one row per
     cell id (a cell's numbers depend on its parameters only, so any sweep may have run it)."""
-    from ..sweep.engine import SweepDir
+    from ..sweep.store import SweepDir
 
     for d in (out, *also):
         kind = SweepDir(d).manifest()["config"].get("kind")
@@ -277,7 +279,7 @@ def depth_report(out: str | os.PathLike, figures: bool = True,
     figures, all written into `out`; return the file paths."""
     from ..io.store import atomic_write, header
     from ..plots.vit_depth import draw_all
-    from ..sweep.engine import SweepDir
+    from ..sweep.store import SweepDir
 
     out = Path(out)
     table = pooled_table(out, also)

@@ -94,7 +94,17 @@ class Arm:
 
 
 def parse_arms(text: str | list[str]) -> list[Arm]:
-    """A comma-separated list (or a list) of arms, canonical names unique."""
+    """A comma-separated list (or a list) of arms, canonical names unique.
+
+    Args:
+        text: Arm names separated by commas, or a list of names.
+
+    Returns:
+        The arms, in the order given.
+
+    Raises:
+        ParameterError: A name is unknown or given twice.
+    """
     items = text.split(",") if isinstance(text, str) else list(text)
     arms = [Arm.parse(t) for t in items if str(t).strip()]
     names = [a.name for a in arms]
@@ -105,13 +115,29 @@ def parse_arms(text: str | list[str]) -> list[Arm]:
 
 
 def value_weights(model: ViT) -> list[torch.Tensor]:
-    """The value matrices `V_k` (D x D), one per block, in depth order."""
+    """The value matrices `V_k` (D x D), one per block, in depth order.
+
+    Args:
+        model: The ViT.
+
+    Returns:
+        The value matrices, one `(D, D)` weight parameter per block (the model's own, not copies).
+    """
     layers = [block.get_submodule("attn.v") for block in model.blocks]
     return [v.weight for v in layers if isinstance(v, nn.Linear)]
 
 
 def apply_value_init(model: ViT, arm: Arm | str, seed: int) -> ViT:
-    """Overwrite the value matrices of `model` in place according to `arm`; return `model`."""
+    """Overwrite the value matrices of `model` in place according to `arm`; return `model`.
+
+    Args:
+        model: The ViT to change.
+        arm: The arm (or its name, e.g. 'noise:0.1').
+        seed: Seed of the arm's own draws.
+
+    Returns:
+        `model`.
+    """
     arm = arm if isinstance(arm, Arm) else Arm.parse(arm)
     weights = value_weights(model)
     gen = torch.Generator().manual_seed(derive_seed(seed, VALUE_STREAM))
@@ -135,5 +161,14 @@ def apply_value_init(model: ViT, arm: Arm | str, seed: int) -> ViT:
 
 
 def make_model(cfg: ViTConfig, arm: Arm | str, seed: int) -> ViT:
-    """The default-initialised ViT of `seed` with the value matrices set by `arm`."""
+    """The default-initialised ViT of `seed` with the value matrices set by `arm`.
+
+    Args:
+        cfg: The ViT's shape.
+        arm: The arm (or its name).
+        seed: Seed of the default initialisation and of the arm's draws.
+
+    Returns:
+        The ViT.
+    """
     return apply_value_init(build_vit(cfg, seed), arm, seed)

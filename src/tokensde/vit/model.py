@@ -195,7 +195,15 @@ class ViT(nn.Module):
 
 
 def build_vit(cfg: ViTConfig, seed: int) -> ViT:
-    """A ViT with PyTorch's default initialisation drawn from `seed` (global RNG left untouched)."""
+    """A ViT with PyTorch's default initialisation drawn from `seed` (global RNG left untouched).
+
+    Args:
+        cfg: The ViT's shape.
+        seed: Seed of the initialisation.
+
+    Returns:
+        The ViT.
+    """
     seed = check_int("seed", seed, 0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

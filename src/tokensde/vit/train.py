@@ -67,7 +67,17 @@ class TrainConfig:
 
 def lr_at(step: int, total: int, warmup: float, base: float) -> float:
     """Learning rate at `step` (0-based): `base (step+1)/w` for step < w = ceil(warmup total),
-    then `base (1 + cos(pi (step - w) / (total - w))) / 2`."""
+    then `base (1 + cos(pi (step - w) / (total - w))) / 2`.
+
+    Args:
+        step: The optimiser step, 0-based.
+        total: Steps of the whole run.
+        warmup: Fraction of `total` with the linear warm-up.
+        base: Peak learning rate.
+
+    Returns:
+        The learning rate.
+    """
     w = math.ceil(warmup * total)
     if step < w:
         return base * (step + 1) / w
@@ -123,7 +133,17 @@ def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor, device: str = "cpu"
 
 
 def make_optimizer(model: ViT, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW, weight decay on the matrices only (not on norms, biases, class token, positions)."""
+    """AdamW at rate `cfg.lr`, weight decay `cfg.weight_decay` on the matrices only.
+
+    Norms, biases, the class token and the positions are not decayed.
+
+    Args:
+        model: The ViT whose parameters are optimised.
+        cfg: The training configuration (peak rate, weight decay).
+
+    Returns:
+        The optimiser.
+    """
     decay: list[torch.nn.Parameter] = []
     rest: list[torch.nn.Parameter] = []
     for name, p in model.named_parameters():
@@ -215,7 +235,20 @@ def load_checkpoint(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
 def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
               arm: Arm | str, run_dir: str | Path, threads: int = 1,
               progress: Progress | None = None) -> dict[str, Any]:
-    """Train (or resume, or just read back) one run; return its result with the epoch history."""
+    """Train (or resume, or just read back) one run; return its result with the epoch history.
+
+    Args:
+        data: The images.
+        model_cfg: The ViT's shape.
+        train_cfg: The optimisation, with the run's seed.
+        arm: The value-initialisation arm (or its name).
+        run_dir: The run's directory (checkpoints, log, result).
+        threads: torch threads.
+        progress: Called with the number of optimiser steps done, or None.
+
+    Returns:
+        The run's result: final test accuracy, per-epoch history and the settings.
+    """
     arm = arm if isinstance(arm, Arm) else Arm.parse(arm)
     torch.set_num_threads(check_int("threads", threads, 1))
     run_dir = Path(run_dir)

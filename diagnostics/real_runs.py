@@ -1,7 +1,7 @@
 """Real Transformers at init against tokensde (docs/real.md): the runs behind its numbers.
 
-    python diagnostics/real_mustshow.py --out /tmp/real_runs            # every case below
-    python diagnostics/real_mustshow.py --out /tmp/real_runs --only gpt2-L12
+    python diagnostics/real_runs.py --out /tmp/real_runs            # every case below
+    python diagnostics/real_runs.py --out /tmp/real_runs --only gpt2-L12
 
 Each case is one `tokensde.real.run_real` (S inits x B inputs); its table goes to
 OUT/<case>.parquet, and one line per case (agreement of the mean token cosine with the discrete

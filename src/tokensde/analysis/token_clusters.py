@@ -1,0 +1,108 @@
+"""Cluster statistics from the tokens themselves, without Gram matrices (for many tokens).
+
+`analysis.clusters` works on Gram matrices, `n x n` per run; at `n = 65536` one of them takes
+34 GB. The same statistics come from the tokens `(runs, n, d)`:
+
+- **outcome** (`tokens_outcome`): a run is *one cluster* or *bipolar* when it is decided
+  (`sim.decide.decided_tokens`: every pair within tol of +1 or -1, O(n log n) on the circle), its
+  two sides the signs of `<x_i, x_1>`; any other run is *undecided*. This is stricter than
+  `clusters.analyze`, whose clusters are the components of the merged graph: many tokens spread
+  round the circle form one chain of merged neighbours (at n = 65536 neighbours are 1e-4 apart),
+  which that analysis calls one cluster although most pairs are far apart.
+- **pair fractions** (`tokens_pair_fractions`): on the circle two tokens are merged iff their
+  angles are closer than `A = arccos(1 - tol)`, merged or antipodal iff their angles mod pi are,
+  so the counts come from the number of sorted angles within `A` of each (`searchsorted`,
+  O(n log n)); a pair within a few rounding errors of `tol` may fall on either side. On the
+  sphere and above they are counted over row blocks, O(n^2) work in O(n) memory. The mean inner
+  product is `(|sum x_i|^2 - n) / (n (n - 1))`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..model.checks import check_tol
+from ..sim.decide import ROW_BLOCK, angle_of_gap, decided_tokens
+from .clusters import Outcome, is_antipodal, is_merged
+
+
+def _as_tokens(x: Any) -> torch.Tensor:
+    """Tokens as a float64 tensor `(runs, n, d)`, normalised."""
+    t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).double()
+    if t.dim() == 2:
+        t = t[None]
+    return t / torch.linalg.vector_norm(t, dim=-1, keepdim=True)
+
+
+def _close_pairs(angle: torch.Tensor, period: float, a: float) -> torch.Tensor:
+    """Number of pairs `i < j` closer than `a` on the circle of length `period`, `(runs,)`
+    (a < period / 2), from the sorted angles."""
+    srt = angle.sort(-1).values
+    ext = torch.cat([srt, srt + period], -1)
+    upto = torch.searchsorted(ext.contiguous(), (srt + a).contiguous(), side="left")
+    return (upto - torch.arange(srt.shape[-1]) - 1).sum(-1)
+
+
+def tokens_outcome(x: Any, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
+    """Outcome codes (`clusters.Outcome`: single, bipolar, undecided) and minority side sizes
+    of runs of tokens `(runs, n, d)`, without Gram matrices: a run is single or bipolar only
+    when it is decided (module docstring).
+
+    Args:
+        x: tokens `(runs, n, d)` (or one `(n, d)`).
+        tol: a pair is merged when `1 - <x_i, x_j> < tol`, antipodal when `1 + <x_i, x_j> < tol`.
+
+    Returns:
+        `(outcome int8 (runs,), minority int64 (runs,))`, the minority 0 where not bipolar.
+    """
+    tol = check_tol(tol)
+    t = _as_tokens(x)
+    n = t.shape[1]
+    done = decided_tokens(t, tol).cpu()
+    m = ((t @ t[:, 0].unsqueeze(-1)).squeeze(-1) < 0).sum(-1)  # tokens opposite the first
+    single, bipolar = done & (m == 0), done & (m > 0)
+    minor = torch.where(bipolar, torch.minimum(m, n - m), 0)
+    out = torch.where(single, int(Outcome.SINGLE),
+                      torch.where(bipolar, int(Outcome.BIPOLAR), int(Outcome.UNDECIDED)))
+    return out.numpy().astype(np.int8), minor.numpy().astype(np.int64)
+
+
+def tokens_pair_fractions(x: Any, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per run: the fractions of pairs `i < j` merged and antipodal, and the mean inner
+    product, from tokens `(runs, n, d)` (circle: sorted angles; else row blocks).
+
+    Args:
+        x: tokens `(runs, n, d)`.
+        tol: the merged / antipodal tolerance.
+
+    Returns:
+        `(merged, antipodal, mean_inner)`, each `(runs,)` (nan for n = 1).
+    """
+    tol = check_tol(tol)
+    t = _as_tokens(x)
+    runs, n, d = t.shape
+    pairs = n * (n - 1) / 2
+    s = t.sum(-2)
+    mean = ((s * s).sum(-1) - n) / (2 * pairs) if pairs else torch.full((runs,), math.nan)
+    if d == 2:
+        a = angle_of_gap(tol)
+        theta = torch.atan2(t[..., 1], t[..., 0])
+        near = _close_pairs(theta, 2 * math.pi, a)
+        either = _close_pairs(torch.where(theta < 0, theta + math.pi, theta), math.pi, a)
+        merged, anti = near.double(), (either - near).double()
+    else:
+        merged = torch.zeros(runs, dtype=torch.float64)
+        anti = torch.zeros(runs, dtype=torch.float64)
+        for lo in range(0, n, ROW_BLOCK):
+            g = t[:, lo:lo + ROW_BLOCK] @ t.transpose(-1, -2)  # rows lo.., all columns
+            upper = torch.arange(n) > torch.arange(lo, min(lo + ROW_BLOCK, n)).unsqueeze(-1)
+            merged += (is_merged(g, tol) & upper).sum((-2, -1))
+            anti += (is_antipodal(g, tol) & upper).sum((-2, -1))
+    if not pairs:
+        nan = np.full(runs, math.nan)
+        return nan, nan, nan
+    return (merged / pairs).numpy(), (anti / pairs).numpy(), mean.numpy()

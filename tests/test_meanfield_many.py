@@ -1,0 +1,153 @@
+"""Many nodes in the mean-field flow: node merging and the decided test without K x K arrays, the
+O(n) attention, the noise paths from the run streams; and a long-horizon statistic of `simulate`
+with either attention evaluator.
+
+Truth: the K x K versions (`flow._dense_leads`, the dense pairwise test), value matrices drawn
+directly from `sim.rng.RunStreams`, and Wilson intervals of independent estimates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tokensde import ModelParams, simulate
+from tokensde.analysis.clusters import Outcome, classify_clusters
+from tokensde.analysis.stats import wilson
+from tokensde.meanfield import flow
+from tokensde.meanfield.flow import decided, merge_nodes, noise_path, run_coupled
+from tokensde.meanfield.quadrature import circle_rule
+from tokensde.model.params import TimeGrid
+from tokensde.sim.decide import DENSE_MAX
+from tokensde.sim.rng import RUN_BLOCK, RunStreams
+
+F64 = torch.float64
+
+
+def circle_nodes(g: torch.Generator, runs: int, K: int, atoms: int, spread: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes near `atoms` random angles (Gaussian spread `spread`), random weights, a quarter of
+    them dead (weight 0)."""
+    centre = 2 * math.pi * torch.rand(runs, atoms, generator=g, dtype=F64)
+    pick = torch.randint(0, atoms, (runs, K), generator=g)
+    t = centre.gather(1, pick) + spread * torch.randn(runs, K, generator=g, dtype=F64)
+    x = torch.stack([t.cos(), t.sin()], -1)
+    w = torch.rand(runs, K, generator=g, dtype=F64)
+    w = torch.where(torch.rand(runs, K, generator=g) < 0.25, 0.0, w)
+    return x, w / w.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("tol", [1e-8, 1e-6, 1e-4])
+def test_circle_merging_equals_the_dense_merging(tol):
+    g = torch.Generator().manual_seed(4)
+    K = DENSE_MAX + 137
+    # spreads around the merge angle: chains that join and chains that break, across 0 = 2 pi
+    a = math.sqrt(2 * tol)
+    for spread in (0.002 * a, 0.02 * a, 0.2 * a):
+        x, w = circle_nodes(g, 6, K, 5, spread)
+        x[0, :40] = torch.stack([torch.full((40,), 1.0, dtype=F64),
+                                 torch.linspace(-0.3, 0.3, 40, dtype=F64) * a], -1)  # across 0
+        x = x / x.norm(dim=-1, keepdim=True)
+        lead = flow._circle_leads(x, w, tol)
+        want = flow._dense_leads(x, w, tol)
+        assert torch.equal(lead, want)
+        xm, wm = merge_nodes(x, w, tol)
+        assert xm.shape[1] < K and torch.allclose(wm.sum(-1), torch.ones(6, dtype=F64))
+    groups = (want == torch.arange(K)).sum(-1)
+    assert int(groups.min()) > 1 and int(groups.max()) < K  # merging did something, not all
+
+
+def test_node_decision_without_the_k_by_k_inner_products():
+    g = torch.Generator().manual_seed(8)
+    K = DENSE_MAX + 60
+    tol = 1e-4
+    x, w = circle_nodes(g, 12, K, 1, 0.0)
+    spread = math.sqrt(2 * tol) * torch.linspace(0.5, 1.5, 12, dtype=F64)
+    t = torch.atan2(x[..., 1], x[..., 0]) + spread[:, None] * torch.rand(12, K, generator=g,
+                                                                          dtype=F64)
+    t = t + math.pi * (torch.rand(12, K, generator=g) < 0.4)  # bipolar
+    x = torch.stack([t.cos(), t.sin()], -1)
+    x[:, 5] = torch.tensor([0.0, 1.0], dtype=F64)  # a dead node far away: ignored
+    w[:, 5] = 0.0
+    w[:, 6] = 0.3  # live
+    live = w > 0
+    gram = (x @ x.transpose(-1, -2)).abs()
+    ok = (1.0 - gram < tol) | ~(live.unsqueeze(-1) & live.unsqueeze(-2))
+    ok.diagonal(dim1=-2, dim2=-1).fill_(True)
+    want = ok.flatten(1).all(-1)
+    assert bool(want.any()) and not bool(want.all())
+    assert torch.equal(decided(x, w, tol), want)
+
+
+def test_noise_paths_come_from_the_run_streams():
+    """Run r's value matrices are the rows of r in `RunStreams(seed, ...)`, one (d, d) draw per
+    layer, whatever the batch and the runs beside it."""
+    seed, d, steps = 5, 3, 4
+    rs = RunStreams(seed, RUN_BLOCK)
+    direct = torch.stack([rs.normal(d, d) for _ in range(steps)], 1)  # (runs, steps, d, d)
+    for run in (0, 7, RUN_BLOCK - 1):
+        np.testing.assert_array_equal(noise_path(seed, run, steps, d), direct[run].numpy())
+    other = RunStreams(seed, 2 * RUN_BLOCK, RUN_BLOCK, 2 * RUN_BLOCK)
+    first = other.normal(d, d)[3]
+    np.testing.assert_array_equal(noise_path(seed, RUN_BLOCK + 3, 1, d)[0], first.numpy())
+    # run_coupled carries a token by those matrices: one token, zero drift (beta = 0, y = x)
+    p = ModelParams(n=2, d=d, beta=0.0)
+    x0 = np.array([[1.0, 0.0, 0.0]])
+    grid = TimeGrid.make(T=steps * 0.01, dt=0.01)
+    res = run_coupled(p, grid, [("one", x0, None)], runs=9, seed=seed, until="horizon",
+                      merge_tol=None, batch=4)
+    x = torch.tensor(x0[0])
+    for k in range(steps):
+        z = x + 0.1 * (torch.tensor(noise_path(seed, 8, steps, d)[k]) @ x)
+        x = z / z.norm()
+    np.testing.assert_allclose(res.x[0][8, 0].numpy(), x.numpy(), atol=1e-14)
+
+
+def test_many_nodes_use_the_expansion_and_agree_with_dense(monkeypatch):
+    """512 circle nodes at beta = 3 take the O(n) attention (auto); forcing dense changes the
+    final states by rounding only."""
+    p = ModelParams(n=2, d=2, beta=3.0)
+    grid = TimeGrid.make(T=0.5, dt=0.05)
+    nodes = circle_rule(512)
+    used: list[str] = []
+    real = flow.attention_output
+
+    def spy(x, q, forms=None, weights=None, evaluator="dense"):
+        used.append(evaluator)
+        return real(x, q, forms, weights, evaluator)
+
+    monkeypatch.setattr(flow, "attention_output", spy)
+    kw = dict(runs=2, seed=1, until="horizon", merge_tol=None)
+    fast = run_coupled(p, grid, [("limit", *nodes)], **kw)
+    assert set(used) == {"expansion"}
+    monkeypatch.setattr(flow, "_evaluator", lambda p, s: "dense")
+    dense = run_coupled(p, grid, [("limit", *nodes)], **kw)
+    assert float((fast.x[0] - dense.x[0]).abs().max()) < 1e-11
+
+
+@pytest.mark.slow
+def test_long_horizon_statistics_agree_with_either_evaluator():
+    """d = 2, beta = 3, 64 tokens, 300 runs to T = 10 (until decided): P(bipolar), P(decided)
+    and the mean pairwise inner product with the expansion and with dense attention agree within
+    their intervals (same seed: the paths differ by rounding only, so the agreement is close)."""
+    p = ModelParams(n=64, d=2, beta=3.0)
+    kw = dict(T=10.0, dt=0.05, runs=300, seed=12, until="decided", tol=1e-4, sampler="full")
+    out = {}
+    for how in ("dense", "expansion"):
+        res = simulate(p, attention_eval=how, **kw)
+        outcome = classify_clusters(res.gram[:, -1], 1e-4)
+        rho = res.gram[:, -1][:, np.triu_indices(64, 1)[0], np.triu_indices(64, 1)[1]]
+        out[how] = ((outcome == Outcome.BIPOLAR).sum(), (res.decided_at >= 0).sum(),
+                    rho.mean(-1))
+    for i in (0, 1):
+        k_d, k_e = int(out["dense"][i]), int(out["expansion"][i])
+        lo, hi = wilson(k_d, 300)
+        assert lo <= k_e / 300 <= hi
+        assert 0.05 < k_d / 300 < 0.99  # a statistic that can move
+    md, me = out["dense"][2], out["expansion"][2]
+    se = math.hypot(md.std(ddof=1), me.std(ddof=1)) / math.sqrt(300)
+    assert abs(md.mean() - me.mean()) < 3 * se
+    assert np.abs(md - me).max() < 0.5  # run by run, the same outcome up to rare flips

@@ -1,0 +1,58 @@
+"""Commands that write a results file refuse to replace a finished one without --force, before any
+work, with one line naming the option (tokensde.io.outputs.guard_output)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from tokensde.cli import app
+from tokensde.sweep.engine import run_sweep
+
+MC = ["two-token", "mc", "--beta", "1", "--d", "3", "--runs", "8", "--time", "1", "--no-progress"]
+
+
+def run(args: list[str]):
+    return CliRunner().invoke(app, args)
+
+
+def test_two_token_mc_out_is_refused_then_replaced_with_force(tmp_path):
+    out = tmp_path / "mc.json"
+    assert run([*MC, "--seed", "1", "--out", str(out)]).exit_code == 0
+    first = out.read_bytes()
+    res = run([*MC, "--seed", "2", "--out", str(out)])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [
+        f"error: --out: {out} exists; choose another --out, or pass --force to replace it"]
+    assert out.read_bytes() == first  # untouched
+    assert run([*MC, "--seed", "2", "--out", str(out), "--force"]).exit_code == 0
+    assert json.loads(out.read_text())["seed"] == 2
+
+
+def test_hybrid_out_is_refused_without_force(tmp_path):
+    out = tmp_path / "h.json"
+    out.write_text("{}")
+    res = run(["two-token", "hybrid", "--beta", "0.5", "--eps", "1", "--runs", "4", "--time",
+               "0.5", "--no-progress", "--out", str(out)])
+    assert res.exit_code == 2 and "--force" in res.output and out.read_text() == "{}"
+
+
+def test_sweep_table_output_is_refused_without_force_and_never_inside_the_sweep(tmp_path):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('name = "g"\nkind = "multi_token"\nruns = 4\nT = 0.5\nseed = 1\n[params]\n'
+                   'dt = 0.05\n[grid]\nn = [3]\nbeta = [1.0]\nd = [3]\n')
+    sweep = tmp_path / "sweep"
+    run_sweep(cfg, sweep, workers=1)
+    dest = tmp_path / "t.csv"
+    dest.write_text("keep")
+    res = run(["sweep", "table", str(sweep), "--format", "csv", "--output", str(dest)])
+    assert res.exit_code == 2 and "--force" in res.output and dest.read_text() == "keep"
+    assert run(["sweep", "table", str(sweep), "--format", "csv", "--output", str(dest),
+                "--force"]).exit_code == 0
+    assert dest.read_text().startswith("kind") or "beta" in dest.read_text()
+    inside = sweep / "mine.csv"
+    res = run(["sweep", "table", str(sweep), "--format", "csv", "--output", str(inside)])
+    assert res.exit_code == 2 and "inside the sweep folder" in res.output
+    assert not Path(inside).exists()
