@@ -56,3 +56,28 @@ def test_sweep_table_output_is_refused_without_force_and_never_inside_the_sweep(
     res = run(["sweep", "table", str(sweep), "--format", "csv", "--output", str(inside)])
     assert res.exit_code == 2 and "inside the sweep folder" in res.output
     assert not Path(inside).exists()
+
+
+def test_simulate_out_and_plot_are_refused_then_replaced_with_force(tmp_path):
+    base = ["simulate", "--n", "2", "--d", "3", "--layers", "4", "--runs", "4", "--json"]
+    out, fig = tmp_path / "r.npz", tmp_path / "r.png"
+    assert run([*base, "--out", str(out), "--plot", str(fig)]).exit_code == 0
+    stamp = (out.read_bytes(), fig.read_bytes())
+    for opt, path in (("--out", out), ("--plot", fig)):
+        res = run([*base, opt, str(path), "--seed", "3"])
+        assert res.exit_code == 2, res.output
+        assert f"error: {opt}: {path} exists" in res.output and "--force" in res.output
+    assert (out.read_bytes(), fig.read_bytes()) == stamp
+    assert run([*base, "--out", str(out), "--seed", "3", "--force"]).exit_code == 0
+    assert out.read_bytes() != stamp[0]
+
+
+def test_real_out_folder_with_results_is_refused_before_any_work(tmp_path):
+    out = tmp_path / "real"
+    out.mkdir()
+    (out / "real.parquet").write_bytes(b"finished")
+    res = run(["real", "torch-encoder", "--width", "16", "--layers", "2", "--inits", "2",
+               "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "--out" in res.output and "--force" in res.output
+    assert (out / "real.parquet").read_bytes() == b"finished"

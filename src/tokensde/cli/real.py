@@ -19,8 +19,9 @@ ARCH_COMMANDS = ("gpt2", "bert", "vit", "torch-encoder")
 def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, inputs: int,
          out: Path, seed: int, vocab: int | None, norm_first: bool, residual_scaling: bool,
          centring: bool, qk: bool, mlp: bool, bias: bool, value_scale: float, sde_steps: int,
-         as_json: bool, value_law: str = "product", sde_runs: int = 32, threads: int = 1) -> None:
-    from ..io.store import check_output
+         as_json: bool, value_law: str = "product", sde_runs: int = 32, threads: int = 1,
+         force: bool = False) -> None:
+    from ..io.outputs import guard_output
     from ..real.models import INSTALL_HINT, MissingExtraError, RealSpec, has_transformers
 
     if arch != "torch-encoder" and not has_transformers():
@@ -30,7 +31,7 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
                         norm_first=norm_first, residual_scaling=residual_scaling,
                         centring=centring, qk=qk, mlp=mlp, bias=bias, value_scale=value_scale,
                         value_law=value_law)
-        check_output(out, "--out", directory=True)
+        guard_output(out, "--out", directory=True, force=force)
         import torch
 
         from ..model.checks import check_int
@@ -148,11 +149,13 @@ def make_command(arch: str) -> Callable[..., None]:
         sde_runs: int = typer.Option(32, "--sde-runs", help="Runs of the limit."),
         threads: int = typer.Option(1, "--threads", help="torch threads (1: fastest on a shared "
                                     "machine; docs/benchmarks.md)."),
+        force: bool = typer.Option(False, "--force", help="Replace the results in an existing "
+                                   "--out folder."),
         as_json: bool = JSON,
     ) -> None:
         _run(arch, layers, width, heads, ctx, inits, inputs, out, seed, vocab, norm_first,
              residual_scaling, centring, qk, mlp, bias, value_scale, sde_steps, as_json,
-             value_law, sde_runs, threads)
+             value_law, sde_runs, threads, force)
 
     command.__doc__ = (f"{arch} at init: token cosines at every layer over independent inits, "
                        "against tokensde's network and depth limit.")

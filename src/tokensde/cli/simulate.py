@@ -202,9 +202,11 @@ def simulate_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     out: Path | None = typer.Option(None, "--out", help="Save results (.npz) with parameters."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a summary figure (PNG)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --out or --plot file."),
 ) -> None:
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
-    from ..io.store import check_output, save_result
+    from ..io.outputs import guard_output
+    from ..io.store import save_result
     from ..plots.style import check_figure
     from ..sim.simulate import GRAM_RECORD_MAX, simulate, simulation_budget
 
@@ -214,9 +216,10 @@ def simulate_cmd(
             layers = 1000
         check_tol(tol, "tol", dtype)
         if out is not None:
-            check_output(out, "--out", suffixes=(".npz",))
+            guard_output(out, "--out", force=force, suffixes=(".npz",))
         if plot is not None:
             check_figure(plot, "--plot")
+            guard_output(plot, "--plot", force=force)
             if n > GRAM_RECORD_MAX:
                 raise ParameterError(f"--plot draws pairwise inner products from Gram matrices, "
                                      f"recorded up to n = {GRAM_RECORD_MAX}; got n = {n}")
