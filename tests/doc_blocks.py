@@ -17,6 +17,7 @@ required.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shlex
 import subprocess
@@ -186,7 +187,10 @@ def run_python(code: str, cwd: Path | None = None, timeout: float = 300
         return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                               timeout=timeout, cwd=where,
                               env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-                                   "PYTHONPATH": str(REPO / "src"), "MPLBACKEND": "Agg"})
+                                   "PYTHONPATH": str(REPO / "src"), "MPLBACKEND": "Agg",
+                                   # the time model's cache: never the user's home
+                                   "TOKENSDE_CACHE_DIR": os.environ.get("TOKENSDE_CACHE_DIR",
+                                                                        scratch)})
 
 
 def app() -> Any:

@@ -59,7 +59,7 @@ def error_line(args: list[str], *needles: str, code: int = 2) -> str:
 @pytest.mark.parametrize(
     ("extra", "needles"),
     [
-        (["--checkpoints", "1"], ["checkpoints", ">= 2", "got 1"]),
+        (["--checkpoints", "1"], ["checkpoints", "[2, layers + 1", "got 1"]),
         (["--tol", "2"], ["tol must be a number in [1e-12, 0.5]", "got 2.0"]),
         (["--tol", "nan"], ["tol must be a finite number", "nan"]),
         (["--dtype", "float32", "--tol", "1e-9"], ["tol must be a number in [0.000119209",

@@ -1,6 +1,7 @@
 """Memory and time estimates before a run (issue 24): the estimates against the arrays a run
-really holds and the time it really takes, the refusals by name before any work, the sweep's
-memory-based worker cap, and the SDE step warning as the command line shows it."""
+really holds, the work by hand, the refusals by name before any work, the sweep's memory-based
+worker cap, and the SDE step warning as the command line shows it (the time model itself:
+tests/test_estimate.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from tokensde.cli import app
@@ -22,6 +22,7 @@ from tokensde.sim.budget import (
     Budget,
     BudgetError,
     BudgetWarning,
+    TimeModel,
     available_memory,
     cgroup_room,
     check_budget,
@@ -93,22 +94,17 @@ def test_kept_memory_is_what_a_run_holds():
     assert small.memory - small.per_run * 7 == estimate_memory(7, 3, 4, 3, block=7).workspace
 
 
-def test_work_by_hand_and_the_rate_is_a_lower_bound_on_time():
-    assert estimate_work(3, 10, 4, 5) == 3 * 10 * 4 * 5 * 9
-    assert estimate_work(1, 1, 2, 2, heads=3, mlp=7) == 3 * 2 * 2 * 4 + 7
-    # the fastest case measured (n = d = 64, full sampler) on one thread takes longer than the
-    # estimate at CPU_RATE: the time estimate is a lower bound
-    p = ModelParams(n=64, d=64)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        t0 = time.perf_counter()
-        simulate(p, layers=20, runs=32, sampler="full")
-        wall = time.perf_counter() - t0
-    finally:
-        torch.set_num_threads(threads)
-    work = estimate_work(32, 20, 64, 64)
-    assert wall > work / CPU_RATE, (wall, work / CPU_RATE)
+def test_work_and_steps_by_hand():
+    # per run and layer: heads n (w (n + w) + 25 n) + 1500 + mlp
+    assert estimate_work(3, 10, 4, 5) == 3 * 10 * (4 * (5 * 9 + 25 * 4) + 1500)
+    assert estimate_work(1, 1, 2, 2, heads=3, mlp=7) == 3 * 2 * (2 * 4 + 25 * 2) + 1500 + 7
+    # the O(n) attention of R basis functions: n (8 R (1 + w) + w^2)
+    assert estimate_work(2, 3, 100, 3, basis=10) == 6 * (100 * (8 * 10 * 4 + 9) + 1500)
+    # a layer step per layer and batch of runs, 3 with the Gram and fast (n < d) samplers
+    p = ModelParams(n=8, d=3)
+    assert simulation_budget(p, TimeGrid.make(layers=50), 10, "full").steps == 50
+    assert simulation_budget(p, TimeGrid.make(layers=50), 10, "gram").steps == 150
+    assert simulation_budget(p.with_(n=2), TimeGrid.make(layers=50), 10, "fast").steps == 150
     assert cpu_rate(3) == 3 * CPU_RATE
 
 
@@ -159,12 +155,20 @@ def test_memory_refusal_names_the_numbers_and_how_many_runs_fit():
 
 def test_time_refusal_and_warning():
     # 7.2e13 units at 1e10/s: 7200 s = 2 h
-    with pytest.raises(BudgetError, match=r"needs at least 2 h \(7\.2e\+13 flop-ish units at "
+    with pytest.raises(BudgetError, match=r"would take about 2 h \(7\.2e\+13 work units at "
                                           r"1e\+10/s; 10 runs\), more than the 1 h limit "
-                                          r"\(TOKENSDE_MAX_HOURS\): lower runs or layers"):
+                                          r"\(TOKENSDE_MAX_HOURS\): lower runs or layers, or "
+                                          r"pass --yes"):
         check_budget(B, have=11 * GIB, rate=1e10, limit_h=1.0)
-    with pytest.warns(BudgetWarning, match=r"will take at least about 2 h"):
+    with pytest.warns(BudgetWarning, match=r"will take about 2 h"):
         assert check_budget(B, have=11 * GIB, rate=1e10, limit_h=3.0) == pytest.approx(7200)
+    # a model: c0 x steps + c1 x work, 3600 + 3600 s
+    timed = Budget(**{**B.__dict__, "steps": 3600 / 1e-4})
+    model = TimeModel(1e-4, 1 / 2e10, "a test model")
+    with pytest.raises(BudgetError, match=r"would take about 2 h \(a test model; 10 runs\)"):
+        check_budget(timed, have=11 * GIB, model=model, limit_h=1.0)
+    assert check_budget(timed, have=11 * GIB, model=model, limit_h=1.0, yes=True,
+                        warn=False) == pytest.approx(7200)
     unbounded = Budget(**{**B.__dict__, "bounded": False})
     with pytest.warns(BudgetWarning, match="will take up to about 2 h"):
         check_budget(unbounded, have=11 * GIB, rate=1e10, limit_h=1.0)  # a bound: not refused
@@ -193,9 +197,11 @@ def test_simulate_memory_refusal_before_any_work(tmp_path):
 def test_simulate_time_refusal_and_the_undecided_bound(tmp_path):
     out = tmp_path / "r.npz"
     refused([*SIM, "--out", str(out)], {"TOKENSDE_MAX_HOURS": "1e-9"},
-            "this simulation needs at least", "flop-ish units", "more than the 1e-09 h limit "
-            "(TOKENSDE_MAX_HOURS): lower --runs, --layers (or --time / --dt), --n or --d, or "
-            "set TOKENSDE_MAX_HOURS=inf")
+            "this simulation would take about ", "calibrated on this machine", "more than the "
+            "1e-09 h limit (TOKENSDE_MAX_HOURS): lower --runs, --layers (or --time / --dt), --n "
+            "or --d, or pass --yes (or set TOKENSDE_MAX_HOURS=inf) to run it anyway")
+    ok = runner.invoke(app, [*SIM, "--yes"], env={"TOKENSDE_MAX_HOURS": "1e-9"})
+    assert ok.exit_code == 0 and "error" not in ok.stderr, ok.output  # --yes: run anyway
     assert not out.exists()
     # with --until decided the layers are a maximum, its work a bound: not refused
     res = runner.invoke(app, [*SIM, "--until", "decided", "--out", str(out)],
@@ -226,7 +232,8 @@ def test_real_refusal(tmp_path):
     refused(["real", "torch-encoder", "--inits", "4", "--out", str(tmp_path / "r")],
             {"TOKENSDE_MEMORY": "10M"}, "this torch-encoder run needs at least 0.0419 GiB",
             "(4 inits x 2 inputs, 12 layers, width 256, 64 tokens, vocabulary 1024)",
-            "lower --inits (not even one fits), --inputs, --layers, --width or --ctx")
+            "lower --inits (not even one fits), --inputs, --layers, --width, --ctx, --vocab or "
+            "--sde-runs")
     assert not list(tmp_path.iterdir())
 
 

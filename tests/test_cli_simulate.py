@@ -60,13 +60,13 @@ def test_simulate_plot_writes_a_png(tmp_path):
 @pytest.mark.parametrize(
     ("args", "msg"),
     [
-        (["--d", "-2"], "d must be an integer >= 2"),
+        (["--d", "-2"], "d must be an integer from 2 to 2147483647"),
         (["--beta", "nan"], "beta must be a finite number >= 0"),
         (["--sampler", "magic"], "sampler must be one of"),
         (["--noise", "scalar", "--law", "uniform"], "law (for noise=scalar) must be one of"),
         (["--mean", "nofile.npy"], "mean must be 'none', 'identity' or a .npy file"),
         (["--time", "1"], "time must be given as (layers, alpha) or (T, dt)"),
-        (["--heads", "0"], "heads must be an integer >= 1"),
+        (["--heads", "0"], "heads must be an integer from 1 to 2147483647"),
         (["--norm", "mid"], "norm must be one of post, pre, peri; got 'mid'"),
         (["--norm", "peri", "--scheme", "sde", "--noise", "scalar"],
          "scheme='sde' with norm='peri' needs noise='matrix'"),

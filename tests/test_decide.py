@@ -20,6 +20,7 @@ from tokensde.analysis.clusters import Outcome, classify_clusters, pair_fraction
 from tokensde.analysis.token_clusters import tokens_outcome, tokens_pair_fractions
 from tokensde.model.params import TimeGrid
 from tokensde.sim import decide
+from tokensde.sim.budget import EXPANSION_UNITS, RUN_UNITS, SCORE_UNITS
 from tokensde.sim.decide import (
     angle_of_gap,
     cap_verdict,
@@ -175,8 +176,12 @@ def test_budget_of_many_tokens_counts_no_n_by_n_array():
     assert dense.memory > 20 * 65536**2 * 8  # the n x n scores of 20 runs
     gram = simulation_budget(p, grid, 20, checkpoints=2, record=("gram",))
     assert gram.memory > 2 * 20 * 65536**2 * 8  # two Gram matrices per run
-    # per token and layer 2 R (1 + d) + d^2 = 334 (R = 55) against d (n + d) = 131076
-    assert fast.work == pytest.approx(dense.work * 334 / 131076)
+    # per token and layer E R (1 + d) + d^2 (R = 55) against d (n + d) + S n, plus R_u per
+    # run and layer (E, S, R_u: the work units of the expansion, the softmax and a run)
+    n, d, R = 65536, 2, 55
+    fast_per = n * (EXPANSION_UNITS * R * (1 + d) + d * d) + RUN_UNITS
+    dense_per = n * (d * (n + d) + SCORE_UNITS * n) + RUN_UNITS
+    assert fast.work == pytest.approx(dense.work * fast_per / dense_per)
 
 
 def test_cli_accepts_65536_tokens_on_the_circle(monkeypatch):

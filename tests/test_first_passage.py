@@ -30,6 +30,8 @@ ALLOWED = {
     ENGINE: "the engine (and its independent reference, spec_reference)",
     "sim/gram.py": "Gauss-Legendre for the Gram sampler's radial law, not a scale density",
     "meanfield/quadrature.py": "Gauss-Legendre nodes on S^2 for the limit measure, not a scale density",
+    "study/token_noise.py": "Gauss-Jacobi nodes for the limit's stationary density on the sphere, "
+                            "not a scale density",
 }
 
 

@@ -56,9 +56,9 @@ def test_one_head_reproduces_the_earlier_numbers(case):
 
 @pytest.mark.parametrize(
     ("kwargs", "msg"),
-    [({"heads": 0}, "heads must be an integer >= 1; got 0"),
-     ({"heads": 1.5}, "heads must be an integer >= 1"),
-     ({"heads": True}, "heads must be an integer >= 1"),
+    [({"heads": 0}, "heads must be an integer from 1 to 2147483647; got 0"),
+     ({"heads": 1.5}, "heads must be an integer from 1 to 2147483647"),
+     ({"heads": True}, "heads must be an integer from 1 to 2147483647"),
      ({"heads": 2, "Q": np.ones((3, 4, 4))}, r"Q must be a 4x4 matrix \(d = 4\) or one per "
       r"head, shape \(2, 4, 4\); got 'shape \(3, 4, 4\)'"),
      ({"heads": 1, "K": np.ones((1, 4, 4))}, r"K must be a 4x4 matrix \(d = 4\); got"),

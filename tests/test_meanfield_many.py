@@ -2,12 +2,14 @@
 O(n) attention, the noise paths from the run streams; and a long-horizon statistic of `simulate`
 with either attention evaluator.
 
-Truth: the K x K versions (`flow._dense_leads`, the dense pairwise test), value matrices drawn
+Truth: the connected components of scipy's graph routines, the K x K versions (`merge.dense_leads`,
+the dense pairwise test), value matrices drawn
 directly from `sim.rng.RunStreams`, and Wilson intervals of independent estimates.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -17,7 +19,7 @@ import torch
 from tokensde import ModelParams, simulate
 from tokensde.analysis.clusters import Outcome, classify_clusters
 from tokensde.analysis.stats import wilson
-from tokensde.meanfield import flow
+from tokensde.meanfield import flow, merge
 from tokensde.meanfield.flow import decided, merge_nodes, noise_path, run_coupled
 from tokensde.meanfield.quadrature import circle_rule
 from tokensde.model.params import TimeGrid
@@ -51,8 +53,8 @@ def test_circle_merging_equals_the_dense_merging(tol):
         x[0, :40] = torch.stack([torch.full((40,), 1.0, dtype=F64),
                                  torch.linspace(-0.3, 0.3, 40, dtype=F64) * a], -1)  # across 0
         x = x / x.norm(dim=-1, keepdim=True)
-        lead = flow._circle_leads(x, w, tol)
-        want = flow._dense_leads(x, w, tol)
+        lead = merge.circle_leads(x, w, tol)
+        want = merge.dense_leads(x, w, tol)
         assert torch.equal(lead, want)
         xm, wm = merge_nodes(x, w, tol)
         assert xm.shape[1] < K and torch.allclose(wm.sum(-1), torch.ones(6, dtype=F64))
@@ -60,9 +62,76 @@ def test_circle_merging_equals_the_dense_merging(tol):
     assert int(groups.min()) > 1 and int(groups.max()) < K  # merging did something, not all
 
 
-def test_node_decision_without_the_k_by_k_inner_products():
+def sphere_nodes(g: torch.Generator, runs: int, K: int, atoms: int, spread: float
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`circle_nodes` on the sphere: nodes near `atoms` random points."""
+    c = torch.randn(runs, atoms, 3, generator=g, dtype=F64)
+    pick = torch.randint(0, atoms, (runs, K), generator=g)
+    x = c.gather(1, pick.unsqueeze(-1).expand(runs, K, 3)) / c.norm(dim=-1).gather(1, pick)[
+        ..., None] + spread * torch.randn(runs, K, 3, generator=g, dtype=F64)
+    w = torch.rand(runs, K, generator=g, dtype=F64)
+    w = torch.where(torch.rand(runs, K, generator=g) < 0.25, 0.0, w)
+    return x / x.norm(dim=-1, keepdim=True), w / w.sum(-1, keepdim=True)
+
+
+def components(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
+    """The smallest index of each live node's connected component of the graph of pairs with
+    `1 - <x_i, x_j> < tol` (scipy's graph routines; dead nodes alone), `(runs, K)`."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+    out = []
+    for xr, wr in zip(x.numpy(), w.numpy(), strict=True):
+        live = wr > 0
+        adj = (1.0 - xr @ xr.T < tol) & live[:, None] & live[None, :]
+        _, lab = connected_components(csr_matrix(adj), directed=False)
+        first = {}
+        for i, c in enumerate(lab):
+            first.setdefault(c, i)
+        out.append([first[c] for c in lab])
+    return torch.tensor(out)
+
+
+@pytest.mark.parametrize("tol", [1e-10, 1e-6, 1e-3])
+def test_merging_groups_are_the_connected_components(tol):
+    """Circle, sphere and dense groups all equal scipy's components, chains that are not cliques
+    included (spreads up to 3 merge distances)."""
+    g = torch.Generator().manual_seed(11)
+    a = math.sqrt(2 * tol)
+    chained = 0
+    for K, spread in itertools.product((40, DENSE_MAX + 200), (0.01 * a, 0.5 * a, 3 * a)):
+        for make, fast in ((circle_nodes, merge.circle_leads), (sphere_nodes, merge.sphere_leads)):
+            x, w = make(g, 4, K, 6, spread)
+            want = components(x, w, tol)
+            assert torch.equal(merge.dense_leads(x, w, tol), want)
+            assert torch.equal(fast(x, w, tol), want)
+            assert torch.equal(merge.group_leads(x, w, tol), want)
+            lead = want
+            # a group whose members are not all pairwise close: transitivity matters here
+            for r in range(4):
+                for ld in lead[r].unique():
+                    m = (lead[r] == ld).nonzero().flatten()
+                    if len(m) > 2:
+                        gm = x[r, m] @ x[r, m].T
+                        chained += int(bool((1.0 - gm >= tol).any()))
+    assert chained > 0
+
+
+def test_sphere_merging_keys_split_runs_and_fall_back(monkeypatch):
+    """Runs in separate sorts when their cube keys need it, and the dense groups when a
+    coordinate alone would not fit in the key: the same groups either way."""
+    g = torch.Generator().manual_seed(12)
+    x, w = sphere_nodes(g, 3, DENSE_MAX + 50, 4, 1e-6)
+    for tol in (1e-10, 1e-30):
+        assert torch.equal(merge.sphere_leads(x, w, tol), merge.dense_leads(x, w, tol))
+    monkeypatch.setattr(merge, "KEY_BITS", 3 * 18 + 1)  # 2 runs a sort at tol = 1e-10
+    assert torch.equal(merge.sphere_leads(x, w, 1e-10), merge.dense_leads(x, w, 1e-10))
+    merged = merge.sphere_leads(x, w, 1e-10)
+    assert int((merged != torch.arange(x.shape[1])).sum()) > 0
+
+
+@pytest.mark.parametrize("K", [20, DENSE_MAX + 60])
+def test_node_decision_without_the_k_by_k_inner_products(K):
     g = torch.Generator().manual_seed(8)
-    K = DENSE_MAX + 60
     tol = 1e-4
     x, w = circle_nodes(g, 12, K, 1, 0.0)
     spread = math.sqrt(2 * tol) * torch.linspace(0.5, 1.5, 12, dtype=F64)
@@ -151,3 +220,16 @@ def test_long_horizon_statistics_agree_with_either_evaluator():
     se = math.hypot(md.std(ddof=1), me.std(ddof=1)) / math.sqrt(300)
     assert abs(md.mean() - me.mean()) < 3 * se
     assert np.abs(md - me).max() < 0.5  # run by run, the same outcome up to rare flips
+
+
+def test_table_budget_counts_the_o_n_attention():
+    """200 paths of 4096 circle tokens hold no n x n scores (the expansion's moments: well under
+    1 GiB, where the scores alone would be 26.8 GB); in d = 4, where the expansion does not apply,
+    the scores and merging's inner products are counted."""
+    from tokensde.meanfield.absorption import table_budget
+    n, runs = 4096, 200
+    fast = table_budget([2], [3.0], [n], 128, ["iid"], runs, T=1.0)
+    assert fast.memory < 2**30
+    dense = table_budget([4], [3.0], [n], 128, ["iid"], runs, T=1.0)
+    assert dense.memory >= 2 * runs * n * n * 8
+    assert dense.work > 10 * fast.work

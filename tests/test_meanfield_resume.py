@@ -199,7 +199,7 @@ def test_all_undecided_cell_says_undecided() -> None:
     (["--beta", "-1"], "--beta must be a finite number >= 0; got -1.0"),
     (["--time", "nan"], "--time must be a finite number > 0; got nan"),
     (["--tol", "0"], "--tol must be a finite number > 0; got 0.0"),
-    (["--n", "1"], "--n must be an integer >= 2; got 1"),
+    (["--n", "1"], "--n must be an integer from 2 to 2147483647; got 1"),
     (["--start", "grid"], "--start must be one of iid, quasi; got 'grid'"),
     (["--device", "tpu"], "--device must be cpu, cuda or cuda:N; got 'tpu'"),
 ])

@@ -229,7 +229,7 @@ def test_two_token_mc_cli_with_a_block():
                                  "--runs", "100", "--tol", "0.1", "--dt", "0.002", "--mlp",
                                  "relu", "--mlp-sigma", "0.3", "--json"])
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)  # stderr carries the run-time estimate
     assert out["theory"] == 0.0 and out["theory_at_tol"] == pytest.approx(0.6449, abs=1e-3)
     assert out["ci"][0] - 0.05 < out["theory_at_tol"] < out["ci"][1] + 0.05
     r = CliRunner().invoke(app, ["two-token", "mc", "--beta", "3", "--d", "4", "--runs", "5",

@@ -81,3 +81,40 @@ def test_real_out_folder_with_results_is_refused_before_any_work(tmp_path):
     assert res.exit_code == 2, res.output
     assert "--out" in res.output and "--force" in res.output
     assert (out / "real.parquet").read_bytes() == b"finished"
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_vit_geometry_and_export_refuse_finished_results(tmp_path):
+    geo = tmp_path / "geo"
+    geo.mkdir()
+    (geo / "geometry.json").write_text("{}")
+    res = run(["vit", "geometry", "--dataset", "digits", "--seeds", "1", "--images", "2",
+               "--out", str(geo)])
+    assert res.exit_code == 2 and "--force" in res.output and _files(geo) == {
+        "geometry.json": b"{}"}
+    npz = tmp_path / "d.npz"
+    npz.write_bytes(b"keep")
+    res = run(["vit", "export-data", "--dataset", "digits", "--train", "4", "--test", "4",
+               "--out", str(npz)])
+    assert res.exit_code == 2 and "--force" in res.output and npz.read_bytes() == b"keep"
+
+
+def test_a_sweep_of_another_kind_is_refused_and_left_untouched(tmp_path):
+    """`vit fair`, `vit depth` and `meanfield table` pointed at another kind's sweep: one line
+    naming --out, and not a byte (not even a lock file) added to it."""
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('name = "g"\nkind = "multi_token"\nruns = 2\nT = 0.2\nseed = 1\n[params]\n'
+                   'dt = 0.05\n[grid]\nn = [3]\nbeta = [1.0]\nd = [3]\n')
+    sweep = tmp_path / "sweep"
+    run_sweep(cfg, sweep, workers=1)
+    (sweep / ".lock").unlink(missing_ok=True)
+    before = _files(sweep)
+    for args in (["vit", "fair", "--size", "fair-tiny"], ["vit", "depth", "--size", "quick"],
+                 ["meanfield", "table", "--n", "4", "--K", "4", "--runs", "2", "--time", "0.1"]):
+        res = run([*args, "--out", str(sweep)])
+        assert res.exit_code == 2, res.output
+        assert "Traceback" not in res.output and "--out" in res.output.strip().splitlines()[-1]
+        assert _files(sweep) == before

@@ -89,8 +89,9 @@ def test_cli_refuses_bad_threads_and_value_law(tmp_path):
 
     from tokensde.cli import app
 
-    for args, msg in ((["torch-encoder", "--threads", "0"], "threads must be an integer >= 1; got 0"),
+    for args, msg in ((["torch-encoder", "--threads", "0"],
+                       "--threads must be an integer from 1 to 1024; got 0"),
                       (["torch-encoder", "--value-law", "gaussian"],
-                       "value_law must be 'product' except for gpt2")):
+                       "--value-law does not apply to torch-encoder (only to gpt2)")):
         r = CliRunner().invoke(app, ["real", *args, "--out", str(tmp_path / "o")])
         assert r.exit_code == 2 and msg in r.output and "Traceback" not in r.output

@@ -209,6 +209,9 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
     levels = check_levels(levels, ref_steps)
     if p.norm not in ("post", "pre"):
         raise ParameterError(f"coupled_states takes norm='post' or 'pre'; got norm={p.norm!r}")
+    if p.token_noise > 0:
+        raise ParameterError(f"coupled_states does not carry independent token noise; got "
+                             f"token_noise={p.token_noise:g} (the allowed value is 0)")
     if p.mlp_block.active and mlp_rs is None:
         raise ParameterError(f"mlp={p.mlp!r} needs the streams of its weights (mlp_rs)")
     c = _Coupling(p, T / ref_steps)
@@ -387,6 +390,9 @@ def coupled_samples(
     p = problem.params
     if p.noise != "matrix":
         raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
+    if p.token_noise > 0:
+        raise ParameterError(f"convergence does not carry independent token noise; got "
+                             f"token_noise={p.token_noise:g} (the allowed value is 0)")
     if p.norm not in ("post", "pre"):
         raise ParameterError(f"convergence takes norm='post' or 'pre' (peri-norm is checked "
                              f"uncoupled: diagnostics/norm_weak_order.py); got norm={p.norm!r}")

@@ -191,7 +191,8 @@ def hybrid_params(beta: float, eps: float, d: int = 3, law: Law = "gaussian") ->
 
 
 REDUCED_BYTES = 64  # per run: the few float64 numbers of the reduced diffusion's state
-REDUCED_WORK = 20.0  # flop-ish units per run and layer of the reduced diffusion
+REDUCED_WORK = 75.0  # work units (`sim.budget.estimate_work`) per run and layer of the reduced
+# diffusion, measured
 
 
 def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
@@ -199,12 +200,14 @@ def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
                 ) -> Budget:
     """Memory and work of a two-token Monte Carlo of model `p` (`spec_params`, `hybrid_params`)
     before it runs: the network's (`simulation_budget`, init 'pair' or 'uniform'), or for the
-    reduced engine REDUCED_BYTES and REDUCED_WORK per run (and layer)."""
+    reduced engine REDUCED_BYTES and REDUCED_WORK per run (and layer), one layer step a layer
+    for all runs."""
     runs = check_int("runs", runs, 1)
     if engine == "reduced":
         return Budget("this Monte Carlo", REDUCED_BYTES * runs, REDUCED_BYTES, runs,
                       REDUCED_WORK * runs * grid.steps, f"{runs} runs, {grid.steps} layers, "
-                      "reduced engine", ("runs",), longer=("runs", "time"))
+                      "reduced engine", ("runs",), longer=("runs", "time"),
+                      steps=float(grid.steps))
     init = "uniform" if rho0 == "uniform" else "pair"
     b = simulation_budget(p, grid, runs, sampler, until=until, init=init)
     return replace(b, what="this Monte Carlo", lower=("runs", "d"), longer=("runs", "time", "d"))

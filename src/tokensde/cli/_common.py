@@ -13,16 +13,18 @@ import typer
 from ..io.progress import progress_bar
 from ..io.store import to_jsonable
 from ..model.params import ParameterError
-from ..sim.budget import CUDA_RATE, Budget, check_budget
+from ..sim.budget import ANNOUNCE_S, Budget, check_budget, estimate_line
 
-__all__ = ["JSON", "SEED", "SIZE", "WORKERS", "check_run", "emit_json", "fail", "flag",
-           "progress_bar", "to_jsonable", "user_errors"]
+__all__ = ["ANNOUNCE_S", "JSON", "SEED", "SIZE", "WORKERS", "YES", "announce", "check_run",
+           "emit_json", "fail", "flag", "progress_bar", "to_jsonable", "user_errors"]
 
 # options that several commands declare alike
 JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 SEED = typer.Option(0, "--seed", help="Root seed (>= 0).")
 SIZE = typer.Option(None, "--size", help="tiny | quick | full (overrides --quick / --full).")
 WORKERS = typer.Option(2, "--workers", help="Processes for the heavy parts.")
+YES = typer.Option(False, "--yes", help="Run even when the time estimate exceeds "
+                   "TOKENSDE_MAX_HOURS (default 24 h).")
 
 
 def emit_json(obj: Any) -> None:
@@ -41,14 +43,28 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def check_run(budget: Budget, device: str = "cpu", flags: dict[str, str] | None = None) -> float:
+def check_run(budget: Budget, device: str = "cpu", flags: dict[str, str] | None = None,
+              yes: bool = False) -> float:
     """Before any work: refuse (exit 2 under `user_errors`) a run whose memory exceeds what is
-    available now or whose bounded work needs more than TOKENSDE_MAX_HOURS, and warn on stderr
-    when it will take long (`sim.budget.check_budget`); `flags` spells the parameters that are
-    not `--name`. Returns the seconds estimated."""
+    available now or, unless `yes` (--yes), whose bounded time estimate exceeds
+    TOKENSDE_MAX_HOURS (`sim.budget.check_budget` with this machine's `io.calibration
+    .time_model`), and print the estimate on stderr from ANNOUNCE_S; `flags` spells the
+    parameters that are not `--name`. Returns the seconds estimated."""
+    from ..io.calibration import time_model
+
     spell = flags or {}
-    return check_budget(budget, flag=lambda k: spell.get(k) or flag(k),
-                        rate=CUDA_RATE if str(device).startswith("cuda") else None)
+    model = time_model(device)
+    seconds = check_budget(budget, flag=lambda k: spell.get(k) or flag(k), model=model,
+                           warn=False, yes=yes)
+    announce(seconds, model.source, bound=not budget.bounded)
+    return seconds
+
+
+def announce(seconds: float, source: str, bound: bool = False) -> None:
+    """Print `estimate: about 3.2 min (source; ...)` on stderr when `seconds` >= ANNOUNCE_S;
+    `bound`: the runs may stop early, the estimate is an upper bound."""
+    if seconds >= ANNOUNCE_S:
+        typer.echo(estimate_line(seconds, source, bound), err=True)
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -81,3 +97,19 @@ def _errors() -> Iterator[None]:
             raise
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         fail(f"out of memory: {first}; lower runs, n or d")
+
+
+def depth_grid(time: float, dt: float) -> Any:
+    """The `TimeGrid` of `--time` and `--dt` (a whole number of steps), every error naming the
+    options as typed."""
+    from ..model.checks import check_real
+    from ..model.params import MAX_LAYERS, TimeGrid
+
+    t = check_real("--time", time, 0.0, strict=True)
+    h = check_real("--dt", dt, 0.0, strict=True)
+    if h > t:
+        raise ParameterError(f"--dt must be <= --time = {t:g}; got {h:g}")
+    if t / h > MAX_LAYERS:
+        raise ParameterError(f"--time / --dt must be at most {MAX_LAYERS} layers; got "
+                             f"{t:g} / {h:g}")
+    return TimeGrid.make(T=t, dt=h, exact=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from ..model.params import ParameterError, check_choice
-from ._common import JSON, SEED, SIZE, WORKERS, emit_json, user_errors
+from ._common import JSON, SEED, SIZE, WORKERS, YES, emit_json, user_errors
 
 DEFAULT_OUT = Path("results")
 
@@ -23,6 +23,7 @@ def figure_cmd(
     workers: int = WORKERS,
     list_: bool = typer.Option(False, "--list", help="List the figures and exit."),
     json_out: bool = JSON,
+    yes: bool = YES,
 ) -> None:
     """Draw one figure from its saved result (computing and saving the result if absent)."""
     from ..study import FIGURES, Context
@@ -38,7 +39,7 @@ def figure_cmd(
 
         check_output(out, "--out", directory=True)
         ctx = Context(out, size or ("quick" if quick else "full"), seed, workers,
-                      log=lambda s: typer.echo(s, err=True))
+                      log=lambda s: typer.echo(s, err=True), yes=yes)
         t0 = time.perf_counter()
         sec = FIGURES[name].build(ctx)
     files = [str(i.path) for i in sec.images]

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from ..model.params import ParameterError, check_choice, check_int, check_real
-from ._common import JSON, SEED, check_run, emit_json, user_errors
+from ._common import JSON, SEED, YES, check_run, emit_json, user_errors
 
 meanfield_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="n particles and the many-token limit (K weighted nodes) on "
@@ -34,6 +34,7 @@ def table(
                                "older results, finished cells) and start over."),
     seed: int = SEED,
     json_out: bool = JSON,
+    yes: bool = YES,
 ) -> None:
     """P(bipolar) and the minority mass at absorption, particles against the limit (n = 0), run
     as a `meanfield` sweep: one line per system on stderr as each ends; SIGINT or SIGTERM keeps
@@ -51,7 +52,7 @@ def table(
         _check_options(d, beta, n, start, K, runs, T, dt, tol, device, seed)
         if out is not None:
             guard_output(out, "--out", directory=True, force=force, resumable=True)
-        check_run(table_budget(d, beta, n, K, start, runs, T, dt), device)
+        check_run(table_budget(d, beta, n, K, start, runs, T, dt), device, yes=yes)
         cfg = table_config(d, beta, n, K, start, runs, seed, T, dt, tol, device)
         cfg.cells()  # every cell validated before anything is written
         if out is not None and force:
@@ -62,7 +63,8 @@ def table(
         where = out if out is not None else Path(tempfile.mkdtemp(prefix="tokensde-meanfield-"))
         resume = _command(d, beta, n, start, K, runs, T, dt, tol, device, seed, json_out, where)
         try:
-            summary = run_resumable(cfg, where, quiet=True, resume=resume, on_cell=_log)
+            summary = run_resumable(cfg, where, quiet=True, resume=resume, on_cell=_log,
+                                    yes=yes, estimate=False)  # check_run said it
             rows = load_table(where)
         except BaseException:
             if out is None and not _done(where):  # a temporary folder is kept only for its cells
@@ -98,21 +100,24 @@ def _check_options(d: list[int], beta: list[float], n: list[int], start: list[st
     the option otherwise."""
     from ..meanfield.absorption import STARTS
     from ..meanfield.kind import check_device
+    from ..model.params import MAX_SIZE
+    from ..sim.simulate import resolve_device
 
     for v in d:
-        check_int("--d", v, 2)
+        check_int("--d", v, 2, MAX_SIZE)
     for b in beta:
         check_real("--beta", b, 0.0)
     for m in n:
-        check_int("--n", m, 2)
+        check_int("--n", m, 2, MAX_SIZE)
     for st in start:
         check_choice("--start", st, STARTS)
-    check_int("--K", K, 2)
+    check_int("--K", K, 2, MAX_SIZE)
     check_int("--runs", runs, 1)
     check_int("--seed", seed, 0)
     for name, x in (("--time", T), ("--dt", dt), ("--tol", tol)):
         check_real(name, x, 0.0, strict=True)
     check_device("--device", device)
+    resolve_device(device, "--device")
 
 
 def _done(out: Path) -> int | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from ..model.params import ParameterError
-from ._common import JSON, SEED, SIZE, WORKERS, emit_json, user_errors
+from ._common import JSON, SEED, SIZE, WORKERS, YES, emit_json, user_errors
 
 
 def reproduce_cmd(
@@ -29,6 +29,7 @@ def reproduce_cmd(
     force: bool = typer.Option(False, "--force", help="Replace a DIR/report.html that tokensde "
                                "did not write."),
     json_out: bool = JSON,
+    yes: bool = YES,
 ) -> None:
     """Run every figure (reusing saved results) and write DIR/report.html; exit 1 when a section
     failed (each failure is listed with what to do)."""
@@ -49,7 +50,7 @@ def reproduce_cmd(
         left_out = _figures("--skip", skip)
         path, sections, record = reproduce(out, chosen, seed, workers, names,
                                            log=lambda s: typer.echo(s, err=True), skip=left_out,
-                                           force=force)
+                                           force=force, yes=yes)
     failed = record["failed"]
     if json_out:
         emit_json({**record, "report": str(path)})

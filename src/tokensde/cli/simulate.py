@@ -12,7 +12,7 @@ from ..analysis.clusters import Outcome, classify_clusters, pair_fractions, uppe
 from ..io.progress import progress_bar
 from ..model.checks import check_tol
 from ..model.params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
-from ._common import check_run, emit_json, user_errors
+from ._common import YES, check_run, emit_json, user_errors
 
 
 def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.ndarray:
@@ -91,9 +91,22 @@ def _outcome_summary(pairs: int, mean: float, merged: float, antipodal: float,
     }
 
 
-def _max_time(time: float | None, max_time: float | None) -> float | None:
+DEFAULT_CHECKPOINTS = 11
+
+
+def _max_time(time: float | None, max_time: float | None, layers: int | None,
+              alpha: float | None, dt: float | None) -> float | None:
+    """The depth time given by --time or --max-time; ParameterError naming the options when
+    both are given, or either with --layers / --alpha."""
     if max_time is not None and time is not None:
         raise ParameterError(f"give --time or --max-time, not both; got {time} and {max_time}")
+    t, name = (time, "--time") if max_time is None else (max_time, "--max-time")
+    if dt is not None:
+        t, name = (t, name) if t is not None else (dt, "--dt")
+    if t is not None and (layers is not None or alpha is not None):
+        given = "--layers" if layers is not None else "--alpha"
+        raise ParameterError(f"give the depth as --layers (with --alpha) or as --time (or "
+                             f"--max-time) with --dt, not both; got {given} and {name} {t}")
     return time if max_time is None else max_time
 
 
@@ -174,6 +187,8 @@ def simulate_cmd(
                                     "(per coordinate, for a unit token; >= 0)."),
     mlp_width: int | None = typer.Option(None, "--mlp-width", help="Hidden units of the MLP "
                                          "block (default 4 d)."),
+    token_noise: float = typer.Option(0.0, "--token-noise", help="Independent noise tau >= 0 of "
+                                      "each token (docs/token-noise.md; default 0: none)."),
     mean: str = typer.Option("none", "--mean", help="Mean value part M: none | identity | FILE.npy"),
     layers: int | None = typer.Option(None, "--layers", help="Number of layers L."),
     alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (with --layers; "
@@ -191,8 +206,9 @@ def simulate_cmd(
     scheme: str = typer.Option("network", "--scheme", help="network (discrete) | sde (limit)."),
     dtype: str = typer.Option("float64", "--dtype", help="float64 | float32."),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N."),
-    checkpoints: int = typer.Option(11, "--checkpoints", help="Evenly spaced records, ends "
-                                     "included (>= 2)."),
+    checkpoints: int | None = typer.Option(None, "--checkpoints", help="Evenly spaced records, "
+                                            "ends included, in [2, layers + 1] (default: 11, "
+                                            "or layers + 1 when fewer)."),
     tol: float = typer.Option(1e-3, "--tol", help="Merged/antipodal tolerance on inner "
                               "products, in [1e-12, 0.5] (float32: >= 1.2e-4)."),
     until: str = typer.Option("horizon", "--until", help="horizon (every run to the end) | "
@@ -203,6 +219,7 @@ def simulate_cmd(
     out: Path | None = typer.Option(None, "--out", help="Save results (.npz) with parameters."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a summary figure (PNG)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --out or --plot file."),
+    yes: bool = YES,
 ) -> None:
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
     from ..io.outputs import guard_output
@@ -211,7 +228,7 @@ def simulate_cmd(
     from ..sim.simulate import GRAM_RECORD_MAX, simulate, simulation_budget
 
     with user_errors():
-        time = _max_time(time, max_time)
+        time = _max_time(time, max_time, layers, alpha, dt)
         if layers is None and alpha is None and time is None and dt is None:
             layers = 1000
         check_tol(tol, "tol", dtype)
@@ -229,12 +246,15 @@ def simulate_cmd(
                           noise=cast(Noise, noise), eps=eps, heads=heads, qk=qk,
                           qk_scale=qk_scale, qk_redraw=qk_redraw, qk_samples=qk_samples,
                           norm=norm, mlp=mlp, mlp_sigma=mlp_sigma, mlp_width=mlp_width,
+                          token_noise=token_noise,
                           mean=_name_or_npy("mean", mean, ("none", "identity")))
         grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
+        if checkpoints is None:
+            checkpoints = min(DEFAULT_CHECKPOINTS, grid.steps + 1)
         x0 = _name_or_npy("init", init, ("uniform", "pair"))
         check_run(simulation_budget(p, grid, runs, sampler, checkpoints, dtype=dtype, init=x0,
                                     until=until, attention_eval=attention_eval), device,
-                  {"layers": "--layers (or --time / --dt)"})
+                  {"layers": "--layers (or --time / --dt)"}, yes=yes)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
             res = simulate(p, grid, runs=runs, init=x0, rho0=rho0, seed=seed, sampler=sampler,
                            scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints,

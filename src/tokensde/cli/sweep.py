@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from tqdm import tqdm
 
-from ._common import emit_json, fail, user_errors
+from ._common import YES, announce, emit_json, fail, user_errors
 
 sweep_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Run TOML parameter sweeps (local process pool or Ray) into a "
@@ -92,10 +92,13 @@ def run_with_bar(start: Any, out: Path, table: str, unit: str, quiet: bool) -> N
 
 def run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "local",
                   address: str | None = None, quiet: bool = False, resume: str | None = None,
-                  on_cell: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                  on_cell: Callable[[dict[str, Any]], None] | None = None, yes: bool = False,
+                  estimate: bool = True) -> dict[str, Any]:
     """`run_sweep` with a progress bar; an interrupt (SIGINT, SIGTERM) stops the cells in
     progress and exits with a one-line message that says how to resume: the command `resume`
-    when given, else "run the same command again". `on_cell(row)` after each finished cell."""
+    when given, else "run the same command again". `on_cell(row)` after each finished cell;
+    `yes`: run cells estimated longer than TOKENSDE_MAX_HOURS; `estimate`: print the time
+    estimate of the cells left on stderr (`announce`)."""
     from ..sweep.engine import run_sweep
     from ..sweep.store import SweepDir
 
@@ -109,7 +112,8 @@ def run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "loca
     with term_as_interrupt() as got:
         try:
             return run_sweep(config, out, workers=workers, backend=backend, address=address,
-                             on_start=bar.start, on_cell=each)
+                             on_start=bar.start, on_cell=each, yes=yes,
+                             on_estimate=announce if estimate else None)
         except KeyboardInterrupt:
             bar.close()
             done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))  # counts may lag a write
@@ -128,11 +132,13 @@ def run_cmd(
     workers: int = typer.Option(1, "--workers", help="Parallel cells (1: in this process)."),
     backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
     address: str = typer.Option(None, "--address", help="Ray cluster address (backend ray)."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar nor time estimate."),
+    yes: bool = YES,
 ) -> None:
     """Run or resume CONFIG into --out; print a JSON summary (exit 1 if some cells failed)."""
     with user_errors():
-        summary = run_resumable(config, out, workers, backend, address, quiet)
+        summary = run_resumable(config, out, workers, backend, address, quiet, yes=yes,
+                                estimate=not quiet)
     emit_json(summary)
     if summary["failed"]:
         raise typer.Exit(1)

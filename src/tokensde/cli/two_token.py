@@ -9,7 +9,7 @@ import typer
 
 from ..io.progress import progress_bar
 from ..model.params import ParameterError
-from ._common import JSON, SEED, check_run, emit_json, user_errors
+from ._common import JSON, SEED, YES, check_run, depth_grid, emit_json, user_errors
 
 two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="Two tokens: exact antipodal probability, phase boundary, "
@@ -153,22 +153,24 @@ def mc_cmd(
                             "then tested every layer; docs/variants.md §5)."),
     mlp_sigma: float = typer.Option(1.0, "--mlp-sigma", help="Output scale of the MLP block."),
     engine: str = ENGINE, out: Path | None = OUT, force: bool = FORCE, quiet: bool = QUIET,
-    json_out: bool = JSON,
+    json_out: bool = JSON, yes: bool = YES,
 ) -> None:
     """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti
     (with an MLP block: against the exact first-passage probability at --tol)."""
     from ..analysis import pair_monte_carlo as mc
-    from ..model.params import TimeGrid
+    from ..model.checks import check_int
+    from ..model.params import MAX_SIZE
     from ..theory import two_tokens as tt
     from ..theory.coefficients import pair_model
     from ..theory.first_passage import hitting_probability
 
     with user_errors():
         _check_out(out, force)
-        dt = tt.default_dt(d) if dt is None else dt
-        grid = TimeGrid.make(T=time, dt=dt, exact=True)
+        dt = tt.default_dt(check_int("d", d, 2, MAX_SIZE)) if dt is None else dt
+        grid = depth_grid(time, dt)
         check_run(mc.pair_budget(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
-                                 tt.check_rho0(rho0), grid, runs, engine, sampler, until))
+                                 tt.check_rho0(rho0), grid, runs, engine, sampler, until),
+                  yes=yes)
         result = _run(mc.monte_carlo, grid.steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
                       sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until,
@@ -242,13 +244,12 @@ def hybrid_cmd(
     dt: float = typer.Option(0.01, "--dt", help="Layer step dt = alpha^2."),
     seed: int = SEED, tol: float = _tol(1e-6),
     engine: str = ENGINE, out: Path | None = OUT, force: bool = FORCE, quiet: bool = QUIET,
-    json_out: bool = JSON,
+    json_out: bool = JSON, yes: bool = YES,
 ) -> None:
     """Hybrid model of §6 (USA, M = I, scalar noise): threshold eps^2 = 2 e^-beta; MC with --eps."""
     import math
 
     from ..analysis import pair_monte_carlo as mc
-    from ..model.params import TimeGrid
     from ..theory import two_tokens as tt
 
     with user_errors():
@@ -256,9 +257,9 @@ def hybrid_cmd(
         eps2_c = tt.hybrid_eps2_c(beta)
         result: dict[str, Any] = {"beta": beta, "eps2_c": eps2_c, "eps_c": math.sqrt(eps2_c)}
         if eps is not None:
-            grid = TimeGrid.make(T=time, dt=dt, exact=True)
+            grid = depth_grid(time, dt)
             check_run(mc.pair_budget(mc.hybrid_params(beta, eps, d), tt.check_rho0(rho0), grid,
-                                     runs, engine, until="horizon"))
+                                     runs, engine, until="horizon"), yes=yes)
             steps = grid.steps
             lam_m, lam_p = tt.hybrid_lyapunov(beta, eps)
             result.update(eps=eps, lyapunov_antipodal=lam_m, lyapunov_merged=lam_p,

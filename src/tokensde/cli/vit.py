@@ -107,14 +107,16 @@ def geometry_cmd(
     tol: Annotated[float, typer.Option(help="'Near +-1' means within tol.")] = 0.05,
     out: Out = Path("vit-geometry"),
     json_out: Json = False,
+    force: Annotated[bool, typer.Option(help="Replace the results in an existing --out.")] = False,
 ) -> None:
     """Token cosine similarity across depth at initialisation, per arm, on real test images."""
+    from ..io.outputs import guard_output
     from ..plots.vit import plot_geometry
     from ..vit import parse_arms
     from ..vit.geometry import geometry_study
 
     with user_errors():
-        check_output(out, "--out", directory=True)
+        guard_output(out, "--out", directory=True, force=force)
         result = geometry_study(parse_arms(arms), dataset, data_dir, images, seeds, patch,
                                 {"dim": dim, "depth": depth, "heads": heads,
                                  "mlp_ratio": mlp_ratio, "norm": norm,
@@ -257,13 +259,15 @@ def export_data_cmd(
     train: Annotated[int, typer.Option(help="First N training images (training and "
                                             "validation splits come from these).")] = 7000,
     test: Annotated[int, typer.Option(help="First N test images.")] = 2000,
+    force: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False,
 ) -> None:
     """Write the first N training and test images of a data set into one compressed .npz file,
     which --data-dir accepts on a machine without the data set."""
+    from ..io.outputs import guard_output
     from ..vit.data import export_npz
 
     with user_errors():
-        check_output(out, "--out")
+        guard_output(out, "--out", force=force, suffixes=(".npz",))
         info = export_npz(dataset, out, train, test, data_dir)
     typer.echo(f"wrote {info['path']}: {dataset}, {train} training + {test} test images, "
                f"{info['bytes'] / 2**20:.1f} MiB")

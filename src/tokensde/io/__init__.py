@@ -1,4 +1,4 @@
-"""Files: results on disk, the HTML report, progress bars.
+"""Files: results on disk, the HTML report, progress bars, the cached time model.
 
 Loaded on first use. Names not in `__all__` are internal.
 """
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .calibration import time_model
     from .progress import progress_bar
     from .report import Image, Section, Table, write_report
     from .store import (
@@ -36,6 +37,7 @@ __all__ = [
     "progress_bar",
     "read_parquet",
     "save_result",
+    "time_model",
     "write_json",
     "write_parquet",
     "write_report",

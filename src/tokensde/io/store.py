@@ -24,6 +24,7 @@ from ..sim.result import SimResult
 
 SCHEMA = 1
 KIND_SIM = "tokensde.simulation"
+OBSERVED = "observed/"  # prefix of the observers' arrays in a results file
 
 
 class StoreError(ValueError):
@@ -179,7 +180,8 @@ def header(kind: str, **fields: Any) -> dict[str, Any]:
 
 
 def save_result(result: SimResult, path: str | os.PathLike) -> Path:
-    """Write a `SimResult` to `path` (.npz): arrays plus JSON metadata.
+    """Write a `SimResult` to `path` (.npz): arrays (the observers' outputs included) plus JSON
+    metadata.
 
     Args:
         result: What `simulate` returned.
@@ -195,6 +197,8 @@ def save_result(result: SimResult, path: str | os.PathLike) -> Path:
         arrays["gram"] = np.asarray(result.gram)
     if result.tokens is not None:
         arrays["tokens"] = np.asarray(result.tokens)
+    for name, a in result.observed.items():  # the observers' outputs (simulate(observe=...))
+        arrays[OBSERVED + name] = np.asarray(a)
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
@@ -286,6 +290,10 @@ def check_arrays(meta: dict[str, Any], data: dict[str, np.ndarray], where: str) 
     g = data.get("gram")
     if g is not None and not np.isfinite(g).all():
         raise bad(f"array 'gram' holds {int((~np.isfinite(g)).sum())} nan or infinite entries")
+    for name, a in data.items():
+        if name.startswith(OBSERVED) and tuple(a.shape[:2]) != (runs, k):
+            raise bad(f"array {name!r} has shape {tuple(a.shape)}, but the header says "
+                      f"({runs}, {k}, ...) (runs, checkpoints)")
 
 
 def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
@@ -298,6 +306,7 @@ def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
         init=meta["init"], checkpoints=data["checkpoints"], x=data["x"], gram=data.get("gram"),
         tokens=data.get("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
         extra={k: v for k, v in meta.items() if k not in known},
+        observed={k.removeprefix(OBSERVED): v for k, v in data.items() if k.startswith(OBSERVED)},
     )
 
 

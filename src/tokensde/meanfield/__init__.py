@@ -11,7 +11,9 @@ many-token limit. The modules, by concept:
 - `absorption`: the laws over noise paths at absorption (`absorption_table`);
 - `convergence`: errors of K nodes and of n particles against the limit
   (`node_convergence`, `particle_convergence`);
-- `kind`: the sweep kind `meanfield`.
+- `merge`: node merging by connected components (`merge_nodes`);
+- `kind`: the sweep kind `meanfield`, and `meanfield table` as a sweep of it (`table_config`,
+  `table_frame`).
 
 Names load on first use, so importing the package does not import torch. Names not in `__all__`
 are internal.
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
     from .absorption import absorption_table
     from .convergence import node_convergence, particle_convergence
     from .flow import FlowResult, System, run_coupled
+    from .kind import table_config, table_frame
+    from .merge import merge_nodes
     from .quadrature import sphere_rule
     from .statistics import minority_mass
 
@@ -34,11 +38,14 @@ __all__ = [
     "FlowResult",
     "System",
     "absorption_table",
+    "merge_nodes",
     "minority_mass",
     "node_convergence",
     "particle_convergence",
     "run_coupled",
     "sphere_rule",
+    "table_config",
+    "table_frame",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, __file__)

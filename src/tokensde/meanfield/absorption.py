@@ -26,7 +26,9 @@ from ..analysis.stats import Estimate, censored_quantiles, estimate_with_undecid
 from ..io.store import check_output, header, write_parquet
 from ..model.checks import ParameterError, check_choice, check_int, check_real
 from ..model.params import ModelParams, TimeGrid
-from ..sim.budget import Budget
+from ..sim.budget import EXPANSION_UNITS, RUN_UNITS, SCORE_UNITS, Budget
+from ..sim.decide import DENSE_MAX
+from ..sim.expansion import auto_uses_expansion, basis_size, truncation_order, unit_roundoff
 from ..sim.rng import derive_seed
 from .flow import MERGE_TOL, FlowResult, run_coupled
 from .quadrature import Component, density_weights, quasi_uniform, sample_initial, sphere_rule
@@ -180,23 +182,51 @@ def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
                  dt: float = 0.02, with_limit: bool = True) -> Budget:
     """Memory and work of `run_table` before it runs. Per cell (d, beta, start) and run: the
     value matrix d x d and, per system of k nodes (K for the limit, each n), 4 k d token-sized
-    numbers and the k x k scores (float64), plus ROW_BYTES per run and system of the table kept;
-    work `layers x runs x sum_k (k^2 d + k d^2)` per cell, an upper bound (runs stop once
-    decided)."""
+    numbers and what its attention holds (`system_cost`: k x k scores, or the O(k) moments of
+    the expansion where `attention_eval='auto'` takes it, plus the inner products of node
+    merging where it forms them), float64, plus ROW_BYTES per run and
+    system of the table kept; work `layers x runs x` the attention's per layer, an upper bound
+    (runs stop once decided)."""
     runs = check_int("runs", runs, 1)
     sizes = [*([check_int("K", K, 2)] if with_limit else []), *(check_int("n", n, 2) for n in ns)]
     cells = len(ds) * len(betas) * len(starts)
     steps = TimeGrid.make(T=T, dt=dt).steps
-    d_max = max(check_int("d", d, 2) for d in ds)
-    per_run = 8 * (d_max * d_max + sum(4 * k * d_max + k * k for k in sizes)) \
+    dims = [check_int("d", d, 2) for d in ds]
+    costs = [system_cost(k, d, check_real("beta", b, 0.0)) for k in sizes for d in dims
+             for b in betas]
+    d_max = max(dims)
+    per_run = 8 * (d_max * d_max + max(sum(system_cost(k, d, b)[0] for k in sizes)
+                                       for d in dims for b in betas)) \
         + ROW_BYTES * len(sizes) * cells
-    work = sum(float(steps) * runs * (k * k * d + k * d * d) for k in sizes for d in ds) \
-        * len(betas) * len(starts)
+    work = float(steps) * runs * sum(c[1] for c in costs) * len(starts)
     return Budget("this table", per_run * runs, per_run, runs, work,
                   f"{cells} cells (d, beta, start) of {runs} runs, "
                   + (f"the limit at K = {K}, " if with_limit else "")
                   + f"n = {', '.join(map(str, ns)) or 'none'}, {steps} layers at most",
-                  ("runs", "K", "n", "d"), bounded=False, longer=("runs", "K", "n", "time"))
+                  ("runs", "K", "n", "d"), bounded=False, longer=("runs", "K", "n", "time"),
+                  steps=float(steps) * cells * len(sizes))  # a layer step per system and cell
+
+
+def system_cost(k: int, d: int, beta: float) -> tuple[int, float]:
+    """Numbers held per run, and work per layer and run, of a system of `k` nodes in `R^d`: its
+    tokens (4 k d), then dense attention's `k x k` scores and `k^2 d` work, or, where
+    `attention_eval='auto'` takes the expansion of R basis functions, `(1 + d)(2 k + R)`
+    numbers and `8 k R (1 + d)` work (`sim.budget.estimate_work`'s units: the softmax adds 25 per
+    score); node merging forms `k x k` inner products up to
+    `DENSE_MAX` nodes and above 3 dimensions (`merge.group_leads`)."""
+    p = ModelParams(n=k, d=d, beta=beta)
+    held, work = 4 * k * d, float(k * d * d + RUN_UNITS)
+    if auto_uses_expansion(p, torch.float64):
+        r = basis_size(d, truncation_order(beta, d, unit_roundoff(torch.float64)))
+        held += (1 + d) * (2 * k + r)
+        work += float(EXPANSION_UNITS * k * r * (1 + d))
+    else:
+        held += k * k
+        work += float(k * k * (d + SCORE_UNITS))
+    if d > 3 or (d == 3 and k <= DENSE_MAX):  # merging's inner products (`merge.group_leads`)
+        held += k * k
+        work += float(k * k * d)
+    return held, work
 
 
 def system_line(row: dict[str, Any]) -> str:

@@ -17,7 +17,6 @@ their weighted mean), so a measure that concentrates into atoms costs what its a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -28,11 +27,12 @@ from ..analysis.clusters import is_antipodal, is_merged
 from ..model.checks import ParameterError, check_int, check_real
 from ..model.noise import apply_matrices
 from ..model.params import ModelParams, TimeGrid
-from ..sim.decide import DENSE_MAX, angle_of_gap, decided_tokens
+from ..sim.decide import DENSE_MAX, geometric_decided
 from ..sim.expansion import choose_evaluator
 from ..sim.layers import attention_output, network_step, normalize
 from ..sim.rng import RUN_BLOCK, RunStreams
 from ..sim.sde import sde_step
+from .merge import merge_nodes
 
 STEPS = {"network": network_step, "sde": sde_step}
 MERGE_TOL = 1e-10  # default merge threshold on 1 - <x_i, x_j> (angle about 1.4e-5)
@@ -73,83 +73,22 @@ def check_flow_params(p: ModelParams) -> ModelParams:
            (p.norm != "post", f"norm='post' (got {p.norm!r})"),
            (p.heads != 1, f"heads = 1 (got {p.heads})"),
            (p.qk_law.random, f"qk='identity' (got {p.qk!r})"),
-           (p.mlp_block.active, f"mlp='none' (got {p.mlp!r})")]
+           (p.mlp_block.active, f"mlp='none' (got {p.mlp!r})"),
+           (p.token_noise > 0, f"token_noise = 0 (got {p.token_noise:g})")]
     why = [msg for b, msg in bad if b]
     if why:
         raise ParameterError("the mean-field flow needs " + ", ".join(why))
     return p
 
 
-def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merge nodes with `1 - <x_i, x_j> < tol` (transitively): weights summed, positions their
-    normalised weighted mean; the node axis is then cut to the largest live count of the batch
-    (live nodes first, heaviest first; the rest carry weight 0). `(runs, K, d), (runs, K)` in.
-    On the circle with more than DENSE_MAX nodes the groups come from the sorted angles
-    (`_circle_leads`, O(K log K)), else from the `K x K` inner products."""
-    K = x.shape[-2]
-    lead = _circle_leads(x, w, tol) if x.shape[-1] == 2 and K > DENSE_MAX else _dense_leads(
-        x, w, tol)
-    wn = torch.zeros_like(w).scatter_add_(-1, lead, w)
-    xs = torch.zeros_like(x).scatter_add_(-2, lead.unsqueeze(-1).expand_as(x), w.unsqueeze(-1) * x)
-    keep = wn > 0
-    xn = torch.where(keep.unsqueeze(-1), normalize(torch.where(keep.unsqueeze(-1), xs, x)), x)
-    order = torch.argsort(wn, dim=-1, descending=True, stable=True)
-    top = max(1, int(keep.sum(-1).max()))
-    order = order[..., :top]
-    return xn.gather(-2, order.unsqueeze(-1).expand(*order.shape, x.shape[-1])), wn.gather(-1, order)
-
-
-def _dense_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
-    """`(runs, K)`: the smallest index of each live node's group (nodes joined transitively
-    when `1 - <x_i, x_j> < tol`), from the `K x K` inner products; a dead node leads itself."""
-    K = x.shape[-2]
-    live = w > 0
-    close = is_merged(x @ x.transpose(-1, -2), tol) & live.unsqueeze(-1) & live.unsqueeze(-2)
-    idx = torch.arange(K, device=x.device)
-    close |= torch.eye(K, dtype=torch.bool, device=x.device)
-    lead = torch.where(close, idx, K).amin(-1)  # smallest close index, <= own index
-    for _ in range(max(1, math.ceil(math.log2(K + 1)))):
-        nxt = lead.gather(-1, lead)
-        if bool((nxt == lead).all()):
-            break
-        lead = nxt
-    return lead
-
-
-def _circle_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
-    """`_dense_leads` for circle nodes `(runs, K, 2)` in O(K log K): `1 - <x_i, x_j> < tol` iff
-    the angles are closer than `A = arccos(1 - tol)`, so the groups are the chains of sorted live
-    angles split at the gaps of at least `A` (the last chain joins the first when the gap across
-    the cut of the circle is below `A`)."""
-    runs, K = w.shape
-    live = w > 0
-    theta = torch.atan2(x[..., 1], x[..., 0]).double()
-    srt, perm = torch.where(live, theta, math.inf).sort(-1)  # live angles first, ascending
-    count = live.sum(-1, keepdim=True)
-    pos = torch.arange(K, device=x.device).expand(runs, K)
-    a = angle_of_gap(tol)
-    nxt = torch.cat([srt[:, 1:], srt[:, :1]], -1)
-    cut = (nxt - srt >= a) & (pos < count - 1)  # a gap after sorted position i (i < L - 1)
-    chain = torch.cat([torch.zeros_like(cut[:, :1]), cut[:, :-1]], -1).long().cumsum(-1)
-    last = chain.gather(-1, count - 1)
-    wrap = srt.gather(-1, torch.zeros_like(count)) + 2 * math.pi - srt.gather(-1, count - 1)
-    chain = torch.where((chain == last) & (wrap < a), 0, chain)  # the last chain meets the first
-    chain = torch.where(pos < count, chain, K + pos)  # dead nodes: groups of their own
-    node = torch.empty_like(chain).scatter_(-1, perm, chain)  # each node's group
-    lead = torch.full((runs, 2 * K), K, dtype=torch.long, device=x.device)
-    lead.scatter_reduce_(-1, node, pos, "amin")
-    return lead.gather(-1, node)
-
-
 def decided(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
-    """`(runs,)`: every pair of live nodes (weight > 0) has `1 - |<x_i, x_j>| < tol` (above
-    DENSE_MAX nodes without the `K x K` inner products: `sim.decide.decided_tokens`, each dead
-    node replaced by a copy of the first live one)."""
-    if x.shape[-2] > DENSE_MAX:
+    """`(runs,)`: every pair of live nodes (weight > 0) has `1 - |<x_i, x_j>| < tol`; on the
+    circle at every K, and above DENSE_MAX nodes elsewhere, without the `K x K` inner products
+    (`sim.decide.geometric_decided`, each dead node replaced by a copy of the first live one)."""
+    if x.shape[0] and (x.shape[-1] == 2 or x.shape[-2] > DENSE_MAX):
         live = w > 0
         first = live.to(torch.int8).argmax(-1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
-        return decided_tokens(torch.where(live.unsqueeze(-1), x, x.gather(-2, first)), tol)
+        return geometric_decided(torch.where(live.unsqueeze(-1), x, x.gather(-2, first)), tol)
     g = x @ x.transpose(-1, -2)
     live = w > 0
     ok = is_merged(g, tol) | is_antipodal(g, tol) | ~(live.unsqueeze(-1) & live.unsqueeze(-2))

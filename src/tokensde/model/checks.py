@@ -22,10 +22,14 @@ def require(ok: bool | np.bool_, name: str, allowed: str, value: Any) -> None:
         raise ParameterError(f"{name} must be {allowed}; got {value!r}")
 
 
-def check_int(name: str, value: Any, minimum: int) -> int:
-    """Return `value` as an int >= minimum, or raise ParameterError naming `name`."""
-    ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum
-    require(ok, name, f"an integer >= {minimum}", value)
+def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """Return `value` as an int in [minimum, maximum] (no upper end when None), or raise
+    ParameterError naming `name`."""
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum \
+        and (maximum is None or value <= maximum)
+    want = f"an integer >= {minimum}" if maximum is None else \
+        f"an integer from {minimum} to {maximum}"
+    require(ok, name, want, value)
     return int(value)
 
 

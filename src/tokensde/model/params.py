@@ -109,6 +109,10 @@ class ModelParams:
     hidden bias of the MLP block: each hidden pre-activation `<w_k, u_i>` (standard normal for a
     unit token) gains `mlp_bias c_k`, `c_k` standard normal, one per unit, layer and run. Both 0
     by default (no biases, every earlier run's numbers).
+    `token_noise` the strength `tau >= 0` of each token's own noise (docs/token-noise.md): the
+    network adds `tau sqrt(dt) g_i` to the residual of token `i`, `g_i` standard normal in R^d,
+    independent over tokens, layers and runs; the SDE adds `tau P_x dB_i` and its Ito drift
+    `-(d-1)/2 tau^2 x dt`. 0 by default (nothing drawn, every earlier run's numbers).
 
     Two parameter sets are equal when every field is (arrays `Q`, `K`, `mean` elementwise), so
     `p == p.with_()`; the hash follows the same values, so a `ModelParams` can key a dict.
@@ -137,6 +141,7 @@ class ModelParams:
     mlp_width: int | None = None
     bias_sigma: float = 0.0
     mlp_bias: float = 0.0
+    token_noise: float = 0.0
     _M: np.ndarray | None = field(init=False, repr=False)
     _noise_law: NoiseLaw = field(init=False, repr=False)
     _attention_kind: AttentionKind = field(init=False, repr=False)
@@ -145,8 +150,8 @@ class ModelParams:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "n", check_int("n", self.n, 1))
-        set_(self, "d", check_int("d", self.d, 2))
+        set_(self, "n", check_int("n", self.n, 1, MAX_SIZE))
+        set_(self, "d", check_int("d", self.d, 2, MAX_SIZE))
         set_(self, "beta", check_real("beta", self.beta, 0.0))
         kind = ATTENTION_KINDS.get(self.attention)
         set_(self, "attention", kind.name)
@@ -159,7 +164,7 @@ class ModelParams:
         set_(self, "eps", law.eps)
         set_(self, "_noise_law", law)
         set_(self, "_attention_kind", kind(self.beta))
-        set_(self, "heads", check_int("heads", self.heads, 1))
+        set_(self, "heads", check_int("heads", self.heads, 1, MAX_SIZE))
         set_(self, "Q", _matrix("Q", self.Q, self.d, self.heads))
         set_(self, "K", _matrix("K", self.K, self.d, self.heads))
         qk = QK_LAWS.get(self.qk)(self.d, self.qk_scale, self.qk_redraw, self.qk_samples)
@@ -171,6 +176,7 @@ class ModelParams:
             set_(self, name, value)
         set_(self, "norm", check_choice("norm", self.norm, NORMS))
         set_(self, "_M", self._mean_matrix())
+        set_(self, "token_noise", check_real("token_noise", self.token_noise, 0.0))
         self._check_mlp()
         _require(self.norm != "peri" or self.has_mean or law.scale > 0, "norm",
                  "'post' or 'pre' when the branch output is zero (sigma = 0 and mean='none': "
@@ -277,8 +283,9 @@ class ModelParams:
         either one `Q^T K = c I` shared by every head or drawn afresh every layer from a
         rotation-invariant law (qk_redraw='layer'); any norm placement (pre/peri: the Gram matrix
         of the residual stream, radii included) and any MLP block; and no biases (`has_bias`:
-        their law is rotation invariant too, but the Gram sampler does not carry them)."""
-        if self.has_bias:
+        their law is rotation invariant too, but the Gram sampler does not carry them), nor independent
+        token noise (`token_noise`: the same)."""
+        if self.has_bias or self.token_noise > 0:
             return False
         law = self._qk_law
         if law.random:
@@ -359,12 +366,16 @@ class ModelParams:
 
 
 _VARIANTS = ("heads", "qk", "qk_scale", "qk_redraw", "qk_samples", "norm", "mlp", "mlp_sigma",
-             "mlp_width", "bias_sigma", "mlp_bias")  # in to_dict when not default
+             "mlp_width", "bias_sigma", "mlp_bias", "token_noise")  # in to_dict when not default
 
 
 def _is_scaled_identity(a: np.ndarray, tol: float = 1e-12) -> bool:
     c = float(np.trace(a)) / a.shape[0]
     return bool(np.max(np.abs(a - c * np.eye(a.shape[0]))) <= tol * max(1.0, abs(c)))
+
+
+MAX_SIZE = 2**31 - 1  # the most tokens, dimensions or heads: torch indexes within int32 there
+MAX_LAYERS = 2**53  # the most layers a grid holds: beyond, T = steps * dt loses whole layers
 
 
 @dataclass(frozen=True)
@@ -401,7 +412,7 @@ class TimeGrid:
         if layers is not None:
             _require(T is None and dt is None, "time", "given as (layers, alpha) or (T, dt), not both",
                      {"layers": layers, "T": T, "dt": dt})
-            L = check_int("layers", layers, 1)
+            L = check_int("layers", layers, 1, MAX_LAYERS)
             a = 1.0 / math.sqrt(L) if alpha is None else check_real("alpha", alpha, 0.0, True)
             return cls(L, a * a)
         _require(alpha is None, "alpha", "given together with layers", alpha)
@@ -412,6 +423,8 @@ class TimeGrid:
         h = check_real("dt", dt, 0.0, True)
         _require(h <= t, "dt", f"<= T = {t:g}", h)
         r = t / h
+        _require(r <= MAX_LAYERS, "T", f"at most {MAX_LAYERS} layer steps dt = {h:g} "
+                 f"(T <= {MAX_LAYERS * h:g})", t)
         if exact and abs(r - round(r)) > 1e-9:
             k = max(1, math.floor(r))
             raise ParameterError(f"T must be a whole number of layer steps dt; got T = {t:g}, "

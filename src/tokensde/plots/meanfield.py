@@ -14,13 +14,16 @@ from .style import new_figure, save, styled
 
 
 def plot_meanfield(table: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Mean minority mass (95 % t interval) and P(bipolar) against n; the limit (n = 0 in the
-    table) at the right edge, past the largest n, marked 'inf'."""
+    """Mean minority mass at absorption (95 % t interval, over the decided runs) against n, and
+    below it the fraction of runs still undecided at the horizon; the limit (n = 0 in the table)
+    at the right edge, past the largest n, marked 'inf'."""
     panels = sorted({(int(d), str(s)) for d, s in zip(table["d"], table["start"], strict=True)})
     with styled():
-        fig = new_figure(4.2 * len(panels), 3.8)
-        axes = fig.subplots(1, len(panels), squeeze=False)[0]
-        for ax, (d, start) in zip(axes, panels, strict=True):
+        fig = new_figure(4.2 * len(panels), 5.6)
+        axes = fig.subplots(2, len(panels), squeeze=False, sharex="col",
+                            gridspec_kw={"height_ratios": [2.2, 1]})
+        for col, (d, start) in enumerate(panels):
+            ax, low = axes[0, col], axes[1, col]
             sub = table[(table["d"] == d) & (table["start"] == start)]
             finite = sorted(int(n) for n in sub["n"].unique() if n > 0)
             x_inf = finite[-1] * 4.0 if finite else 1.0
@@ -31,17 +34,22 @@ def plot_meanfield(table: pd.DataFrame, path: str | os.PathLike) -> Path:
                                    yerr=[fin["minority_mean"] - fin["minority_lo"],
                                          fin["minority_hi"] - fin["minority_mean"]],
                                    marker="o", ms=4, capsize=2, label=f"beta = {beta:g}")
+                colour = line[0].get_color()
                 lim = g[g["n"] == 0]
                 ax.plot(lim["x"], lim["minority_mean"], marker="*", ms=11, ls="none",
-                        color=line[0].get_color())
-            ax.set_xscale("log")
+                        color=colour)
+                low.plot(g["x"], 1.0 - g["p_decided"], marker="o", ms=4, color=colour)
             ticks = [*finite, x_inf]
-            ax.set_xticks(ticks, [*map(str, finite), "inf"])
-            ax.minorticks_off()
+            for a in (ax, low):
+                a.set_xscale("log")
+                a.set_xticks(ticks, [*map(str, finite), "inf"])
+                a.minorticks_off()
             ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
             ax.set_ylim(0.0, 0.52)
-            ax.set_xlabel("tokens n (star: the limit)")
             ax.set_ylabel("minority mass at absorption")
             ax.set_title(f"d = {d}, {start} start")
             ax.legend(fontsize=8, loc="lower right")
+            low.set_ylim(-0.02, 1.02)
+            low.set_ylabel("undecided at horizon")
+            low.set_xlabel("tokens n (star: the limit)")
         return save(fig, path)

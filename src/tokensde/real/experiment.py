@@ -144,24 +144,36 @@ def measure_real(spec: RealSpec, inits: int, inputs: int, seed: int, tol: float 
     return {k: np.stack(v) for k, v in per.items()}, torch.cat(x0), net
 
 
+QK_DRAW_UNITS = 400  # work units (`sim.budget.estimate_work`) per number of the prediction's
+# random query/key forms: drawing them is most of its time (measured, torch-encoder width 256)
+INIT_STEPS = 1000  # layer steps (`sim.budget.TimeModel.c0`) of building and measuring one init
+
+
 def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int = SDE_STEPS,
                 sde_runs: int = 32) -> Budget:
     """Memory and work of `run_real` before it runs. Memory: one model's float32 weights
     (`layers (4 + 2 mlp_ratio) width^2 + vocabulary width`) and one init's hidden states at every
     layer, plus per init its inputs' float64 tokens `n x width` and Gram matrices `(layers + 1) x
     n x n`; work (`budget.estimate_work`): the forward passes, `inits x inputs x layers x n x
-    width x (n + (4 + 2 mlp_ratio) width)`, the network's prediction and the depth limit's."""
+    width x (n + (4 + 2 mlp_ratio) width)`, the network's prediction (with QK_DRAW_UNITS per
+    number of its random query/key forms, `heads x width^2` a run and layer) and the depth
+    limit's; layer steps: `inits x (layers + INIT_STEPS)` forward blocks (the inputs of an init
+    together) and the building of a model, the prediction's `layers` and the limit's
+    `sde_steps`."""
     inits, inputs = check_int("inits", inits, 2), check_int("inputs", inputs, 1)
     n, w, L, m = spec.tokens, spec.width, spec.layers, 4 + 2 * spec.mlp_ratio
     fixed = 4 * (L * m * w * w + spec.vocabulary * w + inputs * (L + 1) * n * w)
     per_init = 8 * inputs * (n * w + (L + 1) * n * n)
     runs = inits * inputs
-    work = (float(runs) * L * n * w * (n + m * w) + estimate_work(runs, L, n, w)
+    work = (float(runs) * L * n * w * (n + m * w) + estimate_work(runs, L, n, w, spec.heads)
+            + QK_DRAW_UNITS * runs * L * spec.heads * w * w * spec.qk
             + estimate_work(min(sde_runs, runs), check_int("sde_steps", sde_steps, 1), n, w))
     return Budget(f"this {spec.arch} run", fixed + per_init * inits, per_init, inits, work,
                   f"{inits} inits x {inputs} inputs, {L} layers, width {w}, {n} tokens, "
-                  f"vocabulary {spec.vocabulary}", ("inits", "inputs", "layers", "width", "ctx"),
-                  longer=("inits", "inputs", "layers", "width", "ctx"))
+                  f"vocabulary {spec.vocabulary}",
+                  ("inits", "inputs", "layers", "width", "ctx", "vocab", "sde_runs"),
+                  longer=("inits", "inputs", "layers", "width", "ctx", "sde_steps", "sde_runs"),
+                  steps=float(inits * (L + INIT_STEPS) + L + sde_steps))
 
 
 def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, tol: float = TOL,

@@ -22,10 +22,12 @@ import torch
 from torch import nn
 
 from ..model.checks import ParameterError, check_choice, check_int, check_real, require
+from ..model.params import MAX_SIZE
 
 ARCHS: tuple[str, ...] = ("gpt2", "bert", "vit", "torch-encoder")
 INSTALL_HINT = 'the real-network models need HuggingFace transformers: pip install "tokensde[real]"'
 IMAGE_SIDE = 28  # Fashion-MNIST
+MAX_VALUE_SCALE = 1e3  # value_scale above: the value path's entries overflow LayerNorm's float32
 
 
 class MissingExtraError(ImportError):
@@ -100,11 +102,13 @@ class RealSpec:
                 self.heads)
         check_int("ctx", self.ctx, 2)
         if self.vocab is not None:
-            check_int("vocab", self.vocab, 2)
+            check_int("vocab", self.vocab, 2, MAX_SIZE)
         check_int("mlp_ratio", self.mlp_ratio, 1)
         check_int("patch", self.patch, 1)
         require(IMAGE_SIDE % self.patch == 0, "patch", f"a divisor of {IMAGE_SIDE}", self.patch)
         check_real("value_scale", self.value_scale, 0.0, strict=True)
+        require(self.value_scale <= MAX_VALUE_SCALE, "value_scale",
+                f"a finite number in (0, {MAX_VALUE_SCALE:g}]", self.value_scale)
         require(self.residual_scaling or self.arch == "gpt2", "residual_scaling",
                 "True except for gpt2 (only GPT-2 scales its residual projections)",
                 self.residual_scaling)

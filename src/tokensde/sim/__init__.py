@@ -1,12 +1,14 @@
 """How it is simulated: the driver, the layers, the SDE schemes, the exact samplers.
 
 `simulate` runs many independent networks (or their SDE limit) and returns a `SimResult` of numpy
-arrays; `InitialState`, `StoppingRule` and `Recording` group its options. Names not in `__all__`
+arrays; `InitialState`, `StoppingRule` and `Recording` group its options, and an `Observer` is a
+statistic it keeps at every checkpoint (`simulate(observe=...)`). Names not in `__all__`
 (the layers, samplers, the Gram-space sampler, the loop) are internal.
 """
 
 from __future__ import annotations
 
+from .observe import Observer
 from .result import SimResult
 from .rng import RunStreams, derive_seed
 from .samplers import choose_sampler
@@ -15,6 +17,7 @@ from .simulate import InitialState, Recording, StoppingRule, simulate
 
 __all__ = [
     "InitialState",
+    "Observer",
     "Recording",
     "RunStreams",
     "SimResult",

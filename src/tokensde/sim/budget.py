@@ -2,13 +2,16 @@
 
 `estimate_memory` counts the bytes of the arrays a run holds (`runs x n x width` tokens, `runs x
 checkpoints x n x n` Gram matrices kept, and one block of layer workspace); `estimate_work` its
-arithmetic in flop-ish units, `runs x layers x heads x n x width x (n + width)` (the scores and the
-noise applied, per token and layer). `check_budget` refuses, naming the parameters that drive the
-size and how many runs would fit, a run whose memory exceeds what is available, and one whose work
-needs more than `TOKENSDE_MAX_HOURS` (default 24) even at a fast rate; it warns from 6 minutes at
-that rate (about an hour or more at a typical one).
-`available_memory` reads `TOKENSDE_MEMORY`, else /proc/meminfo's MemAvailable and a cgroup v2
-limit.
+arithmetic in work units per run and layer (`heads x n x (width (n + width) + SCORE_UNITS n)`,
+the scores, their softmax and the noise applied, plus RUN_UNITS of bookkeeping). The time is a
+central estimate, `seconds = c0 x steps + c1 x work` (`TimeModel`): `steps` layer steps run one
+after another, each with a fixed cost c0 whatever its size, and c1 seconds per work unit. The
+coefficients are fitted (`fit_time_model`) to a few tiny timed runs on this machine
+(`tokensde.io.calibration`), else DEFAULT_TIME_MODEL. `check_budget` refuses, naming the
+parameters that drive the size and how many runs would fit, a run whose memory exceeds what is
+available, and one whose estimate exceeds `TOKENSDE_MAX_HOURS` (default 24) unless told `yes`;
+it warns from WARN_HOURS. `available_memory` reads `TOKENSDE_MEMORY`, else /proc/meminfo's
+MemAvailable and a cgroup v2 limit.
 """
 
 from __future__ import annotations
@@ -24,38 +27,58 @@ from typing import NamedTuple
 from ..model.params import ParameterError
 
 __all__ = [
+    "ANNOUNCE_S",
     "CPU_RATE",
     "CUDA_RATE",
+    "CUDA_TIME_MODEL",
+    "DEFAULT_TIME_MODEL",
+    "EXPANSION_UNITS",
     "GIB",
     "MAX_HOURS",
     "MAX_HOURS_ENV",
     "MEMORY_ENV",
+    "RUN_UNITS",
+    "SAMPLER_STEPS",
+    "SCORE_UNITS",
     "WARN_HOURS",
     "Budget",
     "BudgetError",
     "BudgetWarning",
     "Memory",
+    "TimeModel",
     "available_memory",
     "cgroup_room",
     "check_budget",
     "cpu_rate",
+    "estimate_line",
     "estimate_memory",
     "estimate_work",
+    "fit_time_model",
+    "format_seconds",
     "max_hours",
     "meminfo_available",
     "parse_bytes",
 ]
 
 GIB = 2**30
-# flop-ish units (estimate_work) per second, at the fast end so that a time estimate is a lower
-# bound and a refusal never comes from a slow guess: one CPU core did 1e8 (n = 8, d = 3) to 2e9
-# (n = d = 64, sampler full) in float64 on the project's machine (docs/reporting.md), and is
-# taken as 1e10; a CUDA device as 1e13.
+# units per second of the plain n w (n + w) count at the fast end (one CPU core did 1e8 at n = 8,
+# d = 3 to 2e9 at n = d = 64, sampler full): for callers that give `check_budget` a rate instead
+# of a TimeModel, a bound that ignores the fixed cost per layer
 CPU_RATE = 1e10  # per core
 CUDA_RATE = 1e13
-MAX_HOURS = 24.0  # default of TOKENSDE_MAX_HOURS: a bounded run needing more is refused
-WARN_HOURS = 0.1  # a run needing at least this long at the fast rate (an hour or more at a
-# typical one) is announced
+# the work units of `estimate_work` beyond the n w (n + w) multiply-adds, set so that one unit
+# takes about the same time on every code path (measured on one CPU core, float64): the softmax
+# of a score (exp, sum, divide), the bookkeeping of a run in a layer (its draws, the
+# normalisation, slicing) and, with the O(n) attention, a moment of a basis function
+SCORE_UNITS = 25
+RUN_UNITS = 1500
+EXPANSION_UNITS = 8
+# the fixed cost of a layer step by sampler, in steps of the full sampler's: the Gram sampler and
+# the fast one (n < d) do more small operations a layer (measured at n = 2: 30, 96 and 119 us)
+SAMPLER_STEPS = {"full": 1.0, "fast": 3.0, "gram": 3.0}
+MAX_HOURS = 24.0  # default of TOKENSDE_MAX_HOURS: a bounded run estimated longer is refused
+WARN_HOURS = 0.1  # a run estimated at least this long (6 min) is announced by a BudgetWarning
+ANNOUNCE_S = 5.0  # the command line prints estimates from this many seconds (`estimate_line`)
 MAX_HOURS_ENV = "TOKENSDE_MAX_HOURS"
 MEMORY_ENV = "TOKENSDE_MEMORY"
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -66,7 +89,7 @@ class BudgetError(ParameterError):
 
 
 class BudgetWarning(RuntimeWarning):
-    """A run that will take long (at least WARN_HOURS at the fast rate)."""
+    """A run that will take long (an estimate of at least WARN_HOURS)."""
 
 
 class Memory(NamedTuple):
@@ -124,9 +147,10 @@ def estimate_memory(runs: int, n: int, width: int, checkpoints: int, *, block: i
 
 def estimate_work(runs: int, layers: int, n: int, width: int, heads: int = 1, mlp: int = 0,
                   basis: int = 0) -> float:
-    """Flop-ish units of `runs x layers` steps: `heads x n x width x (n + width)` (scores n^2
-    width, noise applied n width^2), or `n (2 R (1 + width) + width^2)` with the O(n) attention
-    of `basis` = R functions, plus `mlp` per run and layer.
+    """Work units of `runs x layers` steps: `heads x n x (width (n + width) + SCORE_UNITS n)`
+    (scores n^2 width and their softmax, noise applied n width^2), or `n (EXPANSION_UNITS R (1 +
+    width) + width^2)` with the O(n) attention of `basis` = R functions, plus RUN_UNITS and `mlp`
+    per run and layer.
 
     Args:
         runs: number of runs.
@@ -138,11 +162,84 @@ def estimate_work(runs: int, layers: int, n: int, width: int, heads: int = 1, ml
         basis: basis functions of the O(n) attention (0: dense).
 
     Returns:
-        The work in flop-ish units.
+        The work in units of about equal time (`TimeModel.c1` seconds each).
     """
     if basis:
-        return float(runs) * layers * (n * (2 * basis * (1 + width) + width * width) + mlp)
-    return float(runs) * layers * (heads * n * width * (n + width) + mlp)
+        per = n * (EXPANSION_UNITS * basis * (1 + width) + width * width)
+    else:
+        per = heads * n * (width * (n + width) + SCORE_UNITS * n)
+    return float(runs) * layers * (per + RUN_UNITS + mlp)
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Seconds of a run, `c0 x steps + c1 x work`: `c0` seconds of fixed cost per layer step
+    (`Budget.steps`), `c1` seconds per work unit (`estimate_work`); `source` says where the
+    coefficients come from ('calibrated on this machine', or why the defaults are used)."""
+
+    c0: float
+    c1: float
+    source: str = "default coefficients"
+
+    def seconds(self, steps: float, work: float) -> float:
+        """c0 x steps + c1 x work."""
+        return self.c0 * steps + self.c1 * work
+
+
+# calibrated on the project's machine (a 2-core VM, float64, torch 2.13, one thread): about 36 us
+# a layer step whatever its size, 4e9 work units a second
+DEFAULT_TIME_MODEL = TimeModel(3.6e-5, 2.5e-10, "default coefficients (not calibrated here)")
+# a CUDA device is not calibrated: a layer launches tens of kernels, ~1e13 units a second
+CUDA_TIME_MODEL = TimeModel(3e-4, 1 / CUDA_RATE, "default coefficients of a CUDA device")
+
+
+def fit_time_model(samples: Sequence[tuple[float, float, float]],
+                   source: str = "calibrated on this machine") -> TimeModel:
+    """The `TimeModel` of least relative error on `samples` of `(steps, work, seconds)`: minimises
+    `sum ((c0 steps + c1 work) / seconds - 1)^2` over c0, c1 >= 0.
+
+    Args:
+        samples: at least 2 timed runs, each `(steps, work, seconds)` with seconds > 0, steps and
+            work >= 0.
+        source: what the fitted model says of itself.
+
+    Returns:
+        The fitted model.
+    """
+    rows = []
+    for s in samples:
+        steps, work, sec = (float(v) for v in s)
+        if not (sec > 0 and steps >= 0 and work >= 0 and math.isfinite(sec + steps + work)):
+            raise ParameterError(f"samples must be (steps >= 0, work >= 0, seconds > 0), all "
+                                 f"finite; got {s!r}")
+        rows.append((steps / sec, work / sec))
+    if len(rows) < 2:
+        raise ParameterError(f"samples must hold at least 2 timed runs; got {len(rows)}")
+    # normal equations of min |A c - 1|^2, A's rows (steps, work) / seconds
+    a = sum(r[0] * r[0] for r in rows)
+    b = sum(r[0] * r[1] for r in rows)
+    d = sum(r[1] * r[1] for r in rows)
+    e = sum(r[0] for r in rows)
+    f = sum(r[1] for r in rows)
+    det = a * d - b * b
+    c0 = (e * d - b * f) / det if det > 0 else -1.0
+    c1 = (a * f - b * e) / det if det > 0 else -1.0
+    if c0 < 0 or c1 < 0:  # the best fit on a boundary: one coefficient alone
+        one = [(e / a if a else math.inf, 0.0), (0.0, f / d if d else math.inf)]
+        c0, c1 = min((c for c in one if math.isfinite(c[0] + c[1])),
+                     key=lambda c: sum((c[0] * r[0] + c[1] * r[1] - 1) ** 2 for r in rows))
+    return TimeModel(c0, c1, source)
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration for people: '40 s', '3.2 min', '5.1 h', '1.2e+03 days'."""
+    if seconds < 60:
+        return f"{seconds:.2g} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.2g} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.2g} h"
+    return f"{seconds / 86400:.2g} days"
 
 
 def parse_bytes(text: str, name: str = MEMORY_ENV) -> int:
@@ -210,7 +307,8 @@ def max_hours() -> float:
 
 
 def cpu_rate(threads: int | None = None) -> float:
-    """Flop-ish units per second of `threads` CPU cores (default: the cores this process may use)."""
+    """CPU_RATE x `threads` CPU cores (default: the cores this process may use), a fast rate of
+    work units; the time estimate of the commands is a `TimeModel` instead."""
     if threads is None:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
             os.cpu_count() or 1)
@@ -219,11 +317,12 @@ def cpu_rate(threads: int | None = None) -> float:
 
 @dataclass(frozen=True)
 class Budget:
-    """What one run needs: `memory` bytes, of which `per_run` grow with `runs`; `work` flop-ish
-    units, reached only when every run goes to the horizon unless `bounded` (runs that stop once
-    decided: an upper bound). `detail` describes the sizes; `lower` names the parameters that
-    drive the memory, the first being the one it is linear in (`runs` for a simulation), and
-    `longer` those that drive the work."""
+    """What one run needs: `memory` bytes, of which `per_run` grow with `runs`; `work` units
+    (`estimate_work`) and `steps` layer steps run one after another (each with the fixed cost
+    `TimeModel.c0`), reached only when every run goes to the horizon unless `bounded` (runs that
+    stop once decided: an upper bound). `detail` describes the sizes; `lower` names the
+    parameters that drive the memory, the first being the one it is linear in (`runs` for a
+    simulation), and `longer` those that drive the time."""
 
     what: str
     memory: int
@@ -234,6 +333,7 @@ class Budget:
     lower: tuple[str, ...] = ("runs",)
     bounded: bool = True
     longer: tuple[str, ...] = ("runs",)
+    steps: float = 0.0
 
     def most_runs(self, have: int) -> int:
         """How many runs fit in `have` bytes, the other sizes unchanged (0: not even one); a lower
@@ -246,18 +346,23 @@ def _or(names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.3g} h" if seconds >= 3600 else f"{seconds / 60:.3g} min"
+def estimate_line(seconds: float, source: str, bound: bool = False) -> str:
+    """The line a command prints before its work: `estimate: about 3.2 min (source; ...)`;
+    `bound`: runs may stop early and the estimate is an upper bound ('up to about')."""
+    return (f"estimate: {'up to ' if bound else ''}about {format_seconds(seconds)} ({source}; "
+            "measured/estimated within 3x in benchmarks/bench_estimate.py)")
 
 
 def check_budget(b: Budget, have: int | None = None, where: str = "cpu", rate: float | None = None,
                  flag: Callable[[str], str] = str, limit_h: float | None = None,
-                 warn: bool = True, have_is: str = "available") -> float:
+                 warn: bool = True, have_is: str = "available", model: TimeModel | None = None,
+                 yes: bool = False) -> float:
     """Refuse `b` (BudgetError) when its memory exceeds `have` bytes (default
-    `available_memory()`) of `where` memory, or when a bounded run needs more than `limit_h`
-    hours (default `max_hours()`) at `rate` units/s (default `cpu_rate()`); with `warn`, a
-    BudgetWarning above WARN_HOURS. `flag` spells a parameter as the caller's user knows it
-    ('runs' -> '--runs'); `have_is` says what `have` is. Returns the time estimate in seconds."""
+    `available_memory()`) of `where` memory, or, unless `yes`, when a bounded run's estimate
+    `model.seconds(b.steps, b.work)` (default DEFAULT_TIME_MODEL; `rate` units/s instead: `work /
+    rate`) exceeds `limit_h` hours (default `max_hours()`); with `warn`, a BudgetWarning from
+    WARN_HOURS. `flag` spells a parameter as the caller's user knows it ('runs' -> '--runs');
+    `have_is` says what `have` is. Returns the time estimate in seconds."""
     have = available_memory() if have is None else have
     if b.memory > have:
         first, *rest = [flag(p) for p in b.lower]
@@ -267,19 +372,20 @@ def check_budget(b: Budget, have: int | None = None, where: str = "cpu", rate: f
             f"{b.what} needs at least {b.memory / GIB:.3g} GiB of {where} memory ({b.detail}), "
             f"more than the {have / GIB:.3g} GiB {have_is}: lower {first} ({fit})"
             + (f", {_or(rest)}" if rest else ""))
-    seconds = b.work / (cpu_rate() if rate is None else rate)
+    if rate is not None:
+        model = TimeModel(0.0, 1 / rate, f"{b.work:.3g} work units at {rate:.3g}/s")
+    model = DEFAULT_TIME_MODEL if model is None else model
+    seconds = model.seconds(b.steps, b.work)
     limit = max_hours() if limit_h is None else limit_h
     names = _or([flag(p) for p in b.longer])
-    if b.bounded and seconds > 3600 * limit:
+    if b.bounded and seconds > 3600 * limit and not yes:
         raise BudgetError(
-            f"{b.what} needs at least {_hours(seconds)} ({b.work:.3g} flop-ish units at "
-            f"{(cpu_rate() if rate is None else rate):.3g}/s; {b.detail}), more than the "
-            f"{limit:g} h limit ({MAX_HOURS_ENV}): lower {names}, or set {MAX_HOURS_ENV}=inf "
-            "to run it anyway")
+            f"{b.what} would take about {format_seconds(seconds)} ({model.source}; {b.detail}), "
+            f"more than the {limit:g} h limit ({MAX_HOURS_ENV}): lower {names}, or pass --yes "
+            f"(or set {MAX_HOURS_ENV}=inf) to run it anyway")
     if warn and seconds > 3600 * WARN_HOURS:
-        bound = "at least" if b.bounded else "up to"
-        warnings.warn(f"{b.what} will take {bound} about {_hours(seconds)} ({b.work:.3g} "
-                      f"flop-ish units; {b.detail}); progress is shown on stderr when it is a "
-                      "terminal",
+        bound = "about" if b.bounded else "up to about"
+        warnings.warn(f"{b.what} will take {bound} {format_seconds(seconds)} ({model.source}; "
+                      f"{b.detail}); progress is shown on stderr when it is a terminal",
                       BudgetWarning, stacklevel=2)
     return seconds

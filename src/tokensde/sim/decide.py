@@ -212,9 +212,24 @@ def decided_tokens(x: torch.Tensor, tol: float) -> torch.Tensor:
     Returns:
         Boolean `(runs,)` on the device of `x`.
     """
-    runs, n, d = x.shape
+    runs, n, _ = x.shape
     if n <= DENSE_MAX or runs == 0:
         return dense_decided(x, tol)
+    return geometric_decided(x, tol)
+
+
+def geometric_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
+    """`decided_tokens` by the geometry at any `n`: sorted angles on the circle, the cap
+    elsewhere, the dense formula on the pairs that the rounding band leaves open.
+
+    Args:
+        x: `(runs, n, d)` tokens (unit up to rounding), `runs >= 1`.
+        tol: the tolerance, in (0, 1/2].
+
+    Returns:
+        Boolean `(runs,)` on the device of `x`.
+    """
+    d = x.shape[-1]
     margin = rounding_margin(x)
     if d == 2:
         verdict = circle_verdict(x, tol, margin)

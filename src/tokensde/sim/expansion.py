@@ -110,6 +110,8 @@ def kernel_tail(beta: float, order: int, d: int) -> float:
     # beta (cosh s - 1) = 2 beta sinh(s/2)^2, without cancellation for small s
     expo = 2.0 * beta * math.sinh(s / 2) ** 2 - k1 * s
     front = 2.0 if d == 2 else float(2 * order + 3)
+    if expo > 709.0:  # beyond a float: no order this small bounds the tail
+        return math.inf
     return front * math.exp(expo) if expo > -745.0 else 0.0
 
 
@@ -470,8 +472,13 @@ def auto_uses_expansion(p: ModelParams, dtype: torch.dtype,
     if dtype != torch.float64 or expansion_refusal(p) is not None:
         return False
     beta = check_expansion(p)
-    r = basis_size(p.d, truncation_order(beta, p.d, unit_roundoff(dtype)))
-    if p.n < max(AUTO_MIN_N[p.d], AUTO_PER_BASIS[p.d] * r):
+    if p.n < AUTO_MIN_N[p.d]:
+        return False
+    try:
+        r = basis_size(p.d, truncation_order(beta, p.d, unit_roundoff(dtype)))
+    except ParameterError:  # more modes than the expansion allows: dense
+        return False
+    if p.n < AUTO_PER_BASIS[p.d] * r:
         return False
     spread = float(p.n)
     if weights is not None:

@@ -26,6 +26,8 @@ class SimResult:
     state `(runs, n, d)`. With norm 'pre' or 'peri' (docs/variants.md §4) `x` and `tokens` are the
     residual stream, whose norms are the radii, and `gram` is that of its directions `x_i / |x_i|`.
     Every array is a `numpy.ndarray` of the run's dtype (float64 unless asked otherwise).
+    `observed` maps the name of each observer given to `simulate(observe=...)` to its outputs
+    `(runs, K, ...)` at the checkpoints (the observer's dtype).
     """
 
     params: ModelParams
@@ -44,6 +46,7 @@ class SimResult:
     wall_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     decided_at: np.ndarray | None = None
+    observed: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def times(self) -> np.ndarray:

@@ -17,6 +17,10 @@ import torch
 from ..model.params import check_int
 
 RUN_BLOCK = 256
+# `derive_seed` keys of streams for the same runs (`RunStreams.derived`); `sim.simulate`
+# re-exports them
+QK_STREAM = 0x514B  # the random query/key forms
+MLP_STREAM = 0x4D4C50  # the MLP blocks' weights
 
 
 def block_seed(seed: int, block: int) -> int:

@@ -162,6 +162,9 @@ def gram_applicable(p: ModelParams) -> bool:
 def gram_refusal(p: ModelParams) -> str | None:
     """Why `sampler='gram'` does not apply to `p` (a message naming the parameter), or None."""
     use = " (use sampler='fast' or 'full')"
+    if p.token_noise > 0:
+        return (f"sampler='gram' does not carry independent token noise; got token_noise="
+                f"{p.token_noise:g} (the allowed value is 0){use}")
     if p.has_bias:
         return (f"sampler='gram' does not carry the biases; got bias_sigma={p.bias_sigma:g}, "
                 f"mlp_bias={p.mlp_bias:g}{use}")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from ..model.noise import apply_matrices
-from ..model.params import ModelParams, TimeGrid
+from ..model.params import ModelParams, ParameterError, TimeGrid
 from .layers import attention_output, mean_part, mlp_input, network_step, normalize_, tangent
 
 
@@ -23,10 +23,13 @@ def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Te
     """Drift `-P_x Sigma(y) x - tr(P_x Sigma(y)) x / 2` that keeps `|x| = 1` (spec §3), `Sigma` the
     covariance of the noise law `p.noise_law`; with per-head outputs `y` `(runs, heads, n, d)`,
     `Sigma = (1/heads) sum_h Sigma(y^h)` and the drift, linear in `Sigma`, is the heads' mean.
-    An MLP block adds `-(d-1)/2 mlp_sigma^2 x` (its noise has covariance `mlp_sigma^2 I` at `x`)."""
+    An MLP block adds `-(d-1)/2 mlp_sigma^2 x` (its noise has covariance `mlp_sigma^2 I` at `x`),
+    independent token noise `-(d-1)/2 token_noise^2 x` (docs/token-noise.md)."""
     ito = p.noise_law.ito(x.unsqueeze(-3), y).mean(-3) if p.heads > 1 else p.noise_law.ito(x, y)
     if p.mlp_block.active:
         ito = ito - 0.5 * (p.d - 1) * p.mlp_sigma**2 * x
+    if p.token_noise > 0:
+        ito = ito - 0.5 * (p.d - 1) * p.token_noise**2 * x
     return ito
 
 
@@ -38,11 +41,13 @@ STEP_WARN = 0.2
 
 
 def check_sde_step(p: ModelParams, dt: float) -> float:
-    """`k = (sigma^2 + mlp_sigma^2) (d - 1) dt` of the Euler step of the SDE (noise scale
-    sigma, MLP block scale mlp_sigma), with a RuntimeWarning naming k above STEP_WARN (biased)
-    and above STEP_MAX (the step reverses the token). Returns k. A warning, not a refusal: the
-    Gram sampler is also run at huge d for what it holds, not for accuracy."""
-    scale2 = p.noise_scale**2 + (p.mlp_sigma**2 if p.mlp_block.active else 0.0)
+    """`k = (sigma^2 + mlp_sigma^2 + token_noise^2) (d - 1) dt` of the Euler step of the SDE
+    (noise scale sigma, MLP block scale mlp_sigma, independent token noise), with a
+    RuntimeWarning naming k above STEP_WARN (biased) and above STEP_MAX (the step reverses the
+    token). Returns k. A warning, not a refusal: the Gram sampler is also run at huge d for what
+    it holds, not for accuracy."""
+    scale2 = (p.noise_scale**2 + (p.mlp_sigma**2 if p.mlp_block.active else 0.0)
+              + p.token_noise**2)
     k = scale2 * (p.d - 1) * dt
     if k > STEP_WARN:
         harm = ("reverses the token (the Ito drift of one step, about -k/2 x, passes through "
@@ -90,7 +95,7 @@ def coupled_paths(
     """Run the network and the SDE on one Brownian path; return both final states.
 
     The network uses `V_k = sum(dW) / sqrt(dt)`; the SDE steps on the grid `substeps` times finer.
-    Matrix noise only.
+    Matrix noise only, without token noise (`token_noise = 0`).
 
     Args:
         x0: initial unit tokens `(runs, n, d)`.
@@ -104,6 +109,9 @@ def coupled_paths(
     Returns:
         The final states `(network, sde)`, each `(runs, n, d)`.
     """
+    if p.token_noise > 0:
+        raise ParameterError(f"coupled_paths does not carry independent token noise; got "
+                             f"token_noise={p.token_noise:g} (the allowed value is 0)")
     x_net, x_sde = x0.clone(), x0.clone()
     h = grid.dt / substeps
     for k in range(grid.steps):

@@ -28,7 +28,7 @@ from ..model.checks import check_tol
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_int, check_real
 from ..model.qk import QKDraws
 from .bias import BIAS_STREAM, check_bias, mlp_branch
-from .budget import Budget, check_budget, estimate_memory, estimate_work
+from .budget import SAMPLER_STEPS, Budget, check_budget, estimate_memory, estimate_work
 from .expansion import (
     basis_size,
     check_expansion,
@@ -47,10 +47,12 @@ from .layers import (
 )
 from .loop import Progress, Stop, march
 from .norm_sde import check_peri_sde, peri_noise, peri_sde_step
+from .observe import RECORDS, Observations, ObserveSpec, builtin_observers, check_observers
 from .result import SimResult
-from .rng import RUN_BLOCK, RunStreams
+from .rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams  # the stream keys: re-exported
 from .samplers import choose_sampler, mlp_sampler, noise_sampler, scheme_params
 from .sde import check_sde_step, sde_layer, sde_step
+from .token_noise import add_token_noise, check_token_noise, token_noise_streams
 
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
 # the step of each (scheme, norm) other than post-norm (docs/variants.md §4): the Euler step of the
@@ -58,15 +60,12 @@ SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde
 NORM_SCHEMES: dict[tuple[str, str], Callable[..., torch.Tensor]] = {
     **{("network", k): v for k, v in NORM_STEPS.items()},
     ("sde", "pre"): residual_step, ("sde", "peri"): peri_sde_step}
-RECORDS: tuple[str, ...] = ("gram", "tokens")
 # the default record: Gram matrices (n x n per run and checkpoint) up to this many tokens, the
 # tokens (n x d) above (one Gram matrix of 65536 tokens takes 34 GB)
 GRAM_RECORD_MAX = 1024
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
 CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
-QK_STREAM = 0x514B  # `derive_seed` key of the streams of random query/key forms
-MLP_STREAM = 0x4D4C50  # `derive_seed` key of the streams of the MLP blocks' weights
 
 
 def default_record(n: int) -> tuple[str, ...]:
@@ -91,16 +90,21 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def resolve_device(device: str | torch.device) -> torch.device:
-    """A torch device, checking that CUDA exists when asked for."""
+def resolve_device(device: str | torch.device, name: str = "device") -> torch.device:
+    """A torch device, checking that CUDA (and device N of 'cuda:N') exists when asked for;
+    ParameterError naming `name` otherwise."""
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
-        raise ParameterError(f"device must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from err
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ParameterError(f"device {device!r} asked for, but CUDA is not available here")
+        raise ParameterError(f"{name} must be 'cpu', 'cuda' or 'cuda:N'; got {device!r}") from err
     if dev.type not in ("cpu", "cuda"):
-        raise ParameterError(f"device must be 'cpu' or 'cuda'; got {device!r}")
+        raise ParameterError(f"{name} must be 'cpu' or 'cuda'; got {device!r}")
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ParameterError(f"{name} {device!r} asked for, but CUDA is not available here")
+        if dev.index is not None and dev.index >= count:
+            raise ParameterError(f"{name} must be cuda:0 ... cuda:{count - 1} here; got {device!r}")
     return dev
 
 
@@ -110,9 +114,10 @@ def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> 
     if checkpoints is None:
         return np.array([0, steps])
     if isinstance(checkpoints, int | np.integer) and not isinstance(checkpoints, bool):
-        if checkpoints < 2:
+        if not 2 <= checkpoints <= steps + 1:
             raise ParameterError("checkpoints (a count K of evenly spaced records, the start and "
-                                 f"the end included) must be an integer >= 2; got {checkpoints!r}")
+                                 f"the end included) must be an integer in [2, layers + 1 = "
+                                 f"{steps + 1}]; got {checkpoints!r}")
         return np.unique(np.round(np.linspace(0, steps, int(checkpoints))).astype(int))
     bad = ParameterError(f"checkpoints must be layer indices in [0, {steps}] (whole numbers), a "
                          f"count K >= 2 or None; got {checkpoints!r}")
@@ -169,10 +174,12 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int, sampler: s
                       until: str = "horizon", attention_eval: str = "auto",
                       weights: np.ndarray | torch.Tensor | None = None) -> Budget:
     """The memory (`budget.estimate_memory`: records kept, plus one block of layer workspace)
-    and the work (`budget.estimate_work`, runs x layers x heads x n x w x (n + w), or n x (R (1
-    + w) + w^2) with the O(n) attention of R basis functions) of `simulate` with these
+    and the work (`budget.estimate_work`, runs x layers x heads x n x (w (n + w) + 25 n), or n x
+    (8 R (1 + w) + w^2) with the O(n) attention of R basis functions; `layers x batches` layer
+    steps, 3 each with the Gram and fast samplers, `budget.SAMPLER_STEPS`) of `simulate` with these
     arguments, w the width held (d; n for the Gram sampler from a uniform start, which holds
-    nothing of size d). `record` None: `default_record(n)`; `attention_eval` and `weights` as
+    nothing of size d; its work is that of width min(n, d), as it takes about as long as the
+    full sampler). `record` None: `default_record(n)`; `attention_eval` and `weights` as
     `simulate` (the expansion holds no n x n array)."""
     runs = check_int("runs", runs, 1)
     tdtype = resolve_dtype(dtype)
@@ -197,9 +204,14 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int, sampler: s
               f"checkpoints, {grid.steps} layers, sampler {used}, {name}"
               + (f", attention by expansion ({basis} basis functions)" if basis else ""))
     lower = ("runs", "n", "d", *(("heads",) if heads > 1 else ()), "checkpoints")
+    # layer steps one after another: one per layer and batch of runs (`default_batch`)
+    steps = grid.steps * math.ceil(runs / default_batch(runs, params, used, tdtype)) * (
+        SAMPLER_STEPS.get("full" if full else used, 1.0))
     return Budget("this simulation", mem.total, one, runs,
-                  estimate_work(runs, grid.steps, n, w, heads, _mlp_width(params, used), basis),
-                  detail, lower, bounded=until != "decided", longer=("runs", "layers", "n", "d"))
+                  estimate_work(runs, grid.steps, n, min(w, params.d), heads,
+                                _mlp_width(params, used), basis),
+                  detail, lower, bounded=until != "decided", longer=("runs", "layers", "n", "d"),
+                  steps=steps)
 
 
 def pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -310,6 +322,7 @@ def run_batch(
     weights: torch.Tensor | None = None,
     bias_rs: RunStreams | None = None,
     attention_eval: str = "dense",
+    token_rs: RunStreams | None = None,
 ) -> torch.Tensor:
     """Advance one batch `x` `(runs, n, d)` through `grid.steps` layers, calling `record(c, x)` at
     checkpoint number `c`; return the final state (see `march` for `stop`). `forms`: the random
@@ -319,8 +332,15 @@ def run_batch(
     `bias_rs`: the streams of the biases (`rs.derived(BIAS_STREAM)`), needed when `p.has_bias`
     (`bias.mlp_branch`: the MLP sublayer adds `sqrt(dt) bias_sigma g`, one `g` per layer shared
     by the tokens, and the block's hidden units a bias `mlp_bias c`); `attention_eval`: 'dense'
-    or 'expansion' (`layers.attention_output`, resolved by `expansion.choose_evaluator`)."""
+    or 'expansion' (`layers.attention_output`, resolved by `expansion.choose_evaluator`);
+    `token_rs`: the streams of the independent token noise (`token_noise.token_noise_streams`),
+    needed when `p.token_noise > 0` (`token_noise.add_token_noise`: `tau g_i` joins each
+    token's unit-time noise)."""
     check_bias(p, scheme)
+    check_token_noise(p, sampler)
+    if p.token_noise > 0 and token_rs is None:
+        raise ParameterError(f"token_noise={p.token_noise:g} draws a Gaussian per token: pass "
+                             "its streams (token_rs = token_noise.token_noise_streams(p, rs))")
     q = scheme_params(p, scheme)
     step = SCHEMES[scheme] if p.norm == "post" else NORM_SCHEMES[scheme, p.norm]
     noise = peri_noise if (scheme, p.norm) == ("sde", "peri") else noise_sampler(sampler, q)
@@ -338,6 +358,8 @@ def run_batch(
         y = attention_output(inputs(xk), q, None if forms is None else forms.next(), weights,
                              attention_eval)
         xi = torch.zeros_like(xk) if silent else noise(y, q, rs)
+        if token_rs is not None:
+            xi = add_token_noise(xi, q, token_rs)
         return advance(xk, y, xi, q, grid.dt, mlp, step)
 
     return march(x, grid.steps, layer, checkpoints, record, progress, stop=stop)
@@ -528,6 +550,7 @@ def simulate(
     recording: Recording | None = None,
     weights: np.ndarray | torch.Tensor | None = None,
     attention_eval: str = "auto",
+    observe: ObserveSpec | None = None,
 ) -> SimResult:
     """Simulate `runs` independent systems `x^{k+1} = N(x^k + dt M y^k + sqrt(dt) V_k y^k)` (or the SDE).
 
@@ -577,10 +600,17 @@ def simulate(
             expansion at d = 2, 3: softmax/USA, one head, identity query/key, no mask; refused by
             name elsewhere) or 'auto' (`expansion.auto_uses_expansion`: a fixed rule of n, d,
             beta and dtype, dense where the expansion does not apply).
+        observe: statistics kept at every checkpoint beside `record`: an `Observer(name, fn)`,
+            a sequence of them or a mapping `{name: fn}`, `fn(x)` `(runs_in_batch, ...)` of
+            the state `x` `(runs_in_batch, n, w)` that `record=('tokens',)` would keep (with
+            sampler='gram' in an n-dimensional isometric frame: only inner products mean
+            anything); `SimResult.observed[name]` holds its outputs `(runs, K, ...)`. For every
+            layer give `checkpoints=range(L + 1)`, and `record=()` to keep nothing else.
 
     Returns:
-        A `SimResult`: numpy arrays on the CPU (Gram matrices and/or tokens at the checkpoints),
-        the parameters, the seed, the sampler that ran and `extra['attention_eval']`.
+        A `SimResult`: numpy arrays on the CPU (Gram matrices and/or tokens at the checkpoints,
+        the observers' outputs in `observed`), the parameters, the seed, the sampler that ran
+        and `extra['attention_eval']`.
 
     Raises:
         ParameterError: an argument outside its range, or options that do not go together
@@ -601,10 +631,12 @@ def simulate(
     if params.norm == "peri" and scheme == "sde":
         check_peri_sde(params)
     check_bias(params, scheme)  # before check_sde_step's warning: a refusal comes first
+    check_token_noise(params, sampler)
     if scheme == "sde":
         check_sde_step(params, grid.dt)
     kept: tuple[str, ...] = tuple(default_record(params.n) if record is None else record)
     Recording(None, kept)  # checks the names
+    user = check_observers(observe)
     decide = _check_until(until, tol, decide_every, grid.dt, dtype)
     init_kind = _check_init(init, params, runs, rho0)
     tdtype, dev = resolve_dtype(dtype), resolve_device(device)
@@ -619,9 +651,7 @@ def simulate(
         "batch_size", batch_size, 1)
     bs = runs if bs >= runs else math.ceil(bs / RUN_BLOCK) * RUN_BLOCK
     n, d, K = params.n, params.d, len(ck)
-    width = n if used == "gram" else d
-    gram = torch.empty(runs, K, n, n, dtype=tdtype) if "gram" in kept else None
-    toks = torch.empty(runs, K, n, width, dtype=tdtype) if "tokens" in kept else None
+    book = Observations((*builtin_observers(kept, params.norm), *user), runs, K)
     finals = []
     layer_of = np.full(runs, -1, dtype=np.int64)
     t0 = time.perf_counter()
@@ -642,11 +672,7 @@ def simulate(
                     f"non-finite tokens at checkpoint {c} (beta={params.beta}, sigma="
                     f"{params.noise_scale}, dtype={tdtype}): the step overflowed; {hint}")
             at = slice(lo, hi) if rows is None else rows + lo
-            if gram is not None:
-                u = xc if params.norm == "post" else normalize(xc)  # the tokens' directions
-                gram[at, c] = (u @ u.transpose(-1, -2)).cpu()
-            if toks is not None:
-                toks[at, c] = xc.cpu()
+            book.record(at, c, xc)  # 'gram', 'tokens' and the user's observers
 
         # the Gram sampler draws the forms' compressions to its frame, from the same streams
         forms = qk_draws(params, scheme, rs, tdtype) if used != "gram" else None
@@ -654,7 +680,8 @@ def simulate(
             used == "gram" and params.qk_law.random) else None
         mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
         bias_rs = rs.derived(BIAS_STREAM) if params.has_bias else None
-        retain = _both(rs.retain, *(f.retain for f in (forms, framed, mlp_rs, bias_rs)
+        token_rs = token_noise_streams(params, rs)
+        retain = _both(rs.retain, *(f.retain for f in (forms, framed, mlp_rs, bias_rs, token_rs)
                                     if f is not None))
         halt = None if decide is None else Stop(*decide, stop - start, retain,
                                                   directions=params.norm != "post")
@@ -666,20 +693,21 @@ def simulate(
                 w_all if w_all.ndim == 1 else w_all[start:stop], dtype=tdtype, device=dev)
             xf = run_batch(x, params, grid, rs, used, scheme, ck, rec, progress, stop=halt,
                            forms=forms, mlp_rs=mlp_rs, weights=wb, bias_rs=bias_rs,
-                           attention_eval=evaluator)
+                           attention_eval=evaluator, token_rs=token_rs)
         if halt is not None:
             layer_of[start:stop] = halt.layer
             if progress is not None:  # the layers that decided runs did not need
                 progress(int(np.where(halt.layer >= 0, grid.steps - halt.layer, 0).sum()))
         finals.append(xf.cpu())
+    seen = book.arrays()  # 'gram' and 'tokens' go to their own fields
     extra: dict[str, Any] = {"attention_eval": evaluator}
     if decide is not None:
         extra |= {"tol": decide[0], "decide_every": decide[1], "max_T": grid.T}
     return SimResult(
         params=params, grid=grid, runs=runs, seed=seed, sampler=used, scheme=scheme,
         init=init_kind if init_kind != "pair" else f"pair(rho0={rho0})", checkpoints=ck,
-        x=torch.cat(finals).numpy(), gram=None if gram is None else gram.numpy(),
-        tokens=None if toks is None else toks.numpy(),
+        x=torch.cat(finals).numpy(), gram=seen.pop("gram", None), tokens=seen.pop("tokens", None),
+        observed=seen,
         dtype=str(tdtype).removeprefix("torch."), device=str(dev),
         wall_s=time.perf_counter() - t0, extra=extra,
         decided_at=None if decide is None else layer_of,

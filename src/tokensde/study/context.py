@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..io.report import Section
 from ..io.store import StoreError
 from ..model.params import check_choice, check_int
+from ..sim.budget import ANNOUNCE_S, estimate_line
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,6 +43,7 @@ class Context:
     workers: int = 2
     progress: bool = True
     log: Callable[[str], None] = field(default=lambda s: None)
+    yes: bool = False  # run sweeps estimated longer than TOKENSDE_MAX_HOURS
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -165,6 +167,13 @@ class SweepRun:
         return f"tokensde sweep run {self.config} --out {self.dir} --workers {workers}"
 
 
+def _estimate(ctx: Context) -> Callable[[float, str, bool], None]:
+    def say(seconds: float, source: str, bound: bool) -> None:
+        if seconds >= ANNOUNCE_S:
+            ctx.log(estimate_line(seconds, source, bound))
+    return say
+
+
 def run_packaged_sweep(ctx: Context, names: tuple[str, ...]) -> SweepRun:
     """Run (or resume) the first sweep file of `names` (`sweep_file`) into `OUT/sweeps/<stem>/`
     on `ctx.workers` processes; its finished cells are reused."""
@@ -175,6 +184,6 @@ def run_packaged_sweep(ctx: Context, names: tuple[str, ...]) -> SweepRun:
     out = ctx.out / "sweeps" / cfg.stem
     ctx.log(f"sweep {cfg.name} -> {out}")
     t0 = time.perf_counter()
-    summary = run_sweep(cfg, out, workers=ctx.workers)
+    summary = run_sweep(cfg, out, workers=ctx.workers, yes=ctx.yes, on_estimate=_estimate(ctx))
     return SweepRun(cfg, out, summary, time.perf_counter() - t0,
                     load(out).reset_index(drop=True))

@@ -27,7 +27,7 @@ KIND_RUN = "tokensde.reproduce"
 
 def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, workers: int = 2,
               only: Sequence[str] | None = None, log: Callable[[str], None] = lambda s: None,
-              skip: Sequence[str] | None = None, force: bool = False
+              skip: Sequence[str] | None = None, force: bool = False, yes: bool = False
               ) -> tuple[Path, list[Section], dict[str, Any]]:
     """Build the sections `only` (default: all, in report order) less those in `skip`, and
     write `out/report.html`.
@@ -46,6 +46,7 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
         log: Called with a line of progress for each section.
         skip: Figure names to leave out.
         force: Replace an `out/report.html` that tokensde did not write.
+        yes: Run the sweeps whose time estimate exceeds TOKENSDE_MAX_HOURS.
 
     Returns:
         `(report_path, sections, record)`.
@@ -64,7 +65,7 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
     check_output(out, "out", directory=True)
     report = check_report_path(Path(out) / "report.html", "out", force)
     check_output(Path(out) / "reproduce.json", "out", suffixes=(".json",))
-    ctx = Context(Path(out), size, seed, workers, log=log)
+    ctx = Context(Path(out), size, seed, workers, log=log, yes=yes)
     t0 = time.perf_counter()
     sections = []
     for name in names:

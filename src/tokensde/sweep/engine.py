@@ -20,17 +20,19 @@ from typing import Any
 
 from ..model.params import ParameterError, check_int
 from ..sim.budget import (
+    DEFAULT_TIME_MODEL,
     GIB,
     WARN_HOURS,
     Budget,
     BudgetError,
     BudgetWarning,
+    TimeModel,
     available_memory,
     check_budget,
-    cpu_rate,
+    format_seconds,
 )
 from .backends import check_backend, run_local, run_ray, worker_bounds
-from .config import Cell, Row, SweepConfig, SweepError, fingerprint
+from .config import Cell, Row, SweepConfig, SweepError
 from .store import SweepDir
 
 OnCell = Callable[[Row, dict[str, int]], None]
@@ -58,26 +60,39 @@ def cell_budgets(config: SweepConfig, cells: Iterable[Cell]) -> list[tuple[Cell,
 
 
 def check_cells(budgets: list[tuple[Cell, Budget]], workers: int, have: int | None = None,
-                warn: bool = True) -> None:
+                warn: bool = True, model: TimeModel | None = None, yes: bool = False) -> float:
     """Before any cell runs: refuse (BudgetError) a sweep one of whose cells cannot fit in the
-    memory available or, run to its horizon, needs more than TOKENSDE_MAX_HOURS on one core; with
-    `warn`, a BudgetWarning when the cells need more than WARN_HOURS on `workers` cores at the
-    fast rate. `have`: bytes available to one cell (default `budget.available_memory()`)."""
+    memory available or, unless `yes`, is estimated (`model`, default this machine's
+    `io.calibration.time_model()`, one core a worker) longer than TOKENSDE_MAX_HOURS run to its
+    horizon; with `warn`, a BudgetWarning when the cells need more than WARN_HOURS on `workers`
+    workers. `have`: bytes available to one cell (default `budget.available_memory()`).
+    Returns the estimate of all the cells on `workers` workers: the sum of the cells' over
+    `workers`, or the longest cell's if more."""
     have = available_memory() if have is None else have
-    one = cpu_rate(1)
+    model = _time_model(budgets) if model is None else model
     for c, b in budgets:
         try:
-            check_budget(b, have, rate=one, warn=False)
+            check_budget(b, have, model=model, warn=False, yes=yes)
         except BudgetError as err:
             raise BudgetError(f"cell {c.index} ({c.id}, {c.params}): {err}") from None
-    work = sum(b.work for _, b in budgets)
-    if warn and work / (one * workers) > 3600 * WARN_HOURS:
-        warnings.warn(f"the {len(budgets)} cells left need about "
-                      f"{work / (one * workers) / 60:.3g} min on {workers} worker"
-                      f"{'s' * (workers > 1)} ({work:.3g} flop-ish units at {one:.3g}/s a "
-                      "worker, a fast rate; runs that stop once decided take less)",
+    each = [model.seconds(b.steps, b.work) for _, b in budgets]
+    seconds = max([sum(each) / workers, *each])  # the longest cell, at least
+    if warn and seconds > 3600 * WARN_HOURS:
+        warnings.warn(f"the {len(budgets)} cells left need about {format_seconds(seconds)} on "
+                      f"{workers} worker{'s' * (workers > 1)} ({model.source}; runs that stop "
+                      "once decided take less)",
                       BudgetWarning,
                       stacklevel=3)
+    return seconds
+
+
+def _time_model(budgets: list[tuple[Cell, Budget]]) -> TimeModel:
+    """This machine's time model (`io.calibration.time_model`) when there are cells to time."""
+    if not budgets:
+        return DEFAULT_TIME_MODEL
+    from ..io.calibration import time_model
+
+    return time_model()
 
 
 def _ordered(todo: list[Cell], order: Callable[[list[Cell]], list[Cell]] | None) -> list[Cell]:
@@ -99,7 +114,8 @@ def _rows(tasks: list[Row], workers: int, backend: str, address: str | None
 def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *,
               workers: int = 1, backend: str = "local", address: str | None = None,
               on_cell: OnCell | None = None, on_start: Callable[[dict[str, int]], None] | None
-              = None, order: Callable[[list[Cell]], list[Cell]] | None = None
+              = None, order: Callable[[list[Cell]], list[Cell]] | None = None,
+              yes: bool = False, on_estimate: Callable[[float, str, bool], None] | None = None
               ) -> dict[str, Any]:
     """Run (or resume) a sweep into directory `out`; return a summary.
 
@@ -117,6 +133,10 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
         on_cell: Called after each cell with its row and the counts, or None.
         on_start: Called once with the counts before the first cell, or None.
         order: Reorders the cells still to run, or None (grid order).
+        yes: Run cells estimated longer than TOKENSDE_MAX_HOURS (`check_cells`).
+        on_estimate: Called once before the first cell with the seconds the cells left are
+            estimated to take on the workers used, where the estimate comes from, and whether
+            it is an upper bound (runs that stop once decided), or None.
 
     Returns:
         The counts (`total`, `done`, `failed`, `skipped`, `ran`), `rows`, `dir`, `table`,
@@ -127,13 +147,13 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
     backend = check_backend(backend, address)
     cells = cfg.cells()
     sd = SweepDir(out)
-    sd.check_foreign(fingerprint(cfg, cells))
+    sd.check_same(cfg, cells)  # before the lock: a foreign folder is left untouched
     t0 = time.perf_counter()
     budgets = cell_budgets(cfg, cells)
     # a Ray cluster at an address has memory of its own, not known here
     have = available_memory() if backend == "local" or not address else sys.maxsize
     if not sd.exists():  # refused before the directory is made, so a smaller sweep can use it
-        check_cells(budgets, 1, have, warn=False)
+        check_cells(budgets, 1, have, warn=False, model=_time_model(budgets), yes=yes)
     with sd.lock():
         meta = sd.prepare(cfg, cells)
         parts = sd.parts(meta)
@@ -148,7 +168,10 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
         cell_bytes = max((b.memory for _, b in budgets), default=0)
         bounds = worker_bounds(workers, len(todo), backend, address, cell_bytes, have)
         used = max(1, min(bounds.values()))
-        check_cells(budgets, used, have)
+        model = _time_model(budgets)
+        seconds = check_cells(budgets, used, have, model=model, yes=yes)
+        if on_estimate is not None and budgets:
+            on_estimate(seconds, model.source, not all(b.bounded for _, b in budgets))
         if bounds.get("memory", used) < min(workers, len(todo), bounds.get("cpus", workers)):
             warnings.warn(f"{used} worker{'s' * (used > 1)} of {workers} asked: a cell needs up "
                           f"to {cell_bytes / GIB:.3g} GiB, {have / GIB:.3g} GiB available",

@@ -168,6 +168,19 @@ class SweepDir:
 
     def prepare(self, config: SweepConfig, cells: list[Cell]) -> dict[str, Any]:
         """Create the manifest, or check that the existing one describes the same sweep."""
+        meta = self.check_same(config, cells)
+        if meta is not None:
+            return meta
+        meta = header(KIND_SWEEP, fingerprint=fingerprint(config, cells),
+                      config=config.to_dict(), cells=[c.to_dict() for c in cells])
+        self.cells_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.manifest_path, lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
+        return meta
+
+    def check_same(self, config: SweepConfig, cells: list[Cell]) -> dict[str, Any] | None:
+        """The existing manifest if it describes this sweep, None when there is none (or only
+        this sweep's cells, its manifest lost); SweepError, writing nothing, when the directory
+        holds anything else."""
         fp = fingerprint(config, cells)
         self.check_foreign(fp)
         meta = None
@@ -177,18 +190,12 @@ class SweepDir:
             except ManifestReadError:
                 if not self.orphans_of(fp):
                     raise
-        if meta is not None:
-            if meta["fingerprint"] != fp:
-                raise SweepError(
-                    f"{self.path} holds a different sweep (kind {meta.get('config', {}).get('kind')!r},"
-                    f" {len(meta['cells'])} cells, fingerprint {meta['fingerprint']}; this config: "
-                    f"kind {config.kind!r}, {len(cells)} cells, fingerprint {fp}); choose another "
-                    "--out or delete that directory")
-            return meta
-        meta = header(KIND_SWEEP, fingerprint=fp, config=config.to_dict(),
-                      cells=[c.to_dict() for c in cells])
-        self.cells_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.manifest_path, lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
+        if meta is not None and meta["fingerprint"] != fp:
+            raise SweepError(
+                f"{self.path} holds a different sweep (kind {meta.get('config', {}).get('kind')!r},"
+                f" {len(meta['cells'])} cells, fingerprint {meta['fingerprint']}; this config: "
+                f"kind {config.kind!r}, {len(cells)} cells, fingerprint {fp}); choose another "
+                "--out or delete that directory")
         return meta
 
     @contextmanager

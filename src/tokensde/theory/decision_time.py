@@ -30,7 +30,7 @@ from ..model.params import ParameterError, check_int, check_real
 from . import first_passage as fp
 from .coefficients import RhoDiffusion, SpecPair
 from .first_passage import PAIR_TOL
-from .two_tokens import check_rho0, lyapunov_antipodal
+from .two_tokens import as_floats, check_rho0, lyapunov_antipodal
 
 NODES = 1200  # interior grid nodes in z (at least; more where the drift is strong)
 
@@ -168,7 +168,7 @@ def survival_law(model: RhoDiffusion, times: Any, rho0: float | str = "uniform",
                  tol: float = PAIR_TOL, nodes: int = NODES) -> np.ndarray:
     """`P(tau > t)` at each of `times` for any `rho` diffusion with bounded `z` coefficients
     (see `survival`)."""
-    tt = np.asarray(times, dtype=float)
+    tt = as_floats("times", times)
     if tt.ndim != 1 or not np.all(np.isfinite(tt)) or np.any(tt < 0):
         raise ParameterError("times must be a 1-D array of finite numbers >= 0")
     z, diag, up, down = _tridiagonal(model, tol, check_int("nodes", nodes, 50))
@@ -242,6 +242,7 @@ def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float
     Returns:
         The median depth time to decision.
     """
+    t_max = check_real("t_max", t_max, 0.0, strict=True)
     span = 1.0
     while True:
         grid = np.linspace(0.0, span, 1001)

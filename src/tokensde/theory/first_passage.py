@@ -375,7 +375,8 @@ def z_paths(model: RhoDiffusion, rho0: Any, *, T: float, dt: float, runs: int, s
     grid = TimeGrid.make(T=T, dt=dt)
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
     start = check_start(rho0)
-    keep = np.unique(np.round(np.linspace(0, grid.steps, max(2, checkpoints or 2))).astype(int))
+    count = 2 if checkpoints is None else check_int("checkpoints", checkpoints, 2, grid.steps + 1)
+    keep = np.unique(np.round(np.linspace(0, grid.steps, count)).astype(int))
     rng = np.random.default_rng(np.random.SeedSequence([seed, 3]))
     with np.errstate(divide="ignore"):
         z = np.arctanh(initial_rho(start, model.d, runs, rng))

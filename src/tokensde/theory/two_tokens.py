@@ -45,9 +45,18 @@ __all__ = ["RhoPaths", "antipodal_attracts", "beta_c", "check_rho0", "classify_p
 # ---------------------------------------------------------------------------------------------
 
 
+def as_floats(name: str, value: ArrayLike) -> np.ndarray:
+    """`value` as a float array, or ParameterError naming `name` (a string, a ragged list)."""
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ParameterError(f"{name} must be a number or an array of numbers; got "
+                             f"{value!r}") from err
+
+
 def _check_beta_d(beta: ArrayLike, d: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    b = np.asarray(beta, dtype=float)
-    dd = np.asarray(d, dtype=float)
+    b = as_floats("beta", beta)
+    dd = as_floats("d", d)
     if not np.all(np.isfinite(b) & (b >= 0)):
         raise ParameterError(f"beta must be finite numbers >= 0; got {beta!r}")
     if not np.all(np.isfinite(dd) & (dd >= 2)):
@@ -56,10 +65,19 @@ def _check_beta_d(beta: ArrayLike, d: ArrayLike) -> tuple[np.ndarray, np.ndarray
 
 
 def _check_rho(name: str, rho: ArrayLike) -> np.ndarray:
-    r = np.asarray(rho, dtype=float)
+    r = as_floats(name, rho)
     if not np.all(np.isfinite(r) & (r >= -1) & (r <= 1)):
         raise ParameterError(f"{name} must be numbers in [-1, 1]; got {rho!r}")
     return r
+
+
+def _check_scale(name: str, value: ArrayLike, strict: bool = True) -> np.ndarray:
+    """`value` as finite numbers > 0 (>= 0 unless `strict`), or ParameterError naming `name`."""
+    v = as_floats(name, value)
+    if not np.all(np.isfinite(v) & ((v > 0) if strict else (v >= 0))):
+        raise ParameterError(f"{name} must be finite numbers {'>' if strict else '>='} 0; got "
+                             f"{value!r}")
+    return v
 
 
 def _unwrap(out: np.ndarray) -> Any:
@@ -103,6 +121,7 @@ def lyapunov_merged(d: ArrayLike, sigma: float = 1.0) -> ArrayLike:
         The exponent `-sigma^2 (d - 1)`.
     """
     _, dd = _check_beta_d(0.0, d)
+    sigma = float(_check_scale("sigma", sigma))
     return _unwrap(-(sigma**2) * (dd - 1.0))
 
 
@@ -119,6 +138,7 @@ def lyapunov_antipodal(beta: ArrayLike, d: ArrayLike, sigma: float = 1.0) -> Arr
     """
     b, dd = _check_beta_d(beta, d)
     s2 = sech(b) ** 2  # cosh(2b)/cosh(b)^2 = 2 - sech(b)^2, so large beta cannot overflow
+    sigma = float(_check_scale("sigma", sigma))
     return _unwrap(sigma**2 * ((dd - 2.0) * s2 - (2.0 - s2)))
 
 
@@ -186,7 +206,23 @@ def p_anti_uniform(beta: ArrayLike, d: ArrayLike) -> ArrayLike:
     return _unwrap(out.reshape(shape))
 
 
-p_anti_reference = fp.spec_reference
+def p_anti_reference(beta: float, d: float, rho0: float) -> float:
+    """Reference `P_anti(beta, d, rho0)` of spec §5 by nested adaptive quadrature (slow; for
+    tests and benchmarks at moderate `beta`, <~ 10), independent of the engine of `p_anti`.
+
+    Args:
+        beta: The inverse temperature (>= 0).
+        d: The dimension (>= 2).
+        rho0: The initial inner product of the pair, in [-1, 1].
+
+    Returns:
+        The probability that the pair ends antipodal.
+    """
+    b, dd = _check_beta_d(beta, d)
+    r = _check_rho("rho0", rho0)
+    if b.ndim or dd.ndim or r.ndim:
+        raise ParameterError("p_anti_reference takes numbers, not arrays; use p_anti for arrays")
+    return fp.spec_reference(float(b), float(dd), float(r))
 
 
 def rho_drift_diffusion(rho: ArrayLike, beta: float, d: float, sigma: float = 1.0) -> tuple[
@@ -205,6 +241,7 @@ def rho_drift_diffusion(rho: ArrayLike, beta: float, d: float, sigma: float = 1.
     """
     b, dd = _check_beta_d(beta, d)
     r = _check_rho("rho", rho)
+    sigma = float(_check_scale("sigma", sigma))
     s = 1.0 / (1.0 + sech(b * (1.0 - r)))
     one = 1.0 - r * r
     return (_unwrap(sigma**2 * one * ((dd - 2.0) * (1.0 - s) - s * r)),
@@ -241,7 +278,7 @@ def hybrid_lyapunov(beta: ArrayLike, eps: ArrayLike) -> tuple[ArrayLike, ArrayLi
         `(at_antipodal, at_merged)`: the two exponents.
     """
     b, _ = _check_beta_d(beta, 2.0)
-    e2 = np.asarray(eps, dtype=float) ** 2
+    e2 = _check_scale("eps", eps, strict=False) ** 2
     gap = 2.0 * np.exp(-b) - e2
     return _unwrap(gap), _unwrap(-np.exp(2.0 * b) * gap)
 
@@ -322,7 +359,7 @@ def reduced_diffusion(beta: float, d: float, rho0: float | str, *, T: float, dt:
         `RhoPaths`: `z = artanh(rho)` `(runs, K)` at `times` `(K,)`.
     """
     _check_beta_d(beta, d)
-    sigma = check_real("sigma", sigma)
+    sigma = check_real("sigma", sigma, 0.0, strict=True)
     eps = None if eps is None else check_real("eps", eps)
     TimeGrid.make(T=T, dt=dt)
     model = SpecPair(beta, d, sigma) if eps is None else HybridPair(beta, eps, d)

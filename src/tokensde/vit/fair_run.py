@@ -63,6 +63,7 @@ def run_fair(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
     for m in more:
         if SweepDir(m).manifest()["config"].get("kind") != KIND:
             raise ParameterError(f"--with {m}: not a sweep of kind {KIND!r}")
+    SweepDir(out).check_same(config, config.cells())  # another sweep in out: refused first
     check_merge([(str(out), pd.DataFrame([c.params for c in config.cells()])),
                  *((str(m), planned_cells(m)) for m in more)])
     check_data(config)

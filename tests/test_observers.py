@@ -1,0 +1,200 @@
+"""Observers (`simulate(observe=...)`): statistics kept at every checkpoint, run by run.
+
+The records 'gram' and 'tokens' are the built-in observers, so an observer computing the same
+thing gives the same bits; a user statistic agrees with the one computed from the recorded Gram
+matrices; the outputs depend on neither the batch size nor early stopping (a decided run keeps
+its statistic at decision); bad observers are refused naming `observe`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tokensde import ModelParams, ParameterError, simulate
+from tokensde.sim.layers import normalize
+from tokensde.sim.observe import RECORDS, Observer, builtin_observers
+
+
+def mean_cosine(x: torch.Tensor) -> torch.Tensor:
+    """`(|sum_i x_i|^2 - n) / (n (n - 1))`, the mean of `<x_i, x_j>` over pairs `i != j` of unit
+    tokens, `(runs,)`."""
+    n = x.shape[-2]
+    s = x.sum(-2)
+    return ((s * s).sum(-1) - n) / (n * (n - 1))
+
+
+def mean_cosine_of_gram(g: np.ndarray) -> np.ndarray:
+    """The same from Gram matrices `(..., n, n)` with unit diagonal."""
+    n = g.shape[-1]
+    return (g.sum((-1, -2)) - n) / (n * (n - 1))
+
+
+def gram_of(x: torch.Tensor) -> torch.Tensor:
+    return x @ x.transpose(-1, -2)
+
+
+def gram_of_directions(x: torch.Tensor) -> torch.Tensor:
+    u = normalize(x)
+    return u @ u.transpose(-1, -2)
+
+
+CASES = [  # (params, sampler)
+    (dict(n=4, d=6, beta=1.0), "full"),
+    (dict(n=3, d=8, beta=1.5), "fast"),
+    (dict(n=3, d=16, beta=2.0), "gram"),
+    (dict(n=4, d=6, beta=1.0, norm="pre"), "full"),
+]
+
+
+@pytest.mark.parametrize(("params", "sampler"), CASES)
+def test_builtin_records_are_observers_bit_for_bit(params, sampler):
+    p = ModelParams(**params)
+    kw = dict(layers=12, runs=40, checkpoints=4, seed=7, sampler=sampler)
+    plain = simulate(p, record=("gram", "tokens"), **kw)
+    gram = gram_of if p.norm == "post" else gram_of_directions
+    both = simulate(p, record=("gram", "tokens"),
+                    observe=[Observer("g", gram), Observer("t", lambda x: x)], **kw)
+    only = simulate(p, record=(), observe={"g": gram, "t": lambda x: x}, **kw)
+    for r in (both, only):
+        np.testing.assert_array_equal(r.observed["g"], plain.gram)
+        np.testing.assert_array_equal(r.observed["t"], plain.tokens)
+        np.testing.assert_array_equal(r.x, plain.x)  # observing changes no number
+        assert r.observed["g"].dtype == plain.gram.dtype == np.float64
+    np.testing.assert_array_equal(both.gram, plain.gram)
+    np.testing.assert_array_equal(both.tokens, plain.tokens)
+    assert only.gram is None and only.tokens is None
+    assert plain.observed == {}
+    assert list(both.observed) == ["g", "t"]  # the built-ins keep their own fields
+
+
+def test_builtin_observers_follow_the_record_and_the_norm():
+    assert [o.name for o in builtin_observers(("tokens", "gram"), "post")] == list(RECORDS)
+    assert builtin_observers((), "post") == ()
+    x = torch.randn(5, 3, 4, dtype=torch.float64) * 3.0
+    post, = builtin_observers(("gram",), "post")
+    pre, = builtin_observers(("gram",), "pre")
+    torch.testing.assert_close(post.fn(x), gram_of(x), rtol=0, atol=0)
+    torch.testing.assert_close(pre.fn(x), gram_of_directions(x), rtol=0, atol=0)
+    assert not torch.allclose(post.fn(x), pre.fn(x))  # the directions, not the stream
+
+
+@pytest.mark.parametrize("sampler", ["full", "gram"])
+def test_mean_cosine_at_every_layer_matches_the_gram_matrices(sampler):
+    p = ModelParams(n=6, d=24, beta=1.0)
+    layers = 25
+    r = simulate(p, layers=layers, runs=50, seed=2, sampler=sampler,
+                 checkpoints=range(layers + 1), record=("gram",),
+                 observe=[Observer("cos", mean_cosine)])
+    assert r.sampler == sampler
+    assert r.observed["cos"].shape == (50, layers + 1)
+    np.testing.assert_array_equal(r.checkpoints, np.arange(layers + 1))
+    np.testing.assert_allclose(r.observed["cos"], mean_cosine_of_gram(r.gram), rtol=0, atol=1e-12)
+    cos = r.observed["cos"]
+    assert np.ptp(cos[:, 0]) > 0.1  # the runs differ: a statistic per run, and per layer:
+    assert cos[:, -1].mean() > cos[:, 0].mean() + 0.3  # the tokens cluster
+
+
+def test_observed_outputs_do_not_depend_on_the_batch_size():
+    p = ModelParams(n=4, d=5, beta=1.0)
+    obs = [Observer("cos", mean_cosine), Observer("norms", lambda x: x.norm(dim=-1))]
+    kw = dict(layers=10, runs=600, seed=11, checkpoints=range(11), record=(), observe=obs)
+    whole = simulate(p, batch_size=600, **kw)
+    for bs in (256, 512):
+        part = simulate(p, batch_size=bs, **kw)
+        for name in ("cos", "norms"):
+            np.testing.assert_array_equal(part.observed[name], whole.observed[name])
+    assert whole.observed["norms"].shape == (600, 11, 4)
+
+
+@pytest.mark.parametrize("sampler", ["full", "gram"])
+def test_a_decided_run_keeps_its_statistic_at_decision(sampler):
+    p = ModelParams(n=3, d=12, beta=1.0)
+    layers = 400
+    kw = dict(layers=layers, runs=300, seed=4, sampler=sampler, checkpoints=41,
+              observe=[Observer("cos", mean_cosine)], batch_size=256)
+    r = simulate(p, until="decided", tol=1e-3, **kw)
+    full = simulate(p, **kw)  # the same runs to the horizon
+    at = r.decided_at
+    ck = r.checkpoints
+    later = ck[None, :] > at[:, None]
+    decided = at >= 0
+    assert decided.sum() > 30 and (later & decided[:, None]).any(axis=1).sum() > 30
+    # after its decision a run keeps its statistic at decision (that of its final state)
+    final = mean_cosine(torch.from_numpy(r.x)).numpy()
+    cos = r.observed["cos"]
+    for i in np.flatnonzero(decided):
+        np.testing.assert_array_equal(cos[i, later[i]], np.full(later[i].sum(), final[i]))
+    # up to it, the numbers of the run to the horizon
+    before = ~later | ~decided[:, None]
+    np.testing.assert_array_equal(cos[before], full.observed["cos"][before])
+    # a statistic of a decided state: every pair within tol of +-1
+    assert np.all(np.abs(final[decided]) > 1 / 3 - 1e-2)
+    assert not np.array_equal(cos, full.observed["cos"])  # stopping did change later records
+
+
+def _fail(observe, match):
+    with pytest.raises(ParameterError, match=match) as info:
+        simulate(ModelParams(n=3, d=4, beta=1.0), layers=3, runs=5, observe=observe)
+    assert "observe" in str(info.value)
+
+
+def test_invalid_observers_are_refused_naming_observe():
+    ok = Observer("ok", mean_cosine)
+    with pytest.raises(ParameterError, match=r"observe.*callable"):
+        Observer("cos", 3.0)  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match=r"observe.*non-empty string"):
+        Observer("", mean_cosine)
+    _fail({"cos": "mean"}, "callable")
+    _fail([ok, Observer("ok", mean_cosine)], "'ok' is given twice")
+    _fail([Observer("gram", gram_of)], "built-in record")
+    _fail([mean_cosine], "Observer")
+    _fail("cos", "must be None, an Observer")
+    _fail([Observer("first", lambda x: x[:1])], r"one row per run, \(5, \.\.\.\).*shape \(1, 3, 4\)")
+    _fail([Observer("sum", lambda x: x.sum())], r"one row per run.*shape \(\)")
+    _fail([Observer("np", lambda x: x.numpy())], "ndarray")
+
+
+def test_an_observer_whose_shape_changes_is_refused():
+    calls = []
+
+    def shifty(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return x[:, : len(calls)].sum(-1)
+
+    _fail([Observer("shifty", shifty)], "must not change")
+
+
+def test_one_observer_alone():
+    r = simulate(ModelParams(n=3, d=4, beta=1.0), layers=3, runs=5,
+                 observe=Observer("cos", mean_cosine))
+    assert r.observed["cos"].shape == (5, 2)
+    np.testing.assert_allclose(r.observed["cos"], mean_cosine_of_gram(r.gram), atol=1e-12)
+
+
+def test_observed_outputs_are_saved_and_loaded(tmp_path):
+    from tokensde import load_result, save_result
+
+    r = simulate(ModelParams(n=3, d=4, beta=1.0), layers=4, runs=6, checkpoints=range(5),
+                 observe={"cos": mean_cosine, "norms": lambda x: x.norm(dim=-1)})
+    back = load_result(save_result(r, tmp_path / "r.npz"))
+    assert list(back.observed) == ["cos", "norms"]
+    for name, a in r.observed.items():
+        np.testing.assert_array_equal(back.observed[name], a)
+    np.testing.assert_array_equal(back.gram, r.gram)
+
+
+def test_a_damaged_observed_array_is_refused(tmp_path):
+    from tokensde import load_result, save_result
+    from tokensde.io.store import StoreError
+
+    r = simulate(ModelParams(n=3, d=4, beta=1.0), layers=4, runs=6, checkpoints=3,
+                 observe={"cos": mean_cosine})
+    path = save_result(r, tmp_path / "r.npz")
+    with np.load(path) as z:
+        data = {k: z[k] for k in z.files}
+    data["observed/cos"] = data["observed/cos"][:5]  # one run short
+    np.savez(tmp_path / "bad.npz", **data)
+    with pytest.raises(StoreError, match=r"'observed/cos' has shape \(5, 3\)"):
+        load_result(tmp_path / "bad.npz")

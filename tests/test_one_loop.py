@@ -1,0 +1,215 @@
+"""One layer loop: `tokensde.sim.loop.march` applies the layers; no other loop in src/tokensde may.
+
+The source is parsed with `ast`. A *layer loop* is a `for` or `while` loop whose body calls,
+directly (not inside a function or lambda defined in the body), a function that applies a piece of
+a layer (`LAYER_FUNCTIONS`: attention, noise, a norm or residual step), or a function or method
+of the same module whose own body calls one. Loops in `CORE` are the run core. The loops that
+exist elsewhere are listed by name below, each with its reason: `DEBT` holds the layer loops still
+to be folded into the core, `NOT_LAYER_LOOPS` the loops the scan finds that step each of several
+systems or batches once. A new loop fails `test_no_new_layer_loop`; a listed one that is gone
+fails `test_every_listed_loop_still_exists`, so that the lists shrink as the debt is paid.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import tokensde
+
+ROOT = Path(tokensde.__file__).resolve().parent
+
+# the functions that apply a piece of a layer to the tokens (tokensde.sim.layers, .sde,
+# .norm_sde, .samplers, .gram, .expansion, tokensde.model.noise) and the loop itself
+LAYER_FUNCTIONS: frozenset[str] = frozenset({
+    "attention_output", "expansion_output",  # attention
+    "apply_matrices", "full_noise", "fast_noise", "peri_noise",  # value noise
+    "mlp_noise_full", "mlp_noise_fast", "mlp_noise_sde", "mlp_noise_given", "mlp_kernel_noise",
+    "normalize", "network_step", "sde_step", "layer_step", "residual_step", "peri_sde_step",
+    "sde_layer", "frame_layer", "frame_norm_layer", "frame_mlp_layer",  # steps
+    "march",
+})
+
+# the run core: the one layer loop
+CORE: dict[str, str] = {"sim/loop.py": "march: apply `layer` `steps` times, record, stop"}
+
+# known debt: layer loops outside the core, to be folded into `march` (then removed from here)
+DEBT: dict[str, str] = {
+    "analysis/convergence.py::coupled_states":
+        "networks of several depths and two SDE grids on one Brownian path, a fine step at a time",
+    "meanfield/flow.py::_advance":
+        "the coupled weighted systems of the mean-field flow, merging nodes as it goes",
+    "sim/sde.py::coupled_paths": "a network and its SDE on one Brownian path",
+}
+
+# loops the scan finds that are not layer loops: each steps several systems or batches once
+NOT_LAYER_LOOPS: dict[str, str] = {
+    "analysis/convergence.py::_Coupling.networks":
+        "one layer of each value-noise law's network, called by coupled_states' loop",
+    "analysis/convergence.py::coupled_samples": "one coupled_states per batch of runs",
+    "meanfield/flow.py::run_coupled": "one _advance per batch of runs",
+    "sim/simulate.py::simulate": "one run_batch (one march) per batch of runs",
+}
+
+
+def _own_calls(node: ast.AST) -> list[ast.Call]:
+    """The calls in `node`'s body, not inside a function, lambda or class defined there."""
+    if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+        stack: list[ast.AST] = [*node.body, *node.orelse]
+    else:
+        stack = list(ast.iter_child_nodes(node))
+    found = []
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        if isinstance(n, ast.Call):
+            found.append(n)
+        stack.extend(ast.iter_child_nodes(n))
+    return found
+
+
+def _package_names(tree: ast.Module) -> set[str]:
+    """Names bound by the module's imports from tokensde (relative or absolute): `layers` of
+    `from . import layers`, so that `layers.normalize(...)` counts and `kind.normalize(...)`
+    or `F.normalize(...)` (torch) does not."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(
+                "tokensde")):
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names
+                      if a.name.startswith("tokensde")}
+    return names
+
+
+def _applies(call: ast.Call, local: set[str], package: set[str]) -> str | None:
+    """The name of the layer function `call` calls, or None."""
+    f = call.func
+    if isinstance(f, ast.Name):
+        return f.id if f.id in LAYER_FUNCTIONS | local else None
+    if isinstance(f, ast.Attribute):
+        if f.attr in local:  # a method or function of this module (self.step(...), c.sde(...))
+            return f.attr
+        if f.attr in LAYER_FUNCTIONS and isinstance(f.value, ast.Name) and f.value.id in package:
+            return f.attr
+    return None
+
+
+def layer_loops(source: str) -> dict[str, list[str]]:
+    """The layer loops of a module's source: qualified name of the enclosing function (or
+    '<module>') -> the layer functions its loops call."""
+    tree = ast.parse(source)
+    package = _package_names(tree)
+    defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    local: set[str] = set()
+    while True:  # the module's functions that apply a layer, directly or through each other
+        more = {n.name for n in defs if any(_applies(c, local, package) for c in _own_calls(n))}
+        if more <= local:
+            break
+        local |= more
+    out: dict[str, list[str]] = {}
+
+    def visit(node: ast.AST, where: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                visit(child, [*where, child.name])
+                continue
+            if isinstance(child, ast.For | ast.AsyncFor | ast.While):
+                called = {a for c in _own_calls(child) if (a := _applies(c, local, package))}
+                if called:
+                    key = ".".join(where) or "<module>"
+                    out[key] = sorted(set(out.get(key, [])) | called)
+            visit(child, where)
+
+    visit(tree, [])
+    return out
+
+
+def _scan() -> dict[str, list[str]]:
+    found = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in CORE:
+            continue
+        for where, called in layer_loops(path.read_text()).items():
+            found[f"{rel}::{where}"] = called
+    return found
+
+
+def test_no_new_layer_loop():
+    found = _scan()
+    new = {k: v for k, v in found.items() if k not in DEBT and k not in NOT_LAYER_LOOPS}
+    assert new == {}, (
+        "a loop outside the run core applies layers (it calls the functions shown); run the "
+        "layers with tokensde.sim.loop.march instead (its `record` and `stop` hooks, or an "
+        f"observer): {new}")
+
+
+def test_every_listed_loop_still_exists():
+    found = _scan()
+    gone = sorted(k for k in (*DEBT, *NOT_LAYER_LOOPS) if k not in found)
+    assert gone == [], f"no longer a layer loop (remove from the lists in this file): {gone}"
+    assert all((ROOT / k).is_file() for k in CORE)
+    assert not set(DEBT) & set(NOT_LAYER_LOOPS)
+
+
+PLANTED = '''
+from .layers import attention_output, network_step
+from . import layers
+from ..model.noise import apply_matrices
+
+
+def second_loop(x, p, v, steps):
+    for _ in range(steps):
+        y = attention_output(x, p)
+        x = network_step(x, y, apply_matrices(y, v), p, 0.1)
+    return x
+
+
+def hidden(x, p):
+    return layers.normalize(x + attention_output(x, p))
+
+
+class Runner:
+    def step(self, x):
+        return hidden(x, self.p)
+
+    def run(self, x, k):
+        while k > 0:
+            x = self.step(x)
+            k -= 1
+        return x
+
+
+def by_module(x, k):
+    for _ in range(k):
+        x = layers.normalize(2 * x)
+    return x
+
+
+def harmless(config, kind, xs, F):
+    for c in config:
+        kind.normalize(c)  # not the layer's normalize
+    for x in xs:
+        F.normalize(x)  # torch.nn.functional
+    for x in xs:
+        f = lambda t: attention_output(t, None)  # defined, not called, in the loop  # noqa: E731
+    return f
+'''
+
+
+def test_the_scan_finds_a_planted_layer_loop():
+    found = layer_loops(PLANTED)
+    assert found == {
+        "second_loop": ["apply_matrices", "attention_output", "network_step"],
+        "Runner.run": ["step"],  # through a method of the module that applies a layer
+        "by_module": ["normalize"],
+    }
+
+
+def test_the_scan_finds_the_debt_in_sde():
+    # the listed loop is found by the scan itself, not only by its name
+    found = layer_loops((ROOT / "sim" / "sde.py").read_text())
+    assert {"attention_output", "sde_step"} <= set(found["coupled_paths"])
