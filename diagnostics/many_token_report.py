@@ -4,7 +4,9 @@ law against n, and the rate at which the particles' mean minority mass approache
 
     python3 diagnostics/many_token_report.py OUT DIR [DIR ...]
 
-Writes OUT/table.md, OUT/rates.md and OUT/minority.png; reads only what the folders hold.
+Writes OUT/table.md (every system), OUT/table_dD.md and OUT/table_dD_iid.md (one dimension; its
+i.i.d. starts and the limit), OUT/rates.md and OUT/minority.png; reads only what the folders
+hold.
 A system held by several folders (the limit is in each) is reported from the one with the
 most paths.
 """
@@ -87,8 +89,15 @@ def main() -> None:
     head = ("| d | beta | start | n | paths | undecided | P(bipolar) among decided [95 % Wilson] | "
             "bounds | minority mean [95 % t] | median t | wall s |\n"
             "|---:|---:|---|---:|---:|---:|---|---|---|---:|---:|")
-    (out / "table.md").write_text(head + "\n" + "\n".join(row_text(r) for _, r in tab.iterrows())
-                                  + "\n")
+    def write(name: str, part: pd.DataFrame) -> None:
+        (out / name).write_text(head + "\n" + "\n".join(row_text(r) for _, r in part.iterrows())
+                                + "\n")
+
+    write("table.md", tab)
+    for d in sorted(tab["d"].unique()):
+        write(f"table_d{d}.md", tab[tab["d"] == d])
+        write(f"table_d{d}_iid.md", tab[(tab["d"] == d) & ((tab["start"] == "iid")
+                                                           | (tab["n"] == 0))])
     (out / "rates.md").write_text("\n".join(rates(tab)) + "\n")
     plot_meanfield(tab, out / "minority.png")
     print((out / "table.md").read_text())

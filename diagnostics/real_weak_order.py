@@ -11,7 +11,7 @@ The levels are L = 12, 24, 48, 96, 192. One change: the SDE draws one query/key 
 step (`qk_samples = 1`, where `predict` uses 2); the limit is the same. Float32 (2.7 times
 faster than float64 here; the errors are 1e-3 and larger, rounding is 1e-7).
 
-Design: coupled runs (`tokensde.analysis.convergence.coupled_states`, pre-norm). Every level and
+Design: coupled runs (`tokensde.sim.coupled_states`, pre-norm). Every level and
 the reference share one Brownian path per run. The reference is the SDE (its Euler step is the
 residual update) on 384 fine steps and on 192, Richardson-extrapolated: `2 f(384) - f(192)`.
 Initial tokens: the embeddings of real GPT-2 inits. Init `i` is built under
@@ -44,7 +44,6 @@ import torch
 from tokensde.analysis.clusters import upper_pairs
 from tokensde.analysis.convergence import (
     RESOLVE_Z,
-    coupled_states,
     fit_order,
     poisson_weights,
     weak_levels_used,
@@ -54,6 +53,7 @@ from tokensde.real import RealSpec, build, hidden_states, make_inputs, map_netwo
 from tokensde.real.mapping import Mapping
 from tokensde.real.measure import directions_gram
 from tokensde.real.predict import initial_state
+from tokensde.sim import coupled_states
 from tokensde.sim.rng import RunStreams, derive_seed
 from tokensde.sim.simulate import MLP_STREAM, QK_STREAM
 

@@ -23,37 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
-
-import numpy as np
 
 from tokensde.study.token_noise import (
     critical_token_noise,
     mean_field_order,
     stationary_order,
+    threshold_from_fluctuations,
     threshold_from_scan,
 )
-
-
-def disordered_threshold(rows) -> tuple[float, float, float]:
-    """Zero of the weighted line `1/(n E r^2) = A + B / tau^2` over the rows given, as tau, with
-    a 2-standard-error interval (delta method)."""
-    if len(rows) < 2:
-        return math.nan, math.nan, math.nan
-    u = np.array([1 / e.token_noise**2 for e in rows])
-    y = np.array([1 / (e.n * e.r2) for e in rows])
-    se = np.array([e.r2_se / (e.n * e.r2**2) for e in rows])
-    w = 1 / np.maximum(se, 1e-12) ** 2
-    a = np.stack([np.ones_like(u), u], 1)
-    cov = np.linalg.inv(a.T @ (a * w[:, None]))
-    b0, b1 = cov @ (a.T @ (w * y))
-    if len(rows) > 2:
-        cov = cov * max(float(np.sum(w * (y - b0 - b1 * u) ** 2)) / (len(rows) - 2), 1.0)
-    t2 = -b1 / b0  # tau_c^2 = 1 / u*, u* = -b0 / b1
-    g = np.array([b1 / b0**2, -1 / b0])
-    sd = math.sqrt(float(g @ cov @ g))
-    return math.sqrt(t2), math.sqrt(max(t2 - 2 * sd, 0.0)), math.sqrt(t2 + 2 * sd)
 
 
 def main() -> None:
@@ -101,7 +79,7 @@ def main() -> None:
     out = []
     for n, got in rows:
         o = threshold_from_scan([e for e in got if e.start == "ordered"])
-        dis = disordered_threshold([e for e in got if e.token_noise > tau_c])
+        dis = threshold_from_fluctuations([e for e in got if e.token_noise > tau_c])
         print(f"| {n} | {o[0]:.4f} [{o[1]:.4f}, {o[2]:.4f}] | "
               f"{dis[0]:.4f} [{dis[1]:.4f}, {dis[2]:.4f}] |")
         out.append({"n": n, "ordered": o, "disordered": dis,

@@ -30,8 +30,8 @@ from tokensde.analysis.convergence import (
     uniform_from_gaussian,
 )
 from tokensde.io.store import StoreError
+from tokensde.sim import coupled_paths
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.sde import coupled_paths
 
 D = 3  # chi^2_{d-1} = chi^2_2 is exponential with mean 2: closed forms below use that
 
@@ -140,8 +140,9 @@ def test_deterministic_flow_has_first_order_error():
     assert strong["order"] == pytest.approx(1.0, abs=0.08)
 
 
-def test_network_and_fine_sde_match_core_coupled_paths():
-    p = ModelParams(n=3, d=3, beta=1.5)
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_network_and_fine_sde_match_core_coupled_paths(norm):
+    p = ModelParams(n=3, d=3, beta=1.5, norm=norm)
     runs, T, ref, L = 8, 1.0, 32, 8
     x0 = torch.nn.functional.normalize(torch.randn(runs, 3, 3, dtype=torch.float64), dim=-1)
     nets, fine, _ = coupled_states(x0, p, T, (L,), ref, RunStreams(5, runs), ("gaussian",))
@@ -152,6 +153,15 @@ def test_network_and_fine_sde_match_core_coupled_paths():
     net, sde = coupled_paths(x0, p, TimeGrid(L, T / L), lambda k: dws[:, k * m:(k + 1) * m], m)
     assert torch.allclose(nets["gaussian", L], net, atol=1e-12)
     assert torch.allclose(fine, sde, atol=1e-12)
+
+
+def test_coupled_paths_refuses_what_it_cannot_carry():
+    x0 = torch.nn.functional.normalize(torch.randn(2, 3, 3, dtype=torch.float64), dim=-1)
+    inc = lambda k: torch.zeros(2, 1, 3, 3, dtype=torch.float64)  # noqa: E731
+    for p, what in ((ModelParams(n=3, d=3, mlp="relu"), "MLP block"),
+                    (ModelParams(n=3, d=3, norm="peri"), "norm='post' or 'pre'")):
+        with pytest.raises(ParameterError, match=what):
+            coupled_paths(x0, p, TimeGrid(2, 0.5), inc)
 
 
 def test_uniform_law_by_quantile_map():

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from tokensde import ModelParams, TimeGrid, simulate
+from tokensde.sim import coupled_paths
 from tokensde.sim.layers import attention_output, network_step, normalize, tangent
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import full_noise
-from tokensde.sim.sde import coupled_paths, ito_correction, sde_step
+from tokensde.sim.sde import ito_correction, sde_step
 
 NOISES = [
     {"noise": "matrix"},

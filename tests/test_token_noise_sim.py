@@ -16,12 +16,14 @@ import torch
 from tokensde import ModelParams, simulate
 from tokensde.model.checks import ParameterError
 from tokensde.model.params import TimeGrid
-from tokensde.sim.sde import coupled_paths
+from tokensde.sim import coupled_paths
 from tokensde.study.token_noise import (
     critical_token_noise,
     mean_field_order,
     order_parameter,
+    ordered_branch_end,
     stationary_order,
+    threshold_from_fluctuations,
     threshold_from_scan,
 )
 from tokensde.theory import token_noise as theory
@@ -294,3 +296,71 @@ def test_command_line_takes_token_noise(tmp_path):
     bad = CliRunner().invoke(app, ["simulate", "--runs", "2", "--layers", "3", "--token-noise",
                                    "-1"])
     assert bad.exit_code == 2 and "token_noise must be a finite number >= 0" in bad.output
+
+
+def test_threshold_from_fluctuations_recovers_the_linear_law():
+    """On exact disordered-side data `n E r^2 = 1 / (1 - tau_c^2 / tau^2)` with `tau_c = 1.3`,
+    the zero of the line in `1 / tau^2` is 1.3, inside its interval; fewer than 2 rows give
+    NaNs."""
+    from tokensde.study.token_noise import OrderEstimate
+
+    def row(tau: float) -> OrderEstimate:
+        r2 = 1 / (1 - 1.3**2 / tau**2) / 1024
+        return OrderEstimate(tau, 1024, 2, 1.0, "usa", 4, 40.0, 20.0, 0.05, "network",
+                             "uniform", math.sqrt(r2), 0.01, r2, 0.1 * r2, 0.0, "dense")
+
+    est, lo, hi = threshold_from_fluctuations([row(t) for t in (1.4, 1.5, 1.7, 2.0)])
+    assert est == pytest.approx(1.3, abs=1e-9) and lo <= 1.3 <= hi
+    assert all(math.isnan(v) for v in threshold_from_fluctuations([row(1.4)]))
+
+
+def test_ordered_branch_ends_at_the_threshold_below_beta_star_only():
+    """`ordered_branch_end` (tau_s / tau_c, d = 2, USA): 1 at beta = 1 and 2 (< beta_* = 2.447,
+    continuous); above beta_* the limit's ordered branch outlives the linear threshold and the
+    window widens with beta: 1.056 at beta = 5 (bisection to 1e-3), and at the midpoint 1.03 the
+    limit's ordered law has r = 0.81 while at 1.07 it has none."""
+    assert ordered_branch_end(1.0) == 1.0 and ordered_branch_end(2.0) == 1.0
+    ends = [ordered_branch_end(b) for b in (3.0, 4.0, 5.0)]
+    assert 1.0 < ends[0] < ends[1] < ends[2]
+    assert ends[2] == pytest.approx(1.056, abs=0.002)
+    tau_c = critical_token_noise(5.0, 2, "usa")
+    assert mean_field_order(1.03 * tau_c, 5.0) == pytest.approx(0.81, abs=0.01)
+    assert mean_field_order(1.07 * tau_c, 5.0) == 0.0
+
+
+def _two_starts(beta: float, ratio: float, **kw):
+    """The stationary order from the ordered and the uniform start (d = 2, USA, n = 256, 4 runs,
+    seed 1), times in units of `1 / tau_c^2`: horizon `T`, burn-in `T / 2`, step `dt`."""
+    tau_c = critical_token_noise(beta, 2, "usa")
+    s, T, dt = 1 / tau_c**2, kw.pop("T"), kw.pop("dt")
+    return [stationary_order(ratio * tau_c, 256, 2, beta, "usa", runs=4, T=T * s,
+                             burn=T * s / 2, dt=dt * s, seed=1, start=start, **kw)
+            for start in ("ordered", "uniform")]
+
+
+@pytest.mark.slow
+def test_hysteresis_above_beta_star():
+    """beta = 5 > beta_* (d = 2, USA, M = I, sigma = 0), token noise 1.03 tau_c, inside the
+    limit's bistable window (1, 1.056): averaged over depth [10, 20] / tau_c^2 (dt = 0.005 /
+    tau_c^2), every run from the ordered start keeps `r > 0.6` (measured 0.82 to 0.86, the
+    limit's ordered law 0.81) and the uniform start stays disordered, every run `r < 0.4` and
+    their mean `< 0.3` (measured 0.06 to 0.15, mean 0.11). A continuous transition fails the
+    first: at beta = 1 and the same ratio and horizon the ordered start has decayed to r = 0.21
+    to 0.40; a threshold too low fails the second."""
+    o, u = _two_starts(5.0, 1.03, T=20.0, dt=0.005)
+    assert min(o.run_r) > 0.6, o
+    assert max(u.run_r) < 0.4 and u.r < 0.3, u
+
+
+@pytest.mark.slow
+def test_no_hysteresis_below_beta_star():
+    """beta = 1 < beta_* (d = 2, USA, M = I, sigma = 0): the two starts reach the same
+    stationary `r`, on both sides of the threshold, within `0.03 + 3` combined standard errors
+    (depth [20, 40] / tau_c^2, dt = 0.01 / tau_c^2). At 0.8 tau_c both are ordered (`r > 0.7`;
+    the limit 0.834), at 1.15 tau_c both are disordered (`r < 0.2`; linear fluctuations give
+    `n E r^2 = 4.1`, r about 0.13). An ordered branch that outlived the threshold, as at
+    beta = 5, would keep the ordered start near 0.8 at 1.15 tau_c."""
+    for ratio, ordered in ((0.8, True), (1.15, False)):
+        o, u = _two_starts(1.0, ratio, T=40.0, dt=0.01)
+        assert abs(o.r - u.r) < 0.03 + 3 * math.hypot(o.se, u.se), (o, u)
+        assert (min(o.r, u.r) > 0.7) if ordered else (max(o.r, u.r) < 0.2), (o, u)

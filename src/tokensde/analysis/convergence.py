@@ -14,6 +14,9 @@ the same path on the grid twice as coarse: `E f_ref = 2 E f(h) - E f(2h)` (bias 
   Poisson-bootstrap interval over runs (so Monte Carlo error enters the interval). Weak errors are
   fitted only where they exceed `RESOLVE_Z` standard errors.
 
+The coupled schemes themselves are simulated by `tokensde.sim.coupled` (`coupled_states`, re-exported
+here); this module reduces them to per-run statistics (`coupled_samples`) and fits the orders.
+
 Pure: tensors in, arrays and dicts out, explicit seed. Shapes: tokens `(runs, n, d)`.
 """
 
@@ -32,17 +35,16 @@ from scipy import stats as _st
 
 from ..io.store import check_meta, header
 from ..model.params import ModelParams, ParameterError, check_int
-from ..sim.layers import NORM_STEPS, attention_output, layer_step, normalize, residual_step
+from ..sim.coupled import LAWS, check_levels, coupled_states
+from ..sim.coupled import uniform_from_gaussian as uniform_from_gaussian  # re-exported
+from ..sim.layers import normalize
 from ..sim.loop import Progress
 from ..sim.rng import RUN_BLOCK, RunStreams, derive_seed
-from ..sim.samplers import apply_matrices, mlp_kernel_noise, mlp_noise_given
-from ..sim.sde import sde_layer, sde_step
-from ..sim.simulate import MLP_STREAM, QK_STREAM, initial_tokens, qk_draws, scheme_params
+from ..sim.simulate import MLP_STREAM, QK_STREAM, initial_tokens
 from .clusters import upper_pairs
 
 KIND_CONV = "tokensde.convergence"
 LEVELS: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
-LAWS: tuple[str, ...] = ("gaussian", "uniform")
 RESOLVE_Z = 3.0
 LEVEL_Z = 1.96
 
@@ -111,26 +113,6 @@ PROBLEMS: dict[str, Problem] = {
 }
 
 
-def check_levels(levels: Sequence[int], ref_steps: int) -> tuple[int, ...]:
-    """Sorted distinct levels, each >= 1 and dividing `ref_steps`; `ref_steps` even."""
-    ref_steps = check_int("ref_steps", ref_steps, 2)
-    out = tuple(sorted({check_int("level", L, 1) for L in levels}))
-    if not out:
-        raise ParameterError("levels must hold at least one layer count; got none")
-    bad = [L for L in out if ref_steps % L]
-    if bad or ref_steps % 2:
-        raise ParameterError(f"ref_steps must be even and a multiple of every level; got "
-                             f"ref_steps={ref_steps}, levels not dividing it: {bad}")
-    return out
-
-
-def uniform_from_gaussian(v: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Entry-wise quantile map `N(0, sigma^2) -> U(-sigma sqrt 3, sigma sqrt 3)` (same variance)."""
-    if sigma == 0.0:
-        return torch.zeros_like(v)
-    return sigma * math.sqrt(3.0) * torch.special.erf(v / (sigma * math.sqrt(2.0)))
-
-
 @dataclass
 class CoupledSamples:
     """Per-run values from one pass over a shared Brownian path.
@@ -149,192 +131,6 @@ class CoupledSamples:
     ref_half: np.ndarray
     sq_err: np.ndarray
     strong_at: tuple[float, ...] = (1.0,)
-
-
-def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[int],
-                   ref_steps: int, rs: RunStreams, laws: Sequence[str] = LAWS,
-                   progress: Progress | None = None,
-                   on_step: Callable[[int, dict[tuple[str, int], torch.Tensor], torch.Tensor,
-                                      torch.Tensor], None] | None = None,
-                   qk_rs: RunStreams | None = None,
-                   mlp_rs: RunStreams | None = None,
-                   ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
-    """Networks of `L` layers and the SDE at steps `T / ref_steps` and `2 T / ref_steps`, one Brownian path.
-
-    The final states `(runs, n, d)` of every (law, level) network, of the SDE on the fine grid
-    (`ref_steps` steps over `[0, T]`) and of the SDE on the grid twice as coarse, all driven by one
-    Brownian path: fine step `j` draws `dW_j = sigma sqrt(h) Z_j`, `Z_j = rs.normal(d, d)`; with
-    `heads > 1`, one path per head, `Z_j = rs.normal(heads, d, d)` and `sigma / sqrt(heads)`.
-
-    A random qk law draws its forms from `qk_rs`: with qk_redraw='run' once, shared by every
-    network and SDE of a run; with 'layer' afresh at every fine step of the SDE, which averages
-    over the law with `qk_samples` draws per head and step (`model.scheme_params`): its path is
-    `Z_j = rs.normal(heads, qk_samples, d, d)` over `sqrt(heads qk_samples)`, a network's head `h`
-    takes the sum over the draws as its path and, as its form for a layer, the first draw of head
-    `h` at the first fine step of the layer (the SDE twice as coarse: the draws of its first fine
-    step). Each scheme then still sees forms independent over its steps and of the noise, and the
-    shared draws keep the schemes close (common random numbers).
-
-    An MLP block (docs/variants.md §5) draws from `mlp_rs`: fine step `j` of the SDE drives its
-    kernel noise `mlp_sigma C_K(x) Z^m_j` by standard normals `Z^m_j` `(n, d)`; a network's layer
-    draws its hidden pre-activations afresh and drives the block's output `s C_H Z` (the exact
-    fast form, `tokensde.sim.samplers.mlp_noise_fast`) by the sum of the `Z^m_j` of its fine steps
-    over `sqrt(k)`: one Gaussian path for both, coupled as far as `s^2 H H^T` is close to
-    `mlp_sigma^2 khat(X X^T)`.
-
-    Pre-norm (`p.norm='pre'`, docs/variants.md §4): the state is the residual stream, attention
-    and the MLP block read its directions, the network's sublayers and the SDE's Euler step are the
-    residual update `x + sqrt(dt) xi` (no projection, no Ito drift). Peri-norm is refused (its
-    SDE's noise is not the value noise of a shared matrix path).
-
-    Args:
-        x0: The initial tokens `(runs, n, d)`, shared by every scheme.
-        p: The model (norm 'post' or 'pre').
-        T: The horizon.
-        levels: The network depths `L`, each dividing `ref_steps`.
-        ref_steps: The fine SDE steps over `[0, T]` (even).
-        rs: The run streams of the Brownian path.
-        laws: The value-noise laws of the networks ('gaussian', 'uniform').
-        progress: Called with the number of runs after each fine step, or None.
-        on_step: `on_step(j, nets, fine, half)`, called after fine step `j` (every network has
-            then done the layers that end at or before `j h`; `half` is the SDE twice as coarse,
-            current at even `j`), or None.
-        qk_rs: The streams of a random qk law's forms, or None.
-        mlp_rs: The streams of the MLP block's weights (needed with an MLP block), or None.
-
-    Returns:
-        `(nets, fine, half)`: the networks' final states by `(law, L)`, the fine SDE's and the
-        coarse SDE's, each `(runs, n, d)`.
-    """
-    levels = check_levels(levels, ref_steps)
-    if p.norm not in ("post", "pre"):
-        raise ParameterError(f"coupled_states takes norm='post' or 'pre'; got norm={p.norm!r}")
-    if p.token_noise > 0:
-        raise ParameterError(f"coupled_states does not carry independent token noise; got "
-                             f"token_noise={p.token_noise:g} (the allowed value is 0)")
-    if p.mlp_block.active and mlp_rs is None:
-        raise ParameterError(f"mlp={p.mlp!r} needs the streams of its weights (mlp_rs)")
-    c = _Coupling(p, T / ref_steps)
-    draws = None if qk_rs is None else qk_draws(p, "sde", qk_rs, x0.dtype)
-    fine, half = x0.clone(), x0.clone()
-    nets = {(law, L): x0.clone() for law in laws for L in levels}
-    # the coarse grids: the SDE twice as coarse (level None), then each level
-    grids = [c.grid(None, 2, x0), *(c.grid(L, ref_steps // L, x0) for L in levels)]
-    for j in range(1, ref_steps + 1):
-        dw = c.increment(rs, x0.dtype)
-        zm = mlp_rs.normal(p.n, p.d, dtype=x0.dtype) if mlp_rs is not None and c.mlp else None
-        f = None if draws is None else draws.next()
-        fine = c.sde(fine, f, dw, zm, 1)
-        for g in grids:
-            if not g.add(j, dw, zm, f):
-                continue
-            if g.level is None:
-                half = c.sde(half, g.forms, g.dw, g.zm, g.k)
-            else:
-                c.networks(nets, g, laws, mlp_rs)
-            g.reset()
-        if on_step is not None:
-            on_step(j, nets, fine, half)
-        if progress is not None:
-            progress(x0.shape[0])
-    return nets, fine, half
-
-
-@dataclass
-class _Grid:
-    """A coarse grid of `k` fine steps per step (`level` None: the SDE twice as coarse): the sums of
-    the fine increments `dw` and of the block's normals `zm` over its current step, and the forms
-    drawn at that step's first fine step."""
-
-    level: int | None
-    k: int
-    dw: torch.Tensor
-    zm: torch.Tensor | None
-    forms: torch.Tensor | None = None
-
-    def add(self, j: int, dw: torch.Tensor, zm: torch.Tensor | None, forms: torch.Tensor | None
-            ) -> bool:
-        """Add fine step `j`; True when it ends a step of this grid."""
-        if (j - 1) % self.k == 0:
-            self.forms = forms
-        self.dw += dw
-        if self.zm is not None and zm is not None:
-            self.zm += zm
-        return j % self.k == 0
-
-    def reset(self) -> None:
-        """Start the next step: the sums back to zero."""
-        self.dw.zero_()
-        if self.zm is not None:
-            self.zm.zero_()
-
-
-class _Coupling:
-    """How one fine Brownian increment drives the SDE's heads and the networks' (`coupled_states`):
-    with `m` draws of the qk law per head and SDE step, the SDE sees `heads m` paths and a
-    network's head the sum of its `m`."""
-
-    def __init__(self, p: ModelParams, h: float) -> None:
-        self.p, self.ps, self.h = p, scheme_params(p, "sde"), h
-        self.m = self.ps.heads // p.heads  # draws of the qk law per head and SDE step
-        self.sig = p.sigma / math.sqrt(self.ps.heads)  # entry scale of one SDE head's value noise
-        self.sig_net = p.sigma / math.sqrt(p.heads)  # and of one network head's
-        d = p.d
-        self.net_shape = (d, d) if p.heads == 1 else (p.heads, d, d)
-        self.shape = self.net_shape if self.m == 1 else (p.heads, self.m, d, d)
-        self.mlp = p.mlp_block.active
-        # what attention reads, and the steps: post-norm projects, pre-norm adds to the stream
-        self.inputs = (lambda t: t) if p.norm == "post" else normalize
-        self.net_step = NORM_STEPS[p.norm]
-        self.sde_step = sde_step if p.norm == "post" else residual_step
-
-    def grid(self, level: int | None, k: int, x0: torch.Tensor) -> _Grid:
-        """Empty sums for a grid of `k` fine steps per step."""
-        zm = torch.zeros(x0.shape[0], self.p.n, self.p.d, dtype=x0.dtype) if self.mlp else None
-        return _Grid(level, k, torch.zeros(x0.shape[0], *self.shape, dtype=x0.dtype), zm)
-
-    def increment(self, rs: RunStreams, dtype: torch.dtype) -> torch.Tensor:
-        """One fine step's Brownian increment `sig sqrt(h) Z`."""
-        return self.sig * math.sqrt(self.h) * rs.normal(*self.shape, dtype=dtype)
-
-    def sde(self, x: torch.Tensor, forms: torch.Tensor | None, dw: torch.Tensor,
-            zm: torch.Tensor | None, k: int) -> torch.Tensor:
-        """One SDE step of `k` fine steps driven by their summed increments `dw` and normals `zm`."""
-        ps = self.ps
-        y = attention_output(self.inputs(x), ps, forms)
-        v = (dw if self.m == 1 else dw.flatten(1, 2)) / math.sqrt(k * self.h)
-        z = None if zm is None else zm if k == 1 else zm / math.sqrt(k)
-        mlp = None if z is None else (lambda u: mlp_kernel_noise(u, ps, z))
-        return sde_layer(x, y, apply_matrices(y, v), ps, k * self.h, mlp, self.sde_step)
-
-    def forms(self, f: torch.Tensor | None) -> torch.Tensor | None:
-        """The networks' forms: the first of the `m` draws of each head."""
-        if f is None or self.m == 1:
-            return f
-        g = f.unflatten(1, (self.p.heads, self.m))[:, :, 0]
-        return g[:, 0] if self.p.heads == 1 else g
-
-    def networks(self, nets: dict[tuple[str, int], torch.Tensor], g: _Grid,
-                 laws: Sequence[str], mlp_rs: RunStreams | None) -> None:
-        """One layer of the level-`g.level` network of every law, in place in `nets`: value
-        matrices from the summed increments (Gaussian, or their quantile transform), the hidden
-        pre-activations of the block drawn afresh and its output driven by the summed normals."""
-        p, dt = self.p, g.k * self.h
-        dw = g.dw if self.m == 1 else g.dw.sum(2).reshape(-1, *self.net_shape)
-        v_gauss = dw / math.sqrt(dt)
-        forms = self.forms(g.forms)
-        pre = None if not self.mlp or mlp_rs is None else mlp_rs.normal(
-            p.n, p.mlp_hidden, dtype=g.dw.dtype)
-        zm, root_k = g.zm, math.sqrt(g.k)
-        mlp = None if pre is None or zm is None else (
-            lambda u: mlp_noise_given(u, p, pre, zm, root_k))
-        level = g.level
-        assert level is not None, "networks() runs on the grids of the network levels"
-        for law in laws:
-            v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, self.sig_net)
-            x = nets[law, level]
-            y = attention_output(self.inputs(x), p, forms)
-            nets[law, level] = layer_step(x, y, apply_matrices(y, v), p, dt, mlp, self.net_step)
 
 
 def coupled_samples(

@@ -52,6 +52,7 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
          as_json: bool, value_law: str = "product", sde_runs: int = 32, threads: int = 1,
          force: bool = False, yes: bool = False, given: frozenset[str] = frozenset()) -> None:
     from ..io.outputs import guard_output
+    from ..io.store import atomic_write
     from ..real.models import INSTALL_HINT, MissingExtraError, RealSpec, has_transformers
 
     with user_errors():
@@ -93,9 +94,9 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
                  f"{'<=' if a['agrees'] else '>'} {a['threshold']:.2f}"
                  f"{'' if a['agrees'] else ' DISAGREES'}")
         fig = plot_real(run.table, out / "real.png", title)
-        (out / "mapping.json").write_text(json.dumps(
-            {"rows": [list(map(str, r)) for r in run.mapping.rows], **run.meta}, indent=1,
-            default=str))
+        mapping = json.dumps({"rows": [list(map(str, r)) for r in run.mapping.rows],
+                              **run.meta}, indent=1, default=str)
+        atomic_write(out / "mapping.json", lambda tmp: tmp.write_text(mapping))
     summary = {"table": str(table), "figure": str(fig), "agreement": a,
                "has_limit": run.mapping.has_limit, "wall_s": run.meta["wall_s"]}
     if as_json:

@@ -13,6 +13,8 @@ SAME noise path: the value matrix `V_k` `(d, d)` of each run and layer is drawn 
 own stream (`noise_path`, independent of every system's size and of batching) and applied to all.
 Nodes closer than `merge_tol` (`1 - <x_i, x_j> < merge_tol`) are merged (weights summed, position
 their weighted mean), so a measure that concentrates into atoms costs what its atoms cost.
+The layers run through the one layer loop `tokensde.sim.loop.march`: `_Layer` steps every system,
+the stopping rule `_Absorb` merges, decides and takes decided runs out of the batch.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..model.params import ModelParams, TimeGrid
 from ..sim.decide import DENSE_MAX, geometric_decided
 from ..sim.expansion import choose_evaluator
 from ..sim.layers import attention_output, network_step, normalize
+from ..sim.loop import march
 from ..sim.rng import RUN_BLOCK, RunStreams
 from ..sim.sde import sde_step
 from .merge import merge_nodes
@@ -248,54 +251,105 @@ def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarr
              step: Callable[..., torch.Tensor], until: str, tol: float, every: int,
              merge_tol: float | None, at: np.ndarray, final_x: list[list[torch.Tensor | None]],
              final_w: list[list[torch.Tensor | None]], shared_path: bool = False) -> None:
-    """One batch of `run_coupled`: fills `at`, `final_x`, `final_w` at the runs `run_ids`."""
-    x0 = sy[0].x
+    """One batch of `run_coupled` through the one layer loop `sim.loop.march`: `_Layer` applies
+    a layer to every system, `_Absorb` (the stopping rule) merges, decides and keeps; fills `at`,
+    `final_x`, `final_w` at the runs `run_ids`."""
     # the value matrices of run r come from its run stream (`path_streams`, as `noise_path`)
     lo = 0 if shared_path else int(run_ids[0])
-    rs = path_streams(seed, lo, lo + (1 if shared_path else len(run_ids)), x0.device)
-    rows = torch.arange(len(run_ids))
-    how = [_evaluator(p, s) for s in sy]
+    rs = path_streams(seed, lo, lo + (1 if shared_path else len(run_ids)), sy[0].x.device)
+    batch = _Batch(sy, [_evaluator(p, s) for s in sy])
+    rule = _Absorb(p, run_ids, until, tol, every, merge_tol, at, final_x, final_w,
+                   None if shared_path else rs.retain)
+    march(batch, grid.steps, _Layer(p, grid, rs, step, shared_path),
+          np.empty(0, dtype=np.int64), lambda *_: None, stop=rule)
 
-    def store(si: int, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
-        for j, run in enumerate(run_ids[r.numpy()].tolist()):
-            lv = w[j] > 0
-            final_x[si][run], final_w[si][run] = x[j][lv].cpu(), w[j][lv].cpu()
 
-    for k in range(1, grid.steps + 1):
-        v = p.noise_scale * rs.normal(p.d, p.d, dtype=x0.dtype)
-        if shared_path:
-            v = v.expand(len(rows), p.d, p.d)
-        for s, e in zip(sy, how, strict=True):
+class _Batch:
+    """The state `march` carries: the systems of a batch of runs (`x` `(runs, K, d)`, `w` each)
+    and how each one's attention is evaluated; `shape[0]` runs, `batch[mask]` selects rows (the
+    evaluators are kept: they change at a merge only)."""
+
+    def __init__(self, systems: list[System], how: list[str]) -> None:
+        self.systems, self.how = systems, how
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.systems[0].x.shape[0],)
+
+    def __getitem__(self, mask: torch.Tensor) -> _Batch:
+        m = mask.to(self.systems[0].x.device)
+        return _Batch([System(s.name, s.x[m], s.w[m]) for s in self.systems], list(self.how))
+
+
+class _Layer:
+    """One layer of every system of the batch, driven by one value matrix per run `V_k`
+    `(d, d)` drawn from the run streams `rs` (all runs: run 0's when `shared_path`)."""
+
+    def __init__(self, p: ModelParams, grid: TimeGrid, rs: RunStreams,
+                 step: Callable[..., torch.Tensor], shared_path: bool) -> None:
+        self.p, self.dt, self.rs, self.step, self.shared_path = p, grid.dt, rs, step, shared_path
+
+    def __call__(self, b: _Batch) -> _Batch:
+        p = self.p
+        v = p.noise_scale * self.rs.normal(p.d, p.d, dtype=b.systems[0].x.dtype)
+        if self.shared_path:
+            v = v.expand(b.shape[0], p.d, p.d)
+        for s, e in zip(b.systems, b.how, strict=True):
             y = attention_output(s.x, p, weights=s.w, evaluator=e)
-            s.x = step(s.x, y, apply_matrices(y, v), p, grid.dt)
-        if k % every and k != grid.steps:
-            continue
+            s.x = self.step(s.x, y, apply_matrices(y, v), p, self.dt)
+        return b
+
+
+class _Absorb:
+    """`run_coupled`'s stopping rule (a `sim.loop.Rule`): every `every` layers and at the last,
+    merge each system's nodes (unless `merge_tol` is None; its evaluator chosen afresh), and with
+    `until='decided'` mark each system decided at `tol` (`at[s, run] = k`, its live nodes and
+    weights stored then); a run leaves once every system of it is decided (`retain`: drop it from
+    the run streams; None with a shared path). At the end, `keep` stores each undecided system."""
+
+    def __init__(self, p: ModelParams, run_ids: np.ndarray, until: str, tol: float, every: int,
+                 merge_tol: float | None, at: np.ndarray,
+                 final_x: list[list[torch.Tensor | None]],
+                 final_w: list[list[torch.Tensor | None]],
+                 retain: Callable[[torch.Tensor], None] | None) -> None:
+        self.p, self.run_ids, self.until, self.tol, self.every = p, run_ids, until, tol, every
+        self.merge_tol, self.at, self.final_x, self.final_w = merge_tol, at, final_x, final_w
+        self._retain = retain
+        self.layer = np.full(len(run_ids), -1, dtype=np.int64)
+        self.final: _Batch | None = None
+
+    def _store(self, si: int, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+        for j, run in enumerate(self.run_ids[r.numpy()].tolist()):
+            lv = w[j] > 0
+            self.final_x[si][run], self.final_w[si][run] = x[j][lv].cpu(), w[j][lv].cpu()
+
+    def check(self, k: int, b: _Batch, rows: torch.Tensor) -> tuple[_Batch, torch.Tensor]:
+        """Merge, then decide each system; the runs whose every system is decided."""
         done = torch.ones(len(rows), dtype=torch.bool)
-        for si, s in enumerate(sy):
-            if merge_tol is not None:
-                s.x, s.w = merge_nodes(s.x, s.w, merge_tol)
-                how[si] = _evaluator(p, s)
-            if until == "decided":
-                ids = run_ids[rows.numpy()]
-                now = decided(s.x, s.w, tol).cpu() & torch.as_tensor(at[si, ids] < 0)
-                at[si, ids[now.numpy()]] = k
+        for si, s in enumerate(b.systems):
+            if self.merge_tol is not None:
+                s.x, s.w = merge_nodes(s.x, s.w, self.merge_tol)
+                b.how[si] = _evaluator(self.p, s)
+            if self.until == "decided":
+                ids = self.run_ids[rows.numpy()]
+                now = decided(s.x, s.w, self.tol).cpu() & torch.as_tensor(self.at[si, ids] < 0)
+                self.at[si, ids[now.numpy()]] = k
                 dv = now.to(s.x.device)
-                store(si, rows[now], s.x[dv], s.w[dv])
-                done &= torch.as_tensor(at[si, ids] >= 0)
-        if until == "decided" and bool(done.any()):
-            live = ~done
-            rows = rows[live]
-            lv = live.to(x0.device)
-            for s in sy:
-                s.x, s.w = s.x[lv], s.w[lv]
-            if not shared_path:
-                rs.retain(live)
-            if len(rows) == 0:
-                return
-    ids = run_ids[rows.numpy()]
-    for si, s in enumerate(sy):
-        left = torch.as_tensor(at[si, ids] < 0)
-        store(si, rows[left], s.x[left.to(s.x.device)], s.w[left.to(s.x.device)])
+                self._store(si, rows[now], s.x[dv], s.w[dv])
+                done &= torch.as_tensor(self.at[si, ids] >= 0)
+        return b, done if self.until == "decided" else torch.zeros_like(done)
+
+    def keep(self, rows: torch.Tensor, b: _Batch) -> None:
+        """Store the systems of batch rows `rows` not stored at their decision."""
+        ids = self.run_ids[rows.numpy()]
+        for si, s in enumerate(b.systems):
+            left = torch.as_tensor(self.at[si, ids] < 0)
+            self._store(si, rows[left], s.x[left.to(s.x.device)], s.w[left.to(s.x.device)])
+        self.final = b
+
+    def retain(self, live: torch.Tensor) -> None:
+        if self._retain is not None:
+            self._retain(live)
 
 
 def _evaluator(p: ModelParams, s: System) -> str:

@@ -6,11 +6,12 @@
 - `histograms`: the law of pairwise inner products across depth;
 - `phase`, `multi`, `vit`, `simulation`: two-token phase diagram, multi-token sweeps, ViT runs,
   one `simulate` result;
-- `mlp`, `variants`, `vit_depth`: two tokens with the MLP block, the model variants, ViT depth.
+- `mlp`, `variants`, `vit_depth`: two tokens with the MLP block, the model variants, ViT depth;
+- `token_noise`: the phase diagram of independent token noise beside the common-noise one.
 
 Submodules are imported on use (`from tokensde.plots.convergence import plot_convergence`), so
 importing the package does not load matplotlib.
 """
 
 __all__ = ["convergence", "histograms", "meanfield", "mlp", "multi", "phase", "real", "simulation",
-           "style", "trajectories", "variants", "vit", "vit_depth", "vit_fair"]
+           "style", "token_noise", "trajectories", "variants", "vit", "vit_depth", "vit_fair"]

@@ -2,17 +2,18 @@
 
 `simulate` runs many independent networks (or their SDE limit) and returns a `SimResult` of numpy
 arrays; `InitialState`, `StoppingRule` and `Recording` group its options, and an `Observer` is a
-statistic it keeps at every checkpoint (`simulate(observe=...)`). Names not in `__all__`
-(the layers, samplers, the Gram-space sampler, the loop) are internal.
+statistic it keeps at every checkpoint (`simulate(observe=...)`). `coupled_states` and
+`coupled_paths` run networks of several depths and their SDE on one Brownian path. Names not in
+`__all__` (the layers, samplers, the Gram-space sampler, the loop) are internal.
 """
 
 from __future__ import annotations
 
+from .coupled import coupled_paths, coupled_states
 from .observe import Observer
 from .result import SimResult
 from .rng import RunStreams, derive_seed
 from .samplers import choose_sampler
-from .sde import coupled_paths
 from .simulate import InitialState, Recording, StoppingRule, simulate
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "StoppingRule",
     "choose_sampler",
     "coupled_paths",
+    "coupled_states",
     "derive_seed",
     "simulate",
 ]

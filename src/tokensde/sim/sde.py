@@ -4,7 +4,7 @@
 
 (spec §3). `sde_step` is Euler-Maruyama followed by projection onto the sphere; it takes the noise
 as an explicit increment so that a network and its SDE can share one Brownian path
-(`coupled_paths`).
+(`tokensde.sim.coupled`: `coupled_paths`, `coupled_states`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..model.noise import apply_matrices
-from ..model.params import ModelParams, ParameterError, TimeGrid
-from .layers import attention_output, mean_part, mlp_input, network_step, normalize_, tangent
+from ..model.params import ModelParams
+from .layers import mean_part, mlp_input, normalize_, tangent
 
 
 def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Tensor:
@@ -81,45 +80,3 @@ def sde_layer(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams
     `step(x, y, xi + mlp(mlp_input(x)), p, dt)`, `mlp(u)` the MLP block's kernel noise at `u`
     (`xi` is added to in place)."""
     return step(x, y, xi if mlp is None else xi.add_(mlp(mlp_input(x, p))), p, dt)
-
-
-
-def coupled_paths(
-    x0: torch.Tensor,
-    p: ModelParams,
-    grid: TimeGrid,
-    increments: Callable[[int], torch.Tensor],
-    substeps: int = 1,
-    weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the network and the SDE on one Brownian path; return both final states.
-
-    The network uses `V_k = sum(dW) / sqrt(dt)`; the SDE steps on the grid `substeps` times finer.
-    Matrix noise only, without token noise (`token_noise = 0`).
-
-    Args:
-        x0: initial unit tokens `(runs, n, d)`.
-        p: the model parameters.
-        grid: the network's layers (`dt` its step).
-        increments: `increments(k)` gives the Brownian increments `dW` of layer `k`,
-            `(runs, substeps, d, d)`, or `(runs, substeps, heads, d, d)` with `heads > 1`.
-        substeps: SDE steps per layer.
-        weights: token weights `(n,)` or `(runs, n)` of the attention (`layers.weights_from_logits`).
-
-    Returns:
-        The final states `(network, sde)`, each `(runs, n, d)`.
-    """
-    if p.token_noise > 0:
-        raise ParameterError(f"coupled_paths does not carry independent token noise; got "
-                             f"token_noise={p.token_noise:g} (the allowed value is 0)")
-    x_net, x_sde = x0.clone(), x0.clone()
-    h = grid.dt / substeps
-    for k in range(grid.steps):
-        dw = increments(k)
-        v = dw.sum(1) / grid.dt**0.5
-        y = attention_output(x_net, p, weights=weights)
-        x_net = network_step(x_net, y, apply_matrices(y, v), p, grid.dt)
-        for j in range(substeps):
-            y = attention_output(x_sde, p, weights=weights)
-            x_sde = sde_step(x_sde, y, apply_matrices(y, dw[:, j] / h**0.5), p, h)
-    return x_net, x_sde

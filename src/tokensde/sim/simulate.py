@@ -200,8 +200,9 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int, sampler: s
                           full=full, mlp=_mlp_width(params, used), itemsize=size, basis=basis)
     one = estimate_memory(1, n, w, k, block=0, record=record, itemsize=size).kept
     name = str(tdtype).removeprefix("torch.")
-    detail = (f"{runs} runs, n = {n}, d = {params.d}, {heads} head{'s' * (heads > 1)}, {k} "
-              f"checkpoints, {grid.steps} layers, sampler {used}, {name}"
+    detail = (f"{runs} run{'s' * (runs != 1)}, n = {n}, d = {params.d}, {heads} "
+              f"head{'s' * (heads > 1)}, {k} checkpoints, {grid.steps} layers, sampler {used}, "
+              f"{name}"
               + (f", attention by expansion ({basis} basis functions)" if basis else ""))
     lower = ("runs", "n", "d", *(("heads",) if heads > 1 else ()), "checkpoints")
     # layer steps one after another: one per layer and batch of runs (`default_batch`)

@@ -5,7 +5,11 @@ token law loses stability, `a` the scale of `M = a I` and `tau` each token's own
 simulator `a = ModelParams.mean_trace` (1 for `mean='identity'`) and `tau =
 ModelParams.token_noise`, with the common noise off (`sigma = 0`): `critical_token_noise` turns the
 critical coupling into the critical `token_noise`, and `stationary_order` / `order_scan` measure the
-order parameter `r = |(1/n) sum_i x_i|` at stationarity across it.
+order parameter `r = |(1/n) sum_i x_i|` at stationarity across it. `threshold_from_scan` and
+`threshold_from_fluctuations` read the threshold off such scans from the ordered and the
+disordered side. `mean_field_order` is the order parameter of the limit's ordered stationary
+law, and `ordered_branch_end` finds where that branch ends: at `tau_c` for a continuous
+transition, beyond it (a window with two stable laws, hysteresis) for a discontinuous one.
 """
 
 from __future__ import annotations
@@ -59,7 +63,10 @@ class OrderEstimate:
     """The stationary order parameter of one `token_noise`: `r` the mean over runs of each run's
     time average of `|(1/n) sum_i x_i|` over depth times `[burn, T]`, `se` its standard error
     over runs (the runs are independent; a run's time average is one sample), `r2` the same
-    average of `r^2` and `r2_se` its standard error, `wall_s` the simulation's wall time."""
+    average of `r^2` and `r2_se` its standard error, `wall_s` the simulation's wall time,
+    `run_r` each run's time average of `r` (a run that switched branches shows here), and
+    `drift` / `drift_se` the mean over runs of (average over the second half of `[burn, T]`
+    minus average over the first half) and its standard error: a run still relaxing drifts."""
 
     token_noise: float
     n: int
@@ -78,6 +85,9 @@ class OrderEstimate:
     r2_se: float
     wall_s: float
     attention_eval: str
+    run_r: tuple[float, ...] = ()
+    drift: float = math.nan
+    drift_se: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict (JSON-ready).
@@ -139,13 +149,17 @@ def stationary_order(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
     late = times >= burn
     r = order_parameter(res.tokens[:, late])  # (runs, checkpoints)
     per_run, per_run2 = r.mean(1), (r**2).mean(1)
+    half = r.shape[1] // 2
+    moved = r[:, r.shape[1] - half:].mean(1) - r[:, :half].mean(1) if half else np.zeros(runs)
     return OrderEstimate(
         token_noise=p.token_noise, n=p.n, d=p.d, beta=p.beta, attention=attention, runs=runs,
         T=res.grid.T, burn=burn, dt=res.grid.dt, scheme=scheme, start=start,
         r=float(per_run.mean()),
         se=float(per_run.std(ddof=1) / math.sqrt(runs)), r2=float(per_run2.mean()),
         r2_se=float(per_run2.std(ddof=1) / math.sqrt(runs)), wall_s=wall,
-        attention_eval=str(res.extra.get("attention_eval", "")))
+        attention_eval=str(res.extra.get("attention_eval", "")),
+        run_r=tuple(float(v) for v in per_run), drift=float(moved.mean()),
+        drift_se=float(moved.std(ddof=1) / math.sqrt(runs)))
 
 
 def order_scan(ratios: Sequence[float], ns: Sequence[int], d: int = 2, beta: float = 1.0,
@@ -202,6 +216,38 @@ def threshold_from_scan(rows: Sequence[OrderEstimate], r2_max: float = 0.55
     sd2 = math.sqrt(float(g @ cov @ g))
     lo2, hi2 = max(z2 - 2 * sd2, 0.0), z2 + 2 * sd2
     return math.sqrt(max(z2, 0.0)), math.sqrt(lo2), math.sqrt(max(hi2, 0.0))
+
+
+def threshold_from_fluctuations(rows: Sequence[OrderEstimate]) -> tuple[float, float, float]:
+    """A reading of the threshold from the disordered side: linear fluctuation theory gives
+    `1 / (n E r^2) = 1 - tau_c^2 / tau^2` above a continuous threshold; fit the line
+    `1 / (n E r^2) = A + B / tau^2` (weighted by the rows' `r2_se`) over the rows given (all
+    above the threshold, each of its own `n`) and return `(tau_c, low, high)`, its zero with a
+    2-standard-error interval (delta method; the covariance scaled by the residual variance when
+    it exceeds 1). NaNs when fewer than 2 rows are given.
+
+    Args:
+        rows: `OrderEstimate`s in the disordered phase.
+
+    Returns:
+        `(estimate, low, high)`.
+    """
+    if len(rows) < 2:
+        return math.nan, math.nan, math.nan
+    u = np.array([1 / e.token_noise**2 for e in rows])
+    y = np.array([1 / (e.n * e.r2) for e in rows])
+    se = np.array([e.r2_se / (e.n * e.r2**2) for e in rows])
+    w = 1 / np.maximum(se, 1e-12) ** 2
+    a = np.stack([np.ones_like(u), u], 1)
+    cov = np.linalg.inv(a.T @ (a * w[:, None]))
+    b0, b1 = cov @ (a.T @ (w * y))
+    if len(rows) > 2:
+        cov = cov * max(float(np.sum(w * (y - b0 - b1 * u) ** 2)) / (len(rows) - 2), 1.0)
+    t2 = -b1 / b0  # tau_c^2 = 1 / u*, u* = -b0 / b1
+    g = np.array([b1 / b0**2, -1 / b0])
+    sd = math.sqrt(float(g @ cov @ g))
+    return (math.sqrt(max(t2, 0.0)), math.sqrt(max(t2 - 2 * sd, 0.0)),
+            math.sqrt(max(t2 + 2 * sd, 0.0)))
 
 
 def mean_field_order(token_noise: float, beta: float, d: int = 2, attention: str = "usa",
@@ -269,3 +315,30 @@ def mean_field_order(token_noise: float, beta: float, d: int = 2, attention: str
             break
         r_old = r
     return r if r > 1e-6 else 0.0
+
+
+def ordered_branch_end(beta: float, d: int = 2, attention: str = "usa", hi: float = 1.6,
+                       tol: float = 1e-3) -> float:
+    """`tau_s / tau_c`: the largest `token_noise`, over the linear threshold `tau_c`, at which the
+    many-token limit still has an ordered stationary law (`mean_field_order > 0`), by bisection
+    on `[1, hi]`. 1 when the ordered branch ends at the threshold (a continuous transition);
+    above 1 the limit has both branches on `(tau_c, tau_s)` (a discontinuous one).
+
+    Args:
+        beta: attention strength, > 0.
+        d: dimension, >= 2.
+        attention: 'usa' or 'softmax'.
+        hi: the top of the bracket (returned if the branch reaches it).
+        tol: the bracket's width at the end, relative.
+
+    Returns:
+        `tau_s / tau_c`, to within `tol`.
+    """
+    tau_c = critical_token_noise(beta, d, attention)
+    if mean_field_order(tau_c * (1 + tol), beta, d, attention) == 0.0:
+        return 1.0
+    lo = 1 + tol
+    while hi - lo > tol:
+        m = (lo + hi) / 2
+        lo, hi = (m, hi) if mean_field_order(m * tau_c, beta, d, attention) > 0 else (lo, m)
+    return (lo + hi) / 2

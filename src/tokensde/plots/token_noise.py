@@ -1,0 +1,135 @@
+"""Independent token noise beside common noise: the two phase diagrams on one figure
+(docs/token-noise.md).
+
+Left and middle: the uniform state of `M = I` under independent token noise `tau` against the
+attention strength `beta`, the theory's linear threshold `tau_c(beta)`
+(`tokensde.theory.token_noise`), the end `tau_s(beta)` of the limit's ordered branch where it
+lies beyond `tau_c` (`beta > beta_*`: both branches stable on `(tau_c, tau_s)`), and measured
+points with their intervals. Right: two tokens under common noise, where antipodal pairs attract
+with positive probability iff `cosh 2 beta > d - 2` (`tokensde.theory.two_tokens.beta_c`). The
+functions only draw what they are given and evaluate closed forms; `tau_s` is passed in (it is a
+fixed-point computation, `tokensde.study.token_noise.ordered_branch_end`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..theory import token_noise as tn
+from ..theory import two_tokens as tt
+from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
+
+
+def _tau_c(beta: float, d: int, attention: str) -> float:
+    return 1.0 / math.sqrt(tn.critical_coupling(beta, d, attention))
+
+
+def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "usa",
+                           branch_end: Sequence[tuple[float, float]] = (),
+                           thresholds: Sequence[dict[str, Any]] = (),
+                           hysteresis: Sequence[dict[str, Any]] = (),
+                           beta_max: float = 6.5, d_max: int = 12) -> Path:
+    """Draw the figure and write it to `path`.
+
+    Args:
+        path: where the figure goes (format from the suffix).
+        d: dimension of the token-noise panels.
+        attention: 'usa' or 'softmax' (token-noise panels).
+        branch_end: `(beta, tau_s / tau_c)` pairs, the end of the limit's ordered branch (1 where
+            the transition is continuous).
+        thresholds: measured thresholds, dicts with `beta`, `tau` (estimate), `low`, `high` (an
+            interval) and `label` (the reading it comes from).
+        hysteresis: per-ratio outcomes of a two-start scan, dicts with `beta`, `ratio`
+            (`tau / tau_c`) and `apart` (True where the ordered and uniform starts differ beyond
+            their 2-standard-error interval).
+        beta_max: right end of the `beta` axis.
+        d_max: top of the `d` axis (common-noise panel).
+
+    Returns:
+        The path written.
+    """
+    bstar = tn.beta_star(d)
+    betas = np.linspace(0.05, beta_max, 300)
+    tau_c = np.array([_tau_c(b, d, attention) for b in betas])
+    ends = sorted(branch_end)
+    with styled():
+        fig = new_figure(13.0, 4.4)
+        ax0, ax1, ax2 = fig.subplots(1, 3, width_ratios=[1.0, 1.0, 0.85])
+        # left: (beta, tau), log tau
+        ax0.plot(betas, tau_c, color=COLORS["theory"], lw=1.5,
+                 label=r"$\tau_c(\beta)$: uniform state loses stability")
+        top = tau_c.max() * 1.6
+        ax0.fill_between(betas, tau_c, top, color="#dddddd", alpha=0.6, lw=0)
+        ax0.fill_between(betas, 0.3, tau_c, color="#cde3f2", alpha=0.6, lw=0)
+        if ends:
+            be = np.array([b for b, _ in ends])
+            te = np.array([q * _tau_c(b, d, attention) for b, q in ends])
+            ax0.fill_between(be, [_tau_c(b, d, attention) for b in be], te, color="#f2c6a0",
+                             lw=0, label=r"both branches stable (limit)")
+            ax0.plot(be, te, color=TOKEN_COLORS[1], lw=1.2, ls="--",
+                     label=r"$\tau_s(\beta)$: ordered branch ends")
+        ax0.axvline(bstar, color="black", lw=0.8, ls=":",
+                    label=rf"$\beta_* = {bstar:.3f}$")
+        for k, m in enumerate(thresholds):
+            ax0.errorbar([m["beta"]], [m["tau"]], yerr=[[m["tau"] - m["low"]],
+                         [m["high"] - m["tau"]]], fmt="o", ms=3, capsize=2, lw=1,
+                         color=TOKEN_COLORS[0], label="measured $\\tau_c$ (2 SE)" if k == 0
+                         else None)
+        ax0.text(0.3, 0.45, "ordered", fontsize=8)
+        ax0.text(0.3, tau_c[0] * 1.5 if tau_c[0] * 1.5 < top else top * 0.8, "disordered",
+                 fontsize=8)
+        ax0.set_yscale("log")
+        ticks = [t for t in (0.5, 1, 2, 3, 5, 10, 20) if t < top]
+        ax0.set_yticks(ticks, [f"{t:g}" for t in ticks])
+        ax0.set_yticks([], minor=True)
+        ax0.set(ylim=(0.3, top), xlim=(0, beta_max), xlabel=r"$\beta$",
+                ylabel=r"token noise $\tau$ (log)",
+                title=f"independent noise, {attention.upper() if attention == 'usa' else attention}"
+                      f", d = {d}, M = I")
+        ax0.legend(fontsize=6.5, loc="upper left")
+        # middle: tau / tau_c(beta), where the intervals can be seen
+        ax1.axhline(1.0, color=COLORS["theory"], lw=1.5, label=r"$\tau_c$ (theory)")
+        if ends:
+            be = np.array([b for b, _ in ends])
+            qe = np.array([q for _, q in ends])
+            ax1.fill_between(be, 1.0, qe, color="#f2c6a0", lw=0,
+                             label="both branches stable (limit)")
+            ax1.plot(be, qe, color=TOKEN_COLORS[1], lw=1.2, ls="--", label=r"$\tau_s / \tau_c$")
+        ax1.axvline(bstar, color="black", lw=0.8, ls=":")
+        for k, m in enumerate(thresholds):
+            tc = _tau_c(m["beta"], d, attention)
+            ax1.errorbar([m["beta"]], [m["tau"] / tc], yerr=[[(m["tau"] - m["low"]) / tc],
+                         [(m["high"] - m["tau"]) / tc]], fmt="o", ms=3, capsize=2, lw=1,
+                         color=TOKEN_COLORS[0],
+                         label="measured $\\tau_c$, disordered side (2 SE)" if k == 0 else None)
+        apart = [h for h in hysteresis if h["apart"]]
+        same = [h for h in hysteresis if not h["apart"]]
+        if apart:
+            ax1.scatter([h["beta"] for h in apart], [h["ratio"] for h in apart], marker="s",
+                        s=22, color="#c0392b", label="ordered and uniform starts differ")
+        if same:
+            ax1.scatter([h["beta"] for h in same], [h["ratio"] for h in same], marker="s",
+                        s=22, facecolors="none", edgecolors="#555555",
+                        label="starts agree (2 SE)")
+        ax1.set(xlim=(0, beta_max), ylim=(0.93, 1.15), xlabel=r"$\beta$",
+                ylabel=r"$\tau / \tau_c(\beta)$",
+                title="the same, relative to the theory's threshold")
+        ax1.legend(fontsize=6.5, loc="upper left")
+        # right: common noise, two tokens
+        ds = np.linspace(2, d_max, 300)
+        bc = tt.beta_c(ds)
+        ax2.plot(bc, ds, color=COLORS["theory"], lw=1.5, label=r"$\cosh 2\beta = d - 2$")
+        ax2.fill_betweenx(ds, bc, beta_max, color="#cde3f2", alpha=0.6, lw=0)
+        ax2.fill_betweenx(ds, 0, bc, color="#dddddd", alpha=0.6, lw=0)
+        ax2.text(0.15, d_max * 0.8, "pairs merge\nalmost surely", fontsize=8)
+        ax2.text(beta_max * 0.45, 3.0, "antipodal pairs\nattract with\npositive probability",
+                 fontsize=8)
+        ax2.set(xlim=(0, beta_max), ylim=(2, d_max), xlabel=r"$\beta$", ylabel="d",
+                title="common noise, two tokens, softmax")
+        ax2.legend(fontsize=6.5, loc="lower right")
+    return save(fig, path)
