@@ -201,6 +201,16 @@ def test_api_misuse_gets_clear_errors():
         ModelParams(n=3, d=3, Q=[[1, 0, 0], [0, 1], [0, 0, 1]])
     with pytest.raises(ParameterError, match=r"checkpoints must be layer indices .*'all'"):
         simulate(p, layers=5, checkpoints="all")
+    # a horizon given twice, or one that is not a whole number of steps, is refused
+    with pytest.raises(ParameterError, match=r"give the horizon once: .*layers=7"):
+        simulate(p, TimeGrid.make(layers=5), layers=7)
+    with pytest.raises(ParameterError, match=r"T = 1, dt = 0.3 .*T = 1.2.*0.25 \(4 layers\)"):
+        simulate(p, T=1.0, dt=0.3)
+    assert simulate(p, T=1.0, dt=0.25).gram.shape[1] == 2  # a whole number of steps runs
+    with pytest.raises(ParameterError, match=r"checkpoints .* from 2|checkpoints .*\[2, layers"):
+        simulate(p, layers=3, checkpoints=10)
+    with pytest.raises(ParameterError, match="pairs must be True or False; got 'no'"):
+        simulate(p, layers=2).to_pandas(pairs="no")
 
 
 # ----------------------------------------------------------------------------- misleading

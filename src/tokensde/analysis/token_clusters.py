@@ -13,8 +13,9 @@
   angles are closer than `A = arccos(1 - tol)`, merged or antipodal iff their angles mod pi are,
   so the counts come from the number of sorted angles within `A` of each (`searchsorted`,
   O(n log n)); a pair within a few rounding errors of `tol` may fall on either side. On the
-  sphere and above they are counted over row blocks, O(n^2) work in O(n) memory. The mean inner
-  product is `(|sum x_i|^2 - n) / (n (n - 1))`.
+  sphere and above, a decided run (every pair merged or antipodal: the absorbed state) has its
+  counts from the sizes of its two sides, in O(n); the other runs are counted over row blocks,
+  O(n^2) work in O(n) memory. The mean inner product is `(|sum x_i|^2 - n) / (n (n - 1))`.
 """
 
 from __future__ import annotations
@@ -71,9 +72,35 @@ def tokens_outcome(x: Any, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
     return out.numpy().astype(np.int8), minor.numpy().astype(np.int64)
 
 
+def _decided_counts(t: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merged and antipodal pair counts of runs that are decided, `(runs,)` each, in O(n): with
+    `m` tokens on the side of `x_1` (`<x_i, x_1> > 0`) and `n - m` opposite, `C(m, 2) + C(n - m,
+    2)` and `m (n - m)`. In a decided run every pair is within `A = arccos(1 - tol) <= pi / 3` of
+    0 or pi, so two tokens on one side are less than `2 A <= 2 pi / 3` apart, hence merged, and
+    two on opposite sides antipodal. Meaningless for runs that are not decided."""
+    n = t.shape[1]
+    m = ((t @ t[:, 0].unsqueeze(-1)).squeeze(-1) > 0).sum(-1).double()
+    return m * (m - 1) / 2 + (n - m) * (n - m - 1) / 2, m * (n - m)
+
+
+def _block_counts(t: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merged and antipodal pair counts `(runs,)` from every pair, over row blocks (O(n^2) work,
+    O(n) memory)."""
+    runs, n, _ = t.shape
+    merged = torch.zeros(runs, dtype=torch.float64)
+    anti = torch.zeros(runs, dtype=torch.float64)
+    for lo in range(0, n, ROW_BLOCK):
+        g = t[:, lo:lo + ROW_BLOCK] @ t.transpose(-1, -2)  # rows lo.., all columns
+        upper = torch.arange(n) > torch.arange(lo, min(lo + ROW_BLOCK, n)).unsqueeze(-1)
+        merged += (is_merged(g, tol) & upper).sum((-2, -1))
+        anti += (is_antipodal(g, tol) & upper).sum((-2, -1))
+    return merged, anti
+
+
 def tokens_pair_fractions(x: Any, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per run: the fractions of pairs `i < j` merged and antipodal, and the mean inner
-    product, from tokens `(runs, n, d)` (circle: sorted angles; else row blocks).
+    product, from tokens `(runs, n, d)` (circle: sorted angles; else the two sides of a decided
+    run, row blocks for the others).
 
     Args:
         x: tokens `(runs, n, d)`.
@@ -95,13 +122,10 @@ def tokens_pair_fractions(x: Any, tol: float) -> tuple[np.ndarray, np.ndarray, n
         either = _close_pairs(torch.where(theta < 0, theta + math.pi, theta), math.pi, a)
         merged, anti = near.double(), (either - near).double()
     else:
-        merged = torch.zeros(runs, dtype=torch.float64)
-        anti = torch.zeros(runs, dtype=torch.float64)
-        for lo in range(0, n, ROW_BLOCK):
-            g = t[:, lo:lo + ROW_BLOCK] @ t.transpose(-1, -2)  # rows lo.., all columns
-            upper = torch.arange(n) > torch.arange(lo, min(lo + ROW_BLOCK, n)).unsqueeze(-1)
-            merged += (is_merged(g, tol) & upper).sum((-2, -1))
-            anti += (is_antipodal(g, tol) & upper).sum((-2, -1))
+        merged, anti = _decided_counts(t, tol)
+        left = decided_tokens(t, tol).cpu().logical_not().nonzero().flatten()
+        for r in left.tolist():  # undecided runs: every pair, in row blocks
+            merged[r], anti[r] = _block_counts(t[r:r + 1], tol)
     if not pairs:
         nan = np.full(runs, math.nan)
         return nan, nan, nan

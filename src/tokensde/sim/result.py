@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..model.params import ModelParams, TimeGrid
+from ..model.params import ModelParams, ParameterError, TimeGrid
 
 TIDY_COLUMNS: tuple[str, ...] = ("run", "layer", "t", "i", "j", "value")
 
@@ -87,6 +87,8 @@ class SimResult:
         diagonal is 1 and `G` is symmetric); `pairs=False` gives every entry `(i, j)`."""
         import pandas as pd
 
+        if not isinstance(pairs, bool | np.bool_):
+            raise ParameterError(f"pairs must be True or False; got {pairs!r}")
         g = self._recorded_gram()
         runs, k, n, _ = g.shape
         i, j = np.triu_indices(n, 1) if pairs else (np.repeat(np.arange(n), n),

@@ -622,7 +622,13 @@ def simulate(
         "until": until, "tol": tol, "decide_every": decide_every}).values()
     checkpoints, record = _group(recording, Recording, {"checkpoints": checkpoints,
                                                         "record": record}).values()
-    grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt)
+    given = {k: v for k, v in (("layers", layers), ("alpha", alpha), ("T", T), ("dt", dt))
+             if v is not None}
+    if grid is not None and given:
+        raise ParameterError(f"give the horizon once: a TimeGrid, or {', '.join(given)} (got "
+                             f"both a grid and {', '.join(f'{k}={v!r}' for k, v in given.items())})")
+    # T and dt: a whole number of steps, or an error that proposes one (never another horizon)
+    grid = grid if grid is not None else TimeGrid.make(layers, alpha, T, dt, exact=True)
     _check_call(params, grid, runs, sampler, device, dtype, checkpoints, record, progress, init,
                 attention_eval, weights)
     runs = check_int("runs", runs, 1)
