@@ -96,8 +96,7 @@ def main() -> None:
     write("table.md", tab)
     for d in sorted(tab["d"].unique()):
         write(f"table_d{d}.md", tab[tab["d"] == d])
-        write(f"table_d{d}_iid.md", tab[(tab["d"] == d) & ((tab["start"] == "iid")
-                                                           | (tab["n"] == 0))])
+        write(f"table_d{d}_iid.md", tab[(tab["d"] == d) & (tab["start"] == "iid")])
     (out / "rates.md").write_text("\n".join(rates(tab)) + "\n")
     plot_meanfield(tab, out / "minority.png")
     print((out / "table.md").read_text())
