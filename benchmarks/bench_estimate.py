@@ -8,10 +8,12 @@ not inflate) and their ratios to the estimate, marked `OUT` when wall/estimated 
 [1/3, 3] (the target). Cases: the
 fixed cost of deep small runs, the fast, full and Gram samplers at small and large n, the SDE,
 the O(n) attention by expansion at n = 4096 (and dense attention at n = 1024), two-token Monte
-Carlo (network to the horizon, and the reduced engine), a meanfield table and a real
-torch-encoder run at init.
+Carlo (network to the horizon, and the reduced engine), a meanfield table, a real
+torch-encoder run at init, and `vit compare` training runs on the bundled digits (its estimate
+from a few timed steps of the model, `vit.estimate`, not from the calibration).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_estimate.py [--quick] [--threads 1] [--csv out.csv]
+        [--only sim|vit]
 
 `--quick`: a third of the layers of each case (a smoke run, under a minute).
 """
@@ -21,8 +23,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -35,8 +39,9 @@ from tokensde.meanfield.absorption import run_table, table_budget
 from tokensde.model.params import ModelParams, TimeGrid
 from tokensde.real import RealSpec, run_real
 from tokensde.real.experiment import real_budget
-from tokensde.sim import simulate
+from tokensde.sim import Execution, Recording, simulate
 from tokensde.sim.simulate import simulation_budget
+from tokensde.vit import compare_plan, vit_budget
 
 # name, ModelParams fields, layers, runs, simulate options
 SIM_CASES: list[tuple[str, dict, int, int, dict]] = [
@@ -51,6 +56,15 @@ SIM_CASES: list[tuple[str, dict, int, int, dict]] = [
     ("dense attention (n=1024, d=3)", {"n": 1024, "d": 3}, 6, 1, {"attention_eval": "dense"}),
     ("expansion (n=4096, d=3)", {"n": 4096, "d": 3}, 30, 1, {"attention_eval": "expansion"}),
 ]
+# name, vit compare model fields, batch size, epochs, seeds (digits: 1437 training images)
+VIT_CASES: list[tuple[str, dict, int, int, int]] = [
+    ("vit digits (D=64, depth 6, 5 tokens)", {"dim": 64, "depth": 6, "heads": 4}, 32, 6, 2),
+    ("vit digits (D=128, depth 8, batch 128)", {"dim": 128, "depth": 8, "heads": 4}, 128, 4, 1),
+    ("vit digits patch 2 (D=64, depth 4, 17 tokens)", {"dim": 64, "depth": 4, "heads": 4}, 32,
+     6, 1),
+    ("vit digits attention-only (D=32, depth 12)", {"dim": 32, "depth": 12, "heads": 2,
+                                                    "block": "attention-only"}, 64, 12, 1),
+]
 # name, monte_carlo options (beta 1, d 3), depth time
 MC_CASES: list[tuple[str, dict, float]] = [
     ("two-token mc, network to T", {"runs": 400, "until": "horizon"}, 20.0),
@@ -60,13 +74,17 @@ MC_CASES: list[tuple[str, dict, float]] = [
 
 def sim_case(model, name: str, fields: dict, layers: int, runs: int, opts: dict) -> dict:
     p, grid = ModelParams(**fields), TimeGrid.make(layers)
-    b = simulation_budget(p, grid, runs, opts.get("sampler", "auto"), checkpoints=2,
-                          attention_eval=opts.get("attention_eval", "auto"))
+    two = Recording(checkpoints=2)
+    how = Execution(sampler=opts.get("sampler", "auto"),
+                    attention_eval=opts.get("attention_eval", "auto"))
+    scheme = opts.get("scheme", "network")
+    b = simulation_budget(p, grid, runs, recording=two, execution=how)
     with warnings.catch_warnings():  # the SDE step of so few layers is large: said once
         warnings.simplefilter("ignore")
-        simulate(p, TimeGrid.make(max(2, layers // 100)), runs=runs, checkpoints=2, **opts)
+        simulate(p, TimeGrid.make(max(2, layers // 100)), runs=runs, scheme=scheme,
+                 recording=two, execution=how)
     t0 = clock()
-    simulate(p, grid, runs=runs, checkpoints=2, **opts)
+    simulate(p, grid, runs=runs, scheme=scheme, recording=two, execution=how)
     return row(name, b, model, since(t0))
 
 
@@ -102,6 +120,19 @@ def real_case(model, layers: int) -> dict:
     return row(f"real torch-encoder (L={layers}, width 256)", b, model, since(t0))
 
 
+def vit_case(name: str, fields: dict, batch: int, epochs: int, seeds: int) -> dict:
+    """`vit compare` of one arm: estimated as the command does (a few timed steps of the model,
+    `vit.estimate.vit_budget`), then trained (jobs 1, 1 thread) into a temporary folder."""
+    patch = 2 if "patch 2" in name else None
+    plan = compare_plan("default", seeds, "digits", batch_size=batch, patch=patch, model=fields,
+                        train={"epochs": epochs})
+    with tempfile.TemporaryDirectory() as tmp:
+        b, model = vit_budget(plan, Path(tmp), 1, 1)
+        t0 = clock()
+        plan.run(tmp, 1, 1)
+        return row(name, b, model, since(t0))
+
+
 def clock() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
@@ -124,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a third of the layers of each case")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     ap.add_argument("--csv", help="also write the table here")
+    ap.add_argument("--only", choices=("sim", "vit"), help="only the simulation-side cases "
+                    "(simulate, two-token, meanfield, real) or only the ViT training cases")
     args = ap.parse_args(argv)
     if args.threads < 1:
         ap.error(f"--threads must be >= 1; got {args.threads}")
@@ -133,9 +166,14 @@ def main(argv: list[str] | None = None) -> int:
                      f"{model.c1:.3g} s a work unit ({model.source}); torch threads "
                      f"{torch.get_num_threads()}\n\n")
     cut = 3 if args.quick else 1
-    rows = [sim_case(model, name, f, max(2, L // cut), r, o) for name, f, L, r, o in SIM_CASES]
-    rows += [mc_case(model, name, o, T / cut) for name, o, T in MC_CASES]
-    rows += [meanfield_case(model, 4.0 / cut), real_case(model, 12 // cut)]
+    rows = []
+    if args.only != "vit":
+        rows += [sim_case(model, name, f, max(2, L // cut), r, o)
+                 for name, f, L, r, o in SIM_CASES]
+        rows += [mc_case(model, name, o, T / cut) for name, o, T in MC_CASES]
+        rows += [meanfield_case(model, 4.0 / cut), real_case(model, 12 // cut)]
+    if args.only != "sim":
+        rows += [vit_case(name, f, b, max(1, e // cut), s) for name, f, b, e, s in VIT_CASES]
     table = pd.DataFrame(rows)
     with pd.option_context("display.width", 200, "display.float_format", "{:.3g}".format):
         sys.stdout.write(table.to_string(index=False) + "\n")

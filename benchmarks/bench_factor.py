@@ -17,7 +17,7 @@ import time
 import torch
 
 import tokensde.sim.samplers as samplers
-from tokensde import ModelParams, simulate
+from tokensde import Execution, ModelParams, TimeGrid, simulate
 
 CONFIGS = [
     dict(n=2, d=4, beta=2.0),
@@ -44,7 +44,8 @@ def cpu_seconds(p: ModelParams, factor, repeats: int = 2) -> float:
     best = float("inf")
     for _ in range(repeats):
         start = time.process_time()
-        simulate(p, layers=200, alpha=0.1, runs=512, seed=0, sampler="fast")
+        simulate(p, TimeGrid.make(layers=200, alpha=0.1), runs=512, seed=0,
+                 execution=Execution(sampler="fast"))
         best = min(best, time.process_time() - start)
     return best
 

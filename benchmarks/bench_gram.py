@@ -25,10 +25,10 @@ from _bench import require_at_least
 
 import tokensde
 from tokensde import ModelParams, TimeGrid
+from tokensde.sim.batch import Draws, default_batch, run_batch
 from tokensde.sim.gram import noise_factor, recompress, run_batch_gram
 from tokensde.sim.layers import normalize
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.simulate import default_batch, run_batch
 
 FULL_BYTES = 4 * 2**30
 NOTHING = np.array([], dtype=int)
@@ -49,7 +49,8 @@ def time_layers(sampler: str, x: torch.Tensor, p: ModelParams, steps: int, devic
     if sampler == "gram":
         run_batch_gram(x, p, grid, rs, "network", NOTHING, lambda c, xc: None)
     else:
-        run_batch(x, p, grid, rs, sampler, "network", NOTHING, lambda c, xc: None)
+        run_batch(x, p, grid, Draws.of(p, "network", rs, x.dtype), sampler, "network", NOTHING,
+                  lambda c, xc: None)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) / steps

@@ -17,7 +17,7 @@ import time
 
 from _bench import banner, check_common, parser
 
-from tokensde import ModelParams, simulate
+from tokensde import Execution, ModelParams, TimeGrid, simulate
 
 CASES: dict[str, dict[str, object]] = {
     "MLP relu, width 4d": {"mlp": "relu"},
@@ -31,7 +31,7 @@ FORMS_RUNS = 16  # fast with forms redrawn every layer holds heads x d x d forms
 def best_us(p: ModelParams, sampler: str, runs: int, layers: int, best: float) -> float:
     """The better of `best` and one timed `simulate`, in microseconds per run and layer."""
     t = time.perf_counter()
-    simulate(p, layers=layers, runs=runs, seed=0, sampler=sampler)
+    simulate(p, TimeGrid.make(layers=layers), runs=runs, seed=0, execution=Execution(sampler=sampler))
     return min(best, 1e6 * (time.perf_counter() - t) / (runs * layers))
 
 

@@ -2,7 +2,7 @@
 default record before and after observers (wall time).
 
 Memory: the mean cosine `(|sum_i x_i|^2 - n) / (n (n - 1))` of every run at every layer, kept by
-an observer (`simulate(observe=..., record=())`) or computed from the Gram matrices recorded at
+an observer (`Recording(observe=..., record=())`) or computed from the Gram matrices recorded at
 every layer (`record=('gram',)`); each in a fresh process, which reports its peak resident set
 (`ru_maxrss`) above its level after the imports and a small warm-up run. Both give the same
 statistic (the largest difference is printed).
@@ -33,13 +33,23 @@ from _bench import banner, check_common, parser
 REPO = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
-import hashlib, json, resource, sys, time
+import hashlib, inspect, json, resource, sys, time
 import torch
-from tokensde import ModelParams, simulate
+import tokensde
+from tokensde import ModelParams
 
 mode, runs, n, d, layers, threads = sys.argv[1], *map(int, sys.argv[2:7])
 torch.set_num_threads(threads)
 p = ModelParams(n=n, d=d, beta=1.0)
+
+
+def simulate(p, layers, runs, seed, **kw):
+    # the trees before the option objects take loose keywords
+    if "recording" not in inspect.signature(tokensde.simulate).parameters:
+        return tokensde.simulate(p, layers=layers, runs=runs, seed=seed, **kw)
+    rec = tokensde.Recording(**kw) if kw else tokensde.Recording()
+    return tokensde.simulate(p, tokensde.TimeGrid.make(layers=layers), runs=runs, seed=seed,
+                             recording=rec)
 
 
 def mean_cosine(x):
@@ -49,25 +59,24 @@ def mean_cosine(x):
 
 if mode != "speed":  # the tree before observers has no tokensde.sim.observe
     from tokensde.sim import Observer
-    simulate(p, layers=2, runs=2, seed=1, checkpoints=range(3), observe=[Observer("c", mean_cosine)])
+    simulate(p, 2, 2, 1, checkpoints=range(3), observe=[Observer("c", mean_cosine)])
 else:
-    simulate(p, layers=2, runs=2, seed=1)
+    simulate(p, 2, 2, 1)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
 if mode == "observe":
-    r = simulate(p, layers=layers, runs=runs, seed=0, checkpoints=range(layers + 1), record=(),
+    r = simulate(p, layers, runs, 0, checkpoints=range(layers + 1), record=(),
                  observe=[Observer("cos", mean_cosine)])
     kept, stat = r.observed["cos"].nbytes, r.observed["cos"].mean(0)
 elif mode == "gram":
-    r = simulate(p, layers=layers, runs=runs, seed=0, checkpoints=range(layers + 1),
-                 record=("gram",))
+    r = simulate(p, layers, runs, 0, checkpoints=range(layers + 1), record=("gram",))
     kept, stat = r.gram.nbytes, ((r.gram.sum((-1, -2)) - n) / (n * (n - 1))).mean(0)
 wall = time.perf_counter() - t0
 if mode == "speed":  # the default record, fastest of 5
     wall = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
-        r = simulate(p, layers=layers, runs=runs, seed=0)
+        r = simulate(p, layers, runs, 0)
         wall = min(wall, time.perf_counter() - t0)
     kept, stat = r.gram.nbytes, r.gram[:, -1].mean((0,)).ravel()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

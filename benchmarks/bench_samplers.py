@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from tokensde import ModelParams, simulate
+from tokensde import Execution, ModelParams, TimeGrid, simulate
 
 CASES = [(2, 64), (2, 128), (8, 128), (32, 64)]
 TARGETS = {(2, 64): 10.0, (2, 128): 30.0, (8, 128): 8.0, (32, 64): 1.0}
@@ -21,11 +21,12 @@ TARGETS = {(2, 64): 10.0, (2, 128): 30.0, (8, 128): 8.0, (32, 64): 1.0}
 
 def rate(p: ModelParams, sampler: str, runs: int, layers: int, dtype: str) -> float:
     """Best of 3 timings, in run-layers per second (one warm-up run first)."""
-    simulate(p, layers=2, runs=runs, sampler=sampler, dtype=dtype)
+    simulate(p, TimeGrid.make(layers=2), runs=runs, execution=Execution(sampler=sampler, dtype=dtype))
     best = float("inf")
     for rep in range(3):
         t0 = time.perf_counter()
-        simulate(p, layers=layers, runs=runs, sampler=sampler, dtype=dtype, seed=rep)
+        simulate(p, TimeGrid.make(layers=layers), runs=runs, seed=rep,
+                 execution=Execution(sampler=sampler, dtype=dtype))
         best = min(best, time.perf_counter() - t0)
     return runs * layers / best
 

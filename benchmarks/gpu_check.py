@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_gram import time_sampler
 
-from tokensde import ModelParams, simulate
+from tokensde import Execution, InitialState, ModelParams, Recording, StoppingRule, TimeGrid, simulate
 from tokensde.sim.gram import recompress
 from tokensde.sim.layers import normalize
 
@@ -56,8 +56,9 @@ def throughput(sampler: str, n: int, d: int, runs: int, device: str) -> float:
 
 def outcome(sampler: str, device: str, seed: int) -> tuple[np.ndarray, int]:
     """rho at t = 1 `(runs,)` and the number of merged pairs at T = 6."""
-    res = simulate(ModelParams(n=2, d=4, beta=2.0), T=6.0, dt=0.02, runs=LAW_RUNS, init="pair",
-                   rho0=-0.5, seed=seed, sampler=sampler, device=device, checkpoints=[50, 300])
+    res = simulate(ModelParams(n=2, d=4, beta=2.0), TimeGrid.make(T=6.0, dt=0.02), runs=LAW_RUNS, seed=seed,
+                   initial=InitialState.pair(-0.5), recording=Recording(checkpoints=[50, 300]),
+                   execution=Execution(sampler=sampler, device=device))
     rho = res.rho()
     return rho[:, 0], int((rho[:, 1] > 1 - 1e-3).sum())
 
@@ -81,11 +82,11 @@ def until_ok(sampler: str, device: str) -> bool:
     every decided run's state equal to the fixed-horizon run's at its decision layer."""
     from tokensde.theory.decision_time import p_anti_at_tol
 
-    kw = dict(T=20.0, dt=0.02, runs=LAW_RUNS, init="pair", rho0=-0.5, seed=3, sampler=sampler,
-              device=device)
-    p = ModelParams(n=2, d=4, beta=2.0)
-    stop = simulate(p, until="decided", tol=1e-8, decide_every=5, **kw)
-    full = simulate(p, checkpoints=list(range(0, 1001, 5)), **kw)
+    kw = dict(runs=LAW_RUNS, seed=3, initial=InitialState.pair(-0.5),
+              execution=Execution(sampler=sampler, device=device))
+    p, grid = ModelParams(n=2, d=4, beta=2.0), TimeGrid.make(T=20.0, dt=0.02)
+    stop = simulate(p, grid, stopping=StoppingRule.decided(1e-8, 5), **kw)
+    full = simulate(p, grid, recording=Recording(checkpoints=list(range(0, 1001, 5))), **kw)
     at = stop.decided_at
     done = np.flatnonzero(at >= 0)
     same = bool(np.array_equal(full.gram[done, at[done] // 5], stop.final_gram()[done]))

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from tokensde import ModelParams, simulate
+from tokensde import ModelParams, TimeGrid, simulate
 from tokensde.analysis.convergence import RESOLVE_Z, fit_order
 
 LEVELS = (4, 8, 16, 32, 64)
@@ -40,7 +40,8 @@ def mean_se(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def run(p: ModelParams, runs: int, seed: int, steps: int, scheme: str = "network") -> np.ndarray:
     """The statistics of `runs` runs to T = 1 in `steps` layers (or SDE steps)."""
-    return statistics(simulate(p, layers=steps, runs=runs, seed=seed, scheme=scheme).final_gram())
+    return statistics(simulate(p, TimeGrid.make(layers=steps), runs=runs, seed=seed,
+                               scheme=scheme).final_gram())
 
 
 def main() -> None:

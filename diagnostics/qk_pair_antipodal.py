@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tokensde import ModelParams, simulate
+from tokensde import InitialState, ModelParams, StoppingRule, TimeGrid, simulate
 from tokensde.analysis.stats import wilson
 
 CASES: list[dict[str, Any]] = [
@@ -35,8 +35,8 @@ def main() -> None:
     for kw in CASES:
         t0 = time.perf_counter()
         p = ModelParams(n=2, d=4, beta=2.0, **kw)
-        r = simulate(p, T=200, dt=0.0125, runs=a.runs, init="pair", rho0=-0.5, seed=a.seed,
-                     until="decided", tol=1e-8)
+        r = simulate(p, TimeGrid.make(T=200, dt=0.0125), runs=a.runs, seed=a.seed,
+                     initial=InitialState.pair(-0.5), stopping=StoppingRule.decided(tol=1e-8))
         k = int((r.final_gram()[:, 0, 1] < 0).sum())
         lo, hi = wilson(k, a.runs)
         label = ", ".join(f"{k}={v}" for k, v in kw.items()) or "identity"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import pkgutil
 import subprocess
 import sys
@@ -15,12 +16,14 @@ import pytest
 
 import tokensde
 from tokensde import (
+    Execution,
     InitialState,
     ModelParams,
     ParameterError,
     Recording,
     SimResult,
     StoppingRule,
+    TimeGrid,
     load_result,
     save_result,
     simulate,
@@ -117,8 +120,8 @@ def test_model_params_compare_and_hash_by_value():
 
 @pytest.fixture(scope="module")
 def pair_result() -> SimResult:
-    return simulate(ModelParams(n=3, d=4, beta=2.0), layers=10, runs=5, seed=1,
-                    checkpoints=[0, 4, 10], record=("gram", "tokens"))
+    return simulate(ModelParams(n=3, d=4, beta=2.0), TimeGrid.make(layers=10), runs=5, seed=1,
+                    recording=Recording(checkpoints=[0, 4, 10], record=("gram", "tokens")))
 
 
 def test_result_arrays_are_numpy(pair_result, tmp_path):
@@ -130,7 +133,8 @@ def test_result_arrays_are_numpy(pair_result, tmp_path):
     back = load_result(save_result(r, tmp_path / "r.npz"))
     assert isinstance(back.gram, np.ndarray) and isinstance(back.x, np.ndarray)
     np.testing.assert_array_equal(back.gram, r.gram)
-    f32 = simulate(ModelParams(n=2, d=3), layers=2, runs=3, dtype="float32")
+    f32 = simulate(ModelParams(n=2, d=3), TimeGrid.make(layers=2), runs=3,
+                   execution=Execution(dtype="float32"))
     assert f32.gram.dtype == np.float32 and f32.x.dtype == np.float32
 
 
@@ -152,14 +156,16 @@ def test_to_pandas_is_tidy(pair_result):
 
 
 def test_two_token_pair_starts_at_rho0_in_the_table():
-    res = simulate(ModelParams(n=2, d=4), layers=4, runs=3, init="pair", rho0=-0.25, seed=0)
+    res = simulate(ModelParams(n=2, d=4), TimeGrid.make(layers=4), runs=3, seed=0,
+                   initial=InitialState.pair(-0.25))
     df = res.to_pandas()
     np.testing.assert_allclose(df[df.layer == 0].value, -0.25, atol=1e-15)
     assert len(df) == 3 * 2
 
 
 def test_without_gram_the_exports_say_so():
-    res = simulate(ModelParams(n=2, d=3), layers=2, runs=2, record=("tokens",))
+    res = simulate(ModelParams(n=2, d=3), TimeGrid.make(layers=2), runs=2,
+                   recording=Recording(record=("tokens",)))
     with pytest.raises(ValueError, match="did not record 'gram'"):
         res.to_pandas()
 
@@ -180,19 +186,28 @@ def test_to_xarray_when_installed(pair_result):
 
 # --- option objects of simulate ------------------------------------------------------------------
 
-def test_option_objects_give_the_numbers_of_the_keywords():
+def test_simulate_takes_each_option_once():
+    """The facade: the model, the grid, four option objects and three scalars; no loose
+    keyword of an option object."""
+    names = list(inspect.signature(simulate).parameters)
+    assert names == ["params", "grid", "runs", "seed", "scheme", "initial", "stopping",
+                     "recording", "execution", "progress"]
+    p = ModelParams(n=2, d=4)
+    for loose in ({"init": "pair"}, {"until": "decided"}, {"checkpoints": 3}, {"sampler": "full"},
+                  {"layers": 3}):
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            simulate(p, TimeGrid.make(layers=2), **loose)
+
+
+def test_grouped_options_give_the_numbers_of_the_defaults():
     p = ModelParams(n=2, d=4, beta=2.0)
-    kw = {"T": 4.0, "dt": 0.05, "runs": 300, "seed": 3}
-    loose = simulate(p, init="pair", rho0=-0.5, until="decided", tol=1e-4, decide_every=2,
-                     checkpoints=5, record=("gram", "tokens"), **kw)
-    grouped = simulate(p, initial=InitialState.pair(-0.5),
-                       stopping=StoppingRule.decided(tol=1e-4, decide_every=2),
-                       recording=Recording(checkpoints=5, record=("gram", "tokens")), **kw)
-    np.testing.assert_array_equal(loose.gram, grouped.gram)
-    np.testing.assert_array_equal(loose.tokens, grouped.tokens)
-    np.testing.assert_array_equal(loose.decided_at, grouped.decided_at)
-    assert loose.metadata() | {"wall_s": 0} == grouped.metadata() | {"wall_s": 0}
-    assert 0 < (grouped.decided_at >= 0).mean() < 1
+    grid = TimeGrid.make(T=4.0, dt=0.05)
+    plain = simulate(p, grid, runs=50, seed=3)
+    spelled = simulate(p, grid, runs=50, seed=3, initial=InitialState.uniform(),
+                       stopping=StoppingRule(), recording=Recording(),
+                       execution=Execution(batch_size=16))
+    np.testing.assert_array_equal(plain.gram, spelled.gram)
+    assert plain.metadata() | {"wall_s": 0} == spelled.metadata() | {"wall_s": 0}
 
 
 def test_option_objects_check_their_values_when_made():
@@ -221,19 +236,15 @@ def test_option_objects_check_their_values_when_made():
         StoppingRule().until = "decided"  # type: ignore[misc]
 
 
-def test_an_object_and_its_keywords_together_are_refused_before_any_work():
+def test_options_of_the_wrong_type_are_refused_by_name():
     p = ModelParams(n=2, d=4)
-    with pytest.raises(ParameterError, match="give init / rho0 or a InitialState, not both"):
-        simulate(p, layers=2, init="pair", rho0=0.1, initial=InitialState.pair(0.2))
-    with pytest.raises(ParameterError, match="give tol or a StoppingRule"):
-        simulate(p, layers=2, tol=1e-3, stopping=StoppingRule.decided())
-    with pytest.raises(ParameterError, match="give checkpoints or a Recording"):
-        simulate(p, layers=2, checkpoints=3, recording=Recording())
-    with pytest.raises(TypeError, match="expected a StoppingRule or None; got str"):
-        simulate(p, layers=2, stopping="decided")
-    # the keyword at its default beside the object is fine
-    res = simulate(p, layers=2, runs=2, until="horizon", stopping=StoppingRule.decided(1e-3))
+    with pytest.raises(TypeError, match=r"stopping must be a StoppingRule \(e.g. StoppingRule"):
+        simulate(p, TimeGrid.make(layers=2), stopping="decided")
+    with pytest.raises(TypeError, match=r"grid must be a TimeGrid: TimeGrid\.make"):
+        simulate(p, 10)
+    res = simulate(p, TimeGrid.make(layers=2), runs=2, stopping=StoppingRule.decided(1e-3))
     assert res.decided_at is not None
     # the run's dtype still bounds tol (float32 resolves gaps only to ~1e-7)
     with pytest.raises(ParameterError, match="float32 Gram entries"):
-        simulate(p, layers=2, dtype="float32", stopping=StoppingRule.decided(1e-9))
+        simulate(p, TimeGrid.make(layers=2), stopping=StoppingRule.decided(1e-9),
+                 execution=Execution(dtype="float32"))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tokensde import Execution, InitialState, Recording
 from tokensde.cli import app
 from tokensde.io.store import StoreError, load_result, save_result
 from tokensde.model.params import ModelParams, ParameterError, TimeGrid
@@ -77,8 +78,10 @@ def test_horizon_is_never_changed_silently():
     line = error_line([*S, "--dt", "0.1"], "time must be given as (layers, alpha) or (T, dt)",
                       "'dt': 0.1")
     assert "layers" not in line.split("got")[1]  # no layers were given, none are reported
-    assert TimeGrid.make(T=1.0, dt=0.3).steps == 4  # the library keeps its documented ceil
-    assert TimeGrid.make(T=1.0, dt=0.1, exact=True) == TimeGrid.make(T=1.0, dt=0.1)
+    with pytest.raises(ParameterError, match=r"T must be a whole number of layer steps"):
+        TimeGrid.make(T=1.0, dt=0.3)  # the library refuses it too, unless asked to round up
+    assert TimeGrid.make(T=1.0, dt=0.3, exact=False).steps == 4
+    assert TimeGrid.make(T=1.0, dt=0.1, exact=False) == TimeGrid.make(T=1.0, dt=0.1)
 
 
 def test_valid_float32_tolerance_still_runs():
@@ -94,7 +97,7 @@ def test_inputs_are_not_changed_silently(tmp_path):
         ModelParams(n=3, d=3, mean=np.eye(3) * (1 + 1j))
     p = ModelParams(n=3, d=3)
     with pytest.raises(ParameterError, match=r"checkpoints must be layer indices .*2\.5"):
-        simulate(p, layers=5, checkpoints=[2.5])
+        simulate(p, TimeGrid.make(layers=5), recording=Recording(checkpoints=[2.5]))
     assert resolve_checkpoints([2.0, 5], 5).tolist() == [2, 5]  # whole numbers are fine
     # batch 0 is rejected like -5, before any data set is read
     for bad in ("0", "-5"):
@@ -117,12 +120,12 @@ def test_gram_sampler_from_a_uniform_start_is_not_refused_for_a_huge_d():
     from tokensde import ModelParams, ParameterError, simulate
 
     p = ModelParams(n=8, d=10**9)
-    res = simulate(p, layers=3, runs=2000, sampler="gram", seed=0)
+    res = simulate(p, TimeGrid.make(layers=3), runs=2000, seed=0, execution=Execution(sampler="gram"))
     assert res.gram.shape == (2000, 2, 8, 8)  # start and end
     np.testing.assert_allclose(np.diagonal(res.gram, axis1=-2, axis2=-1), np.ones((2000, 2, 8)))
     with pytest.raises(ParameterError, match="needs at least"):
-        simulate(ModelParams(n=2, d=10**9), layers=3, runs=2000, sampler="gram", init="pair",
-                 rho0=0.5)
+        simulate(ModelParams(n=2, d=10**9), TimeGrid.make(layers=3), runs=2000,
+                 initial=InitialState.pair(0.5), execution=Execution(sampler="gram"))
 
 
 @pytest.fixture
@@ -175,7 +178,7 @@ def test_sweep_config_that_is_not_a_sweep_file(tmp_path):
 
 
 def test_load_result_with_missing_fields(tmp_path):
-    res = simulate(ModelParams(n=3, d=3), layers=5, runs=2)
+    res = simulate(ModelParams(n=3, d=3), TimeGrid.make(layers=5), runs=2)
     save_result(res, tmp_path / "r.npz")
     z = dict(np.load(tmp_path / "r.npz"))
     meta = json.loads(str(z["meta"]))
@@ -192,25 +195,24 @@ def test_load_result_with_missing_fields(tmp_path):
 def test_api_misuse_gets_clear_errors():
     p = ModelParams(n=3, d=3)
     with pytest.raises(TypeError, match=r"params must be a ModelParams .* got dict"):
-        simulate({"n": 3}, layers=5)
-    with pytest.raises(TypeError, match=r"grid .* must be a TimeGrid or None; got 10.*layers="):
+        simulate({"n": 3}, TimeGrid.make(layers=5))
+    with pytest.raises(TypeError, match=r"grid must be a TimeGrid: .*layers=L.* got 10"):
         simulate(p, 10)
     with pytest.raises(TypeError, match="progress must be None or a callable"):
-        simulate(p, layers=5, progress=True)
+        simulate(p, TimeGrid.make(layers=5), progress=True)
     with pytest.raises(ParameterError, match="Q must be an array of real numbers"):
         ModelParams(n=3, d=3, Q=[[1, 0, 0], [0, 1], [0, 0, 1]])
     with pytest.raises(ParameterError, match=r"checkpoints must be layer indices .*'all'"):
-        simulate(p, layers=5, checkpoints="all")
-    # a horizon given twice, or one that is not a whole number of steps, is refused
-    with pytest.raises(ParameterError, match=r"give the horizon once: .*layers=7"):
-        simulate(p, TimeGrid.make(layers=5), layers=7)
+        simulate(p, TimeGrid.make(layers=5), recording=Recording(checkpoints="all"))
+    # a horizon that is not a whole number of steps is refused where it is made
     with pytest.raises(ParameterError, match=r"T = 1, dt = 0.3 .*T = 1.2.*0.25 \(4 layers\)"):
-        simulate(p, T=1.0, dt=0.3)
-    assert simulate(p, T=1.0, dt=0.25).gram.shape[1] == 2  # a whole number of steps runs
+        TimeGrid.make(T=1.0, dt=0.3)
+    assert TimeGrid.make(T=1.0, dt=0.3, exact=False).steps == 4  # rounding up, when asked for
+    assert simulate(p, TimeGrid.make(T=1.0, dt=0.25)).gram.shape[1] == 2  # a whole number of steps runs
     with pytest.raises(ParameterError, match=r"checkpoints .* from 2|checkpoints .*\[2, layers"):
-        simulate(p, layers=3, checkpoints=10)
+        simulate(p, TimeGrid.make(layers=3), recording=Recording(checkpoints=10))
     with pytest.raises(ParameterError, match="pairs must be True or False; got 'no'"):
-        simulate(p, layers=2).to_pandas(pairs="no")
+        simulate(p, TimeGrid.make(layers=2)).to_pandas(pairs="no")
 
 
 # ----------------------------------------------------------------------------- misleading
@@ -223,8 +225,8 @@ def test_usa_beta_bound_matches_the_dtype():
     assert "use float64" not in line
     # at the bounds the runs stay finite
     for beta, dtype in ((345.0, "float64"), (39.0, "float32")):
-        res = simulate(ModelParams(n=3, d=3, beta=beta, attention="usa"), T=1.0, dt=0.1,
-                       runs=20, dtype=dtype, seed=1)
+        res = simulate(ModelParams(n=3, d=3, beta=beta, attention="usa"), TimeGrid.make(T=1.0, dt=0.1),
+                       runs=20, seed=1, execution=Execution(dtype=dtype))
         assert bool(np.isfinite(res.gram).all())
 
 

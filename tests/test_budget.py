@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tokensde import Execution, Recording
 from tokensde.cli import app
 from tokensde.model.params import ModelParams, ParameterError, TimeGrid
 from tokensde.sim.budget import (
@@ -80,17 +81,20 @@ def test_estimate_memory_by_hand():
 def test_kept_memory_is_what_a_run_holds():
     """The kept part of the estimate is exactly the bytes of the arrays a simulation returns."""
     p = ModelParams(n=5, d=4)
-    res = simulate(p, layers=6, runs=7, checkpoints=3, record=("gram", "tokens"), seed=1,
-                   sampler="fast")
+    res = simulate(p, TimeGrid.make(layers=6), runs=7, seed=1,
+                   recording=Recording(checkpoints=3, record=("gram", "tokens")),
+                   execution=Execution(sampler="fast"))
     b = estimate_memory(7, 5, 4, 3, block=0, record=("gram", "tokens"))
     assert b.kept == res.x.nbytes + res.gram.nbytes + res.tokens.nbytes
-    budget = simulation_budget(p, TimeGrid.make(layers=6), 7, "fast", checkpoints=3,
-                               record=("gram", "tokens"))
+    budget = simulation_budget(p, TimeGrid.make(layers=6), 7,
+                               recording=Recording(checkpoints=3, record=("gram", "tokens")),
+                               execution=Execution(sampler="fast"))
     # the fast sampler with n >= d draws V itself (d x d per run), no n x n factor
     assert budget.memory - budget.per_run * 7 == estimate_memory(7, 5, 4, 3, block=7,
                                                                  full=True).workspace
-    small = simulation_budget(p.with_(n=3), TimeGrid.make(layers=6), 7, "fast", checkpoints=3,
-                              record=("gram", "tokens"))
+    small = simulation_budget(p.with_(n=3), TimeGrid.make(layers=6), 7,
+                              recording=Recording(checkpoints=3, record=("gram", "tokens")),
+                              execution=Execution(sampler="fast"))
     assert small.memory - small.per_run * 7 == estimate_memory(7, 3, 4, 3, block=7).workspace
 
 
@@ -102,9 +106,11 @@ def test_work_and_steps_by_hand():
     assert estimate_work(2, 3, 100, 3, basis=10) == 6 * (100 * (8 * 10 * 4 + 9) + 1500)
     # a layer step per layer and batch of runs, 3 with the Gram and fast (n < d) samplers
     p = ModelParams(n=8, d=3)
-    assert simulation_budget(p, TimeGrid.make(layers=50), 10, "full").steps == 50
-    assert simulation_budget(p, TimeGrid.make(layers=50), 10, "gram").steps == 150
-    assert simulation_budget(p.with_(n=2), TimeGrid.make(layers=50), 10, "fast").steps == 150
+    assert simulation_budget(p, TimeGrid.make(layers=50), 10, execution=Execution(sampler="full")).steps == 50
+    assert simulation_budget(p, TimeGrid.make(layers=50), 10,
+                             execution=Execution(sampler="gram")).steps == 150
+    assert simulation_budget(p.with_(n=2), TimeGrid.make(layers=50), 10,
+                             execution=Execution(sampler="fast")).steps == 150
     assert cpu_rate(3) == 3 * CPU_RATE
 
 
@@ -186,7 +192,8 @@ def test_simulate_memory_refusal_before_any_work(tmp_path):
                    "d = 3", "more than the 0.000977 GiB available: lower --runs (",
                    "--n, --d or --checkpoints")
     k = int(text.split("lower --runs (")[1].split()[0])
-    b = simulation_budget(ModelParams(n=8, d=3), TimeGrid.make(layers=10), 1000, checkpoints=11)
+    b = simulation_budget(ModelParams(n=8, d=3), TimeGrid.make(layers=10), 1000,
+                          recording=Recording(checkpoints=11))
     # k runs, with the workspace of 1000, fit; k + 1 do not
     assert b.memory - b.per_run * (1000 - k) <= have < b.memory - b.per_run * (999 - k)
     assert not list(tmp_path.iterdir())
@@ -245,7 +252,7 @@ def test_normal_sizes_are_not_refused(monkeypatch):
     monkeypatch.delenv("TOKENSDE_MAX_HOURS", raising=False)
     have = available_memory()
     p = ModelParams(n=32, d=64)
-    b = simulation_budget(p, TimeGrid.make(layers=1000), 1000, checkpoints=11)
+    b = simulation_budget(p, TimeGrid.make(layers=1000), 1000, recording=Recording(checkpoints=11))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_budget(b, have)

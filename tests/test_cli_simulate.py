@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from tokensde import __version__
+from tokensde import Recording, TimeGrid, __version__
 from tokensde.cli import app
 from tokensde.io.store import StoreError, load_result, save_result
 
@@ -98,8 +98,8 @@ def test_simulate_bad_input_names_the_parameter(args, msg):
 def test_store_round_trip_and_bad_files(tmp_path):
     from tokensde import ModelParams, simulate
 
-    res = simulate(ModelParams(n=3, d=4, mean="identity"), layers=5, runs=3, seed=2,
-                   record=("gram", "tokens"))
+    res = simulate(ModelParams(n=3, d=4, mean="identity"), TimeGrid.make(layers=5), runs=3, seed=2,
+                   recording=Recording(record=("gram", "tokens")))
     path = save_result(res, tmp_path / "r.npz")
     back = load_result(path)
     assert np.array_equal(back.gram, res.gram) and np.array_equal(back.tokens, res.tokens)

@@ -15,11 +15,15 @@
   other programs (git, ray) are left alone;
 - no indented block mixes Python and shell (it could be neither run nor parsed).
 
+- a fenced Python block followed by "prints `LINE`" must print LINE as its last line of output
+  (the page's claim about what the reader will see).
+
 The README has its own test (tests/test_readme.py), which also checks what its examples print.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -46,6 +50,8 @@ PAGES = sorted(DOCS.rglob("*.md"))
 BLOCKS = [(page, i, code, mark) for page in PAGES
           for i, (code, mark) in enumerate(python_blocks(page.read_text()))]
 MAX_MARKED = {"skip": 1, "slow": 3}
+CLAIM = re.compile(r"```python\n(.*?)```\s*\n\s*prints `([^`]*)`", re.S)
+CLAIMS = {code: line for page in PAGES for code, line in CLAIM.findall(page.read_text())}
 
 
 def _id(page: Path, i: int) -> str:
@@ -85,6 +91,15 @@ def _param(page: Path, i: int, code: str, mark: tuple[str, str] | None) -> objec
 def test_python_example_runs(page, i, code, tmp_path):
     out = run_python(code, cwd=tmp_path, timeout=600)
     assert out.returncode == 0, f"{_id(page, i)}:\n{out.stderr[-3000:]}"
+    claim = CLAIMS.get(code)
+    if claim is not None:
+        printed = out.stdout.strip().splitlines()
+        assert printed and printed[-1].strip() == claim.strip(), (
+            f"{_id(page, i)} prints {printed[-1:]!r}; the page says {claim!r}")
+
+
+def test_the_pages_claim_outputs():
+    assert len(CLAIMS) >= 3  # the claims the test above checks
 
 
 @pytest.mark.parametrize(("where", "code"), PYTHON_C, ids=[w for w, _ in PYTHON_C])

@@ -11,6 +11,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+from tokensde import Execution
 from tokensde.cli import app
 from tokensde.cli._common import check_run
 from tokensde.io import calibration
@@ -79,7 +80,8 @@ def test_fit_keeps_coefficients_non_negative_and_checks_its_samples():
 
 def test_prediction_grows_with_layers_and_n():
     def sec(n: int, layers: int, sampler: str = "auto") -> float:
-        b = simulation_budget(ModelParams(n=n, d=3), TimeGrid.make(layers), 100, sampler)
+        b = simulation_budget(ModelParams(n=n, d=3), TimeGrid.make(layers), 100,
+                              execution=Execution(sampler=sampler))
         return DEFAULT_TIME_MODEL.seconds(b.steps, b.work)
 
     for sampler in ("auto", "full", "gram"):
@@ -103,7 +105,8 @@ def test_format_seconds():
 # ----------------------------------------------------------------------------- the check
 
 def deep(layers: int = 10**12) -> Budget:
-    return simulation_budget(ModelParams(n=2, d=3), TimeGrid.make(layers), 1, "full")
+    return simulation_budget(ModelParams(n=2, d=3), TimeGrid.make(layers), 1,
+                             execution=Execution(sampler="full"))
 
 
 def test_a_trillion_layers_are_refused_naming_the_option_and_yes_lets_them_pass():

@@ -185,8 +185,6 @@ PENDING_PUBLIC = {
     "tokensde.sim.samplers",
     "tokensde.sim.simulate.MLP_STREAM",
     "tokensde.sim.simulate.QK_STREAM",
-    "tokensde.sim.simulate.default_batch",
-    "tokensde.sim.simulate.run_batch",
     "tokensde.sim.simulate.simulation_budget",
     "tokensde.analysis.pair_monte_carlo.pair_budget",
     "tokensde.analysis.pair_monte_carlo.spec_params",

@@ -10,7 +10,16 @@ import torch
 from scipy import special
 from typer.testing import CliRunner
 
-from tokensde import ModelParams, ParameterError, simulate
+from tokensde import (
+    Execution,
+    InitialState,
+    ModelParams,
+    ParameterError,
+    Recording,
+    StoppingRule,
+    TimeGrid,
+    simulate,
+)
 from tokensde.cli import app
 from tokensde.model.mlp import MLPS
 from tokensde.model.mlp.gelu import dual_kernel_at, gelu_at
@@ -106,22 +115,23 @@ def test_streams_of_their_own_and_batch_independence():
     initial tokens and the value noise come from the same streams; batches do not matter."""
     base = ModelParams(n=3, d=6, beta=1.5)
     zero = base.with_(mlp="relu", mlp_sigma=0.0)
-    a = simulate(base, T=0.5, dt=0.05, runs=300, seed=4, sampler="fast")
-    b = simulate(zero, T=0.5, dt=0.05, runs=300, seed=4, sampler="fast")
+    a = simulate(base, TimeGrid.make(T=0.5, dt=0.05), runs=300, seed=4, execution=Execution(sampler="fast"))
+    b = simulate(zero, TimeGrid.make(T=0.5, dt=0.05), runs=300, seed=4, execution=Execution(sampler="fast"))
     assert np.allclose(a.gram, b.gram, rtol=1e-5, atol=1e-13)
     p = base.with_(mlp="gelu", mlp_sigma=0.5)
     for sampler in ("fast", "full"):
-        c = simulate(p, T=0.3, dt=0.05, runs=600, seed=2, sampler=sampler, batch_size=256)
-        e = simulate(p, T=0.3, dt=0.05, runs=600, seed=2, sampler=sampler)
+        c = simulate(p, TimeGrid.make(T=0.3, dt=0.05), runs=600, seed=2,
+                     execution=Execution(sampler=sampler, batch_size=256))
+        e = simulate(p, TimeGrid.make(T=0.3, dt=0.05), runs=600, seed=2, execution=Execution(sampler=sampler))
         assert np.array_equal(c.gram, e.gram)
         assert not np.allclose(c.gram[:, -1], np.tile(a.gram[:300, -1], (2, 1, 1)), rtol=1e-5, atol=1e-3)
 
 
 def test_until_decided_keeps_each_runs_numbers():
     p = ModelParams(n=2, d=4, beta=2.0, mlp="relu", mlp_sigma=0.5)
-    fixed = simulate(p, T=3.0, dt=0.05, runs=256, seed=1, checkpoints=61)
-    dec = simulate(p, T=3.0, dt=0.05, runs=256, seed=1, until="decided", tol=1e-2,
-                   decide_every=1)
+    fixed = simulate(p, TimeGrid.make(T=3.0, dt=0.05), runs=256, seed=1, recording=Recording(checkpoints=61))
+    dec = simulate(p, TimeGrid.make(T=3.0, dt=0.05), runs=256, seed=1,
+                   stopping=StoppingRule.decided(tol=1e-2, decide_every=1))
     done = np.flatnonzero(dec.decided_at >= 0)
     assert len(done) > 20
     k = dec.decided_at[done]
@@ -134,10 +144,11 @@ def test_network_and_sde_agree_on_a_pair_mean():
     """The SDE of the block (kernel noise, Ito term) against the network at dt = 0.01: a seeded
     check at 5 standard errors (the weak order itself: diagnostics/mlp_weak_order.py)."""
     p = ModelParams(n=3, d=6, beta=1.0, mlp="relu", mlp_sigma=1.0)
-    net = simulate(p, T=0.5, dt=0.01, runs=20000, seed=1, sampler="fast").gram[:, -1, 0, 1]
-    sde = simulate(p, T=0.5, dt=0.005, runs=20000, seed=2, scheme="sde").gram[:, -1, 0, 1]
-    none = simulate(p.with_(mlp="none", mlp_sigma=1.0), T=0.5, dt=0.01, runs=20000, seed=1
-                    ).gram[:, -1, 0, 1]
+    net = simulate(p, TimeGrid.make(T=0.5, dt=0.01), runs=20000, seed=1,
+                   execution=Execution(sampler="fast")).gram[:, -1, 0, 1]
+    sde = simulate(p, TimeGrid.make(T=0.5, dt=0.005), runs=20000, seed=2, scheme="sde").gram[:, -1, 0, 1]
+    none = simulate(p.with_(mlp="none", mlp_sigma=1.0), TimeGrid.make(T=0.5, dt=0.01), runs=20000,
+                    seed=1).gram[:, -1, 0, 1]
     se = math.sqrt(float(net.var() + sde.var()) / 20000)
     assert abs(float(net.mean() - sde.mean())) < 5 * se
     assert float(net.mean() - none.mean()) > 10 * se  # the block changes the law, visibly
@@ -255,8 +266,8 @@ def test_goe_forms_redrawn_two_token_theory():
         absorption.p_anti_at_tol(2.0, 4, "uniform", 1e-8), abs=1e-9)
     th = p_first_forms(3.0, 4, -0.5, 1e-3, 0.5)
     p = ModelParams(n=2, d=4, beta=3.0, qk="goe", qk_scale=0.5, qk_redraw="layer")
-    res = simulate(p, T=60.0, dt=0.01, runs=1500, seed=7, init="pair", rho0=-0.5,
-                   until="decided", tol=1e-3)
+    res = simulate(p, TimeGrid.make(T=60.0, dt=0.01), runs=1500, seed=7, initial=InitialState.pair(-0.5),
+                   stopping=StoppingRule.decided(tol=1e-3))
     anti, _ = tt.classify_pair(*pair_log_gaps(res.x), 1e-3)
     lo, hi = wilson(int(anti.sum()), 1500, 0.999)
     assert lo - 0.01 < th < hi + 0.01  # 99.9 % interval, widened by the O(dt) bias

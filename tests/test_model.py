@@ -7,14 +7,15 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loose import simulate_loose
 from scipy import stats
 
-from tokensde import ModelParams, ParameterError, simulate
+from tokensde import Execution, InitialState, ModelParams, ParameterError, Recording, TimeGrid, simulate
 from tokensde.analysis.stats import wilson
+from tokensde.sim.batch import CACHE_BYTES, default_batch
 from tokensde.sim.layers import attention_weights, network_step
 from tokensde.sim.rng import RUN_BLOCK, RunStreams
 from tokensde.sim.samplers import choose_sampler, fast_noise, full_noise
-from tokensde.sim.simulate import CACHE_BYTES, default_batch
 
 
 def unit_sphere_error(x: np.ndarray) -> float:
@@ -23,7 +24,8 @@ def unit_sphere_error(x: np.ndarray) -> float:
 
 def test_tokens_stay_on_sphere_over_1e4_layers():
     p = ModelParams(n=6, d=5, beta=2.0, mean="identity", sigma=1.0)
-    res = simulate(p, layers=10_000, runs=8, seed=3, record=("gram", "tokens"), checkpoints=5)
+    res = simulate(p, TimeGrid.make(layers=10_000), runs=8, seed=3,
+                   recording=Recording(checkpoints=5, record=("gram", "tokens")))
     assert unit_sphere_error(res.x) < 1e-12
     assert unit_sphere_error(res.tokens) < 1e-12
     diag = np.diagonal(res.gram, axis1=-2, axis2=-1)
@@ -33,7 +35,7 @@ def test_tokens_stay_on_sphere_over_1e4_layers():
 @pytest.mark.parametrize("scheme", ["network", "sde"])
 def test_huge_beta_is_finite(scheme):
     p = ModelParams(n=8, d=4, beta=1e4)
-    res = simulate(p, T=2.0, dt=0.01, runs=16, seed=1, scheme=scheme)
+    res = simulate(p, TimeGrid.make(T=2.0, dt=0.01), runs=16, seed=1, scheme=scheme)
     assert np.isfinite(res.x).all() and np.isfinite(res.gram).all()
     assert unit_sphere_error(res.x) < 1e-12
 
@@ -75,11 +77,13 @@ def test_network_step_is_the_formula_and_leaves_its_inputs_alone(mean):
 
 def test_same_seed_same_numbers_whatever_the_batching():
     p = ModelParams(n=3, d=6, beta=1.5)
-    ref = simulate(p, layers=40, runs=600, seed=11, checkpoints=4)
+    ref = simulate(p, TimeGrid.make(layers=40), runs=600, seed=11, recording=Recording(checkpoints=4))
     for bs in (256, 512, 10):
-        other = simulate(p, layers=40, runs=600, seed=11, checkpoints=4, batch_size=bs)
+        other = simulate(p, TimeGrid.make(layers=40), runs=600, seed=11, recording=Recording(checkpoints=4),
+                         execution=Execution(batch_size=bs))
         assert np.array_equal(ref.gram, other.gram), bs
-    assert not np.array_equal(ref.gram, simulate(p, layers=40, runs=600, seed=12, checkpoints=4).gram)
+    assert not np.array_equal(ref.gram, simulate(p, TimeGrid.make(layers=40), runs=600, seed=12,
+                                                 recording=Recording(checkpoints=4)).gram)
 
 
 @pytest.mark.parametrize(("sampler", "n", "d", "dtype", "device", "expected"), [
@@ -110,8 +114,8 @@ def test_default_batch_is_all_runs_or_the_most_whole_blocks_within_the_cache(n, 
 
 
 def test_two_token_pair_init_and_result_fields():
-    res = simulate(ModelParams(n=2, d=4), layers=10, runs=5, init="pair", rho0=-0.3, seed=0,
-                   checkpoints=[0, 5, 10])
+    res = simulate(ModelParams(n=2, d=4), TimeGrid.make(layers=10), runs=5, seed=0,
+                   initial=InitialState.pair(-0.3), recording=Recording(checkpoints=[0, 5, 10]))
     np.testing.assert_allclose(res.rho()[:, 0], -0.3, atol=1e-15)
     assert res.gram.shape == (5, 3, 2, 2) and res.x.shape == (5, 2, 4)
     np.testing.assert_allclose(res.times, [0.0, 0.5, 1.0])
@@ -139,7 +143,7 @@ def test_two_token_pair_init_and_result_fields():
 def test_simulate_rejects_bad_arguments(kwargs, msg):
     args = {"layers": 10, "runs": 2, **kwargs}
     with pytest.raises(ParameterError, match=msg):
-        simulate(ModelParams(n=2, d=3), **args)
+        simulate_loose(ModelParams(n=2, d=3), **args)
 
 
 def test_sampler_choice():
@@ -154,8 +158,8 @@ def test_sampler_choice():
 
 def _rho_after(sampler, scale=1.0, runs=6000, seed=0):
     p = ModelParams(n=2, d=16, beta=1.0, sigma=scale)
-    res = simulate(p, layers=8, alpha=0.15, runs=runs, init="pair", rho0=0.2, seed=seed,
-                   sampler=sampler)
+    res = simulate(p, TimeGrid.make(layers=8, alpha=0.15), runs=runs, seed=seed,
+                   initial=InitialState.pair(0.2), execution=Execution(sampler=sampler))
     return res.rho()[:, -1]
 
 
@@ -208,7 +212,7 @@ def test_one_layer_moments_match_spec_drift_and_diffusion(sampler, rho):
 
 def test_deterministic_flow_ends_in_one_cluster():
     p = ModelParams(n=16, d=3, beta=1.0, sigma=0.0, mean="identity")
-    res = simulate(p, T=40.0, dt=0.1, runs=300, seed=5)
+    res = simulate(p, TimeGrid.make(T=40.0, dt=0.1), runs=300, seed=5)
     g = res.gram[:, -1]
     one_cluster = (g > 1 - 1e-3).reshape(len(g), -1).all(1).mean()
     assert one_cluster >= 0.99
@@ -216,7 +220,7 @@ def test_deterministic_flow_ends_in_one_cluster():
 
 def test_pure_noise_at_large_beta_ends_bipolar_in_most_runs():
     p = ModelParams(n=16, d=3, beta=3.0, sigma=1.0)
-    res = simulate(p, T=20.0, dt=0.02, runs=200, seed=5)
+    res = simulate(p, TimeGrid.make(T=20.0, dt=0.02), runs=200, seed=5)
     g = res.gram[:, -1].reshape(200, -1)
     bipolar = int(((np.abs(g) > 1 - 1e-3).all(1) & (g < -1 + 1e-3).any(1)).sum())
     lo, _ = wilson(bipolar, 200)
@@ -239,7 +243,8 @@ def test_fast_sampler_is_exact_for_rank_deficient_tokens():
     p = ModelParams(n=4, d=5, beta=1.0)
     out = {}
     for i, s in enumerate(("fast", "full")):
-        res = simulate(p, layers=3, alpha=0.3, runs=runs, init=x0, seed=i, sampler=s)
+        res = simulate(p, TimeGrid.make(layers=3, alpha=0.3), runs=runs, seed=i, initial=InitialState(x0),
+                       execution=Execution(sampler=s))
         gram = res.gram[:, -1]
         assert float(np.abs(gram[:, 0, 1] - 1).max()) < 1e-12  # merged stays merged
         out[s] = gram[:, 0, 3]

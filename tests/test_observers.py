@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from loose import simulate_loose
 
-from tokensde import ModelParams, ParameterError, simulate
+from tokensde import Execution, ModelParams, ParameterError, Recording, TimeGrid, simulate
 from tokensde.sim.layers import normalize
 from tokensde.sim.observe import RECORDS, Observer, builtin_observers
 
@@ -52,11 +53,11 @@ CASES = [  # (params, sampler)
 def test_builtin_records_are_observers_bit_for_bit(params, sampler):
     p = ModelParams(**params)
     kw = dict(layers=12, runs=40, checkpoints=4, seed=7, sampler=sampler)
-    plain = simulate(p, record=("gram", "tokens"), **kw)
+    plain = simulate_loose(p, record=("gram", "tokens"), **kw)
     gram = gram_of if p.norm == "post" else gram_of_directions
-    both = simulate(p, record=("gram", "tokens"),
+    both = simulate_loose(p, record=("gram", "tokens"),
                     observe=[Observer("g", gram), Observer("t", lambda x: x)], **kw)
-    only = simulate(p, record=(), observe={"g": gram, "t": lambda x: x}, **kw)
+    only = simulate_loose(p, record=(), observe={"g": gram, "t": lambda x: x}, **kw)
     for r in (both, only):
         np.testing.assert_array_equal(r.observed["g"], plain.gram)
         np.testing.assert_array_equal(r.observed["t"], plain.tokens)
@@ -84,9 +85,10 @@ def test_builtin_observers_follow_the_record_and_the_norm():
 def test_mean_cosine_at_every_layer_matches_the_gram_matrices(sampler):
     p = ModelParams(n=6, d=24, beta=1.0)
     layers = 25
-    r = simulate(p, layers=layers, runs=50, seed=2, sampler=sampler,
-                 checkpoints=range(layers + 1), record=("gram",),
-                 observe=[Observer("cos", mean_cosine)])
+    r = simulate(p, TimeGrid.make(layers=layers), runs=50, seed=2,
+                 recording=Recording(checkpoints=range(layers + 1), record=("gram",),
+                                     observe=[Observer("cos", mean_cosine)]),
+                 execution=Execution(sampler=sampler))
     assert r.sampler == sampler
     assert r.observed["cos"].shape == (50, layers + 1)
     np.testing.assert_array_equal(r.checkpoints, np.arange(layers + 1))
@@ -100,9 +102,9 @@ def test_observed_outputs_do_not_depend_on_the_batch_size():
     p = ModelParams(n=4, d=5, beta=1.0)
     obs = [Observer("cos", mean_cosine), Observer("norms", lambda x: x.norm(dim=-1))]
     kw = dict(layers=10, runs=600, seed=11, checkpoints=range(11), record=(), observe=obs)
-    whole = simulate(p, batch_size=600, **kw)
+    whole = simulate_loose(p, batch_size=600, **kw)
     for bs in (256, 512):
-        part = simulate(p, batch_size=bs, **kw)
+        part = simulate_loose(p, batch_size=bs, **kw)
         for name in ("cos", "norms"):
             np.testing.assert_array_equal(part.observed[name], whole.observed[name])
     assert whole.observed["norms"].shape == (600, 11, 4)
@@ -114,8 +116,8 @@ def test_a_decided_run_keeps_its_statistic_at_decision(sampler):
     layers = 400
     kw = dict(layers=layers, runs=300, seed=4, sampler=sampler, checkpoints=41,
               observe=[Observer("cos", mean_cosine)], batch_size=256)
-    r = simulate(p, until="decided", tol=1e-3, **kw)
-    full = simulate(p, **kw)  # the same runs to the horizon
+    r = simulate_loose(p, until="decided", tol=1e-3, **kw)
+    full = simulate_loose(p, **kw)  # the same runs to the horizon
     at = r.decided_at
     ck = r.checkpoints
     later = ck[None, :] > at[:, None]
@@ -136,7 +138,8 @@ def test_a_decided_run_keeps_its_statistic_at_decision(sampler):
 
 def _fail(observe, match):
     with pytest.raises(ParameterError, match=match) as info:
-        simulate(ModelParams(n=3, d=4, beta=1.0), layers=3, runs=5, observe=observe)
+        simulate(ModelParams(n=3, d=4, beta=1.0), TimeGrid.make(layers=3), runs=5,
+                 recording=Recording(observe=observe))
     assert "observe" in str(info.value)
 
 
@@ -167,8 +170,8 @@ def test_an_observer_whose_shape_changes_is_refused():
 
 
 def test_one_observer_alone():
-    r = simulate(ModelParams(n=3, d=4, beta=1.0), layers=3, runs=5,
-                 observe=Observer("cos", mean_cosine))
+    r = simulate(ModelParams(n=3, d=4, beta=1.0), TimeGrid.make(layers=3), runs=5,
+                 recording=Recording(observe=Observer("cos", mean_cosine)))
     assert r.observed["cos"].shape == (5, 2)
     np.testing.assert_allclose(r.observed["cos"], mean_cosine_of_gram(r.gram), atol=1e-12)
 
@@ -176,8 +179,9 @@ def test_one_observer_alone():
 def test_observed_outputs_are_saved_and_loaded(tmp_path):
     from tokensde import load_result, save_result
 
-    r = simulate(ModelParams(n=3, d=4, beta=1.0), layers=4, runs=6, checkpoints=range(5),
-                 observe={"cos": mean_cosine, "norms": lambda x: x.norm(dim=-1)})
+    r = simulate(ModelParams(n=3, d=4, beta=1.0), TimeGrid.make(layers=4), runs=6,
+                 recording=Recording(checkpoints=range(5), observe={"cos": mean_cosine,
+                                                                    "norms": lambda x: x.norm(dim=-1)}))
     back = load_result(save_result(r, tmp_path / "r.npz"))
     assert list(back.observed) == ["cos", "norms"]
     for name, a in r.observed.items():
@@ -189,8 +193,8 @@ def test_a_damaged_observed_array_is_refused(tmp_path):
     from tokensde import load_result, save_result
     from tokensde.io.store import StoreError
 
-    r = simulate(ModelParams(n=3, d=4, beta=1.0), layers=4, runs=6, checkpoints=3,
-                 observe={"cos": mean_cosine})
+    r = simulate(ModelParams(n=3, d=4, beta=1.0), TimeGrid.make(layers=4), runs=6,
+                 recording=Recording(checkpoints=3, observe={"cos": mean_cosine}))
     path = save_result(r, tmp_path / "r.npz")
     with np.load(path) as z:
         data = {k: z[k] for k in z.files}

@@ -47,7 +47,6 @@ NOT_LAYER_LOOPS: dict[str, str] = {
     "meanfield/flow.py::_Layer.__call__":
         "one layer (the layer march applies) of each weighted system of the mean-field flow",
     "meanfield/flow.py::run_coupled": "one _advance (one march) per batch of runs",
-    "sim/simulate.py::simulate": "one run_batch (one march) per batch of runs",
 }
 
 

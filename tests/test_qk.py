@@ -6,13 +6,14 @@ import math
 import numpy as np
 import pytest
 import torch
+from loose import simulate_loose
 
-from tokensde import ModelParams, ParameterError, simulate
+from tokensde import Execution, ModelParams, ParameterError, TimeGrid, simulate
 from tokensde.model.qk import QK_LAWS, QKDraws
+from tokensde.sim.batch import qk_draws
 from tokensde.sim.layers import attention_output
-from tokensde.sim.rng import RunStreams
-from tokensde.sim.samplers import choose_sampler
-from tokensde.sim.simulate import QK_STREAM, qk_draws, scheme_params
+from tokensde.sim.rng import QK_STREAM, RunStreams
+from tokensde.sim.samplers import choose_sampler, scheme_params
 
 RANDOM = ("gaussian", "wigner", "goe")
 
@@ -141,10 +142,10 @@ def test_simulate_is_seeded_on_the_sphere_and_leaves_other_streams_alone(name, r
     p = ModelParams(n=3, d=4, beta=2.0, heads=2, qk=name, qk_scale=0.6, qk_redraw=redraw)
     kw = dict(layers=5, runs=300, seed=4, scheme=scheme, sampler=sampler,
               record=("gram", "tokens"))
-    a, b = simulate(p, **kw), simulate(p, batch_size=256, **kw)
+    a, b = simulate_loose(p, **kw), simulate_loose(p, batch_size=256, **kw)
     np.testing.assert_array_equal(a.x, b.x)
     np.testing.assert_allclose(np.linalg.norm(a.x, axis=-1), np.ones((300, 3)), rtol=1e-7)
-    ident = simulate(p.with_(qk="identity", qk_scale=1.0, qk_redraw="run"), **kw)
+    ident = simulate_loose(p.with_(qk="identity", qk_scale=1.0, qk_redraw="run"), **kw)
     np.testing.assert_array_equal(a.tokens[:, 0], ident.tokens[:, 0])  # same start
     assert a.metadata()["params"]["qk"] == name
 
@@ -154,8 +155,8 @@ def test_until_decided_keeps_each_run_with_its_own_forms(redraw):
     # a decided run's state is the fixed-horizon run's state at the same layer, bit for bit
     p = ModelParams(n=2, d=3, beta=3.0, qk="goe", qk_scale=0.5, qk_redraw=redraw)
     kw = dict(T=4.0, dt=0.05, runs=300, seed=2, batch_size=256)
-    full = simulate(p, checkpoints=list(range(81)), **kw)
-    stopped = simulate(p, until="decided", tol=1e-4, **kw)
+    full = simulate_loose(p, checkpoints=list(range(81)), **kw)
+    stopped = simulate_loose(p, until="decided", tol=1e-4, **kw)
     at = stopped.decided_at
     done = np.flatnonzero(at >= 0)
     assert len(done) > 50
@@ -189,7 +190,8 @@ def test_heads_drop_out_of_the_sde_of_forms_redrawn_every_layer():
     kw = dict(n=3, d=4, beta=2.0, qk="goe", qk_redraw="layer")
     two = ModelParams(heads=2, qk_samples=4, **kw)
     one = ModelParams(heads=1, qk_samples=8, **kw)
-    a, b = (simulate(p, layers=5, runs=40, seed=3, scheme="sde", sampler="fast") for p in (two, one))
+    a, b = (simulate(p, TimeGrid.make(layers=5), runs=40, seed=3, scheme="sde",
+                     execution=Execution(sampler="fast")) for p in (two, one))
     np.testing.assert_array_equal(a.x, b.x)
 
 

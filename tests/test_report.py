@@ -117,7 +117,7 @@ def test_figure_list():
     assert list(names) == ["phase-diagram", "theory-vs-simulation", "phase-over-d", "decision-times",
                            "trajectories",
                            "histograms", "multi-token", "variants", "mlp", "meanfield",
-                           "convergence", "vit", "vit-depth", "real"]
+                           "token-noise", "convergence", "vit", "vit-depth", "real"]
 
 
 def test_figure_rejects_unknown_name(tmp_path):

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from tokensde import TimeGrid
 from tokensde.analysis.stats import estimate_with_undecided, wilson
 from tokensde.cli import app
 from tokensde.io.report import Section, check_report_path, write_report
@@ -275,7 +276,8 @@ def test_simulate_json_has_intervals_and_the_undecided_fraction():
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("res")
-    path = save_result(simulate(ModelParams(n=3, d=3), layers=5, runs=4, seed=0), tmp / "ok.npz")
+    path = save_result(simulate(ModelParams(n=3, d=3), TimeGrid.make(layers=5), runs=4, seed=0),
+                       tmp / "ok.npz")
     return tmp, dict(np.load(path))
 
 
@@ -360,6 +362,6 @@ def test_messages_name_the_right_thing(tmp_path, args, needles):
 
 def test_sde_step_warns_with_the_number_it_checked():
     with pytest.warns(RuntimeWarning, match=r"sigma\^2 \(d - 1\) dt = 0.45 .* is biased"):
-        simulate(ModelParams(n=2, d=10), T=0.1, dt=0.05, runs=2, scheme="sde")
+        simulate(ModelParams(n=2, d=10), TimeGrid.make(T=0.1, dt=0.05), runs=2, scheme="sde")
     with pytest.warns(RuntimeWarning, match=r"= 4.9 .*reverses the token.*dt <= 0.00408"):
-        simulate(ModelParams(n=2, d=50), T=0.1, dt=0.1, runs=2, scheme="sde")
+        simulate(ModelParams(n=2, d=50), TimeGrid.make(T=0.1, dt=0.1), runs=2, scheme="sde")

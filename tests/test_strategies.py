@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from tokensde import ModelParams, ParameterError, simulate
+from tokensde import Execution, ModelParams, ParameterError, TimeGrid, simulate
 from tokensde.model.attention import ATTENTION_KINDS, AttentionKind
 from tokensde.model.noise import ENTRY_LAWS, NOISE_LAWS, NoiseLaw, Streams
 from tokensde.sim.layers import attention_output, attention_weights, normalize
@@ -65,7 +65,7 @@ def _unit(shape: tuple[int, ...], seed: int) -> torch.Tensor:
 def test_a_registered_noise_law_runs_in_simulate(diagonal):
     p = ModelParams(n=3, d=4, beta=1.5, noise="diagonal", sigma=0.8)
     assert isinstance(p.noise_law, DiagonalNoise) and p.noise_scale == 0.8
-    res = simulate(p, layers=25, runs=6, seed=2, sampler="full")
+    res = simulate(p, TimeGrid.make(layers=25), runs=6, seed=2, execution=Execution(sampler="full"))
     # the same network by hand: V_k = diag(g_k), drawn from the run streams in the same order
     rs = RunStreams(2, 6)
     x = normalize(rs.normal(3, 4))
@@ -74,9 +74,11 @@ def test_a_registered_noise_law_runs_in_simulate(diagonal):
         g = 0.8 * rs.normal(4)
         x = normalize(x + 0.2 * y * g[:, None, :])
     np.testing.assert_allclose(res.x, x.numpy(), rtol=0, atol=1e-12)
-    sde = simulate(p, layers=25, runs=6, seed=2, sampler="full", scheme="sde")
+    sde = simulate(p, TimeGrid.make(layers=25), runs=6, seed=2, scheme="sde",
+                   execution=Execution(sampler="full"))
     assert float(np.abs(np.linalg.norm(sde.x, axis=-1) - 1).max()) < 1e-12
-    assert simulate(p.with_(law="uniform"), layers=5, runs=2, sampler="full").sampler == "full"
+    assert simulate(p.with_(law="uniform"), TimeGrid.make(layers=5), runs=2,
+                    execution=Execution(sampler="full")).sampler == "full"
     assert choose_sampler(p) == "full"
     with pytest.raises(ParameterError, match="sampler='fast' needs"):
         choose_sampler(p, "fast")
@@ -102,9 +104,10 @@ def test_a_registered_attention_kind_runs_in_simulate(sigmoid):
     logits = 2.0 * x @ x.transpose(-1, -2)
     expected = logits.sigmoid().tril() / 4  # the causal mask, applied once for every kind
     torch.testing.assert_close(attention_weights(x, p), expected, rtol=0, atol=1e-15)
-    res = simulate(p, layers=10, runs=4, seed=0, sampler="full")
+    res = simulate(p, TimeGrid.make(layers=10), runs=4, seed=0, execution=Execution(sampler="full"))
     assert np.isfinite(res.gram).all()
-    assert simulate(p, layers=10, runs=4, seed=0, dtype="float32").sampler == "full"
+    assert simulate(p, TimeGrid.make(layers=10), runs=4, seed=0,
+                    execution=Execution(dtype="float32")).sampler == "full"
     wide = p.with_(causal=False, n=2, d=16)
     assert not wide.rotation_invariant and choose_sampler(wide) == "fast"  # no 'gram' listed
     with pytest.raises(ParameterError, match="sampler='gram' needs"):

@@ -12,8 +12,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from loose import simulate_loose
 
-from tokensde import ModelParams, simulate
+from tokensde import Execution, InitialState, ModelParams, Recording, simulate
 from tokensde.model.checks import ParameterError
 from tokensde.model.params import TimeGrid
 from tokensde.sim import coupled_paths
@@ -48,8 +49,8 @@ def test_zero_token_noise_keeps_every_earlier_number(case):
     equal to each other bit for bit, and to the stored values to 1e-12 (rounding of another
     CPU's BLAS; a changed stream or step moves them by O(1))."""
     pk, sk, first, total = LEGACY[case]
-    omitted = simulate(ModelParams(**pk), **sk)
-    given = simulate(ModelParams(**pk, token_noise=0.0), **sk)
+    omitted = simulate_loose(ModelParams(**pk), **sk)
+    given = simulate_loose(ModelParams(**pk, token_noise=0.0), **sk)
     assert np.array_equal(omitted.x, given.x)
     np.testing.assert_allclose(omitted.x[:, 0, 0], first, rtol=0, atol=1e-12)
     assert float(np.abs(omitted.x).sum()) == pytest.approx(total, rel=1e-12)
@@ -72,12 +73,12 @@ def test_token_noise_range(bad):
 def test_refusals_name_token_noise():
     p = ModelParams(n=3, d=16, mean="identity", token_noise=0.3)
     assert not p.rotation_invariant  # so sampler='auto' never takes the Gram sampler
-    assert simulate(p, layers=2, runs=2).sampler != "gram"
+    assert simulate(p, TimeGrid.make(layers=2), runs=2).sampler != "gram"
     with pytest.raises(ParameterError, match=r"sampler='gram'.*token_noise=0\.3"):
-        simulate(p, layers=2, runs=2, sampler="gram")
+        simulate(p, TimeGrid.make(layers=2), runs=2, execution=Execution(sampler="gram"))
     for norm in ("pre", "peri"):
         with pytest.raises(ParameterError, match="token_noise > 0 needs norm='post'"):
-            simulate(p.with_(norm=norm), layers=2, runs=2)
+            simulate(p.with_(norm=norm), TimeGrid.make(layers=2), runs=2)
     x0 = torch.nn.functional.normalize(torch.randn(2, 3, 16, dtype=torch.float64), dim=-1)
     with pytest.raises(ParameterError, match="token_noise"):
         coupled_paths(x0, p, TimeGrid.make(layers=2),
@@ -97,8 +98,9 @@ def test_numbers_do_not_depend_on_batch_size(kw):
     kw = dict(kw)
     scheme = kw.pop("scheme")
     p = ModelParams(n=5, d=3, beta=1.5, token_noise=0.7, **kw)
-    one = simulate(p, T=0.3, dt=0.02, runs=600, seed=5, scheme=scheme)
-    cut = simulate(p, T=0.3, dt=0.02, runs=600, seed=5, scheme=scheme, batch_size=256)
+    one = simulate(p, TimeGrid.make(T=0.3, dt=0.02), runs=600, seed=5, scheme=scheme)
+    cut = simulate(p, TimeGrid.make(T=0.3, dt=0.02), runs=600, seed=5, scheme=scheme,
+                   execution=Execution(batch_size=256))
     assert np.array_equal(one.x, cut.x)
     assert np.array_equal(one.gram, cut.gram)
 
@@ -108,8 +110,9 @@ def test_token_noise_has_streams_of_its_own():
     with tau = 1e-9 the end state moves by about tau only (drawn from the main streams, the value
     noise would be shifted and the end state move by O(1))."""
     p = ModelParams(n=6, d=4, beta=1.0, mean="identity", sigma=1.0)
-    base = simulate(p, layers=30, runs=8, seed=2, record=("tokens",))
-    tiny = simulate(p.with_(token_noise=1e-9), layers=30, runs=8, seed=2, record=("tokens",))
+    base = simulate(p, TimeGrid.make(layers=30), runs=8, seed=2, recording=Recording(record=("tokens",)))
+    tiny = simulate(p.with_(token_noise=1e-9), TimeGrid.make(layers=30), runs=8, seed=2,
+                    recording=Recording(record=("tokens",)))
     assert np.array_equal(base.tokens[:, 0], tiny.tokens[:, 0])
     gap = float(np.abs(base.x - tiny.x).max())
     assert 0 < gap < 1e-6
@@ -123,7 +126,8 @@ def test_uniform_tokens_stay_uniform_without_drift():
     and fails this (about 16 standard errors at T = 2)."""
     n, d, runs = 16, 3, 512
     p = ModelParams(n=n, d=d, beta=1.0, mean="none", sigma=0.0, token_noise=1.0)
-    res = simulate(p, T=2.0, dt=0.02, runs=runs, seed=4, record=("tokens",), checkpoints=5)
+    res = simulate(p, TimeGrid.make(T=2.0, dt=0.02), runs=runs, seed=4,
+                   recording=Recording(checkpoints=5, record=("tokens",)))
     m2 = (order_parameter(res.tokens) ** 2).mean(0)  # (checkpoints,)
     se = math.sqrt(2 * (n - 1) / (n**3 * d * runs))
     assert np.all(np.abs(m2 - 1 / n) < 4 * se), (m2, 1 / n, se)
@@ -152,8 +156,8 @@ def test_free_diffusion_law(scheme):
     p = ModelParams(n=n, d=d, beta=1.0, mean="none", sigma=0.0, token_noise=tau)
     start = np.zeros((n, d))
     start[:, 0] = 1.0
-    res = simulate(p, T=T, dt=0.005, runs=runs, seed=9, scheme=scheme, init=start,
-                   record=("tokens",))
+    res = simulate(p, TimeGrid.make(T=T, dt=0.005), runs=runs, seed=9, scheme=scheme,
+                   initial=InitialState(start), recording=Recording(record=("tokens",)))
     x = res.tokens[:, -1]  # (runs, n, d)
     own = x[..., 0].ravel()  # <x(0), x(T)> with x(0) = e_1
     assert abs(own.mean() - math.exp(-(d - 1) * tau**2 * T / 2)) < 4 * own.std() / math.sqrt(
@@ -245,8 +249,8 @@ def test_decided_runs_keep_the_token_noise_of_their_own_run():
     first one leaves."""
     p = ModelParams(n=2, d=3, beta=1.0, sigma=1.0, token_noise=1e-9)
     kw = dict(T=10.0, dt=0.05, runs=300, seed=8)
-    horizon = simulate(p, **kw, record=("tokens",), checkpoints=list(range(201)))
-    decided = simulate(p, **kw, until="decided")
+    horizon = simulate_loose(p, **kw, record=("tokens",), checkpoints=list(range(201)))
+    decided = simulate_loose(p, **kw, until="decided")
     at = decided.decided_at
     assert (at > 0).sum() > 200 and (at < 0).sum() > 0  # most decide, at different layers
     ends = np.where((at > 0)[:, None, None], horizon.tokens[np.arange(300), np.maximum(at, 0)],
@@ -269,11 +273,12 @@ def test_token_noise_goes_with_the_other_variants(kw, scheme):
     p = ModelParams(n=4, d=5, beta=1.0, **kw)
     if scheme == "sde" and p.has_bias:
         with pytest.raises(ParameterError, match="bias"):
-            simulate(p.with_(token_noise=0.5), T=0.2, dt=0.02, runs=3, scheme=scheme)
+            simulate(p.with_(token_noise=0.5), TimeGrid.make(T=0.2, dt=0.02), runs=3, scheme=scheme)
         return
-    base = simulate(p, T=0.2, dt=0.02, runs=3, seed=1, scheme=scheme, record=("tokens",))
-    noisy = simulate(p.with_(token_noise=0.5), T=0.2, dt=0.02, runs=3, seed=1, scheme=scheme,
-                     record=("tokens",))
+    base = simulate(p, TimeGrid.make(T=0.2, dt=0.02), runs=3, seed=1, scheme=scheme,
+                    recording=Recording(record=("tokens",)))
+    noisy = simulate(p.with_(token_noise=0.5), TimeGrid.make(T=0.2, dt=0.02), runs=3, seed=1, scheme=scheme,
+                     recording=Recording(record=("tokens",)))
     assert np.array_equal(base.tokens[:, 0], noisy.tokens[:, 0])
     assert np.allclose(np.linalg.norm(noisy.x, axis=-1), 1.0, atol=1e-12)
     assert float(np.abs(noisy.x - base.x).max()) > 0.05

@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from loose import simulate_loose
 from scipy import stats
 
-from tokensde import ModelParams, simulate
+from tokensde import Execution, ModelParams, Recording, StoppingRule, TimeGrid, simulate
 from tokensde.analysis import pair_monte_carlo as mc
 from tokensde.analysis.stats import censored_quantiles, chance_excess, chance_explains
 from tokensde.model.params import ParameterError
@@ -30,8 +31,8 @@ CASES = [
 def test_decided_state_is_the_fixed_horizon_state_at_that_layer(p, sampler, scheme):
     kw = dict(T=6.0, dt=0.02, runs=300, seed=3, sampler=sampler, scheme=scheme)
     steps = 300
-    full = simulate(p, checkpoints=list(range(steps + 1)), **kw)
-    stop = simulate(p, until="decided", tol=1e-4, decide_every=2, **kw)
+    full = simulate_loose(p, checkpoints=list(range(steps + 1)), **kw)
+    stop = simulate_loose(p, until="decided", tol=1e-4, decide_every=2, **kw)
     at = stop.decided_at
     done = np.flatnonzero(at >= 0)
     assert 0.2 < len(done) / len(at) < 1.0  # both kinds of run are exercised
@@ -51,16 +52,16 @@ def test_decided_state_is_the_fixed_horizon_state_at_that_layer(p, sampler, sche
 def test_decided_runs_never_depend_on_batch_size():
     p = ModelParams(n=2, d=5, beta=1.5)
     kw = dict(T=20.0, dt=0.01, runs=700, seed=11, until="decided", tol=1e-6)
-    a = simulate(p, **kw)
-    b = simulate(p, batch_size=256, **kw)
+    a = simulate_loose(p, **kw)
+    b = simulate_loose(p, batch_size=256, **kw)
     assert np.array_equal(a.decided_at, b.decided_at)
     assert np.array_equal(a.x, b.x)
 
 
 def test_checkpoints_after_a_decision_hold_the_decided_state():
     p = ModelParams(n=2, d=3, beta=1.0)
-    res = simulate(p, T=10.0, dt=0.02, runs=64, seed=1, until="decided", tol=1e-3,
-                   checkpoints=[0, 250, 500])
+    res = simulate(p, TimeGrid.make(T=10.0, dt=0.02), runs=64, seed=1,
+                   stopping=StoppingRule.decided(tol=1e-3), recording=Recording(checkpoints=[0, 250, 500]))
     done = res.decided_at
     early = np.flatnonzero((done >= 0) & (done < 250))
     assert len(early) > 5
@@ -97,19 +98,19 @@ def test_retained_streams_hand_out_the_same_numbers():
 ])
 def test_bad_stopping_arguments_name_the_parameter(kw, name):
     with pytest.raises(ParameterError, match=name):
-        simulate(ModelParams(n=2, d=3, beta=1.0), T=1.0, dt=0.1, runs=2, **kw)
+        simulate_loose(ModelParams(n=2, d=3, beta=1.0), T=1.0, dt=0.1, runs=2, **kw)
 
 
 def test_gram_sampler_draws_uniform_tokens_without_size_d():
     # <x_1, x_2> of uniform unit vectors in R^d: (1 + rho)/2 ~ Beta((d-1)/2, (d-1)/2)
     d = 7
-    res = simulate(ModelParams(n=3, d=d, beta=1.0), layers=1, alpha=1e-9, runs=4000, seed=2,
-                   sampler="gram", checkpoints=[0])
+    res = simulate(ModelParams(n=3, d=d, beta=1.0), TimeGrid.make(layers=1, alpha=1e-9), runs=4000, seed=2,
+                   recording=Recording(checkpoints=[0]), execution=Execution(sampler="gram"))
     rho = res.gram[:, 0, 0, 1]
     a = (d - 1) / 2
     assert stats.kstest((1 + rho) / 2, stats.beta(a, a).cdf).pvalue > 1e-3
-    huge = simulate(ModelParams(n=8, d=10**6, beta=1.0), layers=5, runs=16, seed=0,
-                    sampler="gram", record=("gram", "tokens"))
+    huge = simulate(ModelParams(n=8, d=10**6, beta=1.0), TimeGrid.make(layers=5), runs=16, seed=0,
+                    recording=Recording(record=("gram", "tokens")), execution=Execution(sampler="gram"))
     assert huge.x.shape == (16, 8, 8) and huge.tokens.shape[-1] == 8
     assert abs(float(huge.gram[:, 0, 0, 1].std(ddof=1)) - 1e-3) < 5e-4  # rho ~ N(0, 1/d)
 
@@ -135,8 +136,8 @@ def test_survival_matches_the_reduced_diffusion():
                                                   (2.5, 10, (1.5, 3.0, 6.0))])
 def test_network_decision_times_follow_the_theory(beta, d, times):
     tol = 1e-8
-    res = simulate(ModelParams(n=2, d=d, beta=beta), T=40.0, dt=0.05 / d, runs=2000, seed=9,
-                   until="decided", tol=tol)
+    res = simulate(ModelParams(n=2, d=d, beta=beta), TimeGrid.make(T=40.0, dt=0.05 / d), runs=2000, seed=9,
+                   stopping=StoppingRule.decided(tol=tol))
     t = res.decision_times()
     times = np.array(times)
     theory = ab.survival(times, beta, d, "uniform", tol)

@@ -21,14 +21,16 @@ if TYPE_CHECKING:
     from . import theory
     from .analysis.clusters import analyze, pair_fractions
     from .io.store import load_result, save_result
+    from .sim.options import Execution, InitialState, Recording, StoppingRule
     from .sim.result import SimResult
-    from .sim.simulate import InitialState, Recording, StoppingRule, simulate
+    from .sim.simulate import simulate
     from .study.reproduce import reproduce
     from .sweep.engine import run_sweep, sweep_status
     from .sweep.store import load_table
 
 __all__ = [
     "VALUE_INIT_PRESETS",
+    "Execution",
     "InitialState",
     "ModelParams",
     "ParameterError",

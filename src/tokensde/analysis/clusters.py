@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ..model.checks import check_tol
+from ..model.checks import check_int, check_tol, require
 from ..model.params import ParameterError, check_real
 
 if TYPE_CHECKING:
@@ -52,16 +52,31 @@ class Outcome(IntEnum):
 OUTCOME_NAMES: tuple[str, ...] = tuple(o.name.lower() for o in Outcome)
 
 
-def as_gram(gram: Any) -> np.ndarray:
-    """Gram matrices as a float64 array `(runs, n, n)`; a single `(n, n)` gets a runs axis."""
-    g = np.asarray(gram.cpu() if hasattr(gram, "cpu") else gram, dtype=np.float64)
+def as_gram(gram: Any, name: str = "gram") -> np.ndarray:
+    """Gram matrices as a float64 array `(runs, n, n)`; a single `(n, n)` gets a runs axis;
+    ParameterError naming `name` when they are not finite real square matrices."""
+    try:
+        g = np.asarray(gram.cpu() if hasattr(gram, "cpu") else gram, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name} must be an array of real numbers (runs, n, n); got "
+                             f"{type(gram).__name__}") from None
     if g.ndim == 2:
         g = g[None]
     if g.ndim != 3 or g.shape[-1] != g.shape[-2] or g.shape[-1] < 1:
-        raise ParameterError(f"gram must have shape (runs, n, n) or (n, n); got {g.shape}")
+        raise ParameterError(f"{name} must have shape (runs, n, n) or (n, n); got {g.shape}")
     if not np.all(np.isfinite(g)):
-        raise ParameterError("gram must be finite")
+        raise ParameterError(f"{name} must be finite")
     return g
+
+
+def check_gap_tol(tol: Any, name: str = "tol") -> float:
+    """A tolerance on a gap `1 -+ G_ij` (in [0, 2]): a finite number in (0, 2], else
+    ParameterError naming `name`. Cheap for a plain float (the pair helpers run every layer)."""
+    if type(tol) is float and 0.0 < tol <= 2.0:
+        return tol
+    t = check_real(name, tol, 0.0, strict=True)
+    require(t <= 2.0, name, "a number in (0, 2] (gaps 1 -+ G_ij lie in [0, 2])", tol)
+    return t
 
 
 def _closure(adj: np.ndarray) -> np.ndarray:
@@ -88,6 +103,7 @@ def is_merged(g: Inner, tol: float) -> Inner:
     Returns:
         A boolean array (or tensor) of the shape of `g`.
     """
+    tol = check_gap_tol(tol)
     return 1.0 - g < tol
 
 
@@ -101,6 +117,7 @@ def is_antipodal(g: Inner, tol: float) -> Inner:
     Returns:
         A boolean array (or tensor) of the shape of `g`.
     """
+    tol = check_gap_tol(tol)
     return 1.0 + g < tol
 
 
@@ -161,7 +178,14 @@ def pair_fractions(pairs: Any, tol: float) -> tuple[float, float]:
     Returns:
         `(merged, antipodal)`: the fractions of `pairs` within `tol` of +1 and of -1.
     """
-    g = np.asarray(pairs, dtype=np.float64)
+    tol = check_gap_tol(tol)
+    try:
+        g = np.asarray(pairs.cpu() if hasattr(pairs, "cpu") else pairs, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(f"pairs must be an array of inner products; got "
+                             f"{type(pairs).__name__}") from None
+    require(g.size > 0, "pairs", "non-empty (no pair: no fraction)", "an empty array")
+    require(bool(np.all(np.isfinite(g))), "pairs", "finite", "non-finite entries")
     return float(is_merged(g, tol).mean()), float(is_antipodal(g, tol).mean())
 
 
@@ -175,11 +199,12 @@ def antipodal_fraction(gram: Any, tol: float) -> np.ndarray:
     Returns:
         The fraction of antipodal pairs of each run, `(runs,)`.
     """
+    tol = check_tol(tol)
     g = as_gram(gram)
     pairs = upper_pairs(g)
     if pairs.shape[-1] == 0:
         return np.full(g.shape[0], np.nan)
-    return is_antipodal(pairs, check_tol(tol)).mean(-1)
+    return is_antipodal(pairs, tol).mean(-1)
 
 
 def effective_rank(gram: Any) -> np.ndarray:
@@ -194,6 +219,8 @@ def effective_rank(gram: Any) -> np.ndarray:
     """
     g = as_gram(gram)
     tr = np.trace(g, axis1=-2, axis2=-1)
+    require(bool(np.all(tr > 0)), "gram", "Gram matrices of a positive trace (tokens not all "
+            "zero)", f"a trace of {float(tr.min()):g}")
     return tr * tr / (g * g).sum((-2, -1))
 
 
@@ -215,14 +242,14 @@ def inner_product_histogram(gram: Any, bins: int = 40) -> tuple[np.ndarray, np.n
     Returns:
         `(counts, edges)`: counts `(bins,)` and bin edges `(bins + 1,)`.
     """
-    edges = np.linspace(-1.0, 1.0, bins + 1)
+    edges = np.linspace(-1.0, 1.0, check_int("bins", bins, 1) + 1)
     counts, _ = np.histogram(np.clip(upper_pairs(as_gram(gram)), -1.0, 1.0), bins=edges)
     return counts, edges
 
 
 def log_gap_histogram(gram: Any, bins: int = 32) -> tuple[np.ndarray, np.ndarray]:
     """Histogram of `log10(1 - |G_ij|)` over all pairs and runs on [LOG_GAP_FLOOR, 0]."""
-    edges = np.linspace(LOG_GAP_FLOOR, 0.0, bins + 1)
+    edges = np.linspace(LOG_GAP_FLOOR, 0.0, check_int("bins", bins, 1) + 1)
     counts, _ = np.histogram(log_gaps(gram), bins=edges)
     return counts, edges
 
@@ -230,7 +257,7 @@ def log_gap_histogram(gram: Any, bins: int = 32) -> tuple[np.ndarray, np.ndarray
 def motion(gram: Any, before: Any) -> np.ndarray:
     """Largest change of an inner product between two checkpoints, `max_ij |G_ij - B_ij|`,
     `(runs,)`."""
-    g, b = as_gram(gram), as_gram(before)
+    g, b = as_gram(gram), as_gram(before, "before")
     if g.shape != b.shape:
         raise ParameterError(f"before must have the shape of gram {g.shape}; got {b.shape}")
     return np.abs(g - b).max((-2, -1))
@@ -332,6 +359,7 @@ def minority_law(report: ClusterReport, n: int) -> np.ndarray:
         Counts `(n//2,)`: entry `m - 1` is the number of bipolar runs whose smaller pole holds `m`
         tokens.
     """
+    n = check_int("n", n, 1)
     minor = report.sides[report.bipolar, 1]
     return np.bincount(minor, minlength=n // 2 + 1)[1:n // 2 + 1]
 

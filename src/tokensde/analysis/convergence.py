@@ -34,6 +34,7 @@ import torch
 from scipy import stats as _st
 
 from ..io.store import check_meta, header
+from ..model.checks import real_array, require
 from ..model.params import ModelParams, ParameterError, check_int
 from ..sim.coupled import LAWS, check_levels, coupled_states
 from ..sim.coupled import uniform_from_gaussian as uniform_from_gaussian  # re-exported
@@ -42,6 +43,7 @@ from ..sim.loop import Progress
 from ..sim.rng import RUN_BLOCK, RunStreams, derive_seed
 from ..sim.simulate import MLP_STREAM, QK_STREAM, initial_tokens
 from .clusters import upper_pairs
+from .stats import check_level
 
 KIND_CONV = "tokensde.convergence"
 LEVELS: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -306,8 +308,11 @@ def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.n
     Returns:
         An `OrderFit`: the order, its standard error, the constant and the intervals.
     """
-    L = np.asarray(levels, dtype=float)
-    e = np.abs(np.asarray(errors, dtype=float))
+    L, e = real_array("levels", levels), np.abs(real_array("errors", errors))
+    level = check_level(level)
+    require(L.ndim == 1 and bool(np.all(np.isfinite(L) & (L > 0))), "levels",
+            "finite numbers of layers > 0, one per error", levels)
+    require(bool(np.all(np.isfinite(e))), "errors", "finite", errors)
     if L.size < 2 or L.size != e.size or np.any(e <= 0):
         raise ValueError(f"fit_order needs >= 2 levels with non-zero errors; got {L.size} levels")
     logL = np.log(L)
@@ -342,7 +347,8 @@ def poisson_weights(runs: int, replicates: int, seed: int) -> np.ndarray:
     Returns:
         The weights `(replicates, runs)`, float.
     """
-    return np.random.default_rng(seed).poisson(1.0, (replicates, runs)).astype(float)
+    runs, replicates = check_int("runs", runs, 1), check_int("replicates", replicates, 1)
+    return np.random.default_rng(check_int("seed", seed, 0)).poisson(1.0, (replicates, runs)).astype(float)
 
 
 def weighted_means(values: np.ndarray, w: np.ndarray) -> np.ndarray:

@@ -19,6 +19,7 @@ import torch
 from .._version import __version__
 from ..model.params import Law, ModelParams, ParameterError, TimeGrid, check_int, check_real
 from ..sim.budget import Budget
+from ..sim.options import Execution, InitialState, StoppingRule
 from ..sim.simulate import simulate, simulation_budget
 from ..theory.coefficients import pair_model
 from ..theory.first_passage import hitting_probability
@@ -151,15 +152,19 @@ def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: in
                      ) -> tuple[int, int, float, np.ndarray | None]:
     """Antipodal and merged counts of the full network after `grid` (or at decision), the wall
     time and the decision times."""
-    init: dict[str, Any] = {"init": "uniform"} if rho0 == "uniform" else {
-        "init": "pair", "rho0": float(rho0)}
-    stop: dict[str, Any] = {} if until == "horizon" else {"until": "decided", "tol": tol}
-    if until == "horizon":
-        sim.pop("decide_every", None)
-    res = simulate(p, grid, runs=runs, seed=seed, **init, **stop, **sim)
+    every = sim.pop("decide_every", None)
+    stop = StoppingRule() if until == "horizon" else StoppingRule.decided(tol, every)
+    progress = sim.pop("progress", None)
+    res = simulate(p, grid, runs=runs, seed=seed, initial=_pair_start(rho0), stopping=stop,
+                   execution=Execution(**sim), progress=progress)
     anti, merged = classify_pair(*pair_log_gaps(res.x), tol)
     times = None if until == "horizon" else res.decision_times()
     return int(anti.sum()), int(merged.sum()), res.wall_s, times
+
+
+def _pair_start(rho0: float | str) -> InitialState:
+    """Uniform tokens, or the pair at `<x_1, x_2> = rho0`."""
+    return InitialState() if rho0 == "uniform" else InitialState.pair(float(rho0))
 
 
 def _reduced_outcome(beta: float, d: float, rho0: float | str, grid: TimeGrid, runs: int,
@@ -208,8 +213,8 @@ def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
                       REDUCED_WORK * runs * grid.steps, f"{runs} runs, {grid.steps} layers, "
                       "reduced engine", ("runs",), longer=("runs", "time"),
                       steps=float(grid.steps))
-    init = "uniform" if rho0 == "uniform" else "pair"
-    b = simulation_budget(p, grid, runs, sampler, until=until, init=init)
+    b = simulation_budget(p, grid, runs, initial=_pair_start(rho0),
+                          stopping=StoppingRule(until=until), execution=Execution(sampler=sampler))
     return replace(b, what="this Monte Carlo", lower=("runs", "d"), longer=("runs", "time", "d"))
 
 

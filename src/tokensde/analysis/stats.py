@@ -10,6 +10,23 @@ from typing import Any
 import numpy as np
 from scipy import stats as _st
 
+from ..model.checks import check_int, check_real, real_array, require
+
+
+def _count(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """A count: an integer (or a float of integer value, e.g. from a table) in [minimum, maximum]."""
+    if isinstance(value, float | np.floating) and math.isfinite(value) and float(value).is_integer():
+        value = int(value)
+    return check_int(name, value, minimum, maximum)
+
+
+def check_level(level: float, name: str = "level") -> float:
+    """`level` as a float strictly between 0 and 1 (a confidence level or a test size), or
+    ParameterError naming `name`."""
+    v = check_real(name, level, 0.0, strict=True)
+    require(v < 1.0, name, "a number in (0, 1)", level)
+    return v
+
 
 def wilson(successes: np.ndarray | int, trials: np.ndarray | int, level: float = 0.95
            ) -> tuple[np.ndarray, np.ndarray]:
@@ -23,10 +40,12 @@ def wilson(successes: np.ndarray | int, trials: np.ndarray | int, level: float =
     Returns:
         `(lo, hi)`, arrays of the broadcast shape.
     """
-    k = np.asarray(successes, dtype=float)
-    n = np.asarray(trials, dtype=float)
-    if np.any(n <= 0) or np.any(k < 0) or np.any(k > n):
-        raise ValueError("wilson needs 0 <= successes <= trials and trials > 0")
+    k = real_array("successes", successes)
+    n = real_array("trials", trials)
+    level = check_level(level)
+    require(bool(np.all(np.isfinite(n)) and np.all(n > 0)), "trials", "finite and > 0", trials)
+    require(bool(np.all(np.isfinite(k)) and np.all(k >= 0) and np.all(k <= n)), "successes",
+            "finite, from 0 to trials (wilson needs 0 <= successes <= trials)", successes)
     z = _st.norm.ppf(0.5 + level / 2)
     p = k / n
     den = 1 + z * z / n
@@ -38,16 +57,23 @@ def wilson(successes: np.ndarray | int, trials: np.ndarray | int, level: float =
 
 
 def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """`(mean, lo, hi)` with `lo, hi = mean -+ t_{(1+level)/2, n-1} sd / sqrt(n)` (nan if n < 2).
+    """`(mean, lo, hi)` with `lo, hi = mean -+ t_{(1+level)/2, n-1} sd / sqrt(n)` (nan if n < 2:
+    no interval; the mean too is nan for an empty sample).
 
     Args:
-        x: The sample, `(n,)`.
-        level: Confidence level.
+        x: The sample, `(n,)`, finite.
+        level: Confidence level, in (0, 1).
 
     Returns:
         `(mean, lo, hi)`.
     """
-    x = np.asarray(x, dtype=float)
+    x = real_array("x", x)
+    level = check_level(level)
+    require(x.ndim == 1, "x", "a 1-d sample", f"shape {x.shape}")
+    require(bool(np.all(np.isfinite(x))), "x", "finite (a sample without nan or inf)",
+            "non-finite entries")
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
     m = float(x.mean())
     if len(x) < 2:
         return m, math.nan, math.nan
@@ -58,8 +84,9 @@ def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]
 def chance_excess(outside: int, cells: int, level: float = 0.95) -> float:
     """P-value of seeing at least `outside` of `cells` independent `level` intervals miss their
     true values: `P(X >= outside)`, `X ~ Binomial(cells, 1 - level)`."""
-    if not 0 <= outside <= cells:
-        raise ValueError("chance_excess needs 0 <= outside <= cells")
+    cells = _count("cells", cells, 0)
+    outside = _count("outside", outside, 0, cells)
+    level = check_level(level)
     return float(_st.binom.sf(outside - 1, cells, 1.0 - level)) if outside else 1.0
 
 
@@ -70,6 +97,7 @@ def chance_explains(outside: int, cells: int, level: float = 0.95, alpha: float 
                     ) -> bool:
     """True when `outside` misses in `cells` intervals are what chance gives: `chance_excess`
     is at least `alpha` (so a correct theory is flagged wrongly in at most 1 % of sections)."""
+    alpha = check_level(alpha, "alpha")
     return chance_excess(outside, cells, level) >= alpha
 
 
@@ -160,7 +188,8 @@ def estimate_with_undecided(hits: int, other: int, runs: int, level: float = 0.9
     sampling error. `digits`: decimals down to the first significant digit of the interval's
     half-width (of the bounds' when nothing is decided), at most 6.
     """
-    k, m, n = int(hits), int(other), int(runs)
+    k, m, n = _count("hits", hits, 0), _count("other", other, 0), _count("runs", runs, 1)
+    level = check_level(level)
     if n < 1 or k < 0 or m < 0 or k + m > n:
         raise ValueError(f"estimate_with_undecided needs hits, other >= 0 and hits + other <= "
                          f"runs >= 1; got hits={hits}, other={other}, runs={runs}")

@@ -26,17 +26,29 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..model.checks import check_tol
+from ..model.checks import ParameterError, check_tol
 from ..sim.decide import ROW_BLOCK, angle_of_gap, decided_tokens
 from .clusters import Outcome, is_antipodal, is_merged
 
 
 def _as_tokens(x: Any) -> torch.Tensor:
-    """Tokens as a float64 tensor `(runs, n, d)`, normalised."""
-    t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).double()
+    """Tokens as a float64 tensor `(runs, n, d)`, normalised; ParameterError naming `x` for
+    tokens that are not finite, non-zero real vectors."""
+    try:
+        t = torch.as_tensor(np.asarray(x, dtype=np.float64) if not isinstance(x, torch.Tensor)
+                            else x).double()
+    except (TypeError, ValueError):
+        raise ParameterError(f"x must be an array of tokens (runs, n, d); got "
+                             f"{type(x).__name__}") from None
     if t.dim() == 2:
         t = t[None]
-    return t / torch.linalg.vector_norm(t, dim=-1, keepdim=True)
+    if t.dim() != 3 or t.shape[1] < 1 or t.shape[2] < 2:
+        raise ParameterError(f"x must have shape (runs, n, d) or (n, d), d >= 2; got "
+                             f"{tuple(t.shape)}")
+    norm = torch.linalg.vector_norm(t, dim=-1, keepdim=True)
+    if not bool(torch.isfinite(t).all()) or not bool((norm > 0).all()):
+        raise ParameterError("x must hold finite, non-zero tokens")
+    return t / norm
 
 
 def _close_pairs(angle: torch.Tensor, period: float, a: float) -> torch.Tensor:

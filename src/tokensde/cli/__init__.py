@@ -19,7 +19,7 @@ app = typer.Typer(
 
 # Sub-modules of tokensde.cli, each defining `register(app)`.
 COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "real", "meanfield", "figure",
-                   "reproduce")
+                   "reproduce", "token_noise")
 
 
 def _version(value: bool) -> None:

@@ -13,10 +13,10 @@ import typer
 from ..io.progress import progress_bar
 from ..io.store import to_jsonable
 from ..model.params import ParameterError
-from ..sim.budget import ANNOUNCE_S, Budget, check_budget, estimate_line
+from ..sim.budget import ANNOUNCE_S, Budget, TimeModel, check_budget, estimate_line
 
-__all__ = ["ANNOUNCE_S", "JSON", "SEED", "SIZE", "WORKERS", "YES", "announce", "check_run",
-           "emit_json", "fail", "flag", "progress_bar", "to_jsonable", "user_errors"]
+__all__ = ["ANNOUNCE_S", "JSON", "SEED", "SIZE", "WORKERS", "YES", "announce", "check_estimate",
+           "check_run", "emit_json", "fail", "flag", "progress_bar", "to_jsonable", "user_errors"]
 
 # options that several commands declare alike
 JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
@@ -44,26 +44,36 @@ def flag(name: str) -> str:
 
 
 def check_run(budget: Budget, device: str = "cpu", flags: dict[str, str] | None = None,
-              yes: bool = False) -> float:
+              yes: bool = False, model: TimeModel | None = None,
+              announce_s: float = ANNOUNCE_S) -> float:
     """Before any work: refuse (exit 2 under `user_errors`) a run whose memory exceeds what is
     available now or, unless `yes` (--yes), whose bounded time estimate exceeds
-    TOKENSDE_MAX_HOURS (`sim.budget.check_budget` with this machine's `io.calibration
-    .time_model`), and print the estimate on stderr from ANNOUNCE_S; `flags` spells the
-    parameters that are not `--name`. Returns the seconds estimated."""
+    TOKENSDE_MAX_HOURS (`sim.budget.check_budget` with `model`, default this machine's
+    `io.calibration.time_model`), and print the estimate on stderr from `announce_s` seconds;
+    `flags` spells the parameters that are not `--name`. Returns the seconds estimated."""
     from ..io.calibration import time_model
 
     spell = flags or {}
-    model = time_model(device)
+    model = time_model(device) if model is None else model
     seconds = check_budget(budget, flag=lambda k: spell.get(k) or flag(k), model=model,
                            warn=False, yes=yes)
-    announce(seconds, model.source, bound=not budget.bounded)
+    announce(seconds, model.source, bound=not budget.bounded, least=announce_s)
     return seconds
 
 
-def announce(seconds: float, source: str, bound: bool = False) -> None:
-    """Print `estimate: about 3.2 min (source; ...)` on stderr when `seconds` >= ANNOUNCE_S;
-    `bound`: the runs may stop early, the estimate is an upper bound."""
-    if seconds >= ANNOUNCE_S:
+def check_estimate(estimate: tuple[Budget, TimeModel] | None, yes: bool = False) -> float:
+    """`check_run` of a `(budget, model)` pair timed by the command itself (the ViT commands,
+    `tokensde.vit.estimate`), the estimate always printed; None (not estimated): nothing."""
+    if estimate is None:
+        return 0.0
+    return check_run(estimate[0], yes=yes, model=estimate[1], announce_s=0.0)
+
+
+def announce(seconds: float, source: str, bound: bool = False,
+             least: float = ANNOUNCE_S) -> None:
+    """Print `estimate: about 3.2 min (source; ...)` on stderr when `seconds` >= `least`
+    (default ANNOUNCE_S); `bound`: the runs may stop early, the estimate is an upper bound."""
+    if seconds >= least:
         typer.echo(estimate_line(seconds, source, bound), err=True)
 
 

@@ -110,10 +110,6 @@ def _max_time(time: float | None, max_time: float | None, layers: int | None,
     return time if max_time is None else max_time
 
 
-def _stopping(until: str, tol: float) -> dict[str, Any]:
-    return {"until": "decided", "tol": tol} if until == "decided" else {"until": until}
-
-
 def decision_summary(res: Any) -> dict[str, Any]:
     """Fraction of runs decided, and the median and 90 % quantile of the time to decision
     (nan past the horizon), for a result run with until='decided'."""
@@ -225,7 +221,8 @@ def simulate_cmd(
     from ..io.outputs import guard_output
     from ..io.store import save_result
     from ..plots.style import check_figure
-    from ..sim.simulate import GRAM_RECORD_MAX, simulate, simulation_budget
+    from ..sim.options import GRAM_RECORD_MAX, Execution, InitialState, Recording, StoppingRule
+    from ..sim.simulate import simulate, simulation_budget
 
     with user_errors():
         time = _max_time(time, max_time, layers, alpha, dt)
@@ -252,13 +249,16 @@ def simulate_cmd(
         if checkpoints is None:
             checkpoints = min(DEFAULT_CHECKPOINTS, grid.steps + 1)
         x0 = _name_or_npy("init", init, ("uniform", "pair"))
-        check_run(simulation_budget(p, grid, runs, sampler, checkpoints, dtype=dtype, init=x0,
-                                    until=until, attention_eval=attention_eval), device,
+        # the library's option objects, made once: the budget and the run see the same ones
+        options: dict[str, Any] = {"initial": InitialState(x0, rho0),
+                   "stopping": StoppingRule.decided(tol) if until == "decided" else
+                   StoppingRule(until),
+                   "recording": Recording(checkpoints=checkpoints),
+                   "execution": Execution(sampler, attention_eval, device, dtype)}
+        check_run(simulation_budget(p, grid, runs, **options), device,
                   {"layers": "--layers (or --time / --dt)"}, yes=yes)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
-            res = simulate(p, grid, runs=runs, init=x0, rho0=rho0, seed=seed, sampler=sampler,
-                           scheme=scheme, device=device, dtype=dtype, checkpoints=checkpoints,
-                           progress=bar, attention_eval=attention_eval, **_stopping(until, tol))
+            res = simulate(p, grid, runs=runs, seed=seed, scheme=scheme, progress=bar, **options)
         # the default record: Gram matrices up to GRAM_RECORD_MAX tokens, the tokens above
         exact = _identical_runs(p, init)
         pairs = (pair_summary(res.gram[:, -1], tol, exact) if res.gram is not None

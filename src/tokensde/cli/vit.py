@@ -19,7 +19,7 @@ import typer
 
 from ..io.store import check_output
 from ..model.params import check_choice
-from ._common import emit_json, progress_bar, user_errors
+from ._common import YES, check_estimate, emit_json, progress_bar, user_errors
 from .sweep import run_with_bar
 
 DEFAULT_ARMS = "default,noise:0,noise:0.1,identity,shared"
@@ -66,11 +66,14 @@ def compare_cmd(
     out: Out = Path("vit-compare"),
     json_out: Json = False,
     progress: Annotated[bool, typer.Option(help="Progress bar on stderr.")] = True,
+    yes: bool = YES,
 ) -> None:
-    """Train every arm on every seed; write the accuracy table (paired gap to default, 95 % t-CI)."""
+    """Train every arm on every seed; write the accuracy table (paired gap to default, 95 % t-CI).
+    The estimate (a few timed steps) is printed first; above TOKENSDE_MAX_HOURS, refused."""
     from ..plots.vit import plot_accuracy
     from ..vit import compact, format_table
     from ..vit.compare import compare_plan
+    from ..vit.estimate import vit_budget
 
     with user_errors():
         check_output(out, "--out", directory=True)
@@ -81,6 +84,7 @@ def compare_cmd(
                    "norm": norm, "residual_scale": residual_scale, "block": block},
             train={"epochs": epochs, "lr": lr, "weight_decay": weight_decay, "warmup": warmup,
                    "label_smoothing": label_smoothing, "augment": augment})
+        check_estimate(vit_budget(plan, out, threads, jobs), yes)
         with progress_bar(plan.total_steps, f"vit compare ({len(plan.arms)} arms x {seeds} "
                           "seeds)", progress) as update:
             summary = plan.run(out, threads, jobs, update)
@@ -161,16 +165,19 @@ def depth_cmd(
     test_subset: Annotated[int | None, typer.Option(help="Replace the test subset (0 = all).")]
     = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    yes: bool = YES,
 ) -> None:
     """Run (or resume) the ViT depth sweep: arms x depths x seeds x blocks, one training run a
-    cell; then write gaps.json, gaps.md and the figures into --out."""
+    cell; then write gaps.json, gaps.md and the figures into --out (estimate printed first)."""
     from ..vit.depth import depth_config, run_depth
+    from ..vit.estimate import depth_budget
 
     def start(bar: Any) -> dict[str, Any]:
         check_output(out, "--out", directory=True)
         cfg = depth_config(size, dataset=dataset,
                            data_dir=None if data_dir is None else str(data_dir), epochs=epochs,
                            train_subset=train_subset, test_subset=test_subset)
+        check_estimate(depth_budget(cfg, out, workers, backend), yes)
         return run_depth(cfg, out, workers, backend, address, bar.cell, bar.start)
 
     run_with_bar(start, out, "gaps.md", "runs", quiet)
@@ -213,6 +220,7 @@ def fair_cmd(
                        "for more).")] = None,
     figures: Annotated[bool, typer.Option(help="Draw the figures (needs matplotlib).")] = True,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    yes: bool = YES,
 ) -> None:
     """Run (or resume) the fair protocol: every arm at every rate of the grid and every budget,
     the rate chosen per arm on the validation split; then write fair.json, fair.md, figures
@@ -220,6 +228,7 @@ def fair_cmd(
     import os
 
     from ..vit.depth import DEVICE_ENV
+    from ..vit.estimate import fair_budget
     from ..vit.fair import fair_config
     from ..vit.fair_run import run_fair
 
@@ -230,6 +239,7 @@ def fair_cmd(
                           train_subset=train_subset, val_subset=val_subset,
                           test_subset=test_subset)
         os.environ[DEVICE_ENV] = device
+        check_estimate(fair_budget(cfg, out, workers, device), yes)
         return run_fair(cfg, out, workers, bar.cell, bar.start, figures=figures,
                         more=with_ or ())
 

@@ -78,18 +78,21 @@ def calibration_samples(repeats: int = 2) -> list[tuple[float, float, float]]:
     of 3 x layers and one of layers (`sim.simulate.simulation_budget` gives steps and work), each
     run timed (CPU time of this process) the fastest of `repeats` after one warm-up run."""
     from ..model.params import ModelParams, TimeGrid
+    from ..sim.options import Execution, Recording
     from ..sim.simulate import simulate, simulation_budget
 
-    simulate(ModelParams(n=2, d=2), layers=20, runs=1, checkpoints=2)  # warm-up
+    two = Recording(checkpoints=2)
+    simulate(ModelParams(n=2, d=2), TimeGrid.make(layers=20), recording=two)  # warm-up
     out = []
     for n, d, layers, runs, sampler in CASES:
         p, parts = ModelParams(n=n, d=d), []
         for grid in (TimeGrid.make(layers), TimeGrid.make(3 * layers)):
-            b = simulation_budget(p, grid, runs, sampler, checkpoints=2)
+            how = Execution(sampler=sampler)
+            b = simulation_budget(p, grid, runs, recording=two, execution=how)
             best = math.inf
             for _ in range(repeats):
                 t0 = time.process_time()  # this process's CPU time: not another's load
-                simulate(p, grid, runs=runs, sampler=sampler, checkpoints=2)
+                simulate(p, grid, runs=runs, recording=two, execution=how)
                 best = min(best, time.process_time() - t0)
             parts.append((b.steps, b.work, best))
         (s1, w1, t1), (s3, w3, t3) = parts

@@ -24,7 +24,7 @@ import torch
 
 from ..analysis.stats import Estimate, censored_quantiles, estimate_with_undecided, t_interval
 from ..io.store import check_output, header, write_parquet
-from ..model.checks import ParameterError, check_choice, check_int, check_real
+from ..model.checks import ParameterError, check_choice, check_int, check_real, check_tol, require
 from ..model.params import ModelParams, TimeGrid
 from ..sim.budget import EXPANSION_UNITS, RUN_UNITS, SCORE_UNITS, Budget
 from ..sim.decide import DENSE_MAX
@@ -154,9 +154,14 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
         `(rows, masses)`: one row of statistics per system, and each system's minority mass per
         run `(runs,)` (nan where undecided), keyed by n (`LIMIT` for the limit).
     """
+    from ..sim.options import resolve_device
+
     d, K = check_int("d", d, 2), check_int("K", K, 2)
     beta = check_real("beta", beta, 0.0)
-    ns = [check_int("n", n, 2) for n in ns]
+    require(not isinstance(ns, str), "ns", "a sequence of particle counts", ns)
+    ns = [check_int("ns", n, 2) for n in ns]
+    runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
+    tol, device = check_tol(tol), str(resolve_device(device))
     p = ModelParams(n=2, d=d, beta=beta)
     nodes, q = sphere_rule(K, d)
     systems: list[tuple[str, Any, Any]] = [("limit", nodes, density_weights(nodes, q, mixture))

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..model.checks import ParameterError, check_int
+from ..model.checks import ParameterError, check_int, check_real, require
 from ..model.params import ModelParams, TimeGrid
 from ..sim.rng import derive_seed
 from .flow import run_coupled
@@ -82,7 +82,13 @@ def node_convergence(beta: float, Ks: Sequence[int], times: Sequence[float], K_r
         A DataFrame, one row per (time, K): `beta`, `T`, `K`, `field_err`, `arc_err_count`,
         `arc_err_interp`.
     """
-    Ks = [check_int("K", k, 2) for k in Ks]
+    require(not isinstance(Ks, str) and len(Ks) > 0, "Ks", "a non-empty sequence of node counts",
+            Ks)
+    Ks = [check_int("Ks", k, 2) for k in Ks]
+    require(not isinstance(times, str) and len(times) > 0, "times", "a non-empty sequence of "
+            "depth times", times)
+    times = [check_real("times", t, 0.0, strict=True) for t in times]
+    K_ref = check_int("K_ref", K_ref, 3)
     if max(Ks) >= K_ref:
         raise ParameterError(f"K_ref must exceed every K; got K_ref = {K_ref}, max K = {max(Ks)}")
     p = ModelParams(n=2, d=2, beta=beta)
@@ -113,6 +119,10 @@ def particle_convergence(beta: float, ns: Sequence[int], T: float, draws: int = 
     Returns:
         A DataFrame, one row per (n, draw): `field_err` and `arc_err_count`.
     """
+    require(not isinstance(ns, str) and len(ns) > 0, "ns", "a non-empty sequence of particle "
+            "counts", ns)
+    ns = [check_int("ns", n, 1) for n in ns]
+    draws, K_ref = check_int("draws", draws, 1), check_int("K_ref", K_ref, 2)
     p = ModelParams(n=2, d=2, beta=beta)
     grid = TimeGrid.make(T=T, dt=dt)
     kw: dict = {"seed": seed, "until": "horizon", "merge_tol": None}

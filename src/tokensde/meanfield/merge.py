@@ -15,7 +15,8 @@ import math
 
 import torch
 
-from ..analysis.clusters import is_merged
+from ..analysis.clusters import check_gap_tol, is_merged
+from ..model.checks import ParameterError
 from ..sim.decide import DENSE_MAX, angle_of_gap
 from ..sim.layers import normalize
 
@@ -37,7 +38,8 @@ def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
     Returns:
         The merged nodes and weights.
     """
-    lead = group_leads(x, w, tol)
+    check_nodes(x, w)
+    lead = group_leads(x, w, check_gap_tol(tol))
     wn = torch.zeros_like(w).scatter_add_(-1, lead, w)
     xs = torch.zeros_like(x).scatter_add_(-2, lead.unsqueeze(-1).expand_as(x), w.unsqueeze(-1) * x)
     keep = wn > 0
@@ -46,6 +48,19 @@ def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
     top = max(1, int(keep.sum(-1).max()))
     order = order[..., :top]
     return xn.gather(-2, order.unsqueeze(-1).expand(*order.shape, x.shape[-1])), wn.gather(-1, order)
+
+
+def check_nodes(x: torch.Tensor, w: torch.Tensor) -> None:
+    """Raise TypeError / ParameterError (naming `x` or `w`) unless `x` is a tensor of nodes
+    `(runs, K, d)`, d >= 2, and `w` a tensor of their weights `(runs, K)`."""
+    for name, t in (("x", x), ("w", w)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch tensor; got {type(t).__name__}")
+    if x.dim() != 3 or x.shape[-1] < 2:
+        raise ParameterError(f"x must be nodes (runs, K, d), d >= 2; got shape {tuple(x.shape)}")
+    if tuple(w.shape) != tuple(x.shape[:2]):
+        raise ParameterError(f"w must be the weights (runs, K) = {tuple(x.shape[:2])} of x; got "
+                             f"shape {tuple(w.shape)}")
 
 
 def group_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import special, stats
 
-from ..model.checks import ParameterError, check_int, check_real
+from ..model.checks import ParameterError, check_int, check_real, real_array, require
 
 RULES: tuple[str, ...] = ("auto", "circle", "gauss", "fibonacci", "qmc")
 
@@ -30,6 +30,7 @@ RULES: tuple[str, ...] = ("auto", "circle", "gauss", "fibonacci", "qmc")
 def circle_rule(K: int, phase: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Trapezoid rule on the circle: `x_k = (cos a_k, sin a_k)`, `a_k = 2 pi (k + phase)/K`, `w_k = 1/K`."""
     K = check_int("K", K, 1)
+    phase = check_real("phase", phase, -math.inf)
     a = 2.0 * np.pi * (np.arange(K) + phase) / K
     return np.stack([np.cos(a), np.sin(a)], -1), np.full(K, 1.0 / K)
 
@@ -59,7 +60,7 @@ def fibonacci_rule(K: int) -> tuple[np.ndarray, np.ndarray]:
 
 def qmc_rule(K: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Scrambled Sobol' points in (0,1)^d through the normal inverse CDF, normalised; `w_k = 1/K`."""
-    K, d = check_int("K", K, 1), check_int("d", d, 2)
+    K, d, seed = check_int("K", K, 1), check_int("d", d, 2), check_int("seed", seed, 0)
     u = stats.qmc.Sobol(d, scramble=True, seed=np.random.default_rng(seed)).random(K)
     g = stats.norm.ppf(np.clip(u, 1e-12, 1.0 - 1e-12))
     return g / np.linalg.norm(g, axis=-1, keepdims=True), np.full(K, 1.0 / K)
@@ -83,7 +84,7 @@ def sphere_rule(K: int, d: int, rule: str = "auto", seed: int = 0
     Returns:
         `(nodes (K', d), weights (K',))`, weights summing to 1.
     """
-    K, d = check_int("K", K, 1), check_int("d", d, 2)
+    K, d, seed = check_int("K", K, 1), check_int("d", d, 2), check_int("seed", seed, 0)
     if rule not in RULES:
         raise ParameterError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")
     rule = default_rule(d) if rule == "auto" else rule
@@ -103,6 +104,7 @@ def sphere_rule(K: int, d: int, rule: str = "auto", seed: int = 0
 def quasi_uniform(n: int, d: int, seed: int = 0) -> np.ndarray:
     """`n` equal-weight, evenly spread points on S^{d-1} `(n, d)`: equispaced (d = 2), Fibonacci
     (d = 3), scrambled Sobol' (d > 3); the quasi-uniform particle start."""
+    n, d, seed = check_int("n", n, 1), check_int("d", d, 2), check_int("seed", seed, 0)
     rule = {2: "circle", 3: "fibonacci"}.get(d, "qmc")
     return sphere_rule(n, d, rule, seed)[0]
 
@@ -114,8 +116,17 @@ Component = tuple[float, float, Sequence[float]]
 def vmf_density(x: np.ndarray, kappa: float, mu: np.ndarray) -> np.ndarray:
     """Density of vMF(mu, kappa) against the uniform probability on S^{d-1}:
     `exp(kappa (<mu, x> - 1)) / E_sigma[exp(kappa (x_1 - 1))]`, with
-    `E_sigma[exp(kappa x_1)] = Gamma(d/2) (kappa/2)^(1 - d/2) I_{d/2-1}(kappa)`."""
+    `E_sigma[exp(kappa x_1)] = Gamma(d/2) (kappa/2)^(1 - d/2) I_{d/2-1}(kappa)`; `x` finite
+    points `(..., d)`, `kappa >= 0`, `mu` a unit vector `(d,)`."""
+    x = real_array("x", x)
+    require(x.ndim >= 1 and x.shape[-1] >= 2 and bool(np.all(np.isfinite(x))), "x",
+            "finite points (..., d), d >= 2", f"shape {x.shape}" if x.ndim else x)
     d = x.shape[-1]
+    kappa = check_real("kappa", kappa, 0.0)
+    mu = real_array("mu", mu)
+    require(mu.shape == (d,) and bool(np.all(np.isfinite(mu))) and
+            abs(float(np.linalg.norm(mu)) - 1.0) < 1e-6, "mu", f"a unit vector of length d = {d}",
+            mu)
     if kappa == 0.0:
         return np.ones(x.shape[:-1])
     nu = d / 2.0 - 1.0
@@ -147,6 +158,12 @@ def density_weights(nodes: np.ndarray, weights: np.ndarray,
                     mixture: Sequence[Component] | None = None) -> np.ndarray:
     """Node weights `w_k f(x_k)` of the initial density `f` (None: uniform, f = 1), renormalised to
     sum 1; `f` a von Mises(-Fisher) mixture against the uniform probability."""
+    nodes, weights = real_array("nodes", nodes), real_array("weights", weights)
+    require(nodes.ndim == 2 and bool(np.all(np.isfinite(nodes))), "nodes",
+            "finite points (K, d)", f"shape {nodes.shape}")
+    require(weights.shape == nodes.shape[:1] and bool(np.all(np.isfinite(weights)))
+            and bool(np.all(weights >= 0)) and float(weights.sum()) > 0, "weights",
+            f"finite, >= 0, not all 0, one per node ({nodes.shape[0]})", weights)
     if mixture is None:
         return weights / weights.sum()
     f = sum(m * vmf_density(nodes, k, mu) for m, k, mu in check_mixture(mixture, nodes.shape[-1]))
@@ -157,6 +174,9 @@ def density_weights(nodes: np.ndarray, weights: np.ndarray,
 def sample_initial(n: int, d: int, rng: np.random.Generator,
                    mixture: Sequence[Component] | None = None) -> np.ndarray:
     """`n` i.i.d. points `(n, d)` of the initial law: uniform, or a von Mises mixture (d = 2, 3)."""
+    n, d = check_int("n", n, 1), check_int("d", d, 2)
+    require(isinstance(rng, np.random.Generator), "rng", "a numpy Generator "
+            "(np.random.default_rng(seed))", rng)
     if mixture is None:
         g = rng.standard_normal((n, d))
         return g / np.linalg.norm(g, axis=-1, keepdims=True)

@@ -11,9 +11,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..analysis.clusters import check_gap_tol
+from ..model.checks import ParameterError
 from ..model.params import ModelParams
 from ..sim.layers import attention_output
 from .flow import merge_nodes
+from .merge import check_nodes
 
 
 def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
@@ -27,6 +30,9 @@ def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
     Returns:
         The minority mass of each run, `(runs,)`.
     """
+    check_nodes(x, w)
+    if not bool(((w >= 0).all(-1) & (w.sum(-1) > 0)).all()):
+        raise ParameterError("w must be weights >= 0 with a positive sum in every run")
     ref = x[torch.arange(x.shape[0]), w.argmax(-1)]
     side = (x @ ref.unsqueeze(-1)).squeeze(-1) < 0
     m = (w * side).sum(-1) / w.sum(-1)
@@ -36,7 +42,7 @@ def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
 def atom_count(x: torch.Tensor, w: torch.Tensor, atom_tol: float = 1e-3) -> np.ndarray:
     """`(runs,)`: live nodes left after merging those with `1 - <x_i, x_j> < atom_tol`
     (`flow.merge_nodes`, transitive through the smallest-index link)."""
-    return (merge_nodes(x, w, atom_tol)[1] > 0).sum(-1).numpy()
+    return (merge_nodes(x, w, check_gap_tol(atom_tol, "atom_tol"))[1] > 0).sum(-1).numpy()
 
 
 def arc_counts(x: torch.Tensor, w: torch.Tensor, starts: np.ndarray, length: float = np.pi

@@ -41,7 +41,8 @@ def check_real(name: str, value: Any, minimum: float = 0.0, strict: bool = False
         v = math.nan
     ok = math.isfinite(v) and (v > minimum if strict else v >= minimum)
     rel = ">" if strict else ">="
-    require(ok, name, f"a finite number {rel} {minimum:g}", value)
+    want = "a finite number" if minimum == -math.inf else f"a finite number {rel} {minimum:g}"
+    require(ok, name, want, value)
     return v
 
 

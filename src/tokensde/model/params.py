@@ -385,6 +385,10 @@ class TimeGrid:
     steps: int
     dt: float
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", check_int("steps", self.steps, 1, MAX_LAYERS))
+        object.__setattr__(self, "dt", check_real("dt", self.dt, 0.0, True))
+
     @property
     def alpha(self) -> float:
         """Residual scale `alpha = sqrt(dt)`."""
@@ -402,13 +406,15 @@ class TimeGrid:
         alpha: float | None = None,
         T: float | None = None,
         dt: float | None = None,
-        exact: bool = False,
+        exact: bool = True,
     ) -> TimeGrid:
         """Build from `(layers, alpha)` (alpha defaults to 1/sqrt(layers)) or from `(T, dt)`.
 
-        With `(T, dt)` the number of layers is `ceil(T/dt)` (up to rounding), so the horizon
-        reached is at least T; with `exact`, a T that is not a whole number of steps is an error.
+        With `(T, dt)`, T must be a whole number of steps dt (up to rounding; the error proposes
+        the nearest dt); with `exact=False` the number of layers is `ceil(T/dt)` instead, so
+        the horizon reached is at least T.
         """
+        _require(isinstance(exact, bool | np.bool_), "exact", "True or False", exact)
         if layers is not None:
             _require(T is None and dt is None, "time", "given as (layers, alpha) or (T, dt), not both",
                      {"layers": layers, "T": T, "dt": dt})

@@ -133,3 +133,54 @@ def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "us
                 title="common noise, two tokens, softmax")
         ax2.legend(fontsize=6.5, loc="lower right")
     return save(fig, path)
+
+
+def plot_order_scan(path: str | Path, rows: Sequence[dict[str, Any]], *,
+                    limit: Sequence[tuple[float, float]] = (), title: str = "") -> Path:
+    """The stationary order parameter against `tau / tau_c`: left `r = |(1/n) sum_i x_i|` with
+    2-standard-error bars per (n, start), the many-token limit's `r` and the theory's threshold
+    `tau / tau_c = 1`; right `n E r^2`, with the linear-fluctuation law `1 / (1 - (tau_c /
+    tau)^2)` of the disordered side (log scale).
+
+    Args:
+        path: where the figure goes (format from the suffix).
+        rows: dicts with `ratio` (`tau / tau_c`), `r`, `se`, `n_r2` (`n E r^2`), `n` and `start`.
+        limit: `(ratio, r)` points of the limit's ordered law (`mean_field_order`).
+        title: the left panel's title.
+
+    Returns:
+        The path written.
+    """
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((int(r["n"]), str(r["start"])), []).append(r)
+    with styled():
+        fig = new_figure(10.0, 4.0)
+        ax0, ax1 = fig.subplots(1, 2)
+        if limit:
+            lq, lr = zip(*sorted(limit), strict=True)
+            ax0.plot(lq, lr, color=COLORS["theory"], lw=1.2, label="many-token limit")
+        for ax in (ax0, ax1):
+            ax.axvline(1.0, color=COLORS["accent"], lw=1.0, ls="--",
+                       label=r"theory: $\tau_c$" if ax is ax0 else None)
+        for k, ((n, start), g) in enumerate(sorted(groups.items())):
+            g = sorted(g, key=lambda r: r["ratio"])
+            q = np.array([r["ratio"] for r in g])
+            color = TOKEN_COLORS[k % len(TOKEN_COLORS)]
+            marker = "o" if start == "uniform" else "s"
+            ax0.errorbar(q, [r["r"] for r in g], yerr=[2 * r["se"] for r in g], fmt=marker,
+                         ms=4, capsize=2, lw=1, color=color, mfc="none" if start != "uniform"
+                         else color, label=f"n = {n}, {start} start (2 SE)")
+            ax1.plot(q, [r["n_r2"] for r in g], marker=marker, ms=4, lw=1, color=color,
+                     mfc="none" if start != "uniform" else color, label=f"n = {n}, {start}")
+            ax0.axhline(n ** -0.5, color=color, lw=0.6, ls=":")
+        qs = np.linspace(1.02, max([1.6, *(r["ratio"] for r in rows)]), 100)
+        ax1.plot(qs, 1 / (1 - qs**-2), color=COLORS["theory"], lw=1.0, ls="-.",
+                 label=r"linear fluctuations $1/(1 - \tau_c^2/\tau^2)$")
+        ax0.set(xlabel=r"$\tau / \tau_c$", ylabel=r"$r = |\frac{1}{n}\sum_i x_i|$",
+                ylim=(0, 1.02), title=title or "stationary order parameter")
+        ax1.set(xlabel=r"$\tau / \tau_c$", ylabel=r"$n\,E r^2$", yscale="log",
+                title="fluctuations (dotted left: $1/\\sqrt{n}$)")
+        ax0.legend(fontsize=6.5, loc="upper right")
+        ax1.legend(fontsize=6.5, loc="upper right")
+    return save(fig, path)

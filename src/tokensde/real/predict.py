@@ -16,10 +16,9 @@ import numpy as np
 import torch
 
 from ..model.params import TimeGrid
-from ..sim.bias import BIAS_STREAM
+from ..sim.batch import Draws, run_batch
 from ..sim.gram import frame_forms, run_batch_gram
-from ..sim.rng import RUN_BLOCK, RunStreams
-from ..sim.simulate import MLP_STREAM, QK_STREAM, qk_draws, run_batch
+from ..sim.rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams
 from .mapping import Mapping
 from .measure import TOL, directions_gram, gram_stats
 
@@ -66,9 +65,8 @@ def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
                 out[k][lo:hi, c] = v
 
         if p.has_bias:
-            run_batch(x[start:stop], p, grid, rs, "fast", scheme, ck, record, progress,
-                      forms=qk_draws(p, scheme, rs, torch.float64), mlp_rs=mlp_rs,
-                      bias_rs=rs.derived(BIAS_STREAM))
+            run_batch(x[start:stop], p, grid, Draws.of(p, scheme, rs, torch.float64), "fast",
+                      scheme, ck, record, progress)
         else:
             forms = frame_forms(p, scheme, rs.derived(QK_STREAM), torch.float64)
             run_batch_gram(x[start:stop], p, grid, rs, scheme, ck, record, progress,

@@ -1,8 +1,8 @@
 """How it is simulated: the driver, the layers, the SDE schemes, the exact samplers.
 
 `simulate` runs many independent networks (or their SDE limit) and returns a `SimResult` of numpy
-arrays; `InitialState`, `StoppingRule` and `Recording` group its options, and an `Observer` is a
-statistic it keeps at every checkpoint (`simulate(observe=...)`). `coupled_states` and
+arrays; `InitialState`, `StoppingRule`, `Recording` and `Execution` are its options, and an
+`Observer` is a statistic it keeps at every checkpoint (`Recording(observe=...)`). `coupled_states` and
 `coupled_paths` run networks of several depths and their SDE on one Brownian path. Names not in
 `__all__` (the layers, samplers, the Gram-space sampler, the loop) are internal.
 """
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from .coupled import coupled_paths, coupled_states
 from .observe import Observer
+from .options import Execution, InitialState, Recording, StoppingRule
 from .result import SimResult
 from .rng import RunStreams, derive_seed
 from .samplers import choose_sampler
-from .simulate import InitialState, Recording, StoppingRule, simulate
+from .simulate import simulate
 
 __all__ = [
+    "Execution",
     "InitialState",
     "Observer",
     "Recording",

@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_int
+from .batch import qk_draws
 from .layers import NORM_STEPS, attention_output, layer_step, normalize, residual_step
 from .loop import Progress, march
 from .rng import RunStreams
-from .samplers import apply_matrices, mlp_kernel_noise, mlp_noise_given
+from .samplers import apply_matrices, mlp_kernel_noise, mlp_noise_given, scheme_params
 from .sde import sde_layer, sde_step
-from .simulate import qk_draws, scheme_params
 
 LAWS: tuple[str, ...] = ("gaussian", "uniform")
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..io.report import Image, Section, Table
-from ..model.params import ModelParams
+from ..model.params import ModelParams, TimeGrid
 from ..sim.rng import derive_seed
 from ..theory.first_passage import PAIR_TOL
 from .context import Context, FigureSpec, SweepRun, one_thread, run_packaged_sweep, saved_or
@@ -164,6 +164,7 @@ DECISION_TOL = {"two": PAIR_TOL, "many": PAIR_TOL}
 
 def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]:
     """Decision times of two-token cells (uniform pairs) and of multi-token cells, saved."""
+    from ..sim.options import StoppingRule
     from ..sim.simulate import simulate
     from ..sweep.kinds import auto_dt
     from ..theory.two_tokens import default_dt
@@ -176,14 +177,16 @@ def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]
         one_thread()
         out: dict[str, dict[str, np.ndarray]] = {"two": {}, "many": {}}
         for k, (beta, d) in enumerate(cfg["two"]):
-            res = simulate(ModelParams(n=2, d=d, beta=beta), T=cfg["T2"], dt=default_dt(d),
-                           runs=cfg["runs"], seed=derive_seed(ctx.seed, 13, k),
-                           until="decided", tol=DECISION_TOL["two"])
+            res = simulate(ModelParams(n=2, d=d, beta=beta),
+                           TimeGrid.make(T=cfg["T2"], dt=default_dt(d)), runs=cfg["runs"],
+                           seed=derive_seed(ctx.seed, 13, k),
+                           stopping=StoppingRule.decided(tol=DECISION_TOL["two"]))
             out["two"][f"{beta:g},{d}"] = res.decision_times()
         for k, (n, d, beta) in enumerate(cfg["many"]):
-            res = simulate(ModelParams(n=n, d=d, beta=beta), T=cfg["Tn"], dt=auto_dt(d, "auto"),
-                           runs=cfg["runs"], seed=derive_seed(ctx.seed, 14, k),
-                           until="decided", tol=DECISION_TOL["many"])
+            res = simulate(ModelParams(n=n, d=d, beta=beta),
+                           TimeGrid.make(T=cfg["Tn"], dt=auto_dt(d, "auto")), runs=cfg["runs"],
+                           seed=derive_seed(ctx.seed, 14, k),
+                           stopping=StoppingRule.decided(tol=DECISION_TOL["many"]))
             out["many"][f"{n},{d},{beta:g}"] = res.decision_times()
         return out
 

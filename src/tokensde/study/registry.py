@@ -11,6 +11,7 @@ from typing import Any
 
 from ..io.report import Section
 from . import convergence, meanfield, mlp, multi, phase, real, trajectories, variants, vit
+from . import token_noise_section as token_noise
 from .context import Context, FigureSpec
 
 
@@ -69,6 +70,12 @@ FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
         symmetry); n i.i.d. particles fall short of 1/2 by their initial asymmetry, which the
         flow amplifies, so the particle law approaches the limit's only slowly in n
         (docs/meanfield.md)."""),
+    _figure("token-noise", "Independent token noise: the order parameter across tau_c",
+            token_noise.token_noise_data, token_noise.draw_token_noise, """
+        With its own Brownian noise on every token (no common noise, M = I) the uniform state of
+        many tokens loses stability below the theory's critical token noise tau_c: the measured
+        order parameter is that of the many-token limit well below tau_c and at the level of
+        i.i.d. uniform tokens well above it (docs/token-noise.md)."""),
     _figure("convergence", "Depth limit: the network converges to the SDE",
             convergence.convergence_data, convergence.draw_convergence, """
         The L-layer network is a consistent scheme for the SDE: weak error O(1/L) (expected order

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..model.checks import check_choice, check_int, check_real
-from ..model.params import ModelParams
+from ..model.checks import check_choice, check_int, check_real, real_array
+from ..model.params import ModelParams, ParameterError
 from ..theory import token_noise as theory
 
 
@@ -55,7 +55,10 @@ def order_parameter(x: np.ndarray) -> np.ndarray:
     Returns:
         `r`, shape `(...)`.
     """
-    return np.linalg.norm(np.asarray(x).mean(-2), axis=-1)
+    x = real_array("x", x)
+    if x.ndim < 2 or not np.all(np.isfinite(x)):
+        raise ValueError(f"x must be finite unit tokens (..., n, d); got shape {x.shape}")
+    return np.linalg.norm(x.mean(-2), axis=-1)
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,8 @@ def stationary_order(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
     Returns:
         An `OrderEstimate`.
     """
+    from ..model.params import TimeGrid
+    from ..sim.options import Execution, InitialState, Recording
     from ..sim.simulate import simulate
 
     runs = check_int("runs", runs, 2)
@@ -140,9 +145,10 @@ def stationary_order(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
     if start == "ordered":
         init = np.zeros((p.n, p.d))
         init[:, 0] = 1.0
-    res = simulate(p, T=T, dt=dt, runs=runs, seed=seed, scheme=scheme, init=init,
-                   checkpoints=check_int("samples", samples, 2), record=("tokens",),
-                   attention_eval=attention_eval)
+    res = simulate(p, TimeGrid.make(T=T, dt=dt), runs=runs, seed=seed, scheme=scheme,
+                   initial=InitialState(init),
+                   recording=Recording(check_int("samples", samples, 2), ("tokens",)),
+                   execution=Execution(attention_eval=attention_eval))
     wall = time.perf_counter() - t0
     assert res.tokens is not None
     times = np.asarray(res.checkpoints) * res.grid.dt
@@ -284,6 +290,8 @@ def mean_field_order(token_noise: float, beta: float, d: int = 2, attention: str
     d = check_int("d", d, 2)
     attention = check_choice("attention", attention, theory.ATTENTIONS)
     a = check_real("mean_scale", mean_scale, 0.0)
+    degrees, nodes = check_int("degrees", degrees, 1), check_int("nodes", nodes, 1)
+    tol, max_iter = check_real("tol", tol, 0.0, strict=True), check_int("max_iter", max_iter, 1)
     alpha = (d - 3) / 2  # weight (1 - t^2)^alpha
     t, w = special.roots_jacobi(nodes, alpha, alpha)
     w = w / w.sum()
@@ -334,6 +342,9 @@ def ordered_branch_end(beta: float, d: int = 2, attention: str = "usa", hi: floa
     Returns:
         `tau_s / tau_c`, to within `tol`.
     """
+    hi, tol = check_real("hi", hi, 1.0, strict=True), check_real("tol", tol, 0.0, strict=True)
+    if tol >= 1.0:
+        raise ValueError(f"tol must be a number in (0, 1) (a relative width); got {tol!r}")
     tau_c = critical_token_noise(beta, d, attention)
     if mean_field_order(tau_c * (1 + tol), beta, d, attention) == 0.0:
         return 1.0
@@ -342,3 +353,118 @@ def ordered_branch_end(beta: float, d: int = 2, attention: str = "usa", hi: floa
         m = (lo + hi) / 2
         lo, hi = (m, hi) if mean_field_order(m * tau_c, beta, d, attention) > 0 else (lo, m)
     return (lo + hi) / 2
+
+
+def order_params(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
+                 attention: str = "usa") -> ModelParams:
+    """The model of `stationary_order`: `M = I`, `sigma = 0`, token noise `tau`.
+
+    Args:
+        token_noise: `tau`, >= 0.
+        n: tokens, >= 1.
+        d: dimension, >= 2.
+        beta: attention strength, > 0.
+        attention: 'usa' or 'softmax'.
+
+    Returns:
+        The `ModelParams`.
+    """
+    attention = check_choice("attention", attention, theory.ATTENTIONS)
+    return ModelParams(n=n, d=d, beta=beta, attention=attention, mean="identity", sigma=0.0,
+                       token_noise=token_noise)
+
+
+def order_budget(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
+                 attention: str = "usa", runs: int = 4, T: float = 60.0, dt: float = 0.05,
+                 samples: int = 61, count: int = 1) -> Any:
+    """Memory and work of `count` calls of `stationary_order` with these sizes: one call's
+    `sim.simulate.simulation_budget`, its work and layer steps times `count` (the calls run one
+    after another, so the memory is one call's).
+
+    Args:
+        token_noise: `tau` of the calls (the cost does not depend on it), >= 0.
+        n: tokens, >= 1.
+        d: dimension, >= 2.
+        beta: attention strength, > 0.
+        attention: 'usa' or 'softmax'.
+        runs: independent runs per call.
+        T: horizon in depth time.
+        dt: the layer step.
+        samples: checkpoints per call.
+        count: number of calls (token-noise values).
+
+    Returns:
+        A `sim.budget.Budget`.
+    """
+    from dataclasses import replace
+
+    from ..model.params import TimeGrid
+    from ..sim.options import Recording
+    from ..sim.simulate import simulation_budget
+
+    count = check_int("count", count, 1)
+    p = order_params(token_noise, n, d, beta, attention)
+    b = simulation_budget(p, TimeGrid.make(T=T, dt=dt), runs,
+                          recording=Recording(samples, ("tokens",)))
+    return replace(b, what=f"{count} stationary run{'s' * (count > 1)}", work=b.work * count,
+                   steps=b.steps * count, longer=("runs", "T", "n", "taus"))
+
+
+def theory_summary(beta: float, d: int = 2, attention: str = "usa", mean_scale: float = 1.0,
+                   branch: bool = True) -> dict[str, Any]:
+    """The theory's numbers at one `(beta, d, attention)`: the critical coupling
+    `K_c = a / tau_c^2`, `tau_c = sqrt(a / K_c)`, `beta_*(d)` (USA: continuous transition for
+    `beta <= beta_*`) and the end `tau_s / tau_c` of the limit's ordered branch
+    (`ordered_branch_end`, 1 for a continuous transition).
+
+    Args:
+        beta: attention strength, > 0.
+        d: dimension, >= 2.
+        attention: 'usa' or 'softmax'.
+        mean_scale: `a` in `M = a I`, > 0.
+        branch: also compute `ordered_branch_end` (a fixed-point computation, about a second).
+
+    Returns:
+        A dict with `beta`, `d`, `attention`, `mean_scale`, `K_c`, `tau_c`, `beta_star`,
+        `continuous` (`beta <= beta_*`, USA; None for softmax, where the theory gives no
+        `beta_*`) and `branch_end` (None without `branch`).
+    """
+    a = check_real("mean_scale", mean_scale, 0.0, strict=True)
+    k_c = theory.critical_coupling(beta, d, attention)
+    attention = check_choice("attention", attention, theory.ATTENTIONS)
+    b_star = theory.beta_star(d)
+    end = ordered_branch_end(beta, d, attention) if branch else None
+    return {"beta": float(beta), "d": int(d), "attention": attention, "mean_scale": a,
+            "K_c": k_c, "tau_c": math.sqrt(a / k_c), "beta_star": b_star,
+            "continuous": (beta <= b_star) if attention == "usa" else None, "branch_end": end}
+
+
+def resolve_taus(taus: Sequence[float] | None, ratios: Sequence[float] | None, beta: float,
+                 d: int = 2, attention: str = "usa") -> list[float]:
+    """The token-noise values of a scan given either directly (`taus`, each >= 0) or as ratios
+    to the threshold (`tau = ratio * tau_c(beta, d, attention)`, each > 0); exactly one of the
+    two.
+
+    Args:
+        taus: token-noise values, or None.
+        ratios: `tau / tau_c` values, or None.
+        beta: attention strength, > 0.
+        d: dimension, >= 2.
+        attention: 'usa' or 'softmax'.
+
+    Returns:
+        The token-noise values, in the order given.
+    """
+    if (taus is None) == (ratios is None):
+        raise ParameterError("give exactly one of taus (token noise, >= 0) and ratios "
+                             "(tau / tau_c, > 0)")
+    if taus is not None:
+        out = [check_real("taus", t, 0.0) for t in taus]
+        if not out:
+            raise ParameterError("taus must name at least one value (>= 0); got none")
+        return out
+    assert ratios is not None
+    if not list(ratios):
+        raise ParameterError("ratios must name at least one value (> 0); got none")
+    tau_c = critical_token_noise(beta, d, attention)
+    return [check_real("ratios", q, 0.0, strict=True) * tau_c for q in ratios]

@@ -15,7 +15,7 @@ import numpy as np
 
 from .._version import __version__
 from ..io.report import Image, Section, Table
-from ..model.params import ModelParams
+from ..model.params import ModelParams, TimeGrid
 from ..sim.rng import derive_seed
 from .context import Context, FigureSpec, saved_or
 
@@ -85,12 +85,14 @@ def trajectory_setups(seed: int) -> list[tuple[str, str, ModelParams, np.ndarray
 
 def trajectories_data(ctx: Context) -> tuple[Panels, bool]:
     """One run per trajectory panel, recording the tokens at 121 checkpoints (saved per panel)."""
+    from ..sim.options import Execution, InitialState, Recording
     from ..sim.simulate import simulate
 
     def run(p: ModelParams, init: Any, k: int) -> Any:
-        return simulate(p, T=TRAJ_T, dt=TRAJ_DT, runs=1, init=init,
-                        seed=derive_seed(ctx.seed, 8, k), checkpoints=TRAJ_CHECKPOINTS,
-                        record=("gram", "tokens"), sampler="full")
+        return simulate(p, TimeGrid.make(T=TRAJ_T, dt=TRAJ_DT), runs=1,
+                        seed=derive_seed(ctx.seed, 8, k), initial=InitialState(init),
+                        recording=Recording(checkpoints=TRAJ_CHECKPOINTS, record=("gram", "tokens")),
+                        execution=Execution(sampler="full"))
 
     return sim_results(ctx, "trajectories", trajectory_setups(ctx.seed), run,
                        {"T": TRAJ_T, "dt": TRAJ_DT, "checkpoints": TRAJ_CHECKPOINTS})
@@ -133,11 +135,13 @@ def histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
 
 def histograms_data(ctx: Context) -> tuple[Panels, bool]:
     """`HIST_RUNS[size]` runs per histogram row, Gram matrices at the checkpoints (saved)."""
+    from ..sim.options import InitialState, Recording
     from ..sim.simulate import simulate
 
     def run(p: ModelParams, init: Any, k: int) -> Any:
-        return simulate(p, T=HIST_T, dt=HIST_DT, runs=HIST_RUNS[ctx.size], init=init,
-                        seed=derive_seed(ctx.seed, 9, k), checkpoints=HIST_CHECKPOINTS)
+        return simulate(p, TimeGrid.make(T=HIST_T, dt=HIST_DT), runs=HIST_RUNS[ctx.size],
+                        seed=derive_seed(ctx.seed, 9, k), initial=InitialState(init),
+                        recording=Recording(checkpoints=HIST_CHECKPOINTS))
 
     return sim_results(ctx, "histograms", histogram_setups(), run,
                        {"T": HIST_T, "dt": HIST_DT, "runs": HIST_RUNS[ctx.size],

@@ -168,7 +168,8 @@ def experiment(name: str, doc: str = "", **params: Param) -> Callable[[RunFn], R
 # Built-in kinds by name -> the module that registers them (imported on first use).
 BUILTIN_KINDS = {"multi_token": __name__, "null": __name__, "two_token": "tokensde.sweep.two_token",
                  "vit_depth": "tokensde.vit.depth", "vit_fair": "tokensde.vit.fair",
-                 "meanfield": "tokensde.meanfield.kind"}
+                 "meanfield": "tokensde.meanfield.kind",
+                 "token_noise": "tokensde.study.token_noise_kind"}
 # `module` values written by earlier versions into sweep files and manifests: read and ignored.
 LEGACY_MODULES = frozenset({"tokensde.experiments", "tokensde.phase_grid", "tokensde.two_tokens",
                             "tokensde.vit.depth", "tokensde.sweep.kinds", "tokensde.sweep.two_token"})
@@ -307,11 +308,14 @@ def _multi_token_grid(cell: dict[str, Any]) -> tuple[Any, list[int]]:
 
 def multi_token_budget(cell: dict[str, Any]) -> Any:
     """Memory and work of a multi-token cell (`sim.simulate.simulation_budget`)."""
+    from ..sim.options import Execution, Recording, StoppingRule
     from ..sim.simulate import simulation_budget
 
     grid, ck = _multi_token_grid(cell)
-    b = simulation_budget(model_params(cell), grid, cell["runs"], cell["sampler"], ck,
-                          until=cell["until"])
+    b = simulation_budget(model_params(cell), grid, cell["runs"],
+                          stopping=StoppingRule(until=cell["until"]),
+                          recording=Recording(checkpoints=ck),
+                          execution=Execution(sampler=cell["sampler"]))
     return replace(b, lower=("runs", "n", "d"), longer=("runs", "T", "n", "d"))
 
 
@@ -319,14 +323,16 @@ def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     """Simulate `runs` systems of n uniform tokens, each until decided (every pair within `tol`
     of +-1) or to the horizon T (`until='horizon'`: every run to T), and classify the outcomes
     at `tol`; a run still undecided at T gets the motion test over the last `window * T`."""
+    from ..sim.options import Execution, Recording, StoppingRule
     from ..sim.simulate import simulate
 
     p = model_params(cell)
     grid, (before, _) = _multi_token_grid(cell)
     tol = cell["tol"]
-    stop = {"until": "decided", "tol": tol} if cell["until"] == "decided" else {}
-    res = simulate(p, grid, runs=cell["runs"], seed=seed, sampler=cell["sampler"],
-                   scheme=cell["scheme"], checkpoints=[before, grid.steps], **stop)
+    stop = StoppingRule.decided(tol) if cell["until"] == "decided" else StoppingRule()
+    res = simulate(p, grid, runs=cell["runs"], seed=seed, scheme=cell["scheme"], stopping=stop,
+                   recording=Recording(checkpoints=[before, grid.steps]),
+                   execution=Execution(sampler=cell["sampler"]))
     if res.gram is None:  # simulate keeps the Gram matrices at the checkpoints asked for
         raise RuntimeError("simulate returned no Gram matrices at the checkpoints")
     g_end, g_before = res.gram[:, -1], res.gram[:, 0]

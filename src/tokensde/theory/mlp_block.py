@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model.checks import require
+from ..model.checks import real_array, require
 from . import first_passage as fp
 from .coefficients import Boundaries, MLPPair, complement_kernel, kernel_constants
 from .first_passage import TOL_MIN, FirstExit
@@ -39,7 +39,7 @@ def coefficients(rho: ArrayLike, beta: float, d: float, sigma: float = 1.0, mlp:
                  mlp_sigma: float = 1.0) -> tuple[Any, Any]:
     """Drift `b = c12 (d-2+rho^2) - (d-1) c11 rho` and `a = (1-rho^2)(2 c11 - 2 rho c12)` of rho."""
     m = MLPPair(beta, d, sigma, mlp, mlp_sigma)
-    r = np.asarray(rho, dtype=float)
+    r = real_array("rho", rho)
     require(bool(np.all(np.isfinite(r) & (np.abs(r) <= 1))), "rho", "numbers in [-1, 1]", rho)
     flat = np.atleast_1d(r).ravel()
     v, w = 1.0 + flat, 1.0 - flat
@@ -67,7 +67,8 @@ def antipodal_reachable(d: float, mlp: str = "none", mlp_sigma: float = 1.0) -> 
 def log_p_first(beta: ArrayLike, d: ArrayLike, rho0: ArrayLike, tol: ArrayLike,
                 sigma: float = 1.0, mlp: str = "none", mlp_sigma: float = 1.0) -> Any:
     """`log P(rho hits -1+tol before 1-tol | rho0)` (exact to ~1e-9 even when P underflows)."""
-    shaped = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (beta, d, rho0, tol)))
+    shaped = np.broadcast_arrays(*(real_array(k, x) for k, x in
+                                   (("beta", beta), ("d", d), ("rho0", rho0), ("tol", tol))))
     shape = shaped[0].shape
     out = np.empty(shape)
     for i in np.ndindex(shape):

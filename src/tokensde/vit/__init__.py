@@ -8,11 +8,13 @@
 - `train`: one run with per-epoch checkpoints, resume and a JSONL log;
 - `stack`: many attention-only ViTs trained at once (`StackedViT`), for the fair sweep;
 - `compare`: arms x seeds and the accuracy table with paired t-intervals;
-- `geometry`: token cosine similarity across depth at initialisation.
+- `geometry`: token cosine similarity across depth at initialisation;
+- `estimate`: the time of training runs, from a few timed steps of the model (`vit_budget`).
 """
 
-from .compare import DataSpec, compact, compare, format_table, summarize, t_interval
+from .compare import DataSpec, compact, compare, compare_plan, format_table, summarize, t_interval
 from .data import DATASETS, DatasetError, ImageData, MissingDatasetError, load_dataset
+from .estimate import StepTime, time_steps, vit_budget
 from .geometry import geometry, pair_cosines
 from .init import ARM_KINDS, Arm, apply_value_init, make_model, parse_arms, value_weights
 from .model import ViT, ViTConfig, build_vit
@@ -30,6 +32,7 @@ __all__ = [
     "Member",
     "MissingDatasetError",
     "StackedViT",
+    "StepTime",
     "TrainConfig",
     "ViT",
     "ViTConfig",
@@ -37,6 +40,7 @@ __all__ = [
     "build_vit",
     "compact",
     "compare",
+    "compare_plan",
     "format_table",
     "geometry",
     "load_dataset",
@@ -47,6 +51,8 @@ __all__ = [
     "parse_arms",
     "summarize",
     "t_interval",
+    "time_steps",
     "train_run",
     "value_weights",
+    "vit_budget",
 ]

@@ -111,6 +111,9 @@ def geometry_study(arms: list[Arm], dataset: str = "fashion-mnist",
 
     if images < 1 or seeds < 1:
         raise ParameterError(f"images and seeds must be >= 1; got {images!r}, {seeds!r}")
+    check_int("bins", bins, 2)  # before the data set is read (`geometry` checks them again)
+    if not 0 < check_real("tol", tol, 0.0, strict=True) < 1:
+        raise ParameterError(f"tol must be in (0, 1); got {tol!r}")
     data = load_dataset(dataset, data_dir, test_subset=images)
     cfg = model_config(data, patch, **(model or {}))
     result = geometry(cfg, arms, data.x_test, list(range(seeds)), bins, tol)
