@@ -20,9 +20,9 @@ from _bench import banner, require_at_least
 from bench_gram import time_interleaved
 
 from tokensde import ModelParams
+from tokensde.sim.batch import default_batch
 from tokensde.sim.gram import recompress
 from tokensde.sim.layers import normalize
-from tokensde.sim.batch import default_batch
 
 RUNS = 100_000  # an experiment large enough that neither rule takes all runs at once
 CASES = [("fast", 2, 16), ("fast", 2, 1024), ("fast", 8, 256), ("fast", 8, 1024),
