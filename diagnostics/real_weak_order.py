@@ -54,8 +54,7 @@ from tokensde.real.mapping import Mapping
 from tokensde.real.measure import directions_gram
 from tokensde.real.predict import initial_state
 from tokensde.sim import coupled_states
-from tokensde.sim.rng import RunStreams, derive_seed
-from tokensde.sim.simulate import MLP_STREAM, QK_STREAM
+from tokensde.sim.rng import MLP_STREAM, QK_STREAM, RunStreams, derive_seed
 
 LEVELS = (12, 24, 48, 96, 192)
 REF_STEPS = 384

@@ -23,14 +23,13 @@ from tokensde.analysis.convergence import (
     Size,
     concat_samples,
     coupled_samples,
-    coupled_states,
     fit_order,
     run_convergence,
     summarise,
     uniform_from_gaussian,
 )
 from tokensde.io.store import StoreError
-from tokensde.sim import coupled_paths
+from tokensde.sim import coupled_paths, coupled_states
 from tokensde.sim.rng import RunStreams
 
 D = 3  # chi^2_{d-1} = chi^2_2 is exponential with mean 2: closed forms below use that

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from tokensde import ModelParams, TimeGrid
-from tokensde.analysis.convergence import PROBLEMS, Problem, coupled_samples, coupled_states
-from tokensde.sim import coupled_paths
+from tokensde.analysis.level_samples import PROBLEMS, Problem, coupled_samples
+from tokensde.sim import coupled_paths, coupled_states
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.simulate import MLP_STREAM, QK_STREAM
 

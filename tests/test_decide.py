@@ -30,7 +30,8 @@ from tokensde.sim.decide import (
     dense_decided,
     rounding_margin,
 )
-from tokensde.sim.simulate import GRAM_RECORD_MAX, simulation_budget
+from tokensde.sim.options import GRAM_RECORD_MAX
+from tokensde.sim.simulate import simulation_budget
 
 F64 = torch.float64
 

@@ -153,7 +153,7 @@ def test_simulate_with_heads_stays_on_the_sphere_and_is_seeded(scheme, sampler):
 
 def test_coupled_network_and_sde_with_heads_agree_on_a_fine_grid():
     # the discrete network and the SDE on one Brownian path per head: strong error -> 0 with dt
-    from tokensde.analysis.convergence import coupled_states
+    from tokensde.sim import coupled_states
 
     q, k = _qk_heads(2, 3)
     p = ModelParams(n=3, d=3, beta=1.0, heads=2, Q=q, K=k)

@@ -23,6 +23,7 @@ from tokensde.meanfield.quadrature import (
 )
 from tokensde.meanfield.statistics import arc_counts, arc_masses, field_at, minority_mass
 from tokensde.model.params import ModelParams, ParameterError, TimeGrid
+from tokensde.sim import Execution
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +106,8 @@ def test_coupled_systems_do_not_see_each_other() -> None:
     b0 = sample_initial(9, 3, np.random.default_rng(4))
     kw = dict(runs=3, seed=7, until="horizon", merge_tol=None)
     one = run_coupled(p, g, [("a", a0, None)], **kw)
-    two = run_coupled(p, g, [("b", b0, None), ("a", a0, None)], batch=2, **kw)
+    two = run_coupled(p, g, [("b", b0, None), ("a", a0, None)],
+                      execution=Execution(batch_size=2), **kw)
     assert torch.equal(one.x[0], two.x[1])
     assert float((one.x[0][0] - one.x[0][1]).abs().max()) > 1e-2  # runs differ
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from loose import simulate_loose
 
-from tokensde import ModelParams
+from tokensde import Execution, ModelParams
 from tokensde.analysis.clusters import Outcome, classify_clusters
 from tokensde.analysis.stats import wilson
 from tokensde.meanfield import flow, merge
@@ -168,7 +168,7 @@ def test_noise_paths_come_from_the_run_streams():
     x0 = np.array([[1.0, 0.0, 0.0]])
     grid = TimeGrid.make(T=steps * 0.01, dt=0.01)
     res = run_coupled(p, grid, [("one", x0, None)], runs=9, seed=seed, until="horizon",
-                      merge_tol=None, batch=4)
+                      merge_tol=None, execution=Execution(batch_size=4))
     x = torch.tensor(x0[0])
     for k in range(steps):
         z = x + 0.1 * (torch.tensor(noise_path(seed, 8, steps, d)[k]) @ x)
@@ -193,8 +193,10 @@ def test_many_nodes_use_the_expansion_and_agree_with_dense(monkeypatch):
     kw = dict(runs=2, seed=1, until="horizon", merge_tol=None)
     fast = run_coupled(p, grid, [("limit", *nodes)], **kw)
     assert set(used) == {"expansion"}
-    monkeypatch.setattr(flow, "_evaluator", lambda p, s: "dense")
-    dense = run_coupled(p, grid, [("limit", *nodes)], **kw)
+    used.clear()
+    dense = run_coupled(p, grid, [("limit", *nodes)], execution=Execution(attention_eval="dense"),
+                        **kw)
+    assert set(used) == {"dense"}
     assert float((fast.x[0] - dense.x[0]).abs().max()) < 1e-11
 
 

@@ -22,6 +22,7 @@ from tokensde import ModelParams, TimeGrid
 from tokensde.meanfield.absorption import absorption_table, particle_starts
 from tokensde.meanfield.flow import run_coupled
 from tokensde.meanfield.quadrature import density_weights, sphere_rule
+from tokensde.sim import Execution
 
 DATA = Path(__file__).parent / "data" / "meanfield_reference.npz"
 
@@ -34,8 +35,8 @@ FLOWS: dict[str, dict[str, Any]] = {
     "horizon": {"until": "horizon"},
     "no_merge": {"merge_tol": None},
     "shared": {"shared_path": True},
-    "batch": {"batch": 4},
-    "batch_horizon": {"batch": 4, "until": "horizon", "every": 7},
+    "batch": {"execution": Execution(batch_size=4)},
+    "batch_horizon": {"execution": Execution(batch_size=4), "until": "horizon", "every": 7},
     "sde": {"scheme": "sde", "every": 3},
 }
 

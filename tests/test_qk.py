@@ -174,7 +174,7 @@ def test_forms_come_from_their_own_streams():
 
 
 def test_coupled_network_and_sde_with_forms_fixed_per_run_agree_on_a_fine_grid():
-    from tokensde.analysis.convergence import coupled_states
+    from tokensde.sim import coupled_states
 
     p = ModelParams(n=3, d=3, beta=1.0, heads=2, qk="gaussian", qk_scale=0.5)
     x0 = _tokens(64, 3, 3)

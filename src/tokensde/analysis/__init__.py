@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ..sim.coupled import coupled_states
     from .clusters import (
         OUTCOME_NAMES,
         ClusterReport,
@@ -29,9 +30,6 @@ if TYPE_CHECKING:
     )
     from .convergence import (
         RESOLVE_Z,
-        Problem,
-        coupled_samples,
-        coupled_states,
         fit_order,
         poisson_weights,
         run_convergence,
@@ -39,6 +37,7 @@ if TYPE_CHECKING:
         weak_levels_used,
         weighted_means,
     )
+    from .level_samples import Problem, coupled_samples
     from .pair_monte_carlo import PairOutcome, hybrid_monte_carlo, monte_carlo
     from .stats import t_interval, wilson
 

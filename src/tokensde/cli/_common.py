@@ -123,3 +123,26 @@ def depth_grid(time: float, dt: float) -> Any:
         raise ParameterError(f"--time / --dt must be at most {MAX_LAYERS} layers; got "
                              f"{t:g} / {h:g}")
     return TimeGrid.make(T=t, dt=h, exact=True)
+
+
+def comma_numbers(name: str, text: str, kind: type[float] | type[int] = float) -> list[Any]:
+    """The comma-separated numbers (or integers) of option `name`; ParameterError naming it when
+    one does not parse or there are none.
+
+    Args:
+        name: the option, as typed (e.g. '--betas').
+        text: its value.
+        kind: float or int.
+
+    Returns:
+        The values, in order.
+    """
+    what = "integers" if kind is int else "numbers"
+    try:
+        values = [kind(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ParameterError(f"{name} must be comma-separated {what}; got {text!r}") from None
+    if not values:
+        raise ParameterError(f"{name} must name at least one value (comma-separated {what}); "
+                             f"got {text!r}")
+    return values

@@ -101,7 +101,7 @@ def _check_options(d: list[int], beta: list[float], n: list[int], start: list[st
     from ..meanfield.absorption import STARTS
     from ..meanfield.kind import check_device
     from ..model.params import MAX_SIZE
-    from ..sim.simulate import resolve_device
+    from ..sim.options import resolve_device
 
     for v in d:
         check_int("--d", v, 2, MAX_SIZE)

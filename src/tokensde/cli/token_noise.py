@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from ..model.params import ParameterError
-from ._common import JSON, SEED, YES, check_run, emit_json, user_errors
+from ._common import JSON, SEED, YES, check_run, comma_numbers, emit_json, user_errors
 
 token_noise_app = typer.Typer(no_args_is_help=True, add_completion=False,
                               help="Independent token noise: the theory's threshold and the "
@@ -24,17 +24,6 @@ ATTENTION = typer.Option("usa", "--attention", help="usa | softmax.")
 
 def _fmt(x: float) -> str:
     return f"{x:.6g}"
-
-
-def _numbers(name: str, text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ParameterError(f"{name} must be comma-separated numbers; got {text!r}") from None
-    if not values:
-        raise ParameterError(f"{name} must name at least one value (comma-separated numbers); "
-                             f"got {text!r}")
-    return values
 
 
 def _check_model(beta: float, d: int, attention: str) -> tuple[float, int, str]:
@@ -118,10 +107,10 @@ def order_cmd(
             raise ParameterError(f"give one of --taus and --ratios; got --taus {taus!r} and "
                                  f"--ratios {ratios!r}")
         if taus is not None:
-            values = [check_real("--taus", t, 0.0) for t in _numbers("--taus", taus)]
+            values = [check_real("--taus", t, 0.0) for t in comma_numbers("--taus", taus)]
         else:
             qs = [check_real("--ratios", q, 0.0, strict=True)
-                  for q in _numbers("--ratios", ratios or "0.8,1.25")]
+                  for q in comma_numbers("--ratios", ratios or "0.8,1.25")]
             values = resolve_taus(None, qs, beta, d, attention)
         runs = check_int("--runs", runs, 2)
         burn = check_real("--burn", burn, 0.0)

@@ -8,8 +8,7 @@ from typing import Any
 import typer
 
 from ..io.progress import progress_bar
-from ..model.params import ParameterError
-from ._common import JSON, SEED, YES, check_run, depth_grid, emit_json, user_errors
+from ._common import JSON, SEED, YES, check_run, comma_numbers, depth_grid, emit_json, user_errors
 
 two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="Two tokens: exact antipodal probability, phase boundary, "
@@ -185,18 +184,6 @@ def mc_cmd(
         _show_outcome(result)
 
 
-def _numbers(name: str, text: str, kind: type[float] | type[int]) -> list[Any]:
-    what = "integers" if kind is int else "numbers"
-    try:
-        values = [kind(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ParameterError(f"{name} must be comma-separated {what}; got {text!r}") from None
-    if not values:
-        raise ParameterError(f"{name} must name at least one value (comma-separated {what}); "
-                             f"got {text!r}")
-    return values
-
-
 @two_token_app.command("grid")
 def grid_cmd(
     out_dir: Path = typer.Option(..., "--out", help="Sweep directory of the grid (resumed if it "
@@ -228,7 +215,7 @@ def grid_cmd(
     with user_errors():
         check_figure(out, "--figure")
         check_output(out_dir, "--out", directory=True)
-        cfg = grid_config(_numbers("--betas", betas, float), _numbers("--ds", ds, int), rho0,
+        cfg = grid_config(comma_numbers("--betas", betas), comma_numbers("--ds", ds, int), rho0,
                           runs=runs, T=time, seed=seed, engine=engine)
         run_resumable(cfg, out_dir, workers, quiet=quiet)
         typer.echo(str(SweepDir(out_dir).table_path))

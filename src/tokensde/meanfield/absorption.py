@@ -29,6 +29,7 @@ from ..model.params import ModelParams, TimeGrid
 from ..sim.budget import EXPANSION_UNITS, RUN_UNITS, SCORE_UNITS, Budget
 from ..sim.decide import DENSE_MAX
 from ..sim.expansion import auto_uses_expansion, basis_size, truncation_order, unit_roundoff
+from ..sim.options import Execution
 from ..sim.rng import derive_seed
 from .flow import MERGE_TOL, FlowResult, run_coupled
 from .quadrature import Component, density_weights, quasi_uniform, sample_initial, sphere_rule
@@ -154,21 +155,19 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
         `(rows, masses)`: one row of statistics per system, and each system's minority mass per
         run `(runs,)` (nan where undecided), keyed by n (`LIMIT` for the limit).
     """
-    from ..sim.options import resolve_device
-
     d, K = check_int("d", d, 2), check_int("K", K, 2)
     beta = check_real("beta", beta, 0.0)
     require(not isinstance(ns, str), "ns", "a sequence of particle counts", ns)
     ns = [check_int("ns", n, 2) for n in ns]
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
-    tol, device = check_tol(tol), str(resolve_device(device))
+    tol, how = check_tol(tol), Execution(device=device, dtype=dtype, batch_size=batch)
     p = ModelParams(n=2, d=d, beta=beta)
     nodes, q = sphere_rule(K, d)
     systems: list[tuple[str, Any, Any]] = [("limit", nodes, density_weights(nodes, q, mixture))
                                             ] if with_limit else []
     systems += [(f"n{n}", particle_starts(n, d, runs, start, seed, mixture), None) for n in ns]
     res = run_coupled(p, TimeGrid.make(T=T, dt=dt), systems, runs=runs, seed=seed, tol=tol,
-                      merge_tol=merge_tol, device=device, batch=batch, dtype=dtype)
+                      merge_tol=merge_tol, execution=how)
     rows, masses = [], {}
     for i, n in enumerate([LIMIT, *ns] if with_limit else ns):
         st = system_stats(res, i)

@@ -33,6 +33,7 @@ from ..sim.decide import DENSE_MAX, geometric_decided
 from ..sim.expansion import choose_evaluator
 from ..sim.layers import attention_output, network_step, normalize
 from ..sim.loop import march
+from ..sim.options import Execution
 from ..sim.rng import RUN_BLOCK, RunStreams
 from ..sim.sde import sde_step
 from .merge import merge_nodes
@@ -177,9 +178,7 @@ def run_coupled(
     tol: float = 1e-6,
     every: int | None = None,
     merge_tol: float | None = MERGE_TOL,
-    device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float64,
-    batch: int | None = None,
+    execution: Execution = Execution(),
     shared_path: bool = False,
 ) -> FlowResult:
     """Advance every system `(name, x0 (K, d) or (runs, K, d), w (K,), (runs, K) or None=equal)`
@@ -188,10 +187,10 @@ def run_coupled(
 
     Every `every` layers (default: depth time 0.05) nodes are merged (`merge_nodes`, unless
     `merge_tol` is None) and, with `until='decided'`, a run leaves once every system is decided
-    (`decided` at `tol`). `batch` runs advance together (default all); numbers depend on `seed`
-    and the run's index only, not on the batch or the systems run beside it. `shared_path`: every
-    run takes the path of run 0 (runs then differ only by their initial states: draws of an
-    initial sample on one common path).
+    (`decided` at `tol`). `execution.batch_size` runs advance together (default all); numbers
+    depend on `seed` and the run's index only, not on the batch or the systems run beside it.
+    `shared_path`: every run takes the path of run 0 (runs then differ only by their initial
+    states: draws of an initial sample on one common path).
 
     Args:
         p: The model (pure noise: softmax attention, matrix noise; see `check_flow_params`).
@@ -205,9 +204,10 @@ def run_coupled(
         tol: Decision tolerance of `decided`.
         every: Layers between merges and decision tests (default: depth time 0.05).
         merge_tol: Nodes closer than this merge (None: never).
-        device: Torch device.
-        dtype: Torch dtype.
-        batch: Runs advanced together (None: all).
+        execution: The device, the dtype, the runs advanced together (`batch_size`, None: all)
+            and the attention evaluator (`attention_eval`: 'auto' takes the O(n) expansion
+            by `choose_evaluator`'s rule at each system's node count); the sampler is the full
+            one (a `d x d` matrix per layer and run), so `sampler` must be 'auto' or 'full'.
         shared_path: Every run takes the path of run 0.
 
     Returns:
@@ -226,10 +226,14 @@ def run_coupled(
             raise ParameterError(f"merge_tol must be < tol = {tol:g} (merging must not decide "
                                  f"a run); got {merge_tol!r}")
     every = max(1, int(0.05 / grid.dt + 1e-9)) if every is None else check_int("every", every, 1)
-    bs = runs if batch is None else check_int("batch", batch, 1)
+    if execution.sampler not in ("auto", "full"):
+        raise ParameterError(f"execution.sampler must be 'auto' or 'full' (the flow draws each "
+                             f"d x d value matrix); got {execution.sampler!r}")
+    bs = runs if execution.batch_size is None else execution.batch_size
+    dtype, how = execution.torch_dtype, execution.attention_eval
     if len(systems) == 0:
         raise ParameterError("systems must hold at least one (name, x0, weights) entry")
-    dev = torch.device(device)
+    dev = execution.torch_device
     sy = [_as_system(name, x, w, runs, dtype, torch.device("cpu")) for name, x, w in systems]
     for s in sy:
         if s.x.shape[-1] != p.d:
@@ -241,7 +245,7 @@ def run_coupled(
         hi = min(lo + bs, runs)
         part = [System(s.name, s.x[lo:hi].to(dev), s.w[lo:hi].to(dev)) for s in sy]
         _advance(p, grid, part, np.arange(lo, hi), seed, STEPS[scheme], until, tol, every,
-                 merge_tol, at, final_x, final_w, shared_path)
+                 merge_tol, at, final_x, final_w, shared_path, how)
     return FlowResult(
         names=[s.name for s in sy], x=[_pad(fx) for fx in final_x], w=[_pad(fw) for fw in final_w],
         decided_at=at, grid=grid, tol=tol, merge_tol=merge_tol)
@@ -250,14 +254,15 @@ def run_coupled(
 def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarray, seed: int,
              step: Callable[..., torch.Tensor], until: str, tol: float, every: int,
              merge_tol: float | None, at: np.ndarray, final_x: list[list[torch.Tensor | None]],
-             final_w: list[list[torch.Tensor | None]], shared_path: bool = False) -> None:
+             final_w: list[list[torch.Tensor | None]], shared_path: bool = False,
+             how: str = "auto") -> None:
     """One batch of `run_coupled` through the one layer loop `sim.loop.march`: `_Layer` applies
     a layer to every system, `_Absorb` (the stopping rule) merges, decides and keeps; fills `at`,
     `final_x`, `final_w` at the runs `run_ids`."""
     # the value matrices of run r come from its run stream (`path_streams`, as `noise_path`)
     lo = 0 if shared_path else int(run_ids[0])
     rs = path_streams(seed, lo, lo + (1 if shared_path else len(run_ids)), sy[0].x.device)
-    batch = _Batch(sy, [_evaluator(p, s) for s in sy])
+    batch = _Batch(sy, [_evaluator(p, s, how) for s in sy])
     rule = _Absorb(p, run_ids, until, tol, every, merge_tol, at, final_x, final_w,
                    None if shared_path else rs.retain)
     march(batch, grid.steps, _Layer(p, grid, rs, step, shared_path),
@@ -352,11 +357,11 @@ class _Absorb:
             self._retain(live)
 
 
-def _evaluator(p: ModelParams, s: System) -> str:
-    """How the attention of system `s` is evaluated: `choose_evaluator`'s fixed rule ('auto') at
-    its node count and weights (the O(n) expansion on the circle and the sphere from a few
-    hundred nodes, `sim.expansion.auto_uses_expansion`)."""
-    return choose_evaluator(p.with_(n=s.x.shape[-2]), "auto", "full", s.x.dtype, s.w)
+def _evaluator(p: ModelParams, s: System, how: str = "auto") -> str:
+    """How the attention of system `s` is evaluated: `how`, where 'auto' is `choose_evaluator`'s
+    fixed rule at its node count and weights (the O(n) expansion on the circle and the sphere
+    from a few hundred nodes, `sim.expansion.auto_uses_expansion`)."""
+    return choose_evaluator(p.with_(n=s.x.shape[-2]), how, "full", s.x.dtype, s.w)
 
 
 def _pad(parts: list[torch.Tensor | None]) -> torch.Tensor:

@@ -40,7 +40,6 @@ from .norm_sde import check_peri_sde
 from .observe import Observations, builtin_observers
 from .options import (
     DECIDE_TOL,
-    GRAM_RECORD_MAX,
     Execution,
     InitialState,
     Recording,
@@ -48,7 +47,6 @@ from .options import (
     check_token_weights,
     decide_every,
     resolve_checkpoints,
-    resolve_device,
 )
 from .result import SimResult
 from .rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams  # the stream keys: re-exported
@@ -56,9 +54,7 @@ from .samplers import choose_sampler
 from .sde import check_sde_step
 from .token_noise import check_token_noise
 
-__all__ = ["GRAM_RECORD_MAX", "MLP_STREAM", "QK_STREAM", "Draws", "Execution", "InitialState",
-           "Recording", "StoppingRule", "default_batch", "resolve_checkpoints", "resolve_device",
-           "run_batch", "simulate", "simulation_budget"]
+__all__ = ["simulate", "simulation_budget"]
 
 
 def _check_objects(params: Any, grid: Any, initial: Any, stopping: Any, recording: Any,

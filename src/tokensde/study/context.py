@@ -166,6 +166,12 @@ class SweepRun:
         """The command line that runs (or resumes) this sweep by hand."""
         return f"tokensde sweep run {self.config} --out {self.dir} --workers {workers}"
 
+    def provenance(self, workers: int, reused: bool) -> dict[str, Any]:
+        """What a report section says about the sweep behind it: its file, folder, wall time and
+        the command that resumes it."""
+        return {"reused": reused, "sweep": str(self.config), "dir": str(self.dir),
+                "sweep_wall_s": round(self.wall_s, 1), "command": self.command(workers)}
+
 
 def _estimate(ctx: Context) -> Callable[[float, str, bool], None]:
     def say(seconds: float, source: str, bound: bool) -> None:

@@ -23,7 +23,8 @@ from .context import Context, FigureSpec, process_map, saved_or
 def cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
     """A `map` for `run_convergence` that keeps each finished chunk in `cache/<task_key>.npz`
     and reuses it, so an interrupted diagnostic resumes where it stopped."""
-    from ..analysis.convergence import samples_from_arrays, samples_to_arrays, task_key
+    from ..analysis.convergence import task_key
+    from ..analysis.level_samples import samples_from_arrays, samples_to_arrays
     from ..io.store import atomic_write
 
     def load(path: Path) -> Any:

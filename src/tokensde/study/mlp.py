@@ -55,6 +55,4 @@ def draw_mlp(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Sec
                    note=note, tables=[table],
                    images=[Image(png, "P(first within tol of antipodal) with and without an "
                                       "MLP block.")],
-                   provenance={"reused": reused, "sweep": str(run.config), "dir": str(run.dir),
-                               "sweep_wall_s": round(run.wall_s, 1),
-                               "command": run.command(ctx.workers)})
+                   provenance=run.provenance(ctx.workers, reused))

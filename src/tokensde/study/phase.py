@@ -112,9 +112,7 @@ def _phase_section(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool,
                         f"undecided fraction at T: {und_far:.4f} away from beta_c, {und:.4f} "
                         f"over the grid. {agree}",
                    images=[Image(png, caption)], tables=[_phase_table(df)],
-                   provenance={"reused": reused, "sweep": str(run.config),
-                               "dir": str(run.dir), "sweep_wall_s": round(run.wall_s, 1),
-                               "command": run.command(ctx.workers),
+                   provenance={**run.provenance(ctx.workers, reused),
                                "figure": f"tokensde figure {spec.name} --out {ctx.out}"
                                          + ctx.size_flag})
 

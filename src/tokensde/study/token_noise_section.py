@@ -116,6 +116,4 @@ def draw_token_noise(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool
                    note=note, tables=[table],
                    images=[Image(png, "Order parameter and its fluctuations against tau / "
                                       "tau_c, with the theory's threshold.")],
-                   provenance={"reused": reused, "sweep": str(run.config), "dir": str(run.dir),
-                               "sweep_wall_s": round(run.wall_s, 1),
-                               "command": run.command(ctx.workers)})
+                   provenance=run.provenance(ctx.workers, reused))

@@ -65,6 +65,4 @@ def draw_variants(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -
     return Section(spec.name, spec.title, spec.claim, status="ok" if ok else "disagrees",
                    note=note, tables=[table],
                    images=[Image(png, "P(antipodal) against beta per model variant.")],
-                   provenance={"reused": reused, "sweep": str(run.config), "dir": str(run.dir),
-                               "sweep_wall_s": round(run.wall_s, 1),
-                               "command": run.command(ctx.workers)})
+                   provenance=run.provenance(ctx.workers, reused))
