@@ -391,3 +391,17 @@ def test_backend_problems_fail_before_the_directory_exists(tmp_path, finished_sw
     error_line(["sweep", "run", str(cfg), "--out", str(tmp_path / "b"), "--backend", "ray"],
                "backend 'ray' needs Ray", "pip install")
     assert not (tmp_path / "b").exists()
+
+
+def test_vit_options_that_would_be_ignored_or_misread_are_refused(tmp_path):
+    # a sweep size that is neither a packaged size nor a file names the option
+    error_line(["vit", "depth", "--size", "huge", "--out", str(tmp_path / "d")],
+               "size must be one of tiny, quick, full", "'huge'")
+    error_line(["vit", "fair", "--size", "huge", "--out", str(tmp_path / "f")],
+               "size must be one of", "'huge'")
+    # the digits come with scikit-learn: a data folder for them would be ignored
+    from tokensde.vit.data import read_arrays
+
+    with pytest.raises(ParameterError, match=r"data_dir must be left out for the digits"):
+        read_arrays("digits", tmp_path)
+    assert not (tmp_path / "d").exists() and not (tmp_path / "f").exists()

@@ -212,6 +212,10 @@ def read_arrays(name: str, data_dir: str | Path | None = None) -> tuple[dict[str
             raise MissingDatasetError(f"{data_env(name)}={data_dir} does not exist (it says where "
                                       f"{name} lives when no data_dir is given)")
     data_dir = data_dir or None
+    if name == "digits" and data_dir is not None and not str(data_dir).endswith(".npz"):
+        raise ParameterError(f"data_dir must be left out for the digits data set (it comes with "
+                             f"scikit-learn), or be an .npz file written by export-data; got "
+                             f"{str(data_dir)!r}")
     if data_dir is not None and str(data_dir).endswith(".npz"):
         return read_npz(data_dir, name), str(data_dir)
     if name == "fashion-mnist":

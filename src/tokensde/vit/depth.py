@@ -158,6 +158,9 @@ def sized_config(size: str | os.PathLike, kind: str, sizes: Sequence[str], packa
     """The sweep `packaged` when `size` is one of `sizes`, else the TOML file `size`, checked to
     be of `kind`, with its fixed parameters replaced by the non-None `params`."""
     path = packaged if size in sizes else Path(size)
+    if not path.is_file():
+        raise FileNotFoundError(f"size must be one of {', '.join(sizes)} or a TOML sweep file of "
+                                f"kind {kind!r}; got {str(size)!r}, which is neither (no such file)")
     cfg = SweepConfig.load(path)
     if cfg.kind != kind:
         raise ParameterError(f"size must be one of {', '.join(sizes)} or a TOML file of kind "
