@@ -148,15 +148,14 @@ def _check_common(runs: int, T: float, dt: float, seed: int, tol: float, level: 
 
 
 def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int, seed: int,
-                     tol: float, until: str = "horizon", **sim: Any
+                     tol: float, until: str = "horizon", execution: Execution = Execution(),
+                     progress: Any = None, decide_every: int | None = None
                      ) -> tuple[int, int, float, np.ndarray | None]:
     """Antipodal and merged counts of the full network after `grid` (or at decision), the wall
     time and the decision times."""
-    every = sim.pop("decide_every", None)
-    stop = StoppingRule() if until == "horizon" else StoppingRule.decided(tol, every)
-    progress = sim.pop("progress", None)
+    stop = StoppingRule() if until == "horizon" else StoppingRule.decided(tol, decide_every)
     res = simulate(p, grid, runs=runs, seed=seed, initial=_pair_start(rho0), stopping=stop,
-                   execution=Execution(**sim), progress=progress)
+                   execution=execution, progress=progress)
     anti, merged = classify_pair(*pair_log_gaps(res.x), tol)
     times = None if until == "horizon" else res.decision_times()
     return int(anti.sum()), int(merged.sum()), res.wall_s, times
@@ -280,10 +279,10 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
     theory = pair_theory(p, rho0)
     wall, times = 0.0, None
     if engine == "network":
-        every = {"decide_every": 1} if p.mlp_block.active and until == "decided" else {}
+        every = 1 if p.mlp_block.active and until == "decided" else None
         anti, merged, wall, times = _network_outcome(
-            p, rho0, grid, runs, seed, tol, _check_until(until), sampler=sampler,
-            batch_size=batch_size, progress=progress, **every)
+            p, rho0, grid, runs, seed, tol, _check_until(until),
+            Execution(sampler=sampler, batch_size=batch_size), progress, every)
     else:
         anti, merged = _reduced_outcome(p.beta, p.d, rho0, grid, runs, seed, tol, p.sigma, None)
     return PairOutcome("softmax", p.to_dict(), rho0, runs, anti, merged, grid.T, grid.dt,
