@@ -12,18 +12,20 @@ setup:
 demo: setup
 	tokensde reproduce --quick --out $(OUT)
 
-# the quick set: every test not marked slow (browser and Ray tests included); about 3 minutes
+# the quick set: every test not marked slow (browser and Ray tests included), on every core
+# (pytest-xdist); prints its wall and CPU time. CI sets TOKENSDE_QUICK_CPU_BUDGET_S (.ci/run).
 test: setup
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) scripts/timed.py --label "quick test set" $(if $(TOKENSDE_QUICK_CPU_BUDGET_S),--cpu-budget $(TOKENSDE_QUICK_CPU_BUDGET_S)) -- \
+		$(PY) -m pytest -q -m "not slow" -n auto --dist loadgroup
 
 test-slow:
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m slow -n auto --dist loadgroup
 
 test-all: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadgroup
 
 lint:
-	ruff check src tests benchmarks diagnostics
+	ruff check src tests benchmarks diagnostics scripts
 	$(PY) -m mypy src
 
 bench:

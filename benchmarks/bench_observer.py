@@ -80,7 +80,8 @@ if mode == "speed":  # the default record, fastest of 5
         wall = min(wall, time.perf_counter() - t0)
     kept, stat = r.gram.nbytes, r.gram[:, -1].mean((0,)).ravel()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-digest = hashlib.sha256(r.x.tobytes() + (r.gram.tobytes() if r.gram is not None else b"")).hexdigest()
+final = r.state if hasattr(r, "state") else r.x  # the final state, in a frame for the Gram sampler
+digest = hashlib.sha256(final.tobytes() + (r.gram.tobytes() if r.gram is not None else b"")).hexdigest()
 print(json.dumps({"base_kb": base, "peak_kb": peak, "kept": kept, "wall": wall,
                   "stat": stat.tolist(), "digest": digest, "file": __import__("tokensde").__file__}))
 """

@@ -1,7 +1,7 @@
 """Cost of independent token noise: stationary runs at n = 1024 and 4096, and the quick report
 section.
 
-Each size is one `tokensde.study.token_noise.stationary_order` call (M = I, sigma = 0, USA, d =
+Each size is one `tokensde.study.noise_threshold.stationary_order` call (M = I, sigma = 0, USA, d =
 2, beta = 1, token noise 0.8 tau_c, the network scheme, the O(n) attention that `auto` takes at
 this n), timed after a short warm-up: wall time in all and per layer (all runs of a layer
 together) and per run-layer. Then the `token-noise` section of the quick reproduction
@@ -24,7 +24,7 @@ import time
 
 from _bench import banner, require_at_least
 
-from tokensde.study.token_noise import critical_token_noise, stationary_order
+from tokensde.study.noise_threshold import critical_token_noise, stationary_order
 
 
 def _sizes(ap: argparse.ArgumentParser, text: str) -> list[int]:
@@ -52,7 +52,8 @@ def main() -> None:
     T = 2.0 if args.quick else args.T
     sys.stdout.write(banner(args.threads, "token noise"))
     tau = 0.8 * critical_token_noise(1.0, 2, "usa")
-    stationary_order(tau, 64, runs=2, T=1.0, burn=0.5, dt=0.05, samples=11)  # warm-up
+    stationary_order(tau, 64, runs=2, T=1.0, burn=0.5, dt=0.05, samples=11,  # warm-up
+                     scheme="network", step_tol=None)
     layers = round(T / args.dt)
     if layers < 1:
         ap.error(f"--dt must be <= --T = {T:g}; got {args.dt:g}")
@@ -64,6 +65,7 @@ def main() -> None:
     for n in ns:
         t0 = time.perf_counter()
         e = stationary_order(tau, n, runs=args.runs, T=T, burn=T / 2, dt=args.dt,
+                             scheme="network", step_tol=None,
                              samples=min(11, layers + 1))
         wall = time.perf_counter() - t0
         print(f"| {n} | {e.attention_eval} | {wall:.2f} | {1e3 * wall / layers:.2f} | "

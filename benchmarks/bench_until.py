@@ -8,7 +8,7 @@ gives the run-layers stepped, the wall time and the runs still undecided at T in
     OMP_NUM_THREADS=1 python benchmarks/bench_until.py [--config FILE.toml] [--T 300] [--every 1]
         [--csv out.csv]
 
-`--config` defaults to the study's multi-token-quick.toml (package data, `tokensde/study/sweeps/`).
+`--config` defaults to the study's multi-token-guide.toml (package data, `tokensde/study/sweeps/`).
 
 `--every K` runs every K-th cell only (a quicker look; the ratios are then of that subset).
 """
@@ -43,7 +43,7 @@ def run_cell(kind, params: dict, seed: int, mode: str, T: float | None) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--config", type=Path, default=SWEEP_DIR / "multi-token-quick.toml")
+    ap.add_argument("--config", type=Path, default=SWEEP_DIR / "multi-token-guide.toml")
     ap.add_argument("--T", type=float, default=None, help="maximum horizon (default: the file's)")
     ap.add_argument("--every", type=int, default=1, help="run every K-th cell only")
     ap.add_argument("--csv", type=Path, default=None, help="write the per-cell table here")

@@ -1,6 +1,7 @@
 """The many-token table from one or more `tokensde meanfield table --out DIR` sweep folders: one
 markdown row per system (d, beta, start, n; `inf` is the limit), the figure of the minority-mass
-law against n, and the rate at which the particles' mean minority mass approaches the limit's.
+law against n, and the rate at which the particles' mean minority mass approaches the limit's
+(`meanfield.absorption.gap_slope`: every n, a bootstrap over the noise paths that all n share).
 
     python3 diagnostics/many_token_report.py OUT DIR [DIR ...]
 
@@ -14,13 +15,14 @@ most paths.
 from __future__ import annotations
 
 import argparse
-import math
 
 import numpy as np
 import pandas as pd
 
 from tokensde.io.store import check_output
 from tokensde.meanfield import table_frame
+from tokensde.meanfield.absorption import gap_slope
+from tokensde.model.checks import ParameterError
 from tokensde.plots.meanfield import plot_meanfield
 from tokensde.sweep import load_table
 
@@ -51,30 +53,49 @@ def row_text(r: pd.Series) -> str:
             f"{r['p_bipolar_bound_hi']:.3f}] | {mm} | {t} | {r['wall_s']:.0f} |")
 
 
-def rates(tab: pd.DataFrame) -> list[str]:
-    """Per (d, beta), i.i.d. starts: the slope of log(1/2 - mean minority) against log n, by
-    weighted least squares over the n whose gap to 1/2 is resolved (its 95 % interval above 0),
-    with a 95 % interval from the fit's standard error."""
-    out = ["| d | beta | n used | gap 1/2 - mean at those n | slope [95 %] |", "|---|---|---|---|---|"]
-    iid = tab[(tab["start"] == "iid") & (tab["n"] > 0) & (tab["k_decided"] > 1)]
-    for (d, beta), g in iid.groupby(["d", "beta"]):
-        gap, gap_lo = 0.5 - g["minority_mean"], 0.5 - g["minority_hi"]
-        ok = gap_lo > 0
-        g, gap = g[ok], gap[ok]
-        if len(g) < 3:
-            out.append(f"| {d} | {beta:g} | {len(g)} | - | not resolved |")
-            continue
-        se = (g["minority_hi"] - g["minority_lo"]) / (2 * 1.96) / gap  # of log(gap)
-        x, y, wts = np.log(g["n"].to_numpy(float)), np.log(gap.to_numpy()), 1 / se.to_numpy() ** 2
-        X = np.stack([np.ones_like(x), x], 1)
-        cov = np.linalg.inv(X.T @ (wts[:, None] * X))
-        coef = cov @ X.T @ (wts * y)
-        resid = y - X @ coef
-        chi2 = float((wts * resid**2).sum()) / max(1, len(x) - 2)
-        half = 1.96 * math.sqrt(cov[1, 1] * max(1.0, chi2))
-        gaps = ", ".join(f"{v:.3g}" for v in gap)
-        out.append(f"| {d} | {beta:g} | {', '.join(str(int(n)) for n in g['n'])} | {gaps} | "
-                   f"{coef[1]:.2f} [{coef[1] - half:.2f}, {coef[1] + half:.2f}] |")
+def path_masses(folders: list[str]) -> dict[tuple[int, float], dict[int, np.ndarray]]:
+    """Per (d, beta), i.i.d. starts: each n's per-path minority masses (nan: undecided), from the
+    folder with the most paths; every n of a (d, beta) is on the noise paths of one path seed."""
+    rows = pd.concat([load_table(f) for f in folders], ignore_index=True)
+    rows = rows[(rows["status"] == "ok") & (rows["start"] == "iid") & (rows["n"] > 0)]
+    rows = rows.sort_values("runs", ascending=False, kind="stable").drop_duplicates(
+        ["d", "beta", "n"])
+    out: dict[tuple[int, float], dict[int, np.ndarray]] = {}
+    for (d, beta), g in rows.groupby(["d", "beta"]):
+        assert g["path_seed"].nunique() == 1, f"d {d} beta {beta}: cells on different paths"
+        out[(int(d), float(beta))] = {int(r["n"]): np.asarray(r["minority_runs"], float)
+                                      for _, r in g.iterrows()}
+    return out
+
+
+def rates(masses: dict[tuple[int, float], dict[int, np.ndarray]], boots: int = 4000) -> list[str]:
+    """Per (d, beta): the slope of log(1/2 - mean minority) against log n over every n
+    (`gap_slope`: least squares, 95 % percentile interval of a bootstrap over noise paths, each
+    path drawn with every n that holds it). Where runs are undecided the fit is given twice, with
+    them counted as one cluster (m = 0) and as an even split (m = 1/2), the two ends they allow."""
+    out = ["| d | beta | n (paths) | gap 1/2 - mean | slope [95 % path bootstrap] |",
+           "|---|---|---|---|---|"]
+
+    def fit(m: dict[int, np.ndarray]) -> str:
+        try:
+            r = gap_slope(m, boots=boots)
+        except ParameterError:
+            return "- (a gap of 0)"
+        return f"{r['slope']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]"
+
+    for (d, beta), m in sorted(masses.items()):
+        ns = sorted(m)
+        undecided = sum(int(np.isnan(m[n]).sum()) for n in ns)
+        where = ", ".join(f"{n} ({len(m[n])})" for n in ns)
+        if undecided:
+            gaps = "-"
+            slope = (f"{undecided} undecided runs as m = 0: "
+                     f"{fit({n: np.nan_to_num(v, nan=0.0) for n, v in m.items()})}; as m = 1/2: "
+                     f"{fit({n: np.nan_to_num(v, nan=0.5) for n, v in m.items()})}")
+        else:
+            gaps = ", ".join(f"{0.5 - m[n].mean():.3g}" for n in ns)
+            slope = fit(m)
+        out.append(f"| {d} | {beta:g} | {where} | {gaps} | {slope} |")
     return out
 
 
@@ -97,7 +118,7 @@ def main() -> None:
     for d in sorted(tab["d"].unique()):
         write(f"table_d{d}.md", tab[tab["d"] == d])
         write(f"table_d{d}_iid.md", tab[(tab["d"] == d) & (tab["start"] == "iid")])
-    (out / "rates.md").write_text("\n".join(rates(tab)) + "\n")
+    (out / "rates.md").write_text("\n".join(rates(path_masses(a.folders))) + "\n")
     plot_meanfield(tab, out / "minority.png")
     print((out / "table.md").read_text())
     print((out / "rates.md").read_text())

@@ -13,7 +13,7 @@ sign at `tau_c` whatever the higher terms of the dynamics are, once the amplitud
 The rate is the least-squares slope of `log` of the run-averaged `m(t)` over depth
 `[fit_from T, T]` (default: the second half), with a jackknife standard error over the runs;
 the threshold is the zero of a line of the rates in
-`tau^2`, with a 2-standard-error interval from the rates' errors. Unlike the fluctuation
+`tau^2`, with a 95 % t interval from the rates' errors. Unlike the fluctuation
 reading of `threshold_from_fluctuations`, nothing here assumes Gaussian fluctuations.
 """
 
@@ -29,7 +29,7 @@ import torch
 
 from tokensde import Execution, InitialState, ModelParams, Recording, TimeGrid, simulate
 from tokensde.sim import Observer
-from tokensde.study.token_noise import critical_token_noise
+from tokensde.study.noise_threshold import critical_token_noise
 from tokensde.theory.token_noise import mode_growth_rate
 
 
@@ -61,9 +61,13 @@ def growth_rate(t: np.ndarray, m: np.ndarray) -> tuple[float, float]:
     return slope(m), float(math.sqrt((k - 1) / k * ((loo - loo.mean()) ** 2).sum()))
 
 
-def root(tau2: np.ndarray, rate: np.ndarray, se: np.ndarray) -> tuple[float, float, float]:
-    """Zero of the weighted line `rate = A + B tau^2`, in `tau`, with a 2-SE interval (delta
-    method on `tau_c^2 = -A / B`)."""
+def root(tau2: np.ndarray, rate: np.ndarray, se: np.ndarray, runs: int
+         ) -> tuple[float, float, float]:
+    """Zero of the weighted line `rate = A + B tau^2`, in `tau`, with a 95 % t interval (delta
+    method on `tau_c^2 = -A / B`; the rates' jackknife errors have `runs - 1` degrees of
+    freedom)."""
+    from scipy import stats
+
     w = 1 / se**2
     X = np.stack([np.ones_like(tau2), tau2], 1)
     cov = np.linalg.inv(X.T @ (X * w[:, None]))
@@ -71,7 +75,8 @@ def root(tau2: np.ndarray, rate: np.ndarray, se: np.ndarray) -> tuple[float, flo
     r2 = -A / B
     grad = np.array([-1 / B, A / B**2])
     s = math.sqrt(float(grad @ cov @ grad))
-    return math.sqrt(r2), math.sqrt(max(r2 - 2 * s, 0.0)), math.sqrt(r2 + 2 * s)
+    q = float(stats.t.ppf(0.975, runs - 1))
+    return math.sqrt(r2), math.sqrt(max(r2 - q * s, 0.0)), math.sqrt(r2 + q * s)
 
 
 def main() -> None:
@@ -119,8 +124,8 @@ def main() -> None:
               f"{m[:, -1].mean():.4f} | {wall:.0f} |", flush=True)
     tau2 = np.array([r["tau"] ** 2 for r in rows])
     est, lo, hi = root(tau2, np.array([r["rate"] for r in rows]),
-                       np.array([max(r["se"], 1e-9) for r in rows]))
-    print(f"threshold from the rates: tau_c = {est:.4f} [{lo:.4f}, {hi:.4f}] (2 SE), theory "
+                       np.array([max(r["se"], 1e-9) for r in rows]), a.runs)
+    print(f"threshold from the rates: tau_c = {est:.4f} [{lo:.4f}, {hi:.4f}] (95 % t), theory "
           f"{tau_c:.4f}; measured / theory {est / tau_c:.4f} [{lo / tau_c:.4f}, {hi / tau_c:.4f}]")
     if a.json:
         with open(a.json, "w") as f:

@@ -7,15 +7,15 @@ from an ordered start and from a uniform start, swept across the linear threshol
         [--dt 0.0025] [--scheme network] [--seed 0] [--json out.json]
 
 `mean='identity'` (M = I), no common noise, `token_noise = ratio * tau_c`, `tau_c =
-study.token_noise.critical_token_noise(beta, d, attention)`. Times are in units of `1 / tau_c^2`
+study.noise_threshold.critical_token_noise(beta, d, attention)`. Times are in units of `1 / tau_c^2`
 (the noise's own time scale): the run has horizon `T / tau_c^2`, burn-in `burn / tau_c^2` and step
 `dt / tau_c^2`, so one set of flags fits every beta. For each ratio: `r` (time average over
 [burn, T], mean and standard error over runs) from every token at e_1 and from i.i.d. uniform
-tokens, their difference with a 2-standard-error interval, each run's own `r`, each start's
+tokens, their difference with a 95 % t interval (Welch's degrees of freedom), each run's own `r`, each start's
 drift (second half of [burn, T] minus first half, mean and standard error over runs: a start
 still relaxing drifts), and `r_MV`, the ordered stationary law of the n -> infinity limit
-(`study.token_noise.mean_field_order`, 0 where only the uniform law is stationary). The limit
-has both branches on `(1, tau_s / tau_c)`; `study.token_noise.ordered_branch_end` finds
+(`study.noise_threshold.mean_field_order`, 0 where only the uniform law is stationary). The limit
+has both branches on `(1, tau_s / tau_c)`; `study.noise_threshold.ordered_branch_end` finds
 `tau_s / tau_c`.
 """
 
@@ -26,7 +26,9 @@ import json
 import math
 import time
 
-from tokensde.study.token_noise import (
+from scipy import stats
+
+from tokensde.study.noise_threshold import (
     critical_token_noise,
     mean_field_order,
     ordered_branch_end,
@@ -56,7 +58,7 @@ def main() -> None:
           f"limit's ordered branch up to tau_s / tau_c = {tsp:.3f}; runs = {a.runs}, "
           f"T = {a.T:g}, burn = {a.burn:g}, dt = {a.dt:g} (x 1/tau_c^2 = {s:.4g}), "
           f"scheme {a.scheme}, seed {a.seed}", flush=True)
-    print("| tau / tau_c | tau | r_MV | r, ordered start | r, uniform start | difference (2 SE) "
+    print("| tau / tau_c | tau | r_MV | r, ordered start | r, uniform start | difference (95 % t) "
           "| runs, ordered | runs, uniform | drift, ordered | drift, uniform | wall s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     t0 = time.perf_counter()
@@ -68,7 +70,11 @@ def main() -> None:
                                        scheme=a.scheme, seed=a.seed, start=start)
                for start in ("ordered", "uniform")}
         o, u = est["ordered"], est["uniform"]
-        diff, h = o.r - u.r, 2 * math.hypot(o.se, u.se)
+        # Welch's t quantile: the two starts' runs are treated as independent samples
+        v_o, v_u = o.se**2, u.se**2
+        dof = (v_o + v_u) ** 2 / max(v_o**2 / (o.runs - 1) + v_u**2 / (u.runs - 1), 1e-300)
+        diff = o.r - u.r
+        h = float(stats.t.ppf(0.975, max(dof, 1.0))) * math.hypot(o.se, u.se)
         print(f"| {q:g} | {q * tau_c:.4f} | {mv:.3f} | {o.r:.3f} ± {o.se:.3f} | "
               f"{u.r:.3f} ± {u.se:.3f} | {diff:.3f} [{diff - h:.3f}, {diff + h:.3f}] | "
               f"{' '.join(f'{v:.2f}' for v in o.run_r)} | {' '.join(f'{v:.2f}' for v in u.run_r)}"
@@ -77,7 +83,7 @@ def main() -> None:
         rows.append({"ratio": q, "r_MV": mv, "ordered": o.to_dict(), "uniform": u.to_dict(),
                      "difference": [diff, diff - h, diff + h]})
     apart = [row["ratio"] for row in rows if row["difference"][1] > 0]
-    print(f"\nratios where the starts differ (2 SE): {apart}; limit's bistable window "
+    print(f"\nratios where the starts differ (95 % t): {apart}; limit's bistable window "
           f"(1, {tsp:.3f}); total wall {time.perf_counter() - t0:.0f} s")
     if a.json:
         with open(a.json, "w") as f:

@@ -8,10 +8,10 @@ diagram of common noise (docs/token-noise.md, docs/token_noise_phase.png).
 
 For each beta, a measured threshold from the disordered side: the uniform start at `token_noise
 = ratio * tau_c` (`mean='identity'`, no common noise), and the zero of the line
-`1 / (n E r^2) = A + B / tau^2` through those rows with a 2-standard-error interval
-(`study.token_noise.threshold_from_fluctuations`). Times are in units of `1 / tau_c^2` as in
+`1 / (n E r^2) = A + B / tau^2` through those rows with a 95 % t interval
+(`study.noise_threshold.threshold_from_fluctuations`). Times are in units of `1 / tau_c^2` as in
 `token_noise_hysteresis.py`. The end of the limit's ordered branch, `tau_s / tau_c`
-(`study.token_noise.ordered_branch_end`), on a grid of beta above `beta_*`. The JSON files of
+(`study.noise_threshold.ordered_branch_end`), on a grid of beta above `beta_*`. The JSON files of
 `token_noise_hysteresis.py` add, for each ratio scanned, whether the two starts differed.
 """
 
@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from tokensde.plots.token_noise import plot_token_noise_phase
-from tokensde.study.token_noise import (
+from tokensde.study.noise_threshold import (
     critical_token_noise,
     ordered_branch_end,
     stationary_order,
@@ -45,7 +45,9 @@ def main() -> None:
     ap.add_argument("--burn", type=float, default=50.0)
     ap.add_argument("--dt", type=float, default=0.025)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scheme", default="network", choices=("network", "sde"))
     ap.add_argument("--beta-max", type=float, default=6.5)
+    ap.add_argument("--branch-points", type=int, default=14)
     ap.add_argument("--hysteresis", nargs="*", default=[])
     ap.add_argument("--json", default=None)
     ap.add_argument("--png", default="docs/token_noise_phase.png")
@@ -53,15 +55,17 @@ def main() -> None:
     t0 = time.perf_counter()
     bstar = beta_star(a.d)
     print(f"d = {a.d}, {a.attention}: beta_* = {bstar:.4f}; n = {a.n}, runs = {a.runs}, "
-          f"T = {a.T:g}, burn = {a.burn:g}, dt = {a.dt:g} (units 1/tau_c^2), seed {a.seed}")
-    print("| beta | theory tau_c | measured tau_c, disordered side (2 SE) | ratio | wall s |")
+          f"T = {a.T:g}, burn = {a.burn:g}, dt = {a.dt:g} (units 1/tau_c^2), {a.scheme} scheme, "
+          f"seed {a.seed}")
+    print("| beta | theory tau_c | measured tau_c, disordered side (95 % t) | ratio | wall s |")
     print("|---|---|---|---|---|")
     thresholds = []
     for b in a.betas:
         tau_c = critical_token_noise(b, a.d, a.attention)
         s = 1 / tau_c**2
         rows = [stationary_order(q * tau_c, a.n, a.d, b, a.attention, runs=a.runs, T=a.T * s,
-                                 burn=a.burn * s, dt=a.dt * s, seed=a.seed, start="uniform")
+                                 burn=a.burn * s, dt=a.dt * s, seed=a.seed, start="uniform",
+                                 scheme=a.scheme)
                 for q in a.ratios]
         est, lo, hi = threshold_from_fluctuations(rows)
         print(f"| {b:g} | {tau_c:.4f} | {est:.4f} [{lo:.4f}, {hi:.4f}] | "
@@ -69,7 +73,7 @@ def main() -> None:
               f"{sum(e.wall_s for e in rows):.0f} |", flush=True)
         thresholds.append({"beta": b, "tau": est, "low": lo, "high": hi, "tau_c": tau_c,
                            "label": "disordered side", "rows": [e.to_dict() for e in rows]})
-    grid = [float(b) for b in np.linspace(bstar, a.beta_max, 14)]
+    grid = [float(b) for b in np.linspace(bstar, a.beta_max, a.branch_points)]
     ends = [(b, ordered_branch_end(b, a.d, a.attention)) for b in grid]
     print("\nend of the limit's ordered branch, tau_s / tau_c: "
           + ", ".join(f"beta {b:.2f}: {q:.3f}" for b, q in ends))

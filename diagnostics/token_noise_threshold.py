@@ -7,16 +7,16 @@
         [--starts uniform ordered] [--json out.json]
 
 `mean='identity'` (M = I), no common noise (sigma = 0), `token_noise = ratio * tau_c` with
-`tau_c = study.token_noise.critical_token_noise(beta, d, attention)`. For each (n, ratio): `r` and
+`tau_c = study.noise_threshold.critical_token_noise(beta, d, attention)`. For each (n, ratio): `r` and
 `n E r^2`, time averages over depth [burn, T], mean and standard error over the runs, from i.i.d.
 uniform tokens and, below the threshold, also from every token at e_1 (two starts: where they
 disagree the run has not relaxed); `r_MV` the ordered stationary law of the n -> infinity limit
-(`study.token_noise.mean_field_order`). Then two readings of the threshold at each n:
+(`study.noise_threshold.mean_field_order`). Then two readings of the threshold at each n:
 
 - ordered side: `r^2 ~ c (tau_c^2 - tau^2)` fitted over the ordered-start rows with
-  `4/n < E r^2 < 0.55` (`study.token_noise.threshold_from_scan`), 2-standard-error interval;
+  `4/n < E r^2 < 0.55` (`study.noise_threshold.threshold_from_scan`), 95 % t interval;
 - disordered side: linear fluctuation theory gives `1 / (n E r^2) = 1 - tau_c^2 / tau^2`; a line in
-  `1/tau^2` through the rows with ratio > 1 and its zero, 2-standard-error interval.
+  `1/tau^2` through the rows with ratio > 1 and its zero, 95 % t interval.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import argparse
 import json
 import time
 
-from tokensde.study.token_noise import (
+from tokensde.study.noise_threshold import (
     critical_token_noise,
     mean_field_order,
     stationary_order,
@@ -74,7 +74,7 @@ def main() -> None:
                       f"{e.wall_s:.1f} |", flush=True)
                 got.append(e)
         rows.append((n, got))
-    print("\n| n | ordered-side fit of tau_c (2 SE) | disordered-side fit of tau_c (2 SE) |")
+    print("\n| n | ordered-side fit of tau_c (95 % t) | disordered-side fit of tau_c (95 % t) |")
     print("|---|---|---|")
     out = []
     for n, got in rows:

@@ -54,7 +54,7 @@ SIM_BAD: dict[str, list[str]] = {
     "--heads": ["0", "-2"], "--mlp-width": ["0"], "--mlp-sigma": ["-1", "nan"],
     "--eps": ["0.5"], "--init": ["bogus", "{res}/none.npy", "{bad_npy}", "{npz}"],
     "--mean": ["bogus", "{bad_npy}", "{npz}"], "--until": ["bogus"],
-    "--value-init": ["bogus"], "--sigma": ["-1", "nan"], "--max-time": ["1"],
+    "--value-init": ["bogus"], "--sigma": ["-1", "nan"], "--time": ["1"],
     "--out": ["{res}", "{afile}/x.npz", "{res}/x.txt"],
     "--plot": ["{res}", "{afile}/p.png", "{res}/p.bmp", "{res}/p"],
 }

@@ -72,6 +72,7 @@ def env(monkeypatch, tmp_path):
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=st.sampled_from(CASES), value=st.sampled_from(BAD_TEXT))
+@pytest.mark.slow
 def test_every_bad_value_gets_a_one_line_error(env, case, value):
     path, opt = case
     args = [*path, *BASES[path]]
@@ -133,6 +134,7 @@ def test_every_base_runs():
         assert result.exit_code in (0, 1), result.output  # 1: real's verdict at 2 inits
 
 
+@pytest.mark.slow
 def test_the_contract_page_is_current():
     """docs/contract.md is what `python tests/cli_contract.py` writes today."""
     assert (DOCS / "contract.md").read_text() == page(), (

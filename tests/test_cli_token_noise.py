@@ -9,11 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from tokensde.cli import app
-from tokensde.study.token_noise import critical_token_noise
+from tokensde.study.noise_threshold import critical_token_noise
 
 runner = CliRunner()
 ORDER = ["token-noise", "order", "--n", "16", "--runs", "2", "--time", "2", "--burn", "1",
-         "--dt", "0.1", "--samples", "5"]
+         "--dt", "0.02", "--samples", "5"]
 
 
 def test_theory_prints_the_threshold():
@@ -28,6 +28,50 @@ def test_theory_prints_the_threshold():
     assert text.exit_code == 0, text.output
     tau_c = critical_token_noise(2.5, 3, "softmax")
     assert f"tau_c  = {tau_c:.8g}" in text.output and "tau_s" not in text.output
+    # softmax has no beta_*: none is printed, and the layer steps of the rule are
+    assert "beta_* =" not in text.output and "softmax has no beta_*" in text.output
+    assert "layer step for a threshold within 1 %" in text.output
+
+
+def test_theory_names_the_step_bias_of_a_given_step():
+    """beta = 5, d = 2: at dt = 0.05 the network scheme's threshold is 2.28 tau_c (+128 %)."""
+    out = runner.invoke(app, ["token-noise", "theory", "--beta", "5", "--no-branch", "--dt",
+                              "0.05", "--json"])
+    assert out.exit_code == 0, out.output
+    r = json.loads(out.output)
+    assert r["shifts"]["network"]["exact"] == pytest.approx(1.2844, abs=1e-3)
+    assert r["steps"]["sde"] > r["steps"]["network"] and r["beta_star"] is not None
+
+
+def test_order_takes_a_step_from_the_rule_and_warns_on_a_bad_one():
+    """beta = 5, d = 2: by default the SDE scheme at the rule's step, with its shift printed
+    beside the Monte Carlo error and no warning; --dt 0.05 given by hand warns, naming the
+    expected bias and the step that meets the rule, before the run."""
+    short = ["token-noise", "order", "--beta", "5", "--n", "16", "--runs", "2", "--time", "0.1",
+             "--burn", "0.05", "--samples", "3", "--ratios", "1.25"]
+    out = runner.invoke(app, short)
+    assert out.exit_code == 0, out.output
+    assert "warning" not in out.output
+    assert "sde scheme, dt = 0.005 (chosen by the step rule); step error: the scheme's " \
+        "threshold sits +0.452 % off tau_c" in out.output
+    bad = runner.invoke(app, [*short, "--dt", "0.05", "--scheme", "network"])
+    assert bad.exit_code == 0, bad.output
+    first = bad.output.splitlines()[0]
+    assert first.startswith("warning: at dt = 0.05 the network scheme's many-token threshold "
+                            "sits +128 % off tau_c") and "dt <= 0.005 (sde)" in first
+
+
+@pytest.mark.slow
+def test_order_with_defaults_reads_disordered_above_tau_c():
+    """The documented command at beta = 5 (d = 2, n = 256, 4 runs over depth [30, 60]) reads
+    disordered at 1.25 and 1.6 tau_c: n E r^2 below 8 (linear fluctuations give 2.8 and 1.6;
+    the network scheme at dt = 0.05 orders there, r near 0.99). About 25 s of CPU."""
+    out = runner.invoke(app, ["token-noise", "order", "--beta", "5", "--n", "256", "--ratios",
+                              "1.25,1.6", "--json"])
+    assert out.exit_code == 0, out.output
+    r = json.loads(out.output[out.output.index("{"):])
+    assert r["step"]["scheme"] == "sde" and abs(r["step"]["shift"]) < 0.01
+    assert all(256 * row["r2"] < 8 for row in r["rows"]), r["rows"]
 
 
 def test_order_prints_a_table_and_saves_json(tmp_path):
@@ -66,7 +110,7 @@ def test_order_prints_a_table_and_saves_json(tmp_path):
     ([*ORDER, "--ratios", "1", "--taus", "1"], "--taus"),
     ([*ORDER, "--burn", "5"], "--burn"),
     ([*ORDER, "--dt", "5"], "--dt"),
-    ([*ORDER, "--samples", "50"], "--samples"),
+    ([*ORDER, "--samples", "500"], "--samples"),
     ([*ORDER, "--scheme", "rk4"], "--scheme"),
     ([*ORDER, "--start", "sorted"], "--start"),
     ([*ORDER, "--out", "x.npz"], "--out"),

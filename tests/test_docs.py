@@ -37,6 +37,7 @@ def _anchors(page: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("layer", LAYERS)
+@pytest.mark.slow
 def test_every_public_name_of_a_layer_is_in_its_reference_page(site, layer):
     pkg = importlib.import_module(f"tokensde.{layer}")
     ids = _anchors(site / "api" / layer / "index.html")

@@ -16,7 +16,14 @@
 - no indented block mixes Python and shell (it could be neither run nor parsed).
 
 - a fenced Python block followed by "prints `LINE`" must print LINE as its last line of output
-  (the page's claim about what the reader will see).
+  (the page's claim about what the reader will see);
+- each `$ tokensde ...` line of a fenced block (```console or a plain fence) followed by output
+  lines is run, and its output must be what the page shows, line for line (so a page cannot show
+  an output the code no longer prints). A line `...` stands for any lines, and `...` inside a line
+  for any text; a block that uses them must say "abridged" in the sentence before it. The cheap
+  commands (`cheap`: the exact theory, a help page) run with the quick tests, the others (Monte
+  Carlo) with the slow ones. The run-time estimate a command prints first (`estimate: ...`) depends
+  on the machine and is not compared.
 
 The README has its own test (tests/test_readme.py), which also checks what its examples print.
 """
@@ -30,6 +37,7 @@ from pathlib import Path
 import pytest
 from doc_blocks import (
     REPO,
+    app,
     commands,
     fenced,
     indented_blocks,
@@ -39,6 +47,7 @@ from doc_blocks import (
     prompts,
     python_blocks,
     python_c,
+    repo_paths,
     run_python,
     shell_blocks,
     strip_prefix,
@@ -88,6 +97,7 @@ def _param(page: Path, i: int, code: str, mark: tuple[str, str] | None) -> objec
 
 
 @pytest.mark.parametrize(("page", "i", "code"), [_param(*b) for b in BLOCKS])
+@pytest.mark.slow
 def test_python_example_runs(page, i, code, tmp_path):
     out = run_python(code, cwd=tmp_path, timeout=600)
     assert out.returncode == 0, f"{_id(page, i)}:\n{out.stderr[-3000:]}"
@@ -123,6 +133,86 @@ def test_shell_command_parses(where, command):
     elif args[0] == "tokensde":
         parse_cli(shlex.join(args))
     # other programs (git, ray, a subshell) are not ours to check
+
+
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+
+def console_runs(text: str) -> list[tuple[str, str, str]]:
+    """`(command, shown output, the text before its block)` for each `$ tokensde ...` line of a
+    fenced block of `text` (```console or a plain fence) that is followed by output lines."""
+    out = []
+    for m in FENCE.finditer(text):
+        if m.group(1) not in ("", "console"):
+            continue
+        before = text[max(0, m.start() - 400):m.start()]
+        out += [(cmd, shown, before) for cmd, shown in prompts(m.group(2))
+                if cmd.startswith("tokensde ") and shown.strip()]
+    return out
+
+
+MACHINE_LINES = ("estimate:",)  # the run-time estimate, calibrated on the machine at hand
+
+
+def cheap(args: list[str]) -> bool:
+    """A command that prints in well under a second: the exact theory, or a help page."""
+    return ("--help" in args or args[:2] in (["two-token", "prob"], ["two-token", "critical"])
+            or (args[:2] == ["two-token", "hybrid"] and "--eps" not in args))
+
+
+def output_matches(shown: str, printed: str) -> bool:
+    """Whether `printed` is what `shown` says, line for line (trailing blanks ignored); a shown
+    line `...` matches any lines, and `...` inside a line any text."""
+    pattern = "".join("(?:.*\n)*?" if line.strip() == "..." else
+                      re.escape(line.rstrip()).replace(re.escape("..."), ".*") + "\n"
+                      for line in shown.strip("\n").splitlines())
+    text = "".join(line.rstrip() + "\n" for line in printed.strip("\n").splitlines())
+    return re.fullmatch(pattern, text) is not None
+
+
+def _console_params() -> list[object]:
+    out = []
+    for page in PAGES:
+        for k, (command, shown, before) in enumerate(console_runs(page.read_text())):
+            args = shlex.split(command)[1:]
+            marks = [] if cheap(args) else [pytest.mark.slow]
+            out.append(pytest.param(page, command, shown, before, marks=marks,
+                                    id=f"{page.relative_to(DOCS)}:{k}:{command[9:50]}"))
+    return out
+
+
+CONSOLE = _console_params()
+
+
+def test_the_pages_show_console_outputs():
+    cheap_runs = [p for p in CONSOLE if not p.marks]
+    assert len(CONSOLE) >= 10 and len(cheap_runs) >= 5
+
+
+@pytest.mark.parametrize(("page", "command", "shown", "before"), CONSOLE)
+def test_console_output_is_what_the_command_prints(page, command, shown, before, tmp_path,
+                                                    monkeypatch):
+    from typer.testing import CliRunner
+
+    if "..." in shown:
+        sentence = before.rstrip().rsplit("\n\n", 1)[-1]
+        assert "abridged" in sentence.lower(), (
+            f"{page.name}: `{command}` shows an abridged output; say so before the block")
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app(), [*repo_paths(shlex.split(command)[1:])])
+    printed = "".join(line for line in res.output.splitlines(keepends=True)
+                      if not line.startswith(MACHINE_LINES))
+    assert output_matches(shown, printed), (
+        f"{page.name}: `{command}` printed\n{res.output}\nthe page shows\n{shown}")
+
+
+def test_output_matching():
+    assert output_matches("a = 1\n  b", "a = 1  \n  b\n")
+    assert not output_matches("a = 1", "a = 2")
+    assert not output_matches("a = 1", "a = 1\nb = 2")
+    assert output_matches("a = 1\n...\nz", "a = 1\nb\nc\nz")
+    assert output_matches("wall_s ...", "wall_s 2.37")
+    assert not output_matches("a\n...\nz", "a\nb")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))

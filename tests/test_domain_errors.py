@@ -88,7 +88,7 @@ from tokensde.meanfield import merge as mf_merge  # noqa: E402
 from tokensde.meanfield import quadrature as quad  # noqa: E402
 from tokensde.meanfield import statistics as mf_stats  # noqa: E402
 from tokensde.model import params as mp  # noqa: E402
-from tokensde.study import token_noise as stn  # noqa: E402
+from tokensde.study import noise_threshold as stn  # noqa: E402
 from tokensde.theory import mlp_block as mb  # noqa: E402
 from tokensde.theory import token_noise as ttn  # noqa: E402
 

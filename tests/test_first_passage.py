@@ -30,8 +30,10 @@ ALLOWED = {
     ENGINE: "the engine (and its independent reference, spec_reference)",
     "sim/gram.py": "Gauss-Legendre for the Gram sampler's radial law, not a scale density",
     "meanfield/quadrature.py": "Gauss-Legendre nodes on S^2 for the limit measure, not a scale density",
-    "study/token_noise.py": "Gauss-Jacobi nodes for the limit's stationary density on the sphere, "
-                            "not a scale density",
+    "study/noise_threshold.py": "Gauss-Jacobi nodes for the limit's stationary density on the "
+                                "sphere, not a scale density",
+    "theory/token_noise.py": "the Gaussian expectation of a normalised noisy step (the layer "
+                             "step's bias on the token-noise threshold), not a scale density",
 }
 
 

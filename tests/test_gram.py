@@ -22,6 +22,7 @@ from tokensde.sim.gram import (
     run_batch_gram,
 )
 from tokensde.sim.layers import attention_output, network_step, normalize, weights_from_logits
+from tokensde.sim.observe import Observer
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import apply_matrices, choose_sampler
 from tokensde.sim.sde import sde_step
@@ -229,6 +230,7 @@ def _two_proportion_z(a: tuple[int, int], b: tuple[int, int]) -> float:
     return (pa - pb) / math.sqrt(pool * (1 - pool) * (1 / a[1] + 1 / b[1]))
 
 
+@pytest.mark.slow
 def test_two_token_outcome_probabilities_match_the_fast_sampler():
     grid, runs = TimeGrid.make(T=6.0, dt=0.02), 3000
     fast, gram = _outcomes("fast", grid, runs, seed=1), _outcomes("gram", grid, runs, seed=2)
@@ -251,26 +253,31 @@ def test_merge_probability_matches_spec_and_a_wrong_dof_does_not(shift):
 
 # --- tokens, the simulate contract, batching ------------------------------------------------------
 
+@pytest.mark.slow
 def test_tokens_stay_exactly_on_the_sphere_and_match_the_gram_record():
     p = ModelParams(n=6, d=50, beta=2.0, mean="identity")
+    # the frame state reaches observers declared invariant: its norms, and its own X X^T
+    norms = Observer("norms", lambda x: x.norm(dim=-1), invariant=True)
+    own = Observer("own", gram_of, invariant=True)
     res = simulate(p, TimeGrid.make(layers=3000), runs=8, seed=3,
-                   recording=Recording(checkpoints=6, record=("gram", "tokens")),
+                   recording=Recording(checkpoints=6, record=("gram",), observe=[norms, own]),
                    execution=Execution(sampler="gram"))
-    assert res.sampler == "gram" and res.tokens.shape == (8, 6, 6, 6) and res.x.shape == (8, 6, 6)
+    assert res.sampler == "gram" and res.tokens is None and res.state.shape == (8, 6, 6)
     diag = np.diagonal(res.gram, axis1=-2, axis2=-1)
     assert float(np.abs(diag - 1).max()) < 1e-12
-    assert float(np.abs(np.linalg.norm(res.x, axis=-1) - 1).max()) < 1e-12
-    np.testing.assert_allclose(gram_of(torch.from_numpy(res.tokens)).numpy(), res.gram, atol=1e-15)
+    assert float(np.abs(res.observed["norms"] - 1).max()) < 1e-12
+    assert float(np.abs(np.linalg.norm(res.state, axis=-1) - 1).max()) < 1e-12
+    np.testing.assert_allclose(res.observed["own"], res.gram, atol=1e-15)
     np.testing.assert_allclose(res.final_gram(), res.gram[:, -1], atol=1e-15)
 
 
 def test_simulate_end_to_end_with_pair_init_and_checkpoints():
     p = ModelParams(n=2, d=300, beta=3.0)
     res = simulate(p, TimeGrid.make(layers=20), runs=5, seed=0, initial=InitialState.pair(-0.3),
-                   recording=Recording(checkpoints=[0, 5, 20], record=("gram", "tokens")),
+                   recording=Recording(checkpoints=[0, 5, 20], record=("gram",)),
                    execution=Execution(sampler="gram"))
     np.testing.assert_allclose(res.rho()[:, 0], -0.3, atol=1e-15)
-    assert res.gram.shape == (5, 3, 2, 2) and res.tokens.shape == (5, 3, 2, 2)
+    assert res.gram.shape == (5, 3, 2, 2) and res.state.shape == (5, 2, 2)
     meta = res.metadata()
     assert meta["sampler"] == "gram" and meta["params"]["d"] == 300 and meta["steps"] == 20
     assert not np.array_equal(res.gram[:, 1], res.gram[:, 2])
@@ -306,11 +313,11 @@ def test_merged_tokens_stay_merged_and_the_law_of_the_rest_is_right():
 
 def test_more_tokens_than_dimensions():
     p, runs = ModelParams(n=6, d=3, beta=2.0), 3000
-    kw = {"layers": 10, "alpha": 0.3, "runs": runs, "record": ("gram", "tokens")}
+    kw = {"layers": 10, "alpha": 0.3, "runs": runs, "record": ("gram",)}
     gram, fast = simulate_loose(p, sampler="gram", seed=1, **kw), simulate_loose(p, sampler="fast", seed=2,
                                                                                  **kw)
-    assert gram.tokens.shape == (runs, 2, 6, 6)
-    assert float(np.abs(gram.tokens[..., 3:]).max()) == 0.0  # a 3-dimensional frame, zero-padded
+    assert gram.state.shape == (runs, 6, 6)
+    assert float(np.abs(gram.state[..., 3:]).max()) == 0.0  # a 3-dimensional frame, zero-padded
     a, b = gram_stats(gram.gram[:, -1]), gram_stats(fast.gram[:, -1])
     assert min(stats.ks_2samp(a[k], b[k]).pvalue for k in a) > 1e-3
 
@@ -393,7 +400,7 @@ def test_antipode_exponent_changes_sign_at_beta_c(side):
     beta = beta_c(d) + side
     res = simulate(ModelParams(n=2, d=d, beta=beta), TimeGrid.make(T=1.0, dt=4e-4), runs=runs, seed=9,
                    initial=InitialState.pair(-1 + eps0), execution=Execution(sampler="gram"))
-    x = torch.from_numpy(res.x)
+    x = torch.from_numpy(res.state)  # the frame: 1 + rho is a function of inner products
     eps = 0.5 * (x[:, 0] + x[:, 1]).square().sum(-1)  # 1 + rho, without cancellation
     slope = torch.log(eps / eps0).numpy() / res.grid.T
     lam, se = antipode_exponent(beta, d), slope.std() / math.sqrt(runs)

@@ -34,6 +34,7 @@ from tokensde.sim.layers import (
     residual_step,
 )
 from tokensde.sim.norm_sde import peri_factor, peri_sde_step
+from tokensde.sim.observe import Observer
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import (
     apply_matrices,
@@ -166,6 +167,7 @@ def test_sde_step_with_block_equals_the_step_with_whole_matrices(n, d, sigma):
 
 @pytest.mark.parametrize(("law", "d", "m"), [("goe", 7, 3), ("gaussian", 7, 3), ("gaussian", 3, 3),
                                              ("gaussian", 40, 2)])
+@pytest.mark.slow
 def test_frame_forms_have_the_law_of_the_compressed_form(law, d, m):
     # by rotation invariance B^T R B has the law of R's top-left m x m block
     runs = 20_000
@@ -346,7 +348,7 @@ def test_a_million_dimensions_hold_nothing_of_size_d(kw):
     assert choose_sampler(p) == "gram"
     for scheme in ("network", "sde"):
         res = simulate(p, TimeGrid.make(layers=4), runs=512, seed=0, scheme=scheme)
-        assert res.sampler == "gram" and res.x.shape == (512, 4, 4)
+        assert res.sampler == "gram" and res.state.shape == (512, 4, 4)
         diag = np.diagonal(res.gram, axis1=-2, axis2=-1)
         assert float(np.abs(diag - 1).max()) < 1e-12
         assert not np.array_equal(res.gram[:, 0], res.gram[:, -1])
@@ -489,7 +491,7 @@ NORM_CASES = {
 def norm_stats(res) -> dict[str, np.ndarray]:
     """Per run at T: the pair statistics of the directions and the mean squared radius |h|^2."""
     out = pair_stats(res.gram[:, -1])
-    out["radius^2"] = np.square(res.x).sum(-1).mean(-1)
+    out["radius^2"] = np.square(res.state).sum(-1).mean(-1)  # a function of inner products
     return out
 
 
@@ -499,25 +501,28 @@ def test_pre_and_peri_same_law_as_the_fast_sampler(name):
     p, grid = ModelParams(n=n, d=d, beta=1.5, **kw), TimeGrid(12, 0.05)
     got = simulate(p, grid, runs=RUNS, seed=12, scheme=scheme, execution=Execution(sampler="gram"))
     ref = simulate(p, grid, runs=RUNS, seed=11, scheme=scheme, execution=Execution(sampler="fast"))
-    assert got.sampler == "gram" and got.x.shape == (RUNS, n, n)
-    # the record is the directions' Gram matrix, x the frame coordinates of h (radii kept)
+    assert got.sampler == "gram" and got.state.shape == (RUNS, n, n)
+    # the record is the directions' Gram matrix, state the frame coordinates of h (radii kept)
     diag = np.diagonal(got.gram[:, -1], axis1=-2, axis2=-1)
     assert float(np.abs(diag - 1).max()) < 1e-12
-    assert float(np.linalg.norm(got.x, axis=-1).std()) > 0.05
+    assert float(np.linalg.norm(got.state, axis=-1).std()) > 0.05
     z = z_scores(norm_stats(got), norm_stats(ref))
     assert max(abs(v) for v in z.values()) < 5, z
 
 
 def test_pre_and_peri_records_and_post_unchanged_by_them():
-    # tokens and x are h in the frame; gram is their directions' Gram matrix; a post-norm run is
-    # untouched (same numbers as before: tests/test_gram.py holds them)
+    # observers and state see h in the frame; gram is its directions' Gram matrix; a post-norm
+    # run is untouched (same numbers as before: tests/test_gram.py holds them)
     p = ModelParams(n=3, d=9, beta=1.5, norm="peri", mean="identity")
+    seen = [Observer("dirs", lambda h: gram_of(normalize(h)), invariant=True),
+            Observer("radii", lambda h: h.norm(dim=-1), invariant=True)]
     res = simulate(p, TimeGrid.make(layers=6), runs=50, seed=2,
-                   recording=Recording(checkpoints=3, record=("gram", "tokens")),
+                   recording=Recording(checkpoints=3, record=("gram",), observe=seen),
                    execution=Execution(sampler="gram"))
-    u = normalize(torch.from_numpy(res.tokens))
-    np.testing.assert_allclose(res.gram, gram_of(u).numpy(), rtol=0, atol=1e-13)
-    np.testing.assert_array_equal(res.tokens[:, -1], res.x)
+    np.testing.assert_allclose(res.gram, res.observed["dirs"], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(res.observed["radii"][:, -1], np.linalg.norm(res.state, axis=-1),
+                               rtol=1e-14, atol=0)
+    assert float(np.abs(res.observed["radii"][:, -1] - 1).max()) > 1e-3  # radii kept
 
 
 @pytest.mark.parametrize("kw", [{"norm": "pre", "mlp": "gelu", "mlp_width": 32},
@@ -530,10 +535,10 @@ def test_pre_and_peri_at_a_million_dimensions(kw):
             continue
         res = simulate(p, TimeGrid.make(layers=4), runs=256, seed=0, scheme=scheme,
                        execution=Execution(sampler="gram"))
-        assert res.sampler == "gram" and res.x.shape == (256, 4, 4)
+        assert res.sampler == "gram" and res.state.shape == (256, 4, 4)
         diag = np.diagonal(res.gram, axis1=-2, axis2=-1)
         assert float(np.abs(diag - 1).max()) < 1e-12
-        assert float(np.abs(np.linalg.norm(res.x, axis=-1) - 1).max()) > 1e-3
+        assert float(np.abs(np.linalg.norm(res.state, axis=-1) - 1).max()) > 1e-3
 
 
 def test_peri_sde_with_a_block_stays_refused_with_the_gram_sampler():

@@ -190,6 +190,7 @@ def test_sweep_kind_and_cli(tmp_path) -> None:
     assert bad.exit_code == 2 and "--start must be one of" in bad.output
 
 
+@pytest.mark.slow
 def test_report_section_tiny(tmp_path) -> None:
     """The report section `meanfield` builds at tiny size, shows the limit at 1/2, and reuses its
     saved table."""

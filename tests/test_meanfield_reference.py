@@ -1,11 +1,12 @@
-"""`absorption_table` and `run_coupled` reproduce, bit for bit, the values saved from the code that
+"""`absorption_table` and `run_coupled` reproduce the values saved from the code that
 computed the published absorption table (tests/data/meanfield_reference.npz).
 
 The saved values come from the frozen copy of that code (HEAD 7cfb8c6 plus the merging changes of
 the table's run), where `run_coupled` had its own layer loop (`meanfield.flow._advance`):
 `PYTHONPATH=<frozen>/src python tests/test_meanfield_reference.py --write`. Since the flow runs
 through the one layer loop `tokensde.sim.loop.march` it must give them unchanged: floats compared
-with `==` (nan where nan), integers and strings exactly. The cases: the absorption table on the
+with `==` (nan where nan; the final token coordinates to 1e-12, see `COORD_ATOL`), integers
+and strings exactly. The cases: the absorption table on the
 circle (beta 1 and 3) and the sphere with both starts, and `run_coupled` itself until the horizon,
 without merging, on one shared path, with a batch smaller than the runs and with the SDE scheme.
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tokensde import ModelParams, TimeGrid
 from tokensde.meanfield.absorption import absorption_table, particle_starts
@@ -76,19 +78,33 @@ def compute() -> dict[str, np.ndarray]:
     return out
 
 
+# float64 token coordinates agree to the last bits only on the CPU kind that wrote the file:
+# torch's matrix products take other kernels on AVX-512 than on AVX2 and round differently (1e-15
+# here). Every table value, count, decision layer and string must still be equal.
+COORD_ATOL = 1e-12
+
+
 def differences(ref: dict[str, np.ndarray], now: dict[str, np.ndarray]) -> list[str]:
-    """The keys whose values differ (floats by `==`, nan equal to nan), or that only one holds."""
+    """The keys whose values differ (token coordinates `/x` beyond `COORD_ATOL`, other floats by
+    `==`, nan equal to nan), or that only one holds."""
     bad = sorted(set(ref) ^ set(now))
     for key in sorted(set(ref) & set(now)):
         a, b = ref[key], now[key]
-        same = a.shape == b.shape and a.dtype == b.dtype and (
-            np.array_equal(a, b, equal_nan=True) if a.dtype.kind in "fc"
-            else np.array_equal(a, b))
+        if not (a.shape == b.shape and a.dtype == b.dtype):
+            bad.append(key)
+            continue
+        if a.dtype.kind not in "fc":
+            same = np.array_equal(a, b)
+        elif key.endswith("/x"):
+            same = np.allclose(a, b, rtol=0.0, atol=COORD_ATOL, equal_nan=True)
+        else:
+            same = np.array_equal(a, b, equal_nan=True)
         if not same:
             bad.append(key)
     return bad
 
 
+@pytest.mark.slow
 def test_meanfield_reproduces_the_frozen_table_code():
     ref = dict(np.load(DATA))
     assert differences(ref, compute()) == []

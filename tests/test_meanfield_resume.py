@@ -77,6 +77,7 @@ def _start(out: Path) -> subprocess.Popen:
 
 @pytest.mark.parametrize(("sig", "code", "name"), [(signal.SIGINT, 130, "SIGINT"),
                                                    (signal.SIGTERM, 143, "SIGTERM")])
+@pytest.mark.slow
 def test_interrupted_table_resumes_with_finished_cells_unchanged(tmp_path, sig, code, name):
     out = tmp_path / "mf"
     proc = _start(out)
@@ -110,6 +111,7 @@ def test_interrupted_table_resumes_with_finished_cells_unchanged(tmp_path, sig, 
     assert st["done"] == 6 and st["failed"] == 0
 
 
+@pytest.mark.slow
 def test_existing_out_refused_without_force(tmp_path) -> None:
     # a folder with other results: an older table (a tokensde file) is refused, kept, then replaced
     old = tmp_path / "old"
@@ -200,7 +202,7 @@ def test_all_undecided_cell_says_undecided() -> None:
     (["--time", "nan"], "--time must be a finite number > 0; got nan"),
     (["--tol", "0"], "--tol must be a finite number > 0; got 0.0"),
     (["--n", "1"], "--n must be an integer from 2 to 2147483647; got 1"),
-    (["--start", "grid"], "--start must be one of iid, quasi; got 'grid'"),
+    (["--start", "grid"], "--start must be one of iid, quasi, mixture; got 'grid'"),
     (["--device", "tpu"], "--device must be cpu, cuda or cuda:N; got 'tpu'"),
 ])
 def test_bad_input_is_named(tmp_path, args, message) -> None:

@@ -248,6 +248,7 @@ def test_two_token_mc_cli_with_a_block():
     assert r.exit_code == 2 and "mlp_sigma is used only with an MLP block" in r.output
 
 
+@pytest.mark.slow
 def test_goe_forms_redrawn_two_token_theory():
     """The averaged rho diffusion of GOE forms redrawn every layer (`two_token_forms`): at scale 0
     it is the spec model's; against the network (seeded, forms redrawn every layer) at tol 1e-3."""

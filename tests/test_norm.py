@@ -137,11 +137,11 @@ def test_peri_relu_radius_has_the_closed_form_for_every_sampler():
     for sampler in ("full", "fast", "gram"):
         res = simulate(reported, TimeGrid.make(T=0.5, dt=0.05), runs=8, seed=3,
                        execution=Execution(sampler=sampler))
-        assert np.isfinite(res.x).all() and np.isfinite(res.gram).all()
+        assert np.isfinite(res.state).all() and np.isfinite(res.gram).all()
         np.testing.assert_allclose(np.diagonal(res.gram, axis1=-2, axis2=-1), 1.0, rtol=1e-12)
         res = simulate(p, TimeGrid.make(T=1.0, dt=0.05), runs=runs, seed=5,
                        execution=Execution(sampler=sampler))
-        r2 = (res.x**2).sum(-1).mean(-1)
+        r2 = (res.state**2).sum(-1).mean(-1)  # radii: the same in R^d and in the Gram frame
         assert abs(r2.mean() - 2.5) < 5 * r2.std() / math.sqrt(runs)
         q = (res.gram[:, -1, iu[0], iu[1]] ** 2).mean(-1)
         law[sampler] = (q.mean(), q.var() / runs)

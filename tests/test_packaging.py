@@ -19,6 +19,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -109,6 +110,7 @@ def _without_sklearn(*args: str) -> subprocess.CompletedProcess[str]:
                                "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"})
 
 
+@pytest.mark.slow
 def test_the_library_and_cli_work_without_scikit_learn():
     assert _without_sklearn("--help").returncode == 0
     out = _without_sklearn("two-token", "prob", "--beta", "1", "--d", "3", "--rho0", "0")
@@ -116,6 +118,7 @@ def test_the_library_and_cli_work_without_scikit_learn():
     assert "P_anti" in out.stdout
 
 
+@pytest.mark.slow
 def test_the_digits_say_which_extra_to_install(tmp_path):
     out = _without_sklearn("vit", "geometry", "--dataset", "digits", "--images", "2",
                            "--seeds", "1", "--out", str(tmp_path / "g"))

@@ -156,6 +156,7 @@ def test_p_first_against_an_ode_reference(beta, d, rho0, tol, mlp, ms):
 
 @pytest.mark.parametrize(("beta", "d", "rho0", "tol", "mlp", "ms"), [
     (2.0, 4, -0.5, 1e-3, "relu", 1.0), (3.0, 5, -0.3, 1e-2, "gelu", 0.5)])
+@pytest.mark.slow
 def test_p_first_against_monte_carlo(beta, d, rho0, tol, mlp, ms):
     runs = 6000
     mc = pdf.monte_carlo_first(beta, d, rho0, tol, mlp=mlp, mlp_sigma=ms, runs=runs, dt=2e-3,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from probe_bad_inputs import CLASSES, cases, run
@@ -16,6 +18,7 @@ def test_probe_covers_a_few_hundred_inputs():
     assert len(labels) >= 250 and len(set(labels)) == len(labels)
 
 
+@pytest.mark.slow
 def test_fast_subset_of_the_probe_is_all_clean(capsys):
     counts = run(every=6)
     assert sum(counts.values()) >= 45

@@ -109,6 +109,7 @@ def cluster():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_killed_worker_node_loses_no_cell_and_duplicates_none(cluster, tmp_path):
     address, worker = cluster
     cfg = tmp_path / "s.toml"

@@ -37,6 +37,7 @@ def test_readme_has_examples_with_their_output():
 
 
 @pytest.mark.parametrize(("code", "expected", "whole"), EXAMPLES)
+@pytest.mark.slow
 def test_readme_example_prints_what_readme_says(code, expected, whole):
     out = run_python(code)
     assert out.returncode == 0, out.stderr
@@ -56,6 +57,7 @@ def test_readme_console_commands_print_what_readme_says(command, expected):
     assert res.output.rstrip("\n") == expected
 
 
+@pytest.mark.slow
 def test_readme_bash_commands_run_or_parse(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     targets = make_targets()
@@ -72,3 +74,23 @@ def test_readme_bash_commands_run_or_parse(tmp_path, monkeypatch):
             assert res.exit_code == 0, f"{command}: {res.output}"
             ran += 1
     assert ran >= 3
+
+
+def test_readme_names_the_paper_and_its_citation_files():
+    first = "\n".join(README.splitlines()[:12])
+    for needed in ("Clustering in Deep Stochastic Transformers", "arXiv:2601.21942", "Fedorov",
+                   "Laurière", "ICML 2026"):
+        assert needed in first, needed
+    yaml = pytest.importorskip("yaml")  # PyYAML comes with the docs tools
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0" and cff["type"] == "software"
+    assert cff["license"] == "MIT" and cff["title"] and cff["authors"] and cff["message"]
+    paper = cff["preferred-citation"]
+    assert paper["title"] == "Clustering in Deep Stochastic Transformers"
+    assert [a["family-names"] for a in paper["authors"]] == [
+        "Fedorov", "Sander", "Elie", "Marion", "Laurière"]
+    assert {"arXiv:2601.21942"} == {i["value"] for i in paper["identifiers"]}
+    assert any("2606.05140" in str(r) for r in cff["references"])
+    licence = (REPO / "LICENSE").read_text()
+    assert licence.startswith("MIT License") and "tokensde developers" in licence
+    assert 'license = { text = "MIT" }' in (REPO / "pyproject.toml").read_text()

@@ -114,8 +114,8 @@ def test_figure_list():
     res = CliRunner().invoke(_app(), ["figure", "--list", "--json"])
     assert res.exit_code == 0, res.output
     names = json.loads(res.output)
-    assert list(names) == ["phase-diagram", "theory-vs-simulation", "phase-over-d", "decision-times",
-                           "trajectories",
+    assert list(names) == ["tokens-in-motion", "phase-diagram", "theory-vs-simulation",
+                           "phase-over-d", "decision-times", "trajectories",
                            "histograms", "multi-token", "variants", "mlp", "meanfield",
                            "token-noise", "convergence", "vit", "vit-depth", "real"]
 
@@ -125,6 +125,7 @@ def test_figure_rejects_unknown_name(tmp_path):
     assert res.exit_code == 2 and "NAME must be one of" in res.output
 
 
+@pytest.mark.slow
 def test_figure_reuses_its_saved_result(tmp_path, monkeypatch, small_tiny):
     args = ["figure", "convergence", "--size", "tiny", "--out", str(tmp_path), "--workers", "1",
             "--json"]

@@ -64,6 +64,7 @@ def test_ito_correction_keeps_the_norm_to_second_order(kw):
     assert float(excess) < 0.05 * ito_size
 
 
+@pytest.mark.slow
 def test_network_and_sde_agree_in_law_at_fine_steps():
     p = ModelParams(n=2, d=6, beta=1.0)
     kw = {"T": 0.5, "runs": 20_000, "init": "pair", "rho0": 0.0}

@@ -5,6 +5,7 @@ never switches matplotlib's backend."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 import subprocess
@@ -28,12 +29,14 @@ def _python(code: str, **env: str) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 def test_study_imports_without_the_command_line():
     code = ("import sys, tokensde.study; assert 'typer' not in sys.modules, 'typer'; "
             "print(sorted(m for m in sys.modules if m.startswith('tokensde.cli')))")
     assert _python(code) == "[]"
 
 
+@pytest.mark.slow
 def test_reproduce_runs_from_python_and_reuses_saved_results(tmp_path):
     path, sections, record = study.reproduce(tmp_path, size="tiny", workers=1,
                                              only=["histograms"])
@@ -139,6 +142,7 @@ def test_sweeps_directory_can_be_overridden(tmp_path, monkeypatch):
         context.sweep_file(("nope",))
 
 
+@pytest.mark.slow
 def test_plot_modules_leave_the_matplotlib_backend_alone():
     code = ("import importlib, pkgutil, sys, matplotlib, tokensde.plots as p\n"
             "for m in pkgutil.iter_modules(p.__path__):\n"
@@ -175,6 +179,7 @@ def test_variants_section_labels_every_arm_and_checks_the_spec_model(tmp_path):
     assert (tmp_path / "figures" / "variants.png").stat().st_size > 20_000
 
 
+@pytest.mark.slow
 def test_mlp_section_checks_every_cell_against_the_first_passage_theory(tmp_path):
     from tokensde.plots.mlp import arm, mlp_rows
     from tokensde.theory import decision_time as absorption
@@ -202,3 +207,112 @@ def sec_table_frame(table):
 
     return pd.DataFrame([{"beta": r[1], "tol": r[2], "mlp": "relu" if r[0][0] == "r" else "none",
                           "mlp_sigma": 0.3} for r in table.rows])
+
+
+def _saved_tables(out: Path) -> dict[str, object]:
+    """Every saved sweep table under `out/sweeps/` (less its timing columns) and every saved
+    array under `out/data/`, by path."""
+    import numpy as np
+    import pandas as pd
+
+    found: dict[str, object] = {}
+    for table in sorted((out / "sweeps").glob("*/table.parquet")):
+        df = pd.read_parquet(table)
+        found[str(table.relative_to(out))] = df.drop(
+            columns=[c for c in df.columns if c.startswith("wall") or c in ("time", "host")])
+    def untimed(value: object) -> object:  # a saved JSON header less its wall times
+        if isinstance(value, dict):
+            return {k: untimed(v) for k, v in value.items() if not k.startswith("wall")}
+        return value
+
+    for npz in sorted((out / "data").rglob("*.npz")):
+        with np.load(npz) as z:
+            found[str(npz.relative_to(out))] = {
+                k: np.array(json.dumps(untimed(json.loads(str(z[k]))), sort_keys=True))
+                if z[k].dtype.kind == "U" and str(z[k]).startswith("{") else z[k]
+                for k in z.files}
+    return found
+
+
+@pytest.mark.slow
+def test_sections_on_a_pool_save_what_one_process_saves(tmp_path):
+    import numpy as np
+
+    names = ["phase-diagram", "theory-vs-simulation", "decision-times", "histograms", "mlp"]
+    one = study.reproduce(tmp_path / "one", "tiny", workers=1, only=names)
+    two = study.reproduce(tmp_path / "two", "tiny", workers=2, only=names)
+    for _, sections, record in (one, two):
+        assert [s.key for s in sections] == names  # report order, whatever finished first
+        assert list(record["sections"]) == names and not record["failed"]
+        assert all(record["sections"][n]["wall_s"] > 0 for n in names)
+    a, b = _saved_tables(tmp_path / "one"), _saved_tables(tmp_path / "two")
+    assert sorted(a) == sorted(b) and len(a) >= 5  # 2 sweeps, 3 arrays at least
+    for key, left in a.items():
+        right = b[key]
+        if isinstance(left, dict):
+            assert left.keys() == right.keys()
+            for k in left:
+                assert np.array_equal(left[k], right[k], equal_nan=left[k].dtype.kind == "f"), (
+                    key, k)
+        else:
+            assert left.equals(right), key
+    # the tables the report shows are the same, value for value
+    for s1, s2 in zip(one[1], two[1], strict=True):
+        shown = [json.dumps([t.rows for t in s.tables], default=str) for s in (s1, s2)]
+        assert shown[0] == shown[1], s1.key  # NaN written as NaN on both sides
+
+
+def test_the_pool_plan_runs_the_costliest_first_and_shares_saved_results(tmp_path, monkeypatch):
+    rep = importlib.import_module("tokensde.study.reproduce")  # the module, not the function
+    monkeypatch.setattr(rep, "machine_speed", lambda: (1.0, "test"))
+    monkeypatch.setattr(rep, "SECTION_CPU_S", {**rep.SECTION_CPU_S, "tiny": {
+        "phase-diagram": 30.0, "theory-vs-simulation": 1.0, "histograms": 5.0,
+        "multi-token": 20.0, "mlp": 200.0, "decision-times": 8.0}})
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    names = ["phase-diagram", "theory-vs-simulation", "decision-times", "histograms",
+             "multi-token", "mlp"]
+    ctx = study.Context(tmp_path, "tiny", workers=2)
+    cost = rep.section_cpu(names, ctx)
+    solo, pooled, processes = rep._plan(names, ctx, cost)
+    # mlp (200 of 264 s, a sweep) is more than a process's share: alone, on both workers
+    assert solo == [["mlp"]] and processes == 2
+    assert pooled == [["phase-diagram", "theory-vs-simulation"], ["multi-token"],
+                      ["decision-times"], ["histograms"]]
+    # 200/2 alone; then each group on the process free first: 31 | 20 + 8 + 5 (28 < 31)
+    seconds, _ = rep.estimate(names, ctx)
+    assert seconds == pytest.approx(100 + rep.START_S + 33)
+    # one process: everything here, in report order; the estimate is the sum
+    ctx1 = study.Context(tmp_path, "tiny", workers=1)
+    solo, pooled, processes = rep._plan(names, ctx1, cost)
+    assert [n for g in solo for n in g] == names and pooled == []
+    assert rep.estimate(names, ctx1)[0] == pytest.approx(sum(cost.values()))
+    # an earlier run of this size and seed: its ok sections only redraw
+    (tmp_path / "reproduce.json").write_text(json.dumps(
+        {"size": "tiny", "seed": 0, "sections": {"mlp": {"status": "ok"},
+                                                 "multi-token": {"status": "failed"}}}))
+    again = rep.section_cpu(names, ctx)
+    assert again["mlp"] == rep.REUSED_CPU_S and again["multi-token"] == 20.0
+
+
+def test_quick_sweeps_aim_for_their_stated_half_width():
+    """Each quick two-token or multi-token sweep states the 95% Wilson half-width its runs give
+    (at p = 1/2, the widest); the runs must give it, and each d of the phase grid must have beta
+    on both sides of beta_c(d)."""
+    import math
+    import re
+
+    from tokensde.theory.two_tokens import beta_c
+
+    for name in ("phase-quick", "phase-d-quick", "variants-quick", "mlp-quick",
+                 "multi-token-quick"):
+        path = context.SWEEP_DIR / f"{name}.toml"
+        text = re.sub(r"\s*\n#\s*", " ", path.read_text())  # comment lines joined
+        aim = float(re.search(r"half-width of at most ([0-9.]*[0-9])", text).group(1))
+        runs = tomllib.loads(path.read_text())["runs"]
+        z = 1.959964
+        widest = z * math.sqrt(0.25 / runs + z * z / (4 * runs * runs)) / (1 + z * z / runs)
+        assert widest <= aim < widest + 0.01, (name, runs, widest, aim)
+    grid = tomllib.loads((context.SWEEP_DIR / "phase-quick.toml").read_text())["grid"]
+    for d in grid["d"]:
+        assert min(grid["beta"]) < beta_c(d) - 0.3 or beta_c(d) == 0
+        assert max(grid["beta"]) > beta_c(d) + 0.3

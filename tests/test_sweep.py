@@ -144,6 +144,7 @@ def test_order_changes_which_cells_run_first_not_the_table(reference, tmp_path):
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_ray_backend_gives_the_same_table(reference, tmp_path):
     pytest.importorskip("ray")
     cfg, ref = reference
@@ -159,6 +160,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted(reference, tmp_path):
     cfg, ref = reference
     out = tmp_path / "killed"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-import tokensde.study.token_noise as tn
+import tokensde.study.noise_threshold as tn
 from tokensde.model.params import ParameterError
 from tokensde.study.context import SWEEP_DIR
 from tokensde.sweep.config import TIMING_COLUMNS, SweepConfig

@@ -168,6 +168,7 @@ def test_small_p_anti_keeps_its_relative_accuracy():
 
 @pytest.mark.parametrize(("beta", "d"), [(6.811, 1024), (7.505, 4096), (12.0, 10000),
                                          (tt.beta_c(3000) + 0.05, 3000)])
+@pytest.mark.slow
 def test_uniform_average_at_large_d(beta, d):
     # the rho_0 density (1 - rho^2)^((d-3)/2) has width 1/sqrt(d): average p_anti over it directly
     half_width = 14.0 / math.sqrt(d)
@@ -273,6 +274,7 @@ def test_hybrid_threshold_and_exponents():
     assert tt.hybrid_p_anti(0.5, 2.0) == 1.0 and tt.hybrid_p_anti(0.5, 0.1) == 0.0
 
 
+@pytest.mark.slow
 def test_reduced_diffusion_is_seeded_and_ends_match_theory():
     kw = {"beta": 2.0, "d": 4, "rho0": -0.5, "T": 40.0, "dt": 0.02, "runs": 20_000}
     a, b = tt.reduced_diffusion(seed=1, **kw), tt.reduced_diffusion(seed=1, **kw)
@@ -333,6 +335,7 @@ def test_monte_carlo_result_is_reproducible_and_reports_horizon():
         assert r["ci"][0] <= r["p_anti"] <= r["ci"][1]
 
 
+@pytest.mark.slow
 def test_hybrid_merges_below_and_ends_antipodal_above_threshold():
     beta = 0.5
     eps_c = math.sqrt(tt.hybrid_eps2_c(beta))

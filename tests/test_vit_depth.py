@@ -119,6 +119,7 @@ def test_paired_gaps_match_hand_computed_t_interval() -> None:
     assert math.isnan(g.loc["default", "gap"]) and g.loc["default", "lam"] == 1.0
 
 
+@pytest.mark.slow
 def test_depth_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
     cfg = SweepConfig.from_dict({"kind": KIND, "module": "tokensde.vit.depth", "seed": 1,
                                  "params": TINY, "grid": {"arm": ["default", "noise:0",

@@ -226,6 +226,7 @@ def test_promising_first_runs_each_arm_near_its_last_choice() -> None:
         todo, key=lambda c: (c.params["epochs"], c.params["lr"], c.index))
 
 
+@pytest.mark.slow
 def test_fair_tiny_pipeline_resumes_reports_and_ignores_test_labels(tmp_path: Path) -> None:
     """`tokensde vit fair --size fair-tiny`: 8 cells, report tables and figures; a rerun reuses
     every cell; the same sweep with permuted test labels chooses the same rates from the same
@@ -311,6 +312,7 @@ def test_choice_is_complete_against_each_budgets_own_grid() -> None:
     assert part.loc[("default", 3), "lr"] == 1e-3  # the one rate both arms have at 3 epochs
 
 
+@pytest.mark.slow
 def test_fair_report_merges_a_sweep_that_widens_the_grid(tmp_path: Path) -> None:
     """`fair-report A B`: B's rates join A's grid at B's budgets only (paired by seed, the choice
     over the union), a rate outside a budget's grid reads '–'; a cell given twice, or a sweep of

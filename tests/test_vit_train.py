@@ -85,6 +85,7 @@ train_run(load_dataset("digits", train_subset=500), cfg, TrainConfig(epochs={epo
 """
 
 
+@pytest.mark.slow
 def test_resume_after_kill_continues_from_last_checkpoint(tmp_path: Path) -> None:
     epochs = 10
     killed = tmp_path / "killed"
@@ -226,6 +227,7 @@ def _app() -> typer.Typer:
     return app
 
 
+@pytest.mark.slow
 def test_cli_compare_json_shape_and_figure(tmp_path: Path) -> None:
     args = ["vit", "compare", "--dataset", "digits", "--epochs", "1", "--seeds", "2",
             "--arms", "default,suppressed:0", "--dim", "16", "--depth", "1", "--heads", "2",

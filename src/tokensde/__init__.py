@@ -5,8 +5,8 @@ and reproduce the study. The names below are the public API; `tokensde.theory` h
 two-token results. Each layer folder (`tokensde.model`, `tokensde.sim`, ...) lists what it
 offers in its own `__all__`; a name listed nowhere is internal and may change without notice.
 
-Only the model is imported with the package: the rest loads on first use (PEP 562), so
-`import tokensde` (and `tokensde.theory`) never imports torch.
+Every name loads on first use (PEP 562): `import tokensde` imports neither numpy nor torch, so
+the command line starts at once, and `tokensde.theory` never imports torch.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 from ._version import __version__
-from .model.params import VALUE_INIT_PRESETS, ModelParams, ParameterError, TimeGrid
 
 if TYPE_CHECKING:
     from . import theory
     from .analysis.clusters import analyze, pair_fractions
     from .io.store import load_result, save_result
+    from .model.params import VALUE_INIT_PRESETS, ModelParams, ParameterError, TimeGrid
     from .sim.options import Execution, InitialState, Recording, StoppingRule
     from .sim.result import SimResult
     from .sim.simulate import simulate

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,4 +51,25 @@ def lazy_exports(package: str, path: str) -> tuple[Callable[[str], Any], Callabl
     def dir_() -> list[str]:
         return sorted({*vars(sys.modules[package]), *where})
 
+    shadowed = {name: f"{package}.{name}" for name, (module, attribute) in where.items()
+                if attribute == name and module == "." + name}
+    if shadowed:
+        _SHADOWED[package] = shadowed
+        sys.modules[package].__class__ = _ExportFirst
     return getattr_, dir_
+
+
+# package -> {exported name: the submodule of that name that defines it}
+_SHADOWED: dict[str, dict[str, str]] = {}
+
+
+class _ExportFirst(types.ModuleType):
+    """A package that exports a function under the name of the submodule defining it
+    (`tokensde.sim.simulate`): importing the submodule binds the package attribute to the
+    function, not to the submodule, as an eager `from .simulate import simulate` would."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        target = _SHADOWED.get(self.__name__, {}).get(name)
+        if target is not None and isinstance(value, types.ModuleType) and value.__name__ == target:
+            value = getattr(value, name)
+        super().__setattr__(name, value)

@@ -7,13 +7,18 @@ Every function takes Gram matrices `gram` `(runs, n, n)` (or one `(n, n)`) of un
 - `i, j` are *merged* if `1 - G_ij < tol`, *antipodal* if `1 + G_ij < tol`;
 - *clusters* are the connected components of the merged graph, *poles* those of the
   merged-or-antipodal graph (clusters up to sign);
-- a configuration is *single-cluster* with one cluster, *bipolar* with one pole made of
-  two clusters.
+- a configuration is *decided* when every pair is merged or antipodal (`1 - |G_ij| < tol`).
 
-Outcome at the horizon (`classify_clusters`): single-cluster and bipolar are the absorbing formations of the
-noisy dynamics. Any other configuration is *other* if it is frozen — no inner product moved by more
-than `move_tol` since an earlier checkpoint `before` (e.g. metastable clusters of the deterministic
-flow) — and *undecided* if it is still moving (or if no earlier checkpoint is given).
+Outcome at the horizon (`outcome_codes`, the one rule that `analyze`, `classify_clusters`,
+`token_clusters.tokens_outcome`, the command line and the mean-field statistics share): a
+decided run is *single* when no pair is antipodal (one cluster) and *bipolar* otherwise (two
+antipodal clusters, the absorbing formations of the noisy dynamics). Any other configuration is
+*other* if it is frozen — no inner product moved by more than `move_tol` since an earlier
+checkpoint `before` (e.g. metastable clusters of the deterministic flow) — and *undecided* if it
+is still moving (or if no earlier checkpoint is given). The rule is on pairs, not on the
+components of the merged graph: tokens spread round the circle form one chain of merged
+neighbours (one component) once their spacing is below `arccos(1 - tol)`, though most of their
+pairs are far apart; such a run is not decided.
 
 In float64 a Gram entry resolves gaps down to about 1e-16, so `tol` must lie in
 [`TOL_MIN`, `TOL_MAX`]; `log_gaps` gives the gaps in log10 space for histograms.
@@ -292,18 +297,40 @@ class ClusterReport:
                                                                          strict=True)}
 
 
-def _outcome(n_clusters: np.ndarray, n_poles: np.ndarray, frozen: np.ndarray) -> np.ndarray:
-    out = np.where(frozen, Outcome.OTHER, Outcome.UNDECIDED)
-    out = np.where((n_poles == 1) & (n_clusters == 2), Outcome.BIPOLAR, out)
-    return np.where(n_clusters == 1, Outcome.SINGLE, out).astype(np.int8)
+def outcome_codes(decided: Any, split: Any, frozen: Any = None) -> np.ndarray:
+    """The outcome rule, `(runs,)` int8 codes of `Outcome`: single = decided and not split,
+    bipolar = decided and split, other = not decided and frozen, undecided = the rest.
+
+    Args:
+        decided: boolean `(runs,)`: every pair within tol of +1 or -1 (`1 - |G_ij| < tol`).
+        split: boolean `(runs,)`: some token (of positive weight) lies on the side opposite the
+            first, `<x_i, x_1> < 0` (in a decided run: some pair is antipodal).
+        frozen: boolean `(runs,)`, or None (nothing known to be frozen).
+
+    Returns:
+        The outcome codes.
+    """
+    def flags(a: Any) -> np.ndarray:
+        return np.asarray(a.cpu() if hasattr(a, "cpu") else a, dtype=bool).reshape(-1)
+
+    done, two = flags(decided), flags(split)
+    if done.shape != two.shape:
+        raise ParameterError(f"decided and split must have one flag per run; got shapes "
+                             f"{done.shape} and {two.shape}")
+    rest = np.zeros_like(done) if frozen is None else flags(frozen)
+    out = np.where(rest, Outcome.OTHER, Outcome.UNDECIDED)
+    out = np.where(done & two, Outcome.BIPOLAR, out)
+    return np.where(done & ~two, Outcome.SINGLE, out).astype(np.int8)
 
 
 def analyze(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | None = None
             ) -> ClusterReport:
     """Clusters, poles, antipodal fraction, effective rank and outcome of each run.
 
-    `before`: Gram matrices at an earlier checkpoint; a configuration that is neither single nor
-    bipolar is *other* if `max |G - before| <= move_tol` (default `tol`), else *undecided*.
+    The outcome is `outcome_codes` of the pairs: single or bipolar only when every pair is
+    within `tol` of +1 or -1. `before`: Gram matrices at an earlier checkpoint; a configuration
+    that is neither single nor bipolar is *other* if `max |G - before| <= move_tol` (default
+    `tol`), else *undecided*.
 
     Args:
         gram: Gram matrices `(runs, n, n)` (numpy or torch) of unit tokens.
@@ -324,11 +351,12 @@ def analyze(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | 
     poles = component_labels(near1 | near_1)
     n_clusters, n_poles = count_labels(clusters), count_labels(poles)
     moved = None if before is None else motion(g, before)
-    frozen = np.zeros(g.shape[0], bool) if moved is None else moved <= mtol
+    frozen = None if moved is None else moved <= mtol
+    decided = (near1 | near_1 | np.eye(g.shape[-1], dtype=bool)).all((-2, -1))
     return ClusterReport(
         tol=tol, n_clusters=n_clusters, n_poles=n_poles, cluster_sizes=label_sizes(clusters),
         antipodal_fraction=antipodal_fraction(g, tol), effective_rank=effective_rank(g),
-        moved=moved, outcome=_outcome(n_clusters, n_poles, frozen),
+        moved=moved, outcome=outcome_codes(decided, (g[:, 0] < 0).any(-1), frozen),
     )
 
 
@@ -393,3 +421,53 @@ def tolerance_report(gram: Any, tol: float = 1e-4, before: Any = None,
         out[f"counts_{label}"] = other.counts()
         out[f"changed_{label}"] = float((other.outcome != base.outcome).mean())
     return out
+
+
+def outcome_summary(pairs: int, mean: float, merged: float, antipodal: float,
+                    outcome: np.ndarray, exact: bool = False) -> dict[str, Any]:
+    """The summary of a batch of runs that `tokensde simulate` prints: pair counts and fractions
+    (given), the fractions of runs by outcome (`outcome_codes`), and P(one cluster), P(bipolar)
+    by the rule for undecided runs (`stats.estimate_with_undecided`: over the decided runs, with
+    the bounds the others allow; `exact`: every run the same, no interval).
+
+    Args:
+        pairs: the number of pairs per run.
+        mean: the mean inner product.
+        merged: the fraction of pairs merged.
+        antipodal: the fraction of pairs antipodal.
+        outcome: the outcome codes `(runs,)`.
+        exact: every run the same.
+
+    Returns:
+        The summary, JSON-ready.
+    """
+    from .stats import estimate_with_undecided
+
+    runs = len(outcome)
+    counts = {o: int((outcome == o).sum()) for o in (Outcome.SINGLE, Outcome.BIPOLAR)}
+    decided = counts[Outcome.SINGLE] + counts[Outcome.BIPOLAR]
+    return {
+        "pairs": pairs,
+        "mean_inner_product": mean,
+        "frac_pairs_merged": merged,
+        "frac_pairs_antipodal": antipodal,
+        "frac_runs_one_cluster": counts[Outcome.SINGLE] / runs,
+        "frac_runs_bipolar": counts[Outcome.BIPOLAR] / runs,
+        "frac_runs_undecided": 1.0 - decided / runs,
+        **{f"p_{name}": estimate_with_undecided(k, decided - k, runs, exact=exact).to_dict()
+           for name, k in (("one_cluster", counts[Outcome.SINGLE]),
+                           ("bipolar", counts[Outcome.BIPOLAR]))},
+    }
+
+
+def pair_summary(gram: Any, tol: float, exact: bool = False) -> dict[str, Any]:
+    """`outcome_summary` of Gram matrices `(runs, n, n)`: fractions of pairs with `1 - G_ij <
+    tol` and `1 + G_ij < tol`, outcomes by `classify_clusters` (the rule `outcome_codes`, as
+    `token_clusters.token_summary`); `{'pairs': 0}` for one token."""
+    g = as_gram(gram)
+    rho = upper_pairs(g)
+    if rho.size == 0:
+        return {"pairs": 0}
+    m, a = pair_fractions(rho, tol)
+    return outcome_summary(int(rho.shape[1]), float(rho.mean()), m, a, classify_clusters(g, tol),
+                           exact)

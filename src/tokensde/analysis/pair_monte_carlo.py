@@ -156,7 +156,7 @@ def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: in
     stop = StoppingRule() if until == "horizon" else StoppingRule.decided(tol, decide_every)
     res = simulate(p, grid, runs=runs, seed=seed, initial=_pair_start(rho0), stopping=stop,
                    execution=execution, progress=progress)
-    anti, merged = classify_pair(*pair_log_gaps(res.x), tol)
+    anti, merged = classify_pair(*pair_log_gaps(res.state), tol)
     times = None if until == "horizon" else res.decision_times()
     return int(anti.sum()), int(merged.sum()), res.wall_s, times
 

@@ -3,12 +3,12 @@
 `analysis.clusters` works on Gram matrices, `n x n` per run; at `n = 65536` one of them takes
 34 GB. The same statistics come from the tokens `(runs, n, d)`:
 
-- **outcome** (`tokens_outcome`): a run is *one cluster* or *bipolar* when it is decided
+- **outcome** (`tokens_outcome`): the rule of `clusters.outcome_codes`, which `clusters.analyze`
+  applies to Gram matrices: a run is *one cluster* or *bipolar* when it is decided
   (`sim.decide.decided_tokens`: every pair within tol of +1 or -1, O(n log n) on the circle), its
-  two sides the signs of `<x_i, x_1>`; any other run is *undecided*. This is stricter than
-  `clusters.analyze`, whose clusters are the components of the merged graph: many tokens spread
-  round the circle form one chain of merged neighbours (at n = 65536 neighbours are 1e-4 apart),
-  which that analysis calls one cluster although most pairs are far apart.
+  two sides the signs of `<x_i, x_1>`; any other run is *undecided*. Many tokens spread round
+  the circle form one chain of merged neighbours (at n = 65536 neighbours are 1e-4 apart), but
+  most of their pairs are far apart: undecided, here and in `analyze` alike.
 - **pair fractions** (`tokens_pair_fractions`): on the circle two tokens are merged iff their
   angles are closer than `A = arccos(1 - tol)`, merged or antipodal iff their angles mod pi are,
   so the counts come from the number of sorted angles within `A` of each (`searchsorted`,
@@ -28,7 +28,7 @@ import torch
 
 from ..model.checks import ParameterError, check_tol
 from ..sim.decide import ROW_BLOCK, angle_of_gap, decided_tokens
-from .clusters import Outcome, is_antipodal, is_merged
+from .clusters import is_antipodal, is_merged, outcome_codes, outcome_summary
 
 
 def _as_tokens(x: Any) -> torch.Tensor:
@@ -77,11 +77,8 @@ def tokens_outcome(x: Any, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
     n = t.shape[1]
     done = decided_tokens(t, tol).cpu()
     m = ((t @ t[:, 0].unsqueeze(-1)).squeeze(-1) < 0).sum(-1)  # tokens opposite the first
-    single, bipolar = done & (m == 0), done & (m > 0)
-    minor = torch.where(bipolar, torch.minimum(m, n - m), 0)
-    out = torch.where(single, int(Outcome.SINGLE),
-                      torch.where(bipolar, int(Outcome.BIPOLAR), int(Outcome.UNDECIDED)))
-    return out.numpy().astype(np.int8), minor.numpy().astype(np.int64)
+    minor = torch.where(done & (m > 0), torch.minimum(m, n - m), 0)
+    return outcome_codes(done, m > 0), minor.numpy().astype(np.int64)
 
 
 def _decided_counts(t: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -142,3 +139,24 @@ def tokens_pair_fractions(x: Any, tol: float) -> tuple[np.ndarray, np.ndarray, n
         nan = np.full(runs, math.nan)
         return nan, nan, nan
     return (merged / pairs).numpy(), (anti / pairs).numpy(), mean.numpy()
+
+
+def token_summary(x: Any, tol: float, exact: bool = False) -> dict[str, Any]:
+    """`clusters.pair_summary` from the final tokens `(runs, n, d)` instead of Gram matrices
+    (`tokens_pair_fractions`, `tokens_outcome`: O(n log n) per run on the circle);
+    `{'pairs': 0}` for one token.
+
+    Args:
+        x: tokens `(runs, n, d)`.
+        tol: the merged / antipodal tolerance.
+        exact: every run the same (no interval).
+
+    Returns:
+        The summary of `clusters.outcome_summary`.
+    """
+    n = np.shape(x)[-2]
+    if n < 2:
+        return {"pairs": 0}
+    merged, antipodal, mean = tokens_pair_fractions(x, tol)
+    return outcome_summary(n * (n - 1) // 2, float(mean.mean()), float(merged.mean()),
+                           float(antipodal.mean()), tokens_outcome(x, tol)[0], exact)

@@ -1,7 +1,8 @@
 """The `tokensde` command line: each sub-module registers its commands on one Typer app.
 
 A thin shell over the library: `app` (the Typer application) and `main` (the console script)
-are its only public names."""
+are its only public names. Importing it loads no numpy, torch, pandas or matplotlib: each command
+imports what it needs when its work starts, so `--help` and the theory commands start at once."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import importlib
 import typer
 
 from .._version import __version__
+from ._help import attach
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -38,6 +40,7 @@ def _root(
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}").register(app)
+attach(app)  # an Examples section on every help page
 
 
 def main() -> None:

@@ -1,4 +1,8 @@
-"""Shared pieces of the command line: common options, JSON output, error reporting."""
+"""Shared pieces of the command line: common options, JSON output, error reporting.
+
+Nothing here imports numpy, torch or pandas at module level: `tokensde --help`, option parsing
+and the theory commands start without them (tests/test_cli_startup.py), and each command
+imports what it needs when its work starts."""
 
 from __future__ import annotations
 
@@ -6,30 +10,44 @@ import json
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 
-from ..io.progress import progress_bar
-from ..io.store import to_jsonable
-from ..model.params import ParameterError
-from ..sim.budget import ANNOUNCE_S, Budget, TimeModel, check_budget, estimate_line
+if TYPE_CHECKING:
+    from ..sim.budget import Budget, TimeModel
 
-__all__ = ["ANNOUNCE_S", "JSON", "SEED", "SIZE", "WORKERS", "YES", "announce", "check_estimate",
-           "check_run", "emit_json", "fail", "flag", "progress_bar", "to_jsonable", "user_errors"]
+__all__ = ["JSON", "SEED", "WORKERS", "YES", "announce", "check_estimate", "check_output",
+           "check_run", "emit_json", "fail", "flag", "progress_bar", "user_errors"]
 
 # options that several commands declare alike
 JSON = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 SEED = typer.Option(0, "--seed", help="Root seed (>= 0).")
-SIZE = typer.Option(None, "--size", help="tiny | quick | full (overrides --quick / --full).")
 WORKERS = typer.Option(2, "--workers", help="Processes for the heavy parts.")
 YES = typer.Option(False, "--yes", help="Run even when the time estimate exceeds "
-                   "TOKENSDE_MAX_HOURS (default 24 h).")
-
+                   "TOKENSDE_MAX_HOURS (24 h when unset).")
 
 def emit_json(obj: Any) -> None:
     """Print one JSON document on stdout."""
+    from ..io.store import to_jsonable
+
     typer.echo(json.dumps(to_jsonable(obj), indent=2))
+
+
+def progress_bar(total: int, desc: str, enabled: bool = True, unit: str = "") -> Any:
+    """`io.progress.progress_bar` (a context manager yielding `update(k)`), imported when a
+    command starts its work."""
+    from ..io.progress import progress_bar as bar
+
+    return bar(total, desc, enabled, unit)
+
+
+def check_output(path: Any, name: str, directory: bool = False) -> Any:
+    """`io.store.check_output`: `path` can be written (a folder when `directory`), else
+    ParameterError naming option `name`."""
+    from ..io.store import check_output as check
+
+    return check(path, name, directory=directory)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -45,13 +63,15 @@ def flag(name: str) -> str:
 
 def check_run(budget: Budget, device: str = "cpu", flags: dict[str, str] | None = None,
               yes: bool = False, model: TimeModel | None = None,
-              announce_s: float = ANNOUNCE_S) -> float:
+              announce_s: float | None = None) -> float:
     """Before any work: refuse (exit 2 under `user_errors`) a run whose memory exceeds what is
     available now or, unless `yes` (--yes), whose bounded time estimate exceeds
     TOKENSDE_MAX_HOURS (`sim.budget.check_budget` with `model`, default this machine's
-    `io.calibration.time_model`), and print the estimate on stderr from `announce_s` seconds;
-    `flags` spells the parameters that are not `--name`. Returns the seconds estimated."""
+    `io.calibration.time_model`), and print the estimate on stderr from `announce_s` seconds
+    (default `sim.budget.ANNOUNCE_S`); `flags` spells the parameters that are not `--name`.
+    Returns the seconds estimated."""
     from ..io.calibration import time_model
+    from ..sim.budget import check_budget
 
     spell = flags or {}
     model = time_model(device) if model is None else model
@@ -70,10 +90,13 @@ def check_estimate(estimate: tuple[Budget, TimeModel] | None, yes: bool = False)
 
 
 def announce(seconds: float, source: str, bound: bool = False,
-             least: float = ANNOUNCE_S) -> None:
+             least: float | None = None) -> None:
     """Print `estimate: about 3.2 min (source; ...)` on stderr when `seconds` >= `least`
-    (default ANNOUNCE_S); `bound`: the runs may stop early, the estimate is an upper bound."""
-    if seconds >= least:
+    (default `sim.budget.ANNOUNCE_S`); `bound`: the runs may stop early, the estimate is an
+    upper bound."""
+    from ..sim.budget import ANNOUNCE_S, estimate_line
+
+    if seconds >= (ANNOUNCE_S if least is None else least):
         typer.echo(estimate_line(seconds, source, bound), err=True)
 
 
@@ -95,6 +118,8 @@ def user_errors() -> Iterator[None]:
 
 @contextmanager
 def _errors() -> Iterator[None]:
+    from ..model.checks import ParameterError
+
     try:
         yield
     except typer.Exit:
@@ -113,7 +138,7 @@ def depth_grid(time: float, dt: float) -> Any:
     """The `TimeGrid` of `--time` and `--dt` (a whole number of steps), every error naming the
     options as typed."""
     from ..model.checks import check_real
-    from ..model.params import MAX_LAYERS, TimeGrid
+    from ..model.params import MAX_LAYERS, ParameterError, TimeGrid
 
     t = check_real("--time", time, 0.0, strict=True)
     h = check_real("--dt", dt, 0.0, strict=True)
@@ -137,6 +162,8 @@ def comma_numbers(name: str, text: str, kind: type[float] | type[int] = float) -
     Returns:
         The values, in order.
     """
+    from ..model.checks import ParameterError
+
     what = "integers" if kind is int else "numbers"
     try:
         values = [kind(v) for v in text.split(",") if v.strip()]

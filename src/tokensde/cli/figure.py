@@ -8,8 +8,8 @@ from pathlib import Path
 
 import typer
 
-from ..model.params import ParameterError, check_choice
-from ._common import JSON, SEED, SIZE, WORKERS, YES, emit_json, user_errors
+from ._common import JSON, SEED, WORKERS, YES, emit_json, user_errors
+from ._options import size_option
 
 DEFAULT_OUT = Path("results")
 
@@ -17,8 +17,8 @@ DEFAULT_OUT = Path("results")
 def figure_cmd(
     name: str = typer.Argument(None, help="Figure name (see --list)."),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Results directory (data/ and figures/)."),
-    quick: bool = typer.Option(False, "--quick", help="Quick size (the default is full)."),
-    size: str = SIZE,
+    quick: bool = typer.Option(False, "--quick", help="Quick size instead of the full one."),
+    size: str = size_option("--quick", "full"),
     seed: int = SEED,
     workers: int = WORKERS,
     list_: bool = typer.Option(False, "--list", help="List the figures and exit."),
@@ -26,6 +26,7 @@ def figure_cmd(
     yes: bool = YES,
 ) -> None:
     """Draw one figure from its saved result (computing and saving the result if absent)."""
+    from ..model.checks import ParameterError, check_choice
     from ..study import FIGURES, Context
 
     if list_:

@@ -8,8 +8,11 @@ from typing import Any
 
 import typer
 
-from ..model.params import ParameterError, check_choice, check_int, check_real
 from ._common import JSON, SEED, YES, check_run, emit_json, user_errors
+from ._options import time_option, tol_option, until_option
+
+# the table's decision tolerance, looser than the 1e-8 of the other commands
+TABLE_TOL = 1e-4
 
 meanfield_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="n particles and the many-token limit (K weighted nodes) on "
@@ -21,12 +24,21 @@ def table(
     d: list[int] = typer.Option([2], "--d", help="Dimensions (repeat the option)."),
     beta: list[float] = typer.Option([3.0], "--beta", help="Attention strengths (repeat)."),
     n: list[int] = typer.Option([16, 64], "--n", help="Particle counts (repeat)."),
-    start: list[str] = typer.Option(["iid", "quasi"], "--start", help="iid | quasi (repeat)."),
+    start: list[str] = typer.Option(["iid", "quasi"], "--start", help="iid | quasi | mixture "
+                                    "(repeat): i.i.d. uniform, quasi-uniform, or i.i.d. from the "
+                                    "law of --mixture (the limit then starts from its density)."),
+    mixture: str = typer.Option("1:1:0", "--mixture", help="Law of --start mixture: von Mises "
+                                "components MASS:KAPPA:ANGLE separated by ';' (ANGLE in degrees "
+                                "from e_1 in the e_1, e_2 plane); 1:1:0 is one law of "
+                                "concentration 1 about e_1, not antipodally symmetric."),
     K: int = typer.Option(128, "--K", help="Limit nodes."),
     runs: int = typer.Option(32, "--runs", help="Noise paths a cell."),
-    T: float = typer.Option(40.0, "--time", help="Horizon (depth time)."),
+    T: float = time_option(40.0),
+    until: str = until_option("decided", ("decided",)),
     dt: float = typer.Option(0.02, "--dt", help="Layer step dt = alpha^2."),
-    tol: float = typer.Option(1e-4, "--tol", help="Decided when 1 - |<x_i, x_j>| < tol."),
+    tol: float = tol_option(TABLE_TOL, "Looser than the 1e-8 of the other commands: the limit "
+                            "takes about twice the depth to decide at 1e-8, and more runs stay "
+                            "undecided by --time (docs/absorption.md)."),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda."),
     out: Path = typer.Option(None, "--out", help="Sweep folder of the table: every finished "
                              "system is saved there, and the same command resumes it."),
@@ -45,15 +57,19 @@ def table(
     from ..io.outputs import clear_results, guard_output
     from ..meanfield.absorption import bipolar_text, table_budget
     from ..meanfield.kind import table_config, table_frame
+    from ..model.params import ParameterError, check_choice
     from ..sweep import load_table
     from .sweep import run_resumable
 
     with user_errors():
+        check_choice("--until", until, ("decided",))
         _check_options(d, beta, n, start, K, runs, T, dt, tol, device, seed)
+        _check_mixture(mixture, d)  # checked whatever --start, like every option
+        mix = mixture if "mixture" in start else None
         if out is not None:
             guard_output(out, "--out", directory=True, force=force, resumable=True)
         check_run(table_budget(d, beta, n, K, start, runs, T, dt), device, yes=yes)
-        cfg = table_config(d, beta, n, K, start, runs, seed, T, dt, tol, device)
+        cfg = table_config(d, beta, n, K, start, runs, seed, T, dt, tol, device, mix)
         cfg.cells()  # every cell validated before anything is written
         if out is not None and force:
             if _done(out) is None:
@@ -61,7 +77,8 @@ def table(
                                      "or choose another --out")
             clear_results(out, "--out")
         where = out if out is not None else Path(tempfile.mkdtemp(prefix="tokensde-meanfield-"))
-        resume = _command(d, beta, n, start, K, runs, T, dt, tol, device, seed, json_out, where)
+        resume = _command(d, beta, n, start, K, runs, T, dt, tol, device, seed, json_out, where,
+                          mix)
         try:
             summary = run_resumable(cfg, where, quiet=True, resume=resume, on_cell=_log,
                                     yes=yes, estimate=False)  # check_run said it
@@ -100,7 +117,7 @@ def _check_options(d: list[int], beta: list[float], n: list[int], start: list[st
     the option otherwise."""
     from ..meanfield.absorption import STARTS
     from ..meanfield.kind import check_device
-    from ..model.params import MAX_SIZE
+    from ..model.params import MAX_SIZE, check_choice, check_int, check_real
     from ..sim.options import resolve_device
 
     for v in d:
@@ -118,6 +135,19 @@ def _check_options(d: list[int], beta: list[float], n: list[int], start: list[st
         check_real(name, x, 0.0, strict=True)
     check_device("--device", device)
     resolve_device(device, "--device")
+
+
+def _check_mixture(text: str, d: list[int]) -> str:
+    """`--mixture` parsed in every dimension of the table (ParameterError naming it)."""
+    from ..meanfield.absorption import parse_mixture
+    from ..model.params import ParameterError
+
+    try:
+        for v in d:
+            parse_mixture(text, v)
+    except ParameterError as e:
+        raise ParameterError(f"--mixture: {e}") from None
+    return text
 
 
 def _done(out: Path) -> int | None:
@@ -142,7 +172,7 @@ def _log(row: dict[str, Any]) -> None:
 
 def _command(d: list[int], beta: list[float], n: list[int], start: list[str], K: int, runs: int,
              T: float, dt: float, tol: float, device: str, seed: int, json_out: bool,
-             out: Path) -> str:
+             out: Path, mixture: str | None = None) -> str:
     """The `tokensde meanfield table` command line of these options, writing into `out`."""
     words = ["tokensde", "meanfield", "table"]
     for flag, values in (("--d", d), ("--beta", beta), ("--n", n), ("--start", start)):
@@ -150,6 +180,8 @@ def _command(d: list[int], beta: list[float], n: list[int], start: list[str], K:
             words += [flag, repr(v) if isinstance(v, float) else str(v)]
     words += ["--K", str(K), "--runs", str(runs), "--time", repr(T), "--dt", repr(dt),
               "--tol", repr(tol), "--device", device, "--seed", str(seed), "--out", str(out)]
+    if mixture is not None:
+        words += ["--mixture", mixture]
     return shlex.join(words + (["--json"] if json_out else []))
 
 

@@ -163,7 +163,7 @@ def make_command(arch: str) -> Callable[..., None]:
         inputs: int = typer.Option(2, "--inputs", help="Inputs per init B."),
         out: Path = typer.Option(..., "--out", help="Output directory."),
         seed: int = SEED,
-        vocab: int = typer.Option(None, "--vocab", help="Vocabulary (default: the model's)."),
+        vocab: int = typer.Option(None, "--vocab", show_default="the model's", help="Vocabulary."),
         norm_first: bool = typer.Option(True, "--norm-first/--norm-last",
                                         help="torch-encoder: pre-LN or post-LN."),
         residual_scaling: bool = typer.Option(

@@ -1,7 +1,7 @@
 """`tokensde reproduce`: every figure of the study, then one self-contained HTML report (a shell
 over `tokensde.study.reproduce`).
 
-    tokensde reproduce --quick --out results/quick     # about 4 min on 2 cores (README main job)
+    tokensde reproduce --quick --out results/quick     # 2 to 3 min on 2 cores (README main job)
     tokensde reproduce --full  --out results/full      # the publication size (see docs/report.md)
 """
 
@@ -11,19 +11,21 @@ from pathlib import Path
 
 import typer
 
-from ..model.params import ParameterError
-from ._common import JSON, SEED, SIZE, WORKERS, YES, emit_json, user_errors
+from ._common import JSON, SEED, WORKERS, YES, emit_json, user_errors
+from ._options import size_option
 
 
 def reproduce_cmd(
     out: Path = typer.Option(..., "--out", help="Results directory; DIR/report.html is written."),
-    quick: bool = typer.Option(False, "--quick", help="Quick size: about 4 min on 2 cores."),
+    quick: bool = typer.Option(False, "--quick", help="Quick size (the default): 2 to 3 min "
+                               "on 2 cores; the estimate is printed first."),
     full: bool = typer.Option(False, "--full", help="Full size: about 48 min on 2 cores with "
                               "--skip vit,vit-depth (see docs/report.md)."),
-    size: str = SIZE,
+    size: str = size_option("--quick / --full", "quick"),
     seed: int = SEED,
     workers: int = WORKERS,
-    only: str = typer.Option(None, "--only", help="Comma-separated figures (default: all)."),
+    only: str = typer.Option(None, "--only", show_default="all",
+                             help="Comma-separated figures."),
     skip: str = typer.Option(None, "--skip", help="Comma-separated figures to leave out (e.g. "
                              "vit,vit-depth, which are sized separately)."),
     force: bool = typer.Option(False, "--force", help="Replace a DIR/report.html that tokensde "
@@ -33,6 +35,7 @@ def reproduce_cmd(
 ) -> None:
     """Run every figure (reusing saved results) and write DIR/report.html; exit 1 when a section
     failed (each failure is listed with what to do)."""
+    from ..model.checks import ParameterError
     from ..study import STUDY_SIZES, reproduce
 
     with user_errors():
@@ -70,6 +73,8 @@ def reproduce_cmd(
 
 def _figures(option: str, text: str | None) -> list[str] | None:
     """The comma-separated names of `option`; None when not given; an empty list is refused."""
+    from ..model.checks import ParameterError
+
     if text is None:
         return None
     names = [s.strip() for s in text.split(",") if s.strip()]

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import numpy as np
 import typer
 
-from ..analysis.clusters import Outcome, classify_clusters, pair_fractions, upper_pairs
-from ..io.progress import progress_bar
-from ..model.checks import check_tol
-from ..model.params import Attention, Law, ModelParams, Noise, ParameterError, TimeGrid, real_array
-from ._common import YES, check_run, emit_json, user_errors
+from ._common import YES, check_run, emit_json, progress_bar, user_errors
+from ._options import time_option, tol_option, until_option
+
+if TYPE_CHECKING:  # numpy, the model and torch load when a run starts (tests/test_cli_startup.py)
+    import numpy as np
+
+    from ..model.params import Attention, Law, ModelParams, Noise
 
 
 def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.ndarray:
     """`value` if it is one of `names`, else the real array in the .npy file it names."""
+    import numpy as np
+
+    from ..model.params import ParameterError, real_array
+
     if value in names:
         return value
     path = Path(value)
@@ -35,79 +40,23 @@ def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.nda
     return real_array(f"{param} (from {path})", a)
 
 
-def pair_summary(gram: np.ndarray, tol: float, exact: bool = False) -> dict[str, Any]:
-    """Fractions of token pairs merged and antipodal, and the probabilities that a run ends in
-    one cluster or bipolar by the rule for undecided runs (`stats.estimate_with_undecided`:
-    over the runs whose every pair is within tol of +-1, with the bounds the others allow;
-    `exact`: every run the same, no interval), of Gram matrices `(runs, n, n)`."""
-    rho = upper_pairs(gram)
-    if rho.size == 0:
-        return {"pairs": 0}
-    merged, antipodal = pair_fractions(rho, tol)
-    return _outcome_summary(int(rho.shape[1]), float(rho.mean()), merged, antipodal,
-                            classify_clusters(gram, tol), exact)
-
-
-def token_summary(x: np.ndarray, tol: float, exact: bool = False) -> dict[str, Any]:
-    """`pair_summary` from the final tokens `(runs, n, d)` instead of Gram matrices, in
-    O(n log n) per run on the circle (`analysis.token_clusters`).
-
-    Args:
-        x: tokens `(runs, n, d)`.
-        tol: the merged / antipodal tolerance.
-        exact: every run the same (no interval).
-
-    Returns:
-        The summary of `pair_summary`.
-    """
-    from ..analysis.token_clusters import tokens_outcome, tokens_pair_fractions
-
-    n = x.shape[-2]
-    if n < 2:
-        return {"pairs": 0}
-    merged, antipodal, mean = tokens_pair_fractions(x, tol)
-    return _outcome_summary(n * (n - 1) // 2, float(mean.mean()), float(merged.mean()),
-                            float(antipodal.mean()), tokens_outcome(x, tol)[0], exact)
-
-
-def _outcome_summary(pairs: int, mean: float, merged: float, antipodal: float,
-                     outcome: np.ndarray, exact: bool) -> dict[str, Any]:
-    from ..analysis.stats import estimate_with_undecided
-
-    runs = len(outcome)
-    decided = int((outcome != Outcome.UNDECIDED).sum())
-    counts = {o: int((outcome == o).sum()) for o in (Outcome.SINGLE, Outcome.BIPOLAR)}
-    return {
-        "pairs": pairs,
-        "mean_inner_product": mean,
-        "frac_pairs_merged": merged,
-        "frac_pairs_antipodal": antipodal,
-        "frac_runs_one_cluster": counts[Outcome.SINGLE] / runs,
-        "frac_runs_bipolar": counts[Outcome.BIPOLAR] / runs,
-        "frac_runs_undecided": 1.0 - decided / runs,
-        **{f"p_{name}": estimate_with_undecided(k, decided - k, runs, exact=exact).to_dict()
-           for name, k in (("one_cluster", counts[Outcome.SINGLE]),
-                           ("bipolar", counts[Outcome.BIPOLAR]))},
-    }
-
-
 DEFAULT_CHECKPOINTS = 11
 
 
-def _max_time(time: float | None, max_time: float | None, layers: int | None,
-              alpha: float | None, dt: float | None) -> float | None:
-    """The depth time given by --time or --max-time; ParameterError naming the options when
-    both are given, or either with --layers / --alpha."""
-    if max_time is not None and time is not None:
-        raise ParameterError(f"give --time or --max-time, not both; got {time} and {max_time}")
-    t, name = (time, "--time") if max_time is None else (max_time, "--max-time")
-    if dt is not None:
-        t, name = (t, name) if t is not None else (dt, "--dt")
+def _check_depth(time: float | None, layers: int | None, alpha: float | None,
+                 dt: float | None) -> None:
+    """ParameterError naming the options: no depth, or both --layers / --alpha and --time."""
+    from ..model.params import ParameterError
+
+    t, name = (time, "--time") if time is not None else (dt, "--dt")
+    if t is None and layers is None and alpha is None:
+        raise ParameterError("give the depth: --layers L (residual scale 1/sqrt(L), depth time "
+                             "1), or the horizon --time T with the step --dt; e.g. tokensde "
+                             "simulate --n 2 --beta 1 --time 20 --dt 0.02 --until decided")
     if t is not None and (layers is not None or alpha is not None):
         given = "--layers" if layers is not None else "--alpha"
-        raise ParameterError(f"give the depth as --layers (with --alpha) or as --time (or "
-                             f"--max-time) with --dt, not both; got {given} and {name} {t}")
-    return time if max_time is None else max_time
+        raise ParameterError(f"give the depth as --layers (with --alpha) or as --time with "
+                             f"--dt, not both; got {given} and {name} {t}")
 
 
 def decision_summary(res: Any) -> dict[str, Any]:
@@ -125,8 +74,10 @@ def decision_summary(res: Any) -> dict[str, Any]:
 def _model_params(value_init: str | None, law: str | None, sigma: float | None,
                   **kw: Any) -> ModelParams:
     """`ModelParams` from the options; `--value-init` sets law and sigma, so it excludes both."""
+    from ..model.params import ModelParams, ParameterError
+
     if value_init is None:
-        return ModelParams(law=cast(Law, "gaussian" if law is None else law),
+        return ModelParams(law=cast("Law", "gaussian" if law is None else law),
                            sigma=1.0 if sigma is None else sigma, **kw)
     given = [f"--{k}" for k, v in (("law", law), ("sigma", sigma)) if v is not None]
     if given:
@@ -148,6 +99,17 @@ def _print_table(summary: dict[str, Any]) -> None:
         shown = (value["text"] if isinstance(value, dict) and "text" in value else
                  f"{value:.6g}" if isinstance(value, float) else str(value))
         typer.echo(f"{key:<{width}}  {shown}")
+        if isinstance(value, dict) and "step_error" in value:
+            typer.echo(f"{'':<{width}}  {value['step_error']['text']}")
+
+
+def _warn_steps(summary: dict[str, Any]) -> None:
+    """A warning on stderr for each probability whose step error is not below its Monte Carlo
+    error."""
+    for key, value in summary.items():
+        step = value.get("step_error") if isinstance(value, dict) else None
+        if step is not None and step["verdict"] == "not below":
+            typer.echo(f"warning: {key}: {step['text']}", err=True)
 
 
 def simulate_cmd(
@@ -157,15 +119,15 @@ def simulate_cmd(
     attention: str = typer.Option("softmax", "--attention", help="softmax | usa."),
     causal: bool = typer.Option(False, "--causal", help="Causal mask (j <= i)."),
     noise: str = typer.Option("matrix", "--noise", help="matrix | scalar | symmetric."),
-    law: str | None = typer.Option(None, "--law", help="gaussian (default) | uniform (matrix) | "
-                                   "rademacher (scalar)."),
-    sigma: float | None = typer.Option(None, "--sigma", help="Noise scale of matrix/symmetric "
-                                       "noise (default 1)."),
+    law: str | None = typer.Option(None, "--law", show_default="gaussian",
+                                   help="gaussian | uniform (matrix) | rademacher (scalar)."),
+    sigma: float | None = typer.Option(None, "--sigma", show_default="1",
+                                       help="Noise scale of matrix/symmetric noise."),
     value_init: str | None = typer.Option(None, "--value-init", help="Value-init preset pytorch | "
                                           "gpt2 | gaussian: sets --law and --sigma for --d "
                                           "(docs/variants.md)."),
-    eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale (--noise scalar only; "
-                                     "default sigma)."),
+    eps: float | None = typer.Option(None, "--eps", show_default="sigma",
+                                     help="Scalar noise scale (--noise scalar only)."),
     heads: int = typer.Option(1, "--heads", help="Attention heads (>= 1), each with its own "
                               "value noise of variance sigma^2/heads (docs/variants.md)."),
     qk: str = typer.Option("identity", "--qk", help="Query/key law: identity | gaussian | wigner "
@@ -181,16 +143,18 @@ def simulate_cmd(
                             "| gelu (docs/variants.md)."),
     mlp_sigma: float = typer.Option(1.0, "--mlp-sigma", help="Output scale of the MLP block "
                                     "(per coordinate, for a unit token; >= 0)."),
-    mlp_width: int | None = typer.Option(None, "--mlp-width", help="Hidden units of the MLP "
-                                         "block (default 4 d)."),
+    mlp_width: int | None = typer.Option(None, "--mlp-width", show_default="4 d",
+                                         help="Hidden units of the MLP block."),
     token_noise: float = typer.Option(0.0, "--token-noise", help="Independent noise tau >= 0 of "
-                                      "each token (docs/token-noise.md; default 0: none)."),
+                                      "each token, 0 for none (docs/token-noise.md)."),
     mean: str = typer.Option("none", "--mean", help="Mean value part M: none | identity | FILE.npy"),
-    layers: int | None = typer.Option(None, "--layers", help="Number of layers L."),
-    alpha: float | None = typer.Option(None, "--alpha", help="Residual scale (with --layers; "
-                                        "default 1/sqrt(L))."),
-    time: float | None = typer.Option(None, "--time", help="Depth time T (with --dt; T/dt must be whole)."),
-    dt: float | None = typer.Option(None, "--dt", help="Layer step dt = alpha^2 (with --time)."),
+    layers: int | None = typer.Option(None, "--layers", show_default="none: give --layers or "
+                                      "--time", help="Number of layers L (depth time L alpha^2)."),
+    alpha: float | None = typer.Option(None, "--alpha", show_default="1/sqrt(L)",
+                                       help="Residual scale (with --layers)."),
+    time: float | None = time_option(None, "none: give --layers or --time"),
+    dt: float | None = typer.Option(None, "--dt", show_default="none: given with --time",
+                                    help="Layer step dt = alpha^2 (T/dt must be whole)."),
     init: str = typer.Option("uniform", "--init", help="uniform | pair | FILE.npy"),
     rho0: float | None = typer.Option(None, "--rho0", help="Initial <x1,x2> for --init pair."),
     runs: int = typer.Option(1000, "--runs", help="Independent runs (>= 1)."),
@@ -202,15 +166,11 @@ def simulate_cmd(
     scheme: str = typer.Option("network", "--scheme", help="network (discrete) | sde (limit)."),
     dtype: str = typer.Option("float64", "--dtype", help="float64 | float32."),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda | cuda:N."),
-    checkpoints: int | None = typer.Option(None, "--checkpoints", help="Evenly spaced records, "
-                                            "ends included, in [2, layers + 1] (default: 11, "
-                                            "or layers + 1 when fewer)."),
-    tol: float = typer.Option(1e-3, "--tol", help="Merged/antipodal tolerance on inner "
-                              "products, in [1e-12, 0.5] (float32: >= 1.2e-4)."),
-    until: str = typer.Option("horizon", "--until", help="horizon (every run to the end) | "
-                              "decided (each run stops once every pair is within --tol of +-1)."),
-    max_time: float | None = typer.Option(None, "--max-time", help="Maximum depth time for "
-                                          "--until decided (with --dt; same as --time)."),
+    checkpoints: int | None = typer.Option(None, "--checkpoints", show_default="11, or layers "
+                                            "+ 1 when fewer", help="Evenly spaced records, ends "
+                                            "included, in [2, layers + 1]."),
+    tol: float = tol_option(extra=", also at the horizon; in [1e-12, 0.5], float32: >= 1.2e-4"),
+    until: str = until_option("horizon"),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     out: Path | None = typer.Option(None, "--out", help="Save results (.npz) with parameters."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a summary figure (PNG)."),
@@ -218,17 +178,17 @@ def simulate_cmd(
     yes: bool = YES,
 ) -> None:
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
-    from ..io.outputs import guard_output
-    from ..io.store import save_result
-    from ..plots.style import check_figure
-    from ..sim.options import GRAM_RECORD_MAX, Execution, InitialState, Recording, StoppingRule
-    from ..sim.simulate import simulate, simulation_budget
+    from ..model.checks import check_tol
+    from ..model.params import ParameterError, TimeGrid
 
     with user_errors():
-        time = _max_time(time, max_time, layers, alpha, dt)
-        if layers is None and alpha is None and time is None and dt is None:
-            layers = 1000
-        check_tol(tol, "tol", dtype)
+        check_tol(tol, "--tol", dtype)
+        _check_depth(time, layers, alpha, dt)  # a bare command says what it needs, torch unloaded
+        from ..io.outputs import guard_output
+        from ..io.store import save_result
+        from ..plots.style import check_figure
+        from ..sim.options import GRAM_RECORD_MAX, Execution, InitialState, Recording, StoppingRule
+        from ..sim.simulate import simulate, simulation_budget
         if out is not None:
             guard_output(out, "--out", force=force, suffixes=(".npz",))
         if plot is not None:
@@ -239,8 +199,8 @@ def simulate_cmd(
                                      f"recorded up to n = {GRAM_RECORD_MAX}; got n = {n}")
         # the names as typed: ModelParams checks them
         p = _model_params(value_init, law, sigma, n=n, d=d, beta=beta,
-                          attention=cast(Attention, attention), causal=causal,
-                          noise=cast(Noise, noise), eps=eps, heads=heads, qk=qk,
+                          attention=cast("Attention", attention), causal=causal,
+                          noise=cast("Noise", noise), eps=eps, heads=heads, qk=qk,
                           qk_scale=qk_scale, qk_redraw=qk_redraw, qk_samples=qk_samples,
                           norm=norm, mlp=mlp, mlp_sigma=mlp_sigma, mlp_width=mlp_width,
                           token_noise=token_noise,
@@ -261,8 +221,14 @@ def simulate_cmd(
             res = simulate(p, grid, runs=runs, seed=seed, scheme=scheme, progress=bar, **options)
         # the default record: Gram matrices up to GRAM_RECORD_MAX tokens, the tokens above
         exact = _identical_runs(p, init)
+        from ..analysis.clusters import pair_summary
+        from ..analysis.step_error import add_step_errors
+        from ..analysis.token_clusters import token_summary
+
         pairs = (pair_summary(res.gram[:, -1], tol, exact) if res.gram is not None
-                 else token_summary(res.x, tol, exact))
+                 else token_summary(res.state, tol, exact))
+        start = (rho0 if x0 == "pair" else "uniform") if isinstance(x0, str) else None
+        add_step_errors(pairs, p, start, grid.dt, scheme)
         summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
                    "dt": grid.dt, "T": grid.T, "sampler": res.sampler,
                    "attention_eval": res.extra["attention_eval"], "scheme": scheme,
@@ -275,6 +241,7 @@ def simulate_cmd(
             from ..plots.simulation import plot_simulation
 
             summary["plot"] = str(plot_simulation(res, plot, tol))
+    _warn_steps(summary)
     if json_out:
         emit_json(summary)
     else:

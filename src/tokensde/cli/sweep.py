@@ -8,10 +8,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 from ._common import YES, announce, emit_json, fail, user_errors
 
@@ -29,6 +31,8 @@ class Bar:
 
     def start(self, counts: dict[str, int]) -> None:
         if self.enabled:
+            from tqdm import tqdm
+
             self.bar = tqdm(total=counts["total"], initial=counts["skipped"], desc="cells",
                             unit="cell", file=sys.stderr, dynamic_ncols=True, disable=None)
             self.bar.set_postfix(failed=0)
@@ -157,8 +161,8 @@ def status_cmd(out: Path = typer.Argument(..., help="Sweep output directory.")) 
 def table_cmd(
     out: Path = typer.Argument(..., help="Sweep output directory."),
     fmt: str = typer.Option("parquet", "--format", help="parquet, csv or json."),
-    output: str = typer.Option(None, "--output",
-                               help="Where to write (default DIR/table.<format>; '-' = stdout)."),
+    output: str = typer.Option(None, "--output", show_default="DIR/table.<format>",
+                               help="Where to write ('-' = stdout)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --output file."),
 ) -> None:
     """Consolidate the finished cells into one table (one row per cell); print where it went."""
@@ -178,8 +182,8 @@ def table_cmd(
 def plot_cmd(
     out: Path = typer.Argument(..., help="Sweep output directory (or its table file)."),
     out_dir: Path = typer.Argument(..., help="Where the figures go."),
-    prefix: str = typer.Option(None, "--prefix", help="File name prefix (default: multi_token "
-                               "or phase, after the sweep's kind)."),
+    prefix: str = typer.Option(None, "--prefix", show_default="multi_token or phase, by kind",
+                               help="File name prefix."),
 ) -> None:
     """Figures from a saved sweep (never simulates): for a multi_token sweep the multi-token
     figures and README tables, for a two_token sweep the phase diagram (or, with

@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from ..io.progress import progress_bar
 from ._common import JSON, SEED, YES, check_run, comma_numbers, depth_grid, emit_json, user_errors
+from ._options import time_option, tol_option, until_option
 
 two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="Two tokens: exact antipodal probability, phase boundary, "
@@ -28,14 +28,10 @@ def _dim(default: Any) -> Any:
     return typer.Option(default, "--d", help="Dimension (integer >= 2).")
 
 
-def _tol(default: float) -> Any:
-    return typer.Option(default, "--tol", help="Decided when 1 -+ rho < tol.")
-
-
 RHO0 = _rho0("0")
 RUNS = typer.Option(1000, "--runs", help="Independent runs (>= 1).")
 BETA = typer.Option(..., "--beta", help="Interaction strength (>= 0).")
-TIME = typer.Option(40.0, "--time", help="Depth time T (horizon).")
+TIME = time_option(40.0)
 OUT = typer.Option(None, "--out", help="Also save the result (JSON with parameters, version).")
 FORCE = typer.Option(False, "--force", help="Replace an existing --out file.")
 QUIET = typer.Option(False, "--no-progress", help="No progress bar on stderr.")
@@ -64,8 +60,26 @@ def _save(result: dict[str, Any], out: Path) -> str:
 
 
 def _run(fn: Any, steps: int, quiet: bool, json_out: bool, **kwargs: Any) -> dict[str, Any]:
+    from ..io.progress import progress_bar
+
     with progress_bar(steps, "layers", not (quiet or json_out)) as bar:
         return fn(progress=bar, **kwargs).to_dict()
+
+
+def _step_error(result: dict[str, Any], step: Any) -> None:
+    """Put the step error `step` (`analysis.step_error.StepError`) of the estimate of `result`
+    beside its Monte Carlo error, in `result['step_error']`."""
+    from ..analysis.step_error import mc_error
+
+    est = result["estimate"]
+    result["step_error"] = step.to_dict(mc_error(est["p"], est["decided"]))
+
+
+def _warn_step(r: dict[str, Any]) -> None:
+    """A warning on stderr when the step error of `r` is not below its Monte Carlo error."""
+    step = r.get("step_error")
+    if step is not None and step["verdict"] == "not below":
+        typer.echo(f"warning: {step['text']}", err=True)
 
 
 def _show_outcome(r: dict[str, Any]) -> None:
@@ -75,6 +89,8 @@ def _show_outcome(r: dict[str, Any]) -> None:
     typer.echo(f"{r['model']} model, {r['engine']}: {r['counts']['runs']} runs {to} T = "
                f"{_fmt(r['T'])} ({r['steps']} layers, dt = {_fmt(r['dt'])}), seed {r['seed']}")
     typer.echo(f"  antipodal  {est['text']}")
+    if "step_error" in r:
+        typer.echo(f"  step       {r['step_error']['text']}")
     c = r["counts"]
     typer.echo(f"  counts     {c['antipodal']} antipodal, {c['merged']} merged, "
                f"{c['undecided']} undecided (tol {_fmt(r['tol'])})")
@@ -139,14 +155,13 @@ def critical_cmd(
 @two_token_app.command("mc")
 def mc_cmd(
     beta: float = BETA, d: int = _dim(...), rho0: str = RHO0, runs: int = RUNS,
-    time: float = typer.Option(200.0, "--time", help="Maximum depth time (--until decided) or "
-                               "the horizon (--until horizon)."),
-    until: str = typer.Option("decided", "--until", help="decided (each run stops once "
-                              "1 - |rho| < tol) | horizon (every run to --time)."),
-    dt: float | None = typer.Option(None, "--dt", help="Layer step dt = alpha^2 (default 0.05/d)."),
+    time: float = time_option(200.0),
+    until: str = until_option("decided"),
+    dt: float | None = typer.Option(None, "--dt", show_default="0.05/d",
+                                    help="Layer step dt = alpha^2."),
     seed: int = SEED,
     sigma: float = typer.Option(1.0, "--sigma", help="Matrix noise scale (>= 0)."),
-    tol: float = _tol(1e-8),
+    tol: float = tol_option(),
     sampler: str = typer.Option("auto", "--sampler", help="auto | fast | full."),
     mlp: str = typer.Option("none", "--mlp", help="Random MLP block: none | relu | gelu (each run "
                             "then tested every layer; docs/variants.md §5)."),
@@ -156,7 +171,10 @@ def mc_cmd(
 ) -> None:
     """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti
     (with an MLP block: against the exact first-passage probability at --tol)."""
+    import math
+
     from ..analysis import pair_monte_carlo as mc
+    from ..analysis.step_error import StepError, pair_step_error
     from ..model.checks import check_int
     from ..model.params import MAX_SIZE
     from ..theory import two_tokens as tt
@@ -176,8 +194,13 @@ def mc_cmd(
                       mlp=mlp, mlp_sigma=mlp_sigma)
         model = pair_model(beta, d, sigma=sigma, mlp=mlp, mlp_sigma=mlp_sigma)
         result["theory_at_tol"] = hitting_probability(model, tt.check_rho0(rho0), tol)
+        _step_error(result, pair_step_error(
+            mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma), tt.check_rho0(rho0),
+            dt) if engine == "network" else StepError(
+            None, math.nan, dt, "engine 'reduced' (the 1-D diffusion) is not calibrated"))
         if out is not None:
             result["out"] = _save(result, out)
+    _warn_step(result)
     if json_out:
         emit_json(result)
     else:
@@ -194,8 +217,7 @@ def grid_cmd(
     ds: str = typer.Option("3,4,5,6,8,10", "--ds", help="Comma-separated dimensions."),
     rho0: str = _rho0("uniform"),
     runs: int = typer.Option(200, "--runs", help="Runs per cell (>= 1)."),
-    time: float = typer.Option(30.0, "--time", help="Maximum depth time (runs stop once "
-                               "decided)."),
+    time: float = time_option(30.0, always_decided=True),
     seed: int = SEED,
     engine: str = ENGINE,
     workers: int = typer.Option(1, "--workers", help="Parallel cells (1: in this process)."),
@@ -229,7 +251,7 @@ def hybrid_cmd(
     d: int = _dim(3), rho0: str = RHO0, runs: int = RUNS,
     time: float = TIME,
     dt: float = typer.Option(0.01, "--dt", help="Layer step dt = alpha^2."),
-    seed: int = SEED, tol: float = _tol(1e-6),
+    seed: int = SEED, tol: float = tol_option(extra=" at the horizon"),
     engine: str = ENGINE, out: Path | None = OUT, force: bool = FORCE, quiet: bool = QUIET,
     json_out: bool = JSON, yes: bool = YES,
 ) -> None:
@@ -237,6 +259,7 @@ def hybrid_cmd(
     import math
 
     from ..analysis import pair_monte_carlo as mc
+    from ..analysis.step_error import StepError
     from ..theory import two_tokens as tt
 
     with user_errors():
@@ -255,6 +278,8 @@ def hybrid_cmd(
             result["mc"] = _run(mc.hybrid_monte_carlo, steps, quiet, json_out, beta=beta,
                                 eps=eps, d=d, rho0=tt.check_rho0(rho0), runs=runs, T=time,
                                 dt=dt, seed=seed, tol=tol, engine=engine)
+            _step_error(result["mc"], StepError(None, math.nan, dt,
+                                                "the hybrid model is not calibrated"))
             if out is not None:
                 result["out"] = _save(result, out)
     if json_out:

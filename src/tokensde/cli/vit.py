@@ -17,9 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..io.store import check_output
-from ..model.params import check_choice
-from ._common import YES, check_estimate, emit_json, progress_bar, user_errors
+from ._common import YES, check_estimate, check_output, emit_json, progress_bar, user_errors
 from .sweep import run_with_bar
 
 DEFAULT_ARMS = "default,noise:0,noise:0.1,identity,shared"
@@ -27,13 +25,13 @@ DEFAULT_ARMS = "default,noise:0,noise:0.1,identity,shared"
 Arms = Annotated[str, typer.Option(help="Comma-separated arms: default, noise:LAM, hybrid:LAM, "
                                         "gaussian:VAR, identity, shared.")]
 Dataset = Annotated[str, typer.Option(help="fashion-mnist, cifar10 or digits.")]
-DataDir = Annotated[Path | None, typer.Option(help="Directory of the data set files "
-                                              "(default: Debian's path for fashion-mnist).")]
+DataDir = Annotated[Path | None, typer.Option(help="Directory of the data set files.",
+                                              show_default="Debian's, for fashion-mnist")]
 Out = Annotated[Path, typer.Option(help="Output directory (runs, tables, figures).")]
 Dim = Annotated[int, typer.Option(help="Token width D.")]
 Depth = Annotated[int, typer.Option(help="Number of blocks L.")]
 Heads = Annotated[int, typer.Option(help="Attention heads.")]
-Patch = Annotated[int | None, typer.Option(help="Patch side (default: 7, 4, 4 by data set).")]
+Patch = Annotated[int | None, typer.Option(help="Patch side.", show_default="7, 4, 4 by data set")]
 MlpRatio = Annotated[int, typer.Option(help="MLP hidden width / D.")]
 Norm = Annotated[str, typer.Option(help="layer or rms.")]
 Block = Annotated[str, typer.Option(help="standard (pre-norm, MLP) or attention-only (spec).")]
@@ -49,13 +47,14 @@ def compare_cmd(
     dataset: Dataset = "fashion-mnist",
     data_dir: DataDir = None,
     train_subset: Annotated[int | None, typer.Option(
-        help="Train on the first N training images (0 = all; default 10000, digits all).")] = None,
+        help="Train on the first N training images (0 = all).",
+        show_default="10000; digits: all")] = None,
     test_subset: Annotated[int, typer.Option(help="Test on the first N (0 = all).")] = 0,
     dim: Dim = 64, depth: Depth = 6, heads: Heads = 4, patch: Patch = None,
     mlp_ratio: MlpRatio = 2, norm: Norm = "layer", block: Block = "standard",
     residual_scale: ResScale = False,
-    batch_size: Annotated[int | None, typer.Option(help="Batch size (default 128, digits 32).")]
-    = None,
+    batch_size: Annotated[int | None, typer.Option(help="Batch size.",
+                                                   show_default="128; digits: 32")] = None,
     lr: Annotated[float, typer.Option(help="Peak AdamW learning rate.")] = 2e-3,
     weight_decay: Annotated[float, typer.Option(help="AdamW weight decay (matrices).")] = 0.05,
     warmup: Annotated[float, typer.Option(help="Fraction of steps with linear warm-up.")] = 0.1,
@@ -227,6 +226,7 @@ def fair_cmd(
     (with the sweeps given by --with)."""
     import os
 
+    from ..model.checks import check_choice
     from ..vit.depth import DEVICE_ENV
     from ..vit.estimate import fair_budget
     from ..vit.fair import fair_config

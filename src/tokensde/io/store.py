@@ -192,7 +192,7 @@ def save_result(result: SimResult, path: str | os.PathLike) -> Path:
     """
     check_output(path, "path", suffixes=(".npz",))
     meta = header(KIND_SIM, **result.metadata())
-    arrays: dict[str, np.ndarray] = {"x": np.asarray(result.x), "checkpoints": result.checkpoints}
+    arrays: dict[str, np.ndarray] = {"x": np.asarray(result.state), "checkpoints": result.checkpoints}
     if result.gram is not None:
         arrays["gram"] = np.asarray(result.gram)
     if result.tokens is not None:
@@ -303,7 +303,7 @@ def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
     return SimResult(
         params=ModelParams.from_dict(meta["params"]), grid=TimeGrid(meta["steps"], meta["dt"]),
         runs=meta["runs"], seed=meta["seed"], sampler=meta["sampler"], scheme=meta["scheme"],
-        init=meta["init"], checkpoints=data["checkpoints"], x=data["x"], gram=data.get("gram"),
+        init=meta["init"], checkpoints=data["checkpoints"], state=data["x"], gram=data.get("gram"),
         tokens=data.get("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
         extra={k: v for k, v in meta.items() if k not in known},
         observed={k.removeprefix(OBSERVED): v for k, v in data.items() if k.startswith(OBSERVED)},

@@ -11,6 +11,7 @@ the time to decision, with the undecided fraction.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -22,6 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..analysis.clusters import Outcome, outcome_codes
 from ..analysis.stats import Estimate, censored_quantiles, estimate_with_undecided, t_interval
 from ..io.store import check_output, header, write_parquet
 from ..model.checks import ParameterError, check_choice, check_int, check_real, check_tol, require
@@ -32,19 +34,56 @@ from ..sim.expansion import auto_uses_expansion, basis_size, truncation_order, u
 from ..sim.options import Execution
 from ..sim.rng import derive_seed
 from .flow import MERGE_TOL, FlowResult, run_coupled
-from .quadrature import Component, density_weights, quasi_uniform, sample_initial, sphere_rule
+from .quadrature import Component, check_mixture, density_weights, quasi_uniform, sample_initial, sphere_rule
 from .statistics import atom_count, minority_mass
 
-STARTS: tuple[str, ...] = ("iid", "quasi")
+STARTS: tuple[str, ...] = ("iid", "quasi", "mixture")
+# the `mixture` start's law when none is given: one von Mises(-Fisher) law of concentration 1
+# about e_1 (`parse_mixture`), an antipodally asymmetric start
+DEFAULT_MIXTURE = "1:1:0"
+DEFAULT_STARTS: tuple[str, ...] = ("iid", "quasi")  # the uniform law's two starts
 LIMIT = 0  # the value of `n` that stands for the limit (n = infinity) in tables
 INIT_STREAM = 0x494E4954  # `derive_seed` key of the i.i.d. initial samples
+
+
+def parse_mixture(text: str, d: int) -> list[Component]:
+    """A von Mises(-Fisher) mixture written `MASS:KAPPA:ANGLE[;MASS:KAPPA:ANGLE...]`: components of
+    mass > 0, concentration kappa >= 0 and mean direction `(cos a, sin a, 0, ...)`, a the ANGLE in
+    degrees from e_1 in the plane of e_1, e_2 (the density is `sum mass exp(kappa <mu, x>)`,
+    normalised, `quadrature.vmf_density`).
+
+    Args:
+        text: The components, e.g. '1:1:0' (one law about e_1) or '0.7:4:0;0.3:4:90'.
+        d: The dimension (>= 2).
+
+    Returns:
+        The components `(mass, kappa, mean)`, checked (`quadrature.check_mixture`).
+    """
+    d = check_int("d", d, 2)
+    form = "components MASS:KAPPA:ANGLE separated by ';' (mass > 0, kappa >= 0, angle in degrees)"
+    require(isinstance(text, str) and text.strip() != "", "mixture", form, text)
+    comps: list[Component] = []
+    for part in text.split(";"):
+        fields = part.split(":")
+        require(len(fields) == 3, "mixture", form, text)
+        try:
+            mass, kappa, angle = (float(f) for f in fields)
+        except ValueError:
+            raise ParameterError(f"mixture must be {form}; got {text!r}") from None
+        a = math.radians(check_real("mixture angle", angle))
+        comps.append((mass, kappa, [math.cos(a), math.sin(a), *([0.0] * (d - 2))]))
+    check_mixture(comps, d)
+    return comps
 
 
 def particle_starts(n: int, d: int, runs: int, start: str, seed: int,
                     mixture: Sequence[Component] | None = None) -> np.ndarray:
     """Initial particles `(runs, n, d)`: i.i.d. from the initial law (run r from the stream
-    `derive_seed(seed, INIT_STREAM, n, r)`), or the quasi-uniform set (`quasi_uniform`) for all."""
+    `derive_seed(seed, INIT_STREAM, n, r)`; 'iid', or 'mixture' from `mixture`, default
+    DEFAULT_MIXTURE), or the quasi-uniform set (`quasi_uniform`) for all."""
     check_choice("start", start, STARTS)
+    if start == "mixture" and mixture is None:
+        mixture = parse_mixture(DEFAULT_MIXTURE, d)
     if start == "quasi":
         if mixture is not None:
             raise ParameterError("start='quasi' is the uniform law's quasi-uniform set; with a "
@@ -72,7 +111,8 @@ def system_stats(res: FlowResult, index: int) -> dict[str, Any]:
     done = at >= 0
     m = minority_mass(x, w)
     atoms = atom_count(x, w)
-    k_bi, k_done = int((done & (m > 0)).sum()), int(done.sum())
+    outcome = outcome_codes(done, m > 0)  # the one outcome rule (analysis.clusters)
+    k_bi, k_done = int((outcome == Outcome.BIPOLAR).sum()), int(done.sum())
     est = estimate_with_undecided(k_bi, k_done - k_bi, runs)
     lo, hi = est.ci or (math.nan, math.nan)
     md = m[done]
@@ -138,7 +178,8 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
         beta: Attention strength.
         ns: Particle counts.
         K: Nodes of the limit measure.
-        start: 'iid' or 'quasi' (quasi-uniform) particle starts.
+        start: 'iid', 'quasi' (quasi-uniform) or 'mixture' (i.i.d. from `mixture`, default
+            DEFAULT_MIXTURE) particle starts.
         runs: Number of common noise paths.
         seed: Root seed.
         T: Depth time of the horizon.
@@ -162,6 +203,8 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
     tol, how = check_tol(tol), Execution(device=device, dtype=dtype, batch_size=batch)
     p = ModelParams(n=2, d=d, beta=beta)
+    if check_choice("start", start, STARTS) == "mixture" and mixture is None:
+        mixture = parse_mixture(DEFAULT_MIXTURE, d)
     nodes, q = sphere_rule(K, d)
     systems: list[tuple[str, Any, Any]] = [("limit", nodes, density_weights(nodes, q, mixture))
                                             ] if with_limit else []
@@ -178,11 +221,73 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
     return rows, masses
 
 
+def gap_slope(masses: dict[int, Sequence[float]], boots: int = 2000, seed: int = 0,
+              level: float = 0.95) -> dict[str, Any]:
+    """The slope b of `log(1/2 - E m_n) = a + b log n`, m_n the minority mass of n particles,
+    by least squares over every n given (no n left out for its gap), with a percentile interval
+    from a bootstrap over noise paths. Path r of every n is the same noise path (the first
+    `len(masses[n])` paths of one table), so a replicate resamples paths, not cells: each path
+    is drawn with all the n that hold it, within its stratum (the paths held by the same n).
+
+    Args:
+        masses: `{n: per-path minority masses}` (n >= 2; every run decided: no nan).
+        boots: bootstrap replicates (>= 100).
+        seed: the bootstrap's seed.
+        level: the interval's coverage, in (0, 1).
+
+    Returns:
+        `slope`, `lo`, `hi`, `intercept`, `n`, `gap` and `paths` (per n, in increasing n),
+        `boots`, and `degenerate` (replicates with a gap <= 0 at some n, left out).
+    """
+    require(isinstance(masses, dict) and len(masses) >= 2, "masses",
+            "a dict {n: per-path minority masses} with at least 2 particle counts", masses)
+    ns = sorted(check_int("n", n, 2) for n in masses)
+    cols = [np.asarray(masses[n], dtype=np.float64) for n in ns]
+    for n, c in zip(ns, cols, strict=True):
+        require(c.ndim == 1 and len(c) >= 2 and bool(np.all(np.isfinite(c)))
+                and bool(np.all((c >= 0) & (c <= 0.5))), "masses",
+                "per-path minority masses in [0, 1/2], at least 2 per n, every run decided",
+                f"n = {n}: {c!r}")
+    boots = check_int("boots", boots, 100)
+    level = check_real("level", level, 0.0, strict=True)
+    require(level < 1, "level", "a coverage in (0, 1)", level)
+    held = np.array([len(c) for c in cols])
+    top = int(held.max())
+    table = np.full((top, len(ns)), np.nan)
+    for k, c in enumerate(cols):
+        table[:len(c), k] = c
+    logn = np.log(np.asarray(ns, dtype=np.float64))
+
+    def fit(gap: np.ndarray) -> tuple[float, float]:
+        b, a = np.polyfit(logn, np.log(gap), 1)
+        return float(b), float(a)
+
+    gap = 0.5 - np.array([c.mean() for c in cols])
+    require(bool(np.all(gap > 0)), "masses", "a mean minority mass below 1/2 at every n",
+            dict(zip(ns, gap.tolist(), strict=True)))
+    slope, intercept = fit(gap)
+    # strata: paths held by the same set of n (the first `held` paths of each n)
+    edges = np.unique(np.concatenate([[0], held]))
+    strata = [np.arange(lo, hi) for lo, hi in itertools.pairwise(edges)]
+    rng = np.random.default_rng(seed)
+    slopes = []
+    for _ in range(boots):
+        pick = np.concatenate([rng.choice(s, len(s)) for s in strata])
+        g = 0.5 - np.nanmean(table[pick], axis=0)
+        if np.all(g > 0):
+            slopes.append(fit(g)[0])
+    q = (1 - level) / 2
+    lo, hi = np.quantile(slopes, [q, 1 - q]) if slopes else (math.nan, math.nan)
+    return {"slope": slope, "lo": float(lo), "hi": float(hi), "intercept": intercept,
+            "n": ns, "gap": gap.tolist(), "paths": held.tolist(), "boots": boots,
+            "degenerate": boots - len(slopes)}
+
+
 ROW_BYTES = 600  # a row of the long minority table while it is built (a Python dict)
 
 
 def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
-                 starts: Sequence[str] = STARTS, runs: int = 100, T: float = 40.0,
+                 starts: Sequence[str] = DEFAULT_STARTS, runs: int = 100, T: float = 40.0,
                  dt: float = 0.02, with_limit: bool = True) -> Budget:
     """Memory and work of `run_table` before it runs. Per cell (d, beta, start) and run: the
     value matrix d x d and, per system of k nodes (K for the limit, each n), 4 k d token-sized
@@ -250,7 +355,7 @@ def system_line(row: dict[str, Any]) -> str:
 
 
 def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
-              starts: Sequence[str] = STARTS, runs: int = 100, seed: int = 0, T: float = 40.0,
+              starts: Sequence[str] = DEFAULT_STARTS, runs: int = 100, seed: int = 0, T: float = 40.0,
               dt: float = 0.02, tol: float = 1e-4, merge_tol: float | None = MERGE_TOL,
               device: str = "cpu", batch: int | None = None, dtype: torch.dtype = torch.float64,
               budget_s: float | None = None, log: Callable[[str], None] | None = None

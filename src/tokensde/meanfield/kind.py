@@ -21,12 +21,12 @@ from ..sim.budget import Budget
 from ..sim.rng import derive_seed
 from ..sweep import SweepConfig
 from ..sweep.kinds import KINDS, ExperimentKind, Param, choice, integer, real, register
-from .absorption import LIMIT, STARTS, absorption_table, table_budget
+from .absorption import DEFAULT_STARTS, LIMIT, STARTS, absorption_table, parse_mixture, table_budget
 
 KIND = "meanfield"
 # parameters left out of the canonical cell at their defaults, so that the ids and seeds of the
 # cells of earlier sweeps are unchanged
-OPTIONAL: dict[str, Any] = {"path_seed": None, "device": "cpu"}
+OPTIONAL: dict[str, Any] = {"path_seed": None, "device": "cpu", "mixture": None}
 # the columns of `table_frame` that come from the cell's parameters, in this order
 PARAM_COLUMNS = ("d", "beta", "n", "K", "start", "seed", "tol")
 
@@ -60,11 +60,15 @@ def meanfield_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
     """
     n = cell["n"]
     paths = cell.get("path_seed")
+    mix = cell.get("mixture")
+    if mix is not None and cell["start"] != "mixture":
+        raise ParameterError(f"mixture is the law of start='mixture'; got start={cell['start']!r}")
     rows, masses = absorption_table(cell["d"], cell["beta"], [] if n == LIMIT else [n], cell["K"],
                                     cell["start"], cell["runs"], seed if paths is None else paths,
                                     cell["T"], cell["dt"], cell["tol"],
                                     device=cell.get("device", OPTIONAL["device"]),
-                                    with_limit=n == LIMIT)
+                                    with_limit=n == LIMIT,
+                                    mixture=None if mix is None else parse_mixture(mix, cell["d"]))
     params = {*KINDS[KIND].params, "seed"}  # the sweep's table has them as columns already
     stats = {k: v for k, v in rows[0].items() if k not in params}
     return {**stats, "minority_runs": [float(v) for v in masses[n]]}
@@ -79,6 +83,13 @@ def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
 
 def _path_seed(k: str, v: Any) -> int | None:
     return None if v is None else check_int(k, v, 0)
+
+
+def _mixture(k: str, v: Any) -> str | None:
+    if v is None:
+        return None
+    parse_mixture(v, 2)  # the form; the dimension is checked when the cell runs
+    return str(v)
 
 
 def check_device(name: str, value: Any) -> str:
@@ -101,7 +112,8 @@ register(ExperimentKind(KIND, meanfield_cell, {
     "beta": real(0.0, doc="attention strength"),
     "n": integer(0, doc="particles; 0 = the limit at K nodes"),
     "K": integer(2, 256, doc="limit nodes (rule: circle d = 2, gauss d = 3, qmc d > 3)"),
-    "start": choice(STARTS, "iid", "particle start: iid uniform | quasi (quasi-uniform set)"),
+    "start": choice(STARTS, "iid", "particle start: iid uniform | quasi (quasi-uniform set) | "
+                                   "mixture (iid from the von Mises mixture `mixture`)"),
     "runs": integer(1, 100, doc="noise paths"),
     "T": real(0.0, 40.0, strict=True, doc="horizon (depth time)"),
     "dt": real(0.0, 0.02, strict=True, doc="layer step (dt = alpha^2)"),
@@ -109,14 +121,16 @@ register(ExperimentKind(KIND, meanfield_cell, {
     "path_seed": Param(_path_seed, None, "seed of the noise paths and i.i.d. starts (default: "
                                          "the cell's seed); cells with the same one share paths"),
     "device": Param(check_device, "cpu", "torch device: cpu, cuda or cuda:N"),
+    "mixture": Param(_mixture, None, "law of start='mixture', MASS:KAPPA:ANGLE[;...] "
+                                     "(default 1:1:0: von Mises, kappa 1 about e_1)"),
 }, "P(bipolar), the minority-mass law, atoms and time to decision of one system.",
     finalize=_finalize, budget=meanfield_budget))
 
 
 def table_config(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
-                 starts: Sequence[str] = STARTS, runs: int = 100, seed: int = 0,
+                 starts: Sequence[str] = DEFAULT_STARTS, runs: int = 100, seed: int = 0,
                  T: float = 40.0, dt: float = 0.02, tol: float = 1e-4,
-                 device: str = "cpu") -> SweepConfig:
+                 device: str = "cpu", mixture: str | None = None) -> SweepConfig:
     """`absorption.run_table` as a sweep of kind `meanfield`: for every start, d and beta (in this
     order, i.i.d. starts first) the limit (n = 0) and each n of `ns`, all on the noise paths of
     `path_seed = derive_seed(seed, d, round(1000 beta))`.
@@ -126,13 +140,14 @@ def table_config(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
         betas: Attention strengths.
         ns: Particle counts (each >= 2).
         K: Nodes of the limit measure.
-        starts: Particle starts, 'iid' and/or 'quasi'.
+        starts: Particle starts, 'iid', 'quasi' and/or 'mixture'.
         runs: Noise paths a cell.
         seed: Root seed.
         T: Depth time of the horizon.
         dt: Layer step.
         tol: Decision tolerance.
         device: Torch device of every cell.
+        mixture: The law of the 'mixture' start (`absorption.parse_mixture`; None: its default).
 
     Returns:
         The `SweepConfig` (its cells validated when listed).
@@ -144,7 +159,8 @@ def table_config(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
         params["device"] = device
     grid = [{"start": [st], "d": [d], "beta": [b], "n": sizes,
              "path_seed": [derive_seed(seed, check_int("d", d, 2),
-                                       round(1000 * check_real("beta", b, 0.0)))]}
+                                       round(1000 * check_real("beta", b, 0.0)))],
+             **({"mixture": [mixture]} if st == "mixture" and mixture is not None else {})}
             for st in starts for d in ds for b in betas]
     if not grid:
         raise ParameterError("give at least one of each of d, beta and start")

@@ -2,6 +2,8 @@
 
 - `style`: the shared look (palette, rcParams, `new_figure`, atomic `save`);
 - `convergence`: log-log weak/strong errors of the network against the SDE;
+- `animation`: tokens in motion, an animated GIF of tokens on the circle and the sphere across
+  depth with their clusters and antipodal pairs;
 - `trajectories`: tokens on the circle and the sphere, PNG and animated GIF;
 - `histograms`: the law of pairwise inner products across depth;
 - `phase`, `multi`, `vit`, `simulation`: two-token phase diagram, multi-token sweeps, ViT runs,
@@ -13,5 +15,6 @@ Submodules are imported on use (`from tokensde.plots.convergence import plot_con
 importing the package does not load matplotlib.
 """
 
-__all__ = ["convergence", "histograms", "meanfield", "mlp", "multi", "phase", "real", "simulation",
-           "style", "token_noise", "trajectories", "variants", "vit", "vit_depth", "vit_fair"]
+__all__ = ["animation", "convergence", "histograms", "meanfield", "mlp", "multi", "phase", "real",
+           "simulation", "style", "token_noise", "trajectories", "variants", "vit", "vit_depth",
+           "vit_fair"]

@@ -1,5 +1,6 @@
 """The many-token limit (docs/meanfield.md): the minority mass at absorption against n on a log
-axis, with the K-node limit drawn at n = infinity, one panel per (d, start). Reads a saved table
+axis, with the K-node limit drawn at n = infinity, one panel per (d, start); undecided runs are
+shown (a ring, the band they allow, and their fraction below), never dropped. Reads a saved table
 (`tokensde.meanfield.absorption.run_table`); never simulates."""
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from .style import new_figure, save, styled
 
 
 def plot_meanfield(table: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Mean minority mass at absorption (95 % t interval, over the decided runs) against n, and
-    below it the fraction of runs still undecided at the horizon; the limit (n = 0 in the table)
-    at the right edge, past the largest n, marked 'inf'."""
+    """Mean minority mass at absorption (95 % t interval, over the decided runs) against n, ringed
+    where runs are undecided, with the band the undecided runs allow for the mean over all runs
+    (counted as one cluster, m = 0, up to an even split, m = 1/2) shaded; below it the fraction
+    of runs still undecided at the horizon; the limit (n = 0 in the table) at the right edge,
+    past the largest n, marked 'inf'."""
     panels = sorted({(int(d), str(s)) for d, s in zip(table["d"], table["start"], strict=True)})
     with styled():
         fig = new_figure(4.2 * len(panels), 5.6)
@@ -35,6 +38,16 @@ def plot_meanfield(table: pd.DataFrame, path: str | os.PathLike) -> Path:
                                          fin["minority_hi"] - fin["minority_mean"]],
                                    marker="o", ms=4, capsize=2, label=f"beta = {beta:g}")
                 colour = line[0].get_color()
+                # the mean over all runs can lie anywhere between the undecided runs counted as
+                # one cluster (m = 0) and as an even split (m = 1/2): shaded, not left out
+                done = g["p_decided"].to_numpy(float)
+                part = np.nan_to_num(g["minority_mean"].to_numpy(float)) * done
+                open_ = done < 1
+                if open_.any():
+                    ax.fill_between(g["x"], part, part + 0.5 * (1 - done), color=colour,
+                                    alpha=0.15, lw=0)
+                    ax.plot(g["x"][open_], g["minority_mean"][open_], marker="o", ms=8,
+                            mfc="none", ls="none", color=colour)
                 lim = g[g["n"] == 0]
                 ax.plot(lim["x"], lim["minority_mean"], marker="*", ms=11, ls="none",
                         color=colour)
@@ -51,5 +64,5 @@ def plot_meanfield(table: pd.DataFrame, path: str | os.PathLike) -> Path:
             ax.legend(fontsize=8, loc="lower right")
             low.set_ylim(-0.02, 1.02)
             low.set_ylabel("undecided at horizon")
-            low.set_xlabel("tokens n (star: the limit)")
+            low.set_xlabel("tokens n (star: the limit; ring and band: undecided runs)")
         return save(fig, path)

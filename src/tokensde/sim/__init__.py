@@ -4,18 +4,24 @@
 arrays; `InitialState`, `StoppingRule`, `Recording` and `Execution` are its options, and an
 `Observer` is a statistic it keeps at every checkpoint (`Recording(observe=...)`). `coupled_states` and
 `coupled_paths` run networks of several depths and their SDE on one Brownian path. Names not in
-`__all__` (the layers, samplers, the Gram-space sampler, the loop) are internal.
+`__all__` (the layers, samplers, the Gram-space sampler, the loop) are internal. The names load
+on first use (PEP 562): `tokensde.sim.budget` and `tokensde.sim.result` import no torch.
 """
 
 from __future__ import annotations
 
-from .coupled import coupled_paths, coupled_states
-from .observe import Observer
-from .options import Execution, InitialState, Recording, StoppingRule
-from .result import SimResult
-from .rng import RunStreams, derive_seed
-from .samplers import choose_sampler
-from .simulate import simulate
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .coupled import coupled_paths, coupled_states
+    from .observe import Observer
+    from .options import Execution, InitialState, Recording, StoppingRule
+    from .result import SimResult
+    from .rng import RunStreams, derive_seed
+    from .samplers import choose_sampler
+    from .simulate import simulate
 
 __all__ = [
     "Execution",
@@ -31,3 +37,5 @@ __all__ = [
     "derive_seed",
     "simulate",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, __file__)

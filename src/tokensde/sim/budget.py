@@ -114,8 +114,9 @@ def estimate_memory(runs: int, n: int, width: int, checkpoints: int, *, block: i
     noise: width^2 per run with the `full` sampler, else 2 n max(n, width), `mlp` numbers of an
     MLP block, and per extra head its output and noise). With `basis` = R > 0 (the O(n)
     attention, `expansion.expansion_output`) the scores are replaced by its moments and outputs,
-    `(1 + width) (2 n + R)` per run, and one slab of basis functions shared by the block,
-    `R x max(BLOCK_MIN, n)` numbers at most.
+    `(1 + width) (2 n + R)` per run, a float64 copy of the tokens, and one slab of basis functions
+    shared by the block, `R x max(BLOCK_MIN, n)` numbers at most, all in float64 (the expansion
+    works in float64 whatever `itemsize`).
 
     Args:
         runs: number of runs.
@@ -138,11 +139,14 @@ def estimate_memory(runs: int, n: int, width: int, checkpoints: int, *, block: i
     kept = runs * (n * width + checkpoints * n * n * ("gram" in record)
                    + checkpoints * n * width * ("tokens" in record))
     noise = width * width if full else 2 * n * max(n, width)
-    scores = (1 + width) * (2 * n + basis) if basis else n * n
-    slab = basis * max(BLOCK_MIN, n) if basis and block else 0
+    scores = 0 if basis else n * n
     layer = block * (4 * n * width + scores + noise + mlp
-                     + (heads - 1) * (n * width + (width * width if full else 0))) + slab
-    return Memory(kept * itemsize, layer * itemsize)
+                     + (heads - 1) * (n * width + (width * width if full else 0)))
+    wide = 0  # float64 numbers of the expansion
+    if basis:
+        wide = block * ((1 + width) * (2 * n + basis) + n * width) + (
+            basis * max(BLOCK_MIN, n) if block else 0)
+    return Memory(kept * itemsize, layer * itemsize + wide * 8)
 
 
 def estimate_work(runs: int, layers: int, n: int, width: int, heads: int = 1, mlp: int = 0,

@@ -33,6 +33,13 @@ and `sum_l i_l(b) u^l <= exp(b (u + 1/u) / 2)`, u = e^s >= 1). Hence, with the c
 `|y_i - y_i^K| <= 2 tau S_i / (1 - tau S_i)` (softmax) and `tau S_i` (USA): `error_bound` is
 `2 tau`, the error relative to `S_i` to first order. `S_i <= min(sum w / w_i, e^{2 beta})`: with
 equal weights no token loses more than log10(n) digits to cancellation.
+
+**Precision.** The moments and outputs are computed in float64 whatever the run's dtype, and the
+default truncation tolerance is `max(2^-53, u / S)` (`default_tol`, u the unit roundoff of the
+run's dtype, S the cancellation bound of its weights), so float32 outputs carry float32 accuracy.
+A softmax token whose bound `min(sum w / w_i, e^{2 beta})` exceeds `cancellation_limit()` (where
+float64 rounding alone could cost more than AUTO_CANCELLATION: a light or weightless token at
+large beta) takes its output from the dense sum over all tokens instead, O(n) each.
 """
 
 from __future__ import annotations
@@ -56,9 +63,9 @@ SLAB_BYTES = 1 << 20
 BLOCK_MIN = 2048
 MAX_ORDER = 20000  # far above any order a finite beta <= 1e6 and tol >= 1e-300 needs
 
-# `auto` (simulate's attention_eval='auto') takes the expansion for float64 runs when it applies
+# `auto` (simulate's attention_eval='auto') takes the expansion (float64 or float32) when it applies
 # and n >= max(AUTO_MIN_N[d], AUTO_PER_BASIS[d] * R), R the number of basis functions at the run's
-# beta and the float64 tolerance (`basis_size(d, default order)`). The dense attention costs
+# beta and its default tolerance (`expansion_basis`). The dense attention costs
 # ~ n^2 and the expansion ~ n R plus a fixed overhead; benchmarks/bench_attention.py (one run,
 # float64, one thread, beta = 1, 3, 6) measured them level at n ~ 190-210 on the circle (3.7-6.1
 # R) and n ~ 430-950 on the sphere (0.8-1.5 R): the rule sits at or a little above those
@@ -69,6 +76,8 @@ AUTO_PER_BASIS: dict[int, float] = {2: 4.0, 3: 1.5}
 # `auto` also stays dense when cancellation could cost more than this (relative to the output
 # scale 1): eps(float64) * min(sum w / min w, e^{2 beta}) > AUTO_CANCELLATION
 AUTO_CANCELLATION = 1e-9
+# numbers of one chunk of the dense sums that replace the outputs of light tokens (`_dense_rows`)
+REPAIR_NUMBERS = 1 << 22
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
@@ -81,6 +90,53 @@ def unit_roundoff(dtype: torch.dtype) -> float:
         Half the machine epsilon of `dtype`.
     """
     return float(torch.finfo(dtype).eps) / 2
+
+
+def log_cancellation(beta: float, weights: np.ndarray | torch.Tensor | None = None,
+                     n: int = 1) -> float:
+    """`log S`, `S = min(sum w / min w, e^{2 beta})`: the largest cancellation scale `S_i` of a
+    softmax output (module docstring), the largest over the runs of `weights` `(n,)` or `(runs,
+    n)` (a zero weight: `e^{2 beta}`); equal weights (None) give `min(n, e^{2 beta})`.
+
+    Args:
+        beta: the effective interaction strength, >= 0.
+        weights: the token weights (>= 0), or None.
+        n: the number of tokens when `weights` is None.
+
+    Returns:
+        `log S` (finite; 0 for one token).
+    """
+    spread = float(n)
+    if weights is not None:
+        w = np.asarray(weights.detach().cpu() if isinstance(weights, torch.Tensor) else weights,
+                       dtype=np.float64)
+        low = float(w.min()) if w.size else 1.0
+        spread = math.inf if low <= 0 else float((w.sum(-1) / w.min(-1)).max())
+    return min(math.log(max(spread, 1.0)), 2.0 * beta)
+
+
+def default_tol(dtype: torch.dtype, log_s: float) -> float:
+    """The default truncation tolerance (relative to the cancellation scale) of a run in `dtype`
+    whose cancellation scale is at most `e^{log_s}`: `max(u_64, u / S)`, u the unit roundoff of
+    `dtype`. The expansion works in float64, so float64 outputs keep the float64 truncation
+    tolerance (they lose at most log10 S digits, as float64 rounding does) and float32 outputs
+    are truncated finely enough to carry float32 accuracy whatever the cancellation.
+
+    Args:
+        dtype: the run's dtype (float64 or float32).
+        log_s: `log S` (`log_cancellation`).
+
+    Returns:
+        The tolerance for `truncation_order`.
+    """
+    u64 = unit_roundoff(torch.float64)
+    return max(u64, unit_roundoff(dtype) * math.exp(-log_s))
+
+
+def cancellation_limit() -> float:
+    """`AUTO_CANCELLATION / (2 u_64)` (about 4.5e6): the largest cancellation scale S whose float64
+    rounding, about `2 u_64 S` in an output, stays within AUTO_CANCELLATION."""
+    return AUTO_CANCELLATION / (2 * unit_roundoff(torch.float64))
 
 
 def kernel_tail(beta: float, order: int, d: int) -> float:
@@ -396,30 +452,74 @@ def expansion_output(x: torch.Tensor, p: ModelParams, weights: torch.Tensor | No
     """`y_i = sum_j A_ij x_j` by the truncated harmonic expansion of the kernel, O(n R).
 
     Softmax: `A_ij = w_j e^{l_ij} / sum_l w_l e^{l_il}`; USA: `A_ij = w_j e^{l_ij} / sum_l w_l`
-    (w = 1 without weights), as `layers.attention_output`. Error: `error_bound(beta, K, d) * S_i`
-    to first order (module docstring), K the least order meeting `tol`.
+    (w = 1 without weights), as `layers.attention_output`. The moments and outputs are computed
+    in float64 whatever x's dtype (the result has x's dtype; tokens of another dtype are first
+    normalised in float64, a change within their own rounding). Error: `error_bound(beta, K, d) *
+    S_i` to first order (module docstring), K the least order meeting `tol`, plus the float64
+    rounding, about `2 u_64 S_i`. Softmax tokens whose scale bound `min(sum w / w_i, e^{2 beta})`
+    passes `cancellation_limit()` (a weight 0 or a light token at large beta, where the rounding
+    alone could cost more than AUTO_CANCELLATION) get their outputs from the dense sum instead,
+    O(n) each.
 
     Args:
         x: `(runs, n, d)` unit tokens, d = 2 or 3.
         p: the model parameters (`check_expansion` must pass).
         weights: token weights `(n,)` or `(runs, n)`, or None.
-        tol: the truncation tolerance relative to the cancellation scale (default: the unit
-            roundoff of x's dtype).
+        tol: the truncation tolerance relative to the cancellation scale (default:
+            `default_tol(x.dtype, log S)`, S at most `cancellation_limit()`: float64's unit
+            roundoff for float64 tokens, float32's divided by S for float32 tokens).
         order: the truncation order; with `tol` as well it must meet it (else ParameterError).
 
     Returns:
-        `(runs, n, d)` tensor.
+        `(runs, n, d)` tensor of x's dtype.
     """
     beta = check_expansion(p)
     d = x.shape[-1]
     if d != p.d:
         raise ParameterError(f"tokens have d = {d}, the parameters d = {p.d}")
+    log_s = log_cancellation(beta, weights, x.shape[-2])
+    limit = math.log(cancellation_limit())
     if order is None:
-        order = truncation_order(beta, d, unit_roundoff(x.dtype) if tol is None else tol)
+        order = truncation_order(beta, d, default_tol(x.dtype, min(log_s, limit))
+                                 if tol is None else tol)
     elif tol is not None and error_bound(beta, order, d) > tol:
         raise ParameterError(f"order {order} bounds the truncation error by "
                              f"{error_bound(beta, order, d):.3g} > tol = {tol:g} at beta = "
                              f"{beta:g}, d = {d}: need order >= {truncation_order(beta, d, tol)}")
+    x64 = x.to(torch.float64)
+    if x.dtype != torch.float64:  # unit to float64 rounding: the harmonics assume |x| = 1
+        x64 = x64 / x64.norm(dim=-1, keepdim=True)
+    y = _expand(x64, p.attention, beta, weights, order)
+    if p.attention == "softmax" and log_s > limit and weights is not None:
+        w = weights.to(dtype=torch.float64, device=x.device).expand(x.shape[:-1])
+        light = w * cancellation_limit() < w.sum(-1, keepdim=True)  # S_i may pass the limit
+        if bool(light.any()):
+            _dense_rows(x64, w, beta, light, y)
+    return y.to(x.dtype)
+
+
+def _dense_rows(x: torch.Tensor, w: torch.Tensor, beta: float, rows: torch.Tensor,
+                y: torch.Tensor) -> None:
+    """Overwrite the softmax outputs `y` of the tokens in `rows` `(runs, n)` by the dense sum
+    `sum_j w_j e^{beta (<x_i, x_j> - m_i)} x_j / sum_j w_j e^{beta (<x_i, x_j> - m_i)}`, m_i the
+    largest exponent among tokens of weight > 0 (no cancellation, no overflow): O(n) per row, in
+    chunks of REPAIR_NUMBERS numbers."""
+    r_all, i_all = rows.nonzero(as_tuple=True)
+    n = x.shape[-2]
+    step = max(1, REPAIR_NUMBERS // (n * x.shape[-1]))
+    for lo in range(0, len(r_all), step):
+        r, i = r_all[lo:lo + step], i_all[lo:lo + step]
+        xs = x[r]  # (m, n, d)
+        g = beta * (xs @ x[r, i].unsqueeze(-1)).squeeze(-1)  # (m, n)
+        g = g - torch.where(w[r] > 0, g, -math.inf).amax(-1, keepdim=True)
+        k = w[r] * torch.exp(g)
+        y[r, i] = (k.unsqueeze(-1) * xs).sum(-2) / k.sum(-1, keepdim=True)
+
+
+def _expand(x: torch.Tensor, attention: str, beta: float, weights: torch.Tensor | None,
+            order: int) -> torch.Tensor:
+    """`expansion_output` at truncation order `order`, in x's dtype."""
+    d = x.shape[-1]
     lam = kernel_weights(beta, order, d, x.dtype, x.device)
     if weights is None:
         w = torch.ones(x.shape[:-1], dtype=x.dtype, device=x.device)
@@ -449,17 +549,37 @@ def expansion_output(x: torch.Tensor, p: ModelParams, weights: torch.Tensor | No
             out = zn[..., t:t + block]
             for lo, slab in _slabs(x[..., t:t + block, :], order):
                 out += scaled[..., lo:lo + slab.shape[-2]] @ slab
-    if p.attention == "softmax":
+    if attention == "softmax":
         return (zn[..., 1:, :] / zn[..., :1, :]).transpose(-1, -2).contiguous()
     scale = math.exp(beta) / w.sum(-1, keepdim=True).unsqueeze(-1)
     return (zn[..., 1:, :] * scale).transpose(-1, -2).contiguous()
 
 
+def expansion_basis(p: ModelParams, dtype: torch.dtype,
+                    weights: np.ndarray | torch.Tensor | None = None) -> int:
+    """R, the basis functions `expansion_output` takes for a run of `p` in `dtype` with these
+    weights at its default tolerance (`default_tol`); ParameterError where it does not apply.
+
+    Args:
+        p: the model parameters.
+        dtype: the run's dtype.
+        weights: the run's token weights, or None.
+
+    Returns:
+        R.
+    """
+    beta = check_expansion(p)
+    log_s = log_cancellation(beta, weights, p.n)
+    return basis_size(p.d, truncation_order(beta, p.d, default_tol(dtype, log_s)))
+
+
 def auto_uses_expansion(p: ModelParams, dtype: torch.dtype,
                         weights: np.ndarray | torch.Tensor | None = None) -> bool:
-    """The fixed rule of `attention_eval='auto'`: expansion iff it applies, float64, n >= the
-    crossover `max(AUTO_MIN_N[d], AUTO_PER_BASIS[d] * R(beta))`, and cancellation costs at most
-    AUTO_CANCELLATION.
+    """The fixed rule of `attention_eval='auto'`: expansion iff it applies, n >= the crossover
+    `max(AUTO_MIN_N[d], AUTO_PER_BASIS[d] * R)` (R at the run's default tolerance,
+    `expansion_basis`), and its float64 rounding costs at most AUTO_CANCELLATION (cancellation
+    scale at most `cancellation_limit()`, so that no output needs the dense sum); float32 and
+    float64 runs alike (the expansion works in float64).
 
     Args:
         p: the model parameters.
@@ -469,25 +589,18 @@ def auto_uses_expansion(p: ModelParams, dtype: torch.dtype,
     Returns:
         True when `auto` takes the expansion.
     """
-    if dtype != torch.float64 or expansion_refusal(p) is not None:
+    if dtype not in (torch.float64, torch.float32) or expansion_refusal(p) is not None:
         return False
     beta = check_expansion(p)
     if p.n < AUTO_MIN_N[p.d]:
         return False
+    if log_cancellation(beta, weights, p.n) > math.log(cancellation_limit()):
+        return False  # tokens whose outputs would need the dense sum
     try:
-        r = basis_size(p.d, truncation_order(beta, p.d, unit_roundoff(dtype)))
+        r = expansion_basis(p, dtype, weights)
     except ParameterError:  # more modes than the expansion allows: dense
         return False
-    if p.n < AUTO_PER_BASIS[p.d] * r:
-        return False
-    spread = float(p.n)
-    if weights is not None:
-        w = np.asarray(weights.cpu() if isinstance(weights, torch.Tensor) else weights, float)
-        low = float(w.min())
-        spread = math.inf if low <= 0 else float((w.sum(-1) / w.min(-1)).max())
-    # log of min(spread, e^{2 beta}), without overflow
-    loss = min(math.log(spread), 2 * beta)
-    return math.log(unit_roundoff(dtype) * 2) + loss <= math.log(AUTO_CANCELLATION)
+    return p.n >= AUTO_PER_BASIS[p.d] * r
 
 
 def choose_evaluator(p: ModelParams, attention_eval: str = "auto", sampler: str = "full",

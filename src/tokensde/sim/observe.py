@@ -5,6 +5,12 @@ that returns a tensor `(runs_in_batch, ...)`; `simulate(..., observe=[...])` eva
 every checkpoint and keeps its outputs in `SimResult.observed[name]`, `(runs, K, ...)`. The
 records 'gram' and 'tokens' are the two built-in observers (`builtin_observers`), so a statistic
 at every layer costs its own size per run and layer, not an n x n Gram matrix.
+
+An observer reads coordinates in R^d unless it is declared `invariant=True`: a function of the
+inner products `X X^T` alone (of the tokens' norms and angles, not of their coordinates). Only
+invariant observers run under the Gram sampler, which holds the tokens in a frame of their span
+and not in R^d; `sampler='auto'` takes it only when every output is invariant
+(`coordinate_outputs`).
 """
 
 from __future__ import annotations
@@ -29,19 +35,24 @@ class Observer:
     `fn` must act run by run (row `r` of its output a function of row `r` of `x` alone), so that
     the result does not depend on the batch size; it gets the state `simulate` records as
     'tokens': the tokens in R^d (w = d), the residual stream with norm 'pre' or 'peri' (radii
-    included), and with sampler='gram' their coordinates in an n-dimensional isometric frame
-    (w = n: inner products, norms and Gram matrices are those of the tokens in R^d, coordinates
-    are not), so there only functions of the inner products mean anything. A run stopped at its
-    decision (`until='decided'`) keeps, at its later checkpoints, `fn` of its state at decision.
+    included). An observer declared `invariant=True` promises that `fn(x)` depends on `x` only
+    through `x x^T` (so `fn(x O) = fn(x)` for every orthogonal `O`, and zero columns appended to
+    `x` change nothing); it may then also run under sampler='gram', which passes the state in an
+    isometric frame of the tokens' span (`w <= n`: inner products and norms are those in R^d,
+    coordinates are not). Without the declaration the Gram sampler refuses the observer and
+    `auto` does not take it. A run stopped at its decision (`until='decided'`) keeps, at its
+    later checkpoints, `fn` of its state at decision.
 
     Args:
         name: the key of the outputs in `SimResult.observed` (not 'gram' or 'tokens', which are
             asked for by `record=`).
         fn: the statistic, a callable from a torch tensor to a torch tensor.
+        invariant: `fn` is a function of the inner products alone (see above).
     """
 
     name: str
     fn: Callable[[torch.Tensor], torch.Tensor]
+    invariant: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -50,6 +61,9 @@ class Observer:
         if not callable(self.fn):
             raise ParameterError(f"observe: observer {self.name!r} needs a callable fn(x) -> "
                                  f"tensor (runs_in_batch, ...); got {self.fn!r}")
+        if not isinstance(self.invariant, bool):
+            raise ParameterError(f"observe: observer {self.name!r} needs invariant=True or False; "
+                                 f"got {self.invariant!r}")
 
 
 #: What `simulate(observe=...)` takes: one observer, a sequence of them, or `{name: fn}`.
@@ -119,8 +133,23 @@ def builtin_observers(record: Sequence[str], norm: str) -> tuple[Observer, ...]:
         The observers, in the order of `RECORDS`.
     """
     gram = _gram_post if norm == "post" else _gram_directions
-    table = {"gram": Observer("gram", gram), "tokens": Observer("tokens", _tokens)}
+    table = {"gram": Observer("gram", gram, invariant=True), "tokens": Observer("tokens", _tokens)}
     return tuple(table[r] for r in RECORDS if r in record)
+
+
+def coordinate_outputs(record: Sequence[str], observers: Sequence[Observer]) -> tuple[str, ...]:
+    """The outputs that read coordinates in R^d, by name: the record 'tokens' and every observer
+    not declared invariant (a function of `x` beyond `x x^T`). The Gram sampler refuses them.
+
+    Args:
+        record: the built-in records asked for.
+        observers: the user's observers.
+
+    Returns:
+        Their names, records first.
+    """
+    return tuple(o.name for o in (*builtin_observers(record, "post"), *observers)
+                 if not o.invariant)
 
 
 class Observations:

@@ -118,7 +118,9 @@ def decide_every(dt: float) -> int:
     return max(1, int(DECIDE_DT / dt + 1e-9))
 
 
-DECIDE_TOL = 1e-6
+# the decision tolerance of every command line tool and study (theory.first_passage.PAIR_TOL):
+# a looser one counts formations that later dissolve (docs/absorption.md, "Which tolerance")
+DECIDE_TOL = 1e-8
 
 
 
@@ -217,9 +219,12 @@ class Recording:
         record: the built-in records.
         observe: statistics kept beside `record`: an `Observer(name, fn)`, a sequence of them
             or a mapping `{name: fn}`, `fn(x)` `(runs_in_batch, ...)` of the state `x`
-            `(runs_in_batch, n, w)` that `record=('tokens',)` would keep (with sampler='gram' in
-            an n-dimensional isometric frame: only inner products mean anything);
-            `SimResult.observed[name]` holds its outputs `(runs, K, ...)`. For every layer give
+            `(runs_in_batch, n, d)` that `record=('tokens',)` would keep;
+            `SimResult.observed[name]` holds its outputs `(runs, K, ...)`. An observer declared
+            `Observer(name, fn, invariant=True)` (a function of the inner products alone) may
+            run under the Gram sampler, which passes the state in a frame of the tokens' span;
+            'tokens' and the other observers read coordinates in R^d, so `sampler='auto'` then
+            does not take it and `sampler='gram'` refuses them. For every layer give
             `checkpoints=range(L + 1)`, and `record=()` to keep nothing else.
     """
 
@@ -259,8 +264,10 @@ class Recording:
 
 @dataclass(frozen=True)
 class Execution:
-    """How a run is computed; never what it computes in law: the sampler ('auto', 'fast',
-    'full', 'gram'; `samplers.choose_sampler`), the attention evaluator ('auto', 'dense',
+    """How a run is computed; never what it computes in law nor what an output means: the
+    sampler ('auto', 'fast', 'full', 'gram'; `simulate.resolve_sampler`: 'gram' holds the tokens
+    up to a rotation only, so it runs when every output is a function of the inner products,
+    and refuses the others), the attention evaluator ('auto', 'dense',
     'expansion'; `expansion.choose_evaluator`), the torch device, the dtype ('float64' or
     'float32') and the runs advanced together (None: `default_batch`; numbers never depend
     on it).

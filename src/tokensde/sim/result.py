@@ -22,9 +22,13 @@ class SimResult:
     """Output of `simulate`: numpy arrays, on the CPU.
 
     `gram` is `(runs, K, n, n)` at layer indices `checkpoints` `(K,)`; `tokens` `(runs, K, n, d)` when
-    recorded (the Gram sampler stores tokens in an n-dimensional isometric frame); `x` is the final
-    state `(runs, n, d)`. With norm 'pre' or 'peri' (docs/variants.md §4) `x` and `tokens` are the
-    residual stream, whose norms are the radii, and `gram` is that of its directions `x_i / |x_i|`.
+    recorded; `x` is the final state `(runs, n, d)`. `x` and `tokens` are always coordinates in
+    R^d: the Gram sampler, which holds the tokens only up to a rotation, records no tokens, and
+    its `x` raises (docs/gram.md); `state` is the final state as the sampler holds it, `(runs, n,
+    d)` or, for the Gram sampler, `(runs, n, w)` in an isometric frame of the tokens' span (its
+    inner products, hence `final_gram()`, are those of the tokens; its coordinates are not).
+    With norm 'pre' or 'peri' (docs/variants.md §4) `x`, `state` and `tokens` are the residual
+    stream, whose norms are the radii, and `gram` is that of its directions `x_i / |x_i|`.
     Every array is a `numpy.ndarray` of the run's dtype (float64 unless asked otherwise).
     `observed` maps the name of each observer given to `simulate(observe=...)` to its outputs
     `(runs, K, ...)` at the checkpoints (the observer's dtype).
@@ -38,7 +42,7 @@ class SimResult:
     scheme: str
     init: str
     checkpoints: np.ndarray
-    x: np.ndarray
+    state: np.ndarray
     gram: np.ndarray | None = None
     tokens: np.ndarray | None = None
     dtype: str = "float64"
@@ -47,6 +51,23 @@ class SimResult:
     extra: dict[str, Any] = field(default_factory=dict)
     decided_at: np.ndarray | None = None
     observed: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def coordinates(self) -> bool:
+        """Whether `state` holds coordinates in R^d (every sampler but 'gram')."""
+        return self.sampler != "gram"
+
+    @property
+    def x(self) -> np.ndarray:
+        """The final tokens in R^d, `(runs, n, d)`; ParameterError for a run of the Gram sampler,
+        which holds them only up to a rotation (use `final_gram()` or `state`)."""
+        if not self.coordinates:
+            raise ParameterError(
+                "x: this result ran sampler='gram', which holds the tokens only up to a rotation "
+                "(in a frame of their span), so it has no coordinates in R^d. Use final_gram() "
+                "(or state, whose inner products are those of the tokens), or run with "
+                "Execution(sampler='fast') or 'full' for coordinates (docs/gram.md)")
+        return self.state
 
     @property
     def times(self) -> np.ndarray:
@@ -77,7 +98,7 @@ class SimResult:
         at its decision gives, bit for bit, the Gram matrix recorded at that layer."""
         import torch
 
-        x = torch.from_numpy(self.x)
+        x = torch.from_numpy(self.state)
         u = x if self.params.norm == "post" else torch.nn.functional.normalize(x, dim=-1)
         return (u @ u.transpose(-1, -2)).numpy()
 

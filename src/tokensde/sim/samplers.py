@@ -190,7 +190,7 @@ def gram_refusal(p: ModelParams) -> str | None:
     return None
 
 
-def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
+def choose_sampler(p: ModelParams, sampler: str = "auto", coordinates: bool = False) -> str:
     """Resolve `sampler` to 'fast', 'full' or 'gram' for these parameters.
 
     `auto` takes `gram` when it applies, `norm='post'` (pre/peri-norm take it only when asked
@@ -204,6 +204,9 @@ def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     Args:
         p: the model parameters.
         sampler: 'auto', 'fast', 'full' or 'gram'.
+        coordinates: an output reads coordinates in R^d (the 'tokens' record, an observer not
+            declared invariant), which the Gram sampler does not hold: `auto` then never takes
+            it (docs/gram.md, "What a Gram run returns").
 
     Returns:
         The sampler that runs: 'fast', 'full' or 'gram'.
@@ -215,7 +218,7 @@ def choose_sampler(p: ModelParams, sampler: str = "auto") -> str:
     if sampler not in SAMPLERS:
         raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
     if sampler == "auto":
-        if gram_applicable(p) and p.norm == "post" and p.d >= 4 * p.n:
+        if not coordinates and gram_applicable(p) and p.norm == "post" and p.d >= 4 * p.n:
             return "gram"
         return "fast" if fast_applicable(p) and p.n < p.d else "full"
     if sampler == "fast" and not fast_applicable(p):

@@ -33,11 +33,11 @@ from .batch import (  # re-exported: the batch protocol of the real architecture
 )
 from .bias import check_bias
 from .budget import SAMPLER_STEPS, Budget, check_budget, estimate_memory, estimate_work
-from .expansion import basis_size, check_expansion, choose_evaluator, truncation_order, unit_roundoff
+from .expansion import choose_evaluator, expansion_basis
 from .gram import frame_forms, run_batch_gram, uniform_frame
 from .loop import Progress, Stop
 from .norm_sde import check_peri_sde
-from .observe import Observations, builtin_observers
+from .observe import Observations, builtin_observers, coordinate_outputs
 from .options import (
     DECIDE_TOL,
     Execution,
@@ -54,7 +54,7 @@ from .samplers import choose_sampler
 from .sde import check_sde_step
 from .token_noise import check_token_noise
 
-__all__ = ["simulate", "simulation_budget"]
+__all__ = ["resolve_sampler", "simulate", "simulation_budget"]
 
 
 def _check_objects(params: Any, grid: Any, initial: Any, stopping: Any, recording: Any,
@@ -128,17 +128,16 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int = 1, *,
     runs = check_int("runs", runs, 1)
     tdtype = execution.torch_dtype
     k = len(resolve_checkpoints(recording.checkpoints, grid.steps))
-    used = choose_sampler(params, execution.sampler)
+    used = resolve_sampler(params, execution, recording)
     n, heads = params.n, params.heads
     record = recording.kept(n)
     init = initial.init
     w = n if used == "gram" and isinstance(init, str) and init == "uniform" else params.d
     size = torch.finfo(tdtype).bits // 8
     basis = 0
-    if choose_evaluator(params, execution.attention_eval, used, tdtype,
-                        check_token_weights(initial.weights, n, runs)) == "expansion":
-        beta = check_expansion(params)
-        basis = basis_size(params.d, truncation_order(beta, params.d, unit_roundoff(tdtype)))
+    weights = check_token_weights(initial.weights, n, runs)
+    if choose_evaluator(params, execution.attention_eval, used, tdtype, weights) == "expansion":
+        basis = expansion_basis(params, tdtype, weights)
     # the fast sampler with n >= d draws V itself, as the full one does: no n x n factor
     full = used == "full" or (used == "fast" and n >= params.d)
     mem = estimate_memory(runs, n, w, k, block=min(runs, RUN_BLOCK), record=record, heads=heads,
@@ -157,6 +156,31 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int = 1, *,
                                 mlp_width(params, used), basis),
                   detail, lower, bounded=stopping.until != "decided",
                   longer=("runs", "layers", "n", "d"), steps=steps)
+
+
+def resolve_sampler(params: ModelParams, execution: Execution, recording: Recording) -> str:
+    """The sampler that runs (`samplers.choose_sampler`), given what is recorded: `auto` takes
+    'gram' only when every output is a function of the inner products (no 'tokens' record, every
+    observer declared invariant), and an explicit 'gram' refuses the others (ParameterError
+    naming them), since it holds no coordinates in R^d (docs/gram.md).
+
+    Args:
+        params: the model.
+        execution: its `sampler` is resolved.
+        recording: the outputs asked for.
+
+    Returns:
+        'fast', 'full' or 'gram'.
+    """
+    coords = coordinate_outputs(recording.kept(params.n), recording.observers)
+    used = choose_sampler(params, execution.sampler, coordinates=bool(coords))
+    if used == "gram" and coords:
+        raise ParameterError(
+            f"sampler='gram' holds the tokens only up to a rotation (in a frame of their span), "
+            f"not their coordinates in R^d; it cannot record {', '.join(map(repr, coords))}: "
+            f"record ('gram',) and observers declared Observer(name, fn, invariant=True) "
+            f"(functions of the inner products), or use sampler='auto', 'fast' or 'full'")
+    return used
 
 
 def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str:
@@ -216,7 +240,7 @@ class _Plan:
 def _plan(params: ModelParams, grid: TimeGrid, runs: int, scheme: str, initial: InitialState,
           stopping: StoppingRule, recording: Recording, execution: Execution) -> _Plan:
     """Check every option against the model, once, and resolve the automatic choices."""
-    used = choose_sampler(params, execution.sampler)
+    used = resolve_sampler(params, execution, recording)
     _check_model(params, grid, scheme, used)
     _check_memory(params, grid, runs, initial, recording, execution)
     decide = _decision(stopping, grid.dt, str(execution.dtype))
@@ -272,11 +296,13 @@ def simulate(
             above).
         execution: how it is computed (`Execution(sampler, attention_eval, device, dtype,
             batch_size)`); numbers depend on the sampler and the dtype, never on the batch
-            size.
+            size, and no sampler changes what an output means (`resolve_sampler`: the Gram
+            sampler runs only when every output is a function of the inner products).
         progress: a progress callback taking the number of run-layers advanced, or None.
 
     Returns:
-        A `SimResult`: numpy arrays on the CPU (Gram matrices and/or tokens at the checkpoints,
+        A `SimResult`: numpy arrays on the CPU (Gram matrices and/or tokens in R^d at the
+        checkpoints, the final tokens `x` in R^d (refused after the Gram sampler: `state`),
         the observers' outputs in `observed`), the parameters, the seed, the sampler that ran
         and `extra['attention_eval']`.
 
@@ -303,7 +329,7 @@ def simulate(
     return SimResult(
         params=params, grid=grid, runs=runs, seed=seed, sampler=plan.sampler, scheme=scheme,
         init=plan.init_kind if plan.init_kind != "pair" else f"pair(rho0={initial.rho0})",
-        checkpoints=plan.checkpoints, x=torch.cat(finals).numpy(), gram=seen.pop("gram", None),
+        checkpoints=plan.checkpoints, state=torch.cat(finals).numpy(), gram=seen.pop("gram", None),
         tokens=seen.pop("tokens", None), observed=seen, dtype=str(execution.dtype),
         device=str(execution.device), wall_s=time.perf_counter() - t0, extra=extra,
         decided_at=None if plan.decide is None else layer_of,

@@ -8,6 +8,8 @@ under `OUT/data/` or `OUT/sweeps/` -> plot (`tokensde.plots`) -> report section:
   and save it), the process pool;
 - `phase`: two tokens (`phase-diagram`, `theory-vs-simulation`, `phase-over-d`,
   `decision-times`);
+- `animation`: `tokens-in-motion` (one run per dimension, token positions saved as a table,
+  drawn as an animated GIF);
 - `trajectories`: `trajectories` and `histograms` (single simulations saved per panel);
 - `multi`: `multi-token` (a resumable sweep; the sweep files ship in `study/sweeps/`);
 - `convergence`: `convergence` (weak and strong errors, resumable by chunk);

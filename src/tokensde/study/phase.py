@@ -148,10 +148,13 @@ def draw_phase_d(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) ->
 
 # ---------------------------------------------------------------------------- decision times
 
+# per size: the two-token cases (beta, d), the many-token cases (n, d, beta), runs a case and the
+# maximum depth times; at the quick size 200 runs put the survival curve within a 95% band of
+# half-width at most 0.07 of the exact law at every t
 DECISION_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"two": ((1.0, 4),), "many": ((8, 3, 4.0),), "runs": 60, "T2": 40.0, "Tn": 20.0},
     "quick": {"two": ((0.4, 3), (1.0, 4), (2.0, 4), (2.5, 10)),
-              "many": ((8, 3, 1.0), (8, 3, 4.0), (16, 3, 2.0), (8, 8, 4.0)), "runs": 400,
+              "many": ((8, 3, 1.0), (8, 3, 4.0), (16, 3, 2.0), (8, 8, 4.0)), "runs": 200,
               "T2": 200.0, "Tn": 100.0},
     "full": {"two": ((0.4, 3), (1.0, 4), (2.0, 4), (1.6, 10), (2.5, 10)),
              "many": ((8, 3, 1.0), (8, 3, 4.0), (16, 3, 2.0), (8, 8, 4.0), (32, 3, 4.0)),

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..io.report import Section
-from . import convergence, meanfield, mlp, multi, phase, real, trajectories, variants, vit
+from . import animation, convergence, meanfield, mlp, multi, phase, real, trajectories, variants, vit
 from . import token_noise_section as token_noise
 from .context import Context, FigureSpec
 
@@ -23,6 +23,11 @@ def _figure(name: str, title: str, data: Callable[[Context], tuple[Any, bool]],
 
 
 FIGURES: dict[str, FigureSpec] = {s.name: s for s in (
+    _figure(animation.NAME, "Tokens in motion",
+            animation.motion_data, animation.draw_motion, """
+        Across depth, tokens driven by one common noise path gather into clusters on the circle
+        and on the sphere, and the clusters can settle as antipodal pairs: a bipolar formation
+        (one run per dimension, drawn frame by frame)."""),
     _figure("phase-diagram", "Two tokens: phase diagram",
             phase.phase_data, phase.draw_phase, """
         Antipodal pairs persist with positive probability iff cosh(2 beta) > d - 2; the Monte Carlo

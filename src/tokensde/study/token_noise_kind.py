@@ -1,7 +1,7 @@
 """The stationary order parameter under independent token noise (docs/token-noise.md) as the
 sweep kind `token_noise`.
 
-One cell is one `tokensde.study.token_noise.stationary_order` estimate: `runs` systems of `n`
+One cell is one `tokensde.study.noise_threshold.stationary_order` estimate: `runs` systems of `n`
 tokens with `M = I`, no common noise and token noise `tau`, from the uniform or the ordered
 start, and the order parameter `r = |(1/n) sum_i x_i|` time-averaged over depth `[burn, T]`,
 with its mean and standard error over runs. A cell gives `tau` itself or `ratio = tau / tau_c`,
@@ -22,7 +22,8 @@ KIND = "token_noise"
 # the study tabulates these columns of a token_noise sweep table, in this order
 COLUMNS: tuple[str, ...] = (
     "d", "attention", "beta", "n", "start", "scheme", "ratio", "tau", "tau_c", "runs", "T",
-    "burn", "dt", "r", "se", "r2", "r2_se", "n_r2", "drift", "drift_se", "seed", "wall_s")
+    "burn", "dt", "step_shift", "r", "se", "r2", "r2_se", "n_r2", "q", "q_se", "n_q2", "drift",
+    "drift_se", "seed", "wall_s")
 
 
 def _optional_real(minimum: float, strict: bool, doc: str) -> Param:
@@ -32,7 +33,7 @@ def _optional_real(minimum: float, strict: bool, doc: str) -> Param:
 
 
 def _tau_c(cell: dict[str, Any]) -> float:
-    from .token_noise import critical_token_noise
+    from .noise_threshold import critical_token_noise
 
     return critical_token_noise(cell["beta"], cell["d"], cell["attention"])
 
@@ -56,25 +57,28 @@ def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
 
 
 def token_noise_cell(cell: dict[str, Any], seed: int) -> Stats:
-    """The stationary order parameter of one cell (`study.token_noise.stationary_order`):
-    `r`, `se` (over runs), `r2`, `r2_se`, `n_r2 = n E r^2`, `drift` / `drift_se` (second half
-    of `[burn, T]` minus the first), each run's `run_r`, and `tau_c`."""
-    from .token_noise import stationary_order
+    """The stationary order parameter of one cell (`study.noise_threshold.stationary_order`):
+    `r`, `se` (over runs), `r2`, `r2_se`, `n_r2 = n E r^2`, the degree-2 `q`, `q_se`,
+    `n_q2 = n E q^2`, `drift` / `drift_se` (second half of `[burn, T]` minus the first), each
+    run's `run_r`, `tau_c`, and `step_shift`, the step's relative shift of the many-token
+    threshold (`study.noise_threshold.step_error`), the step-error estimate beside `se`."""
+    from .noise_threshold import stationary_order
 
     e = stationary_order(cell["tau"], cell["n"], cell["d"], cell["beta"], cell["attention"],
                          runs=cell["runs"], T=cell["T"], burn=cell["burn"], dt=cell["dt"],
                          scheme=cell["scheme"], seed=seed, samples=cell["samples"],
-                         start=cell["start"])
+                         start=cell["start"], step_tol=None)
     tau_c = _tau_c(cell)
     return {"tau_c": tau_c, "tau_ratio": e.token_noise / tau_c if tau_c > 0 else math.nan,
             "r": e.r, "se": e.se, "r2": e.r2, "r2_se": e.r2_se, "n_r2": e.n * e.r2,
             "drift": e.drift, "drift_se": e.drift_se, "run_r": list(e.run_r),
+            "q": e.q, "q_se": e.q_se, "n_q2": e.n * e.q2, "step_shift": e.step_shift,
             "attention_eval": e.attention_eval, "sim_wall_s": e.wall_s}
 
 
 def token_noise_budget(cell: dict[str, Any]) -> Any:
-    """Memory and work of a cell (`study.token_noise.order_budget`)."""
-    from .token_noise import order_budget
+    """Memory and work of a cell (`study.noise_threshold.order_budget`)."""
+    from .noise_threshold import order_budget
 
     return order_budget(cell["tau"], cell["n"], cell["d"], cell["beta"], cell["attention"],
                         cell["runs"], cell["T"], cell["dt"], cell["samples"])

@@ -31,7 +31,7 @@ def token_noise_data(ctx: Context) -> tuple[SweepRun, bool]:
 
 
 def _limit(ratio: float, r: dict[str, Any]) -> float:
-    from .token_noise import mean_field_order
+    from .noise_threshold import mean_field_order
 
     return mean_field_order(ratio * r["tau_c"], r["beta"], int(r["d"]), r["attention"])
 
@@ -74,14 +74,19 @@ def check_rows(recs: list[dict[str, Any]]) -> list[str]:
 def draw_token_noise(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
     """`r` and `n E r^2` against `tau / tau_c` with intervals, the threshold and the limit."""
     import numpy as np
+    from scipy import stats
 
     from ..plots.token_noise import plot_order_scan
+    from .noise_threshold import step_error
 
     df = run.table.sort_values(["n", "start", "ratio"], ignore_index=True)
     recs = df.to_dict("records")
     for r in recs:
         r["ratio"] = float(r["tau"] / r["tau_c"])
         r["r_limit"] = _limit(r["ratio"], r)
+        r["step"] = step_error(float(r["beta"]), int(r["d"]), float(r["dt"]), r["attention"],
+                               r["scheme"])
+        r["t95"] = float(stats.t.ppf(0.975, int(r["runs"]) - 1))
     first = recs[0]
     grid = np.linspace(0.4, max(1.6, max(r["ratio"] for r in recs)), 49)
     limit = [(float(q), _limit(float(q), first)) for q in grid]
@@ -91,17 +96,21 @@ def draw_token_noise(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool
     verdicts = check_rows(recs)
     rows: list[list[Any]] = [
         [int(r["n"]), r["start"], round(r["ratio"], 4), r["tau"], r["r"],
-         f"[{r['r'] - 2 * r['se']:.4f}, {r['r'] + 2 * r['se']:.4f}]", r["n_r2"], r["r_limit"],
-         r["drift"], int(r["runs"]), r["T"], r["burn"], r["dt"], v or "", int(r["seed"])]
+         f"[{r['r'] - r['t95'] * r['se']:.4f}, {r['r'] + r['t95'] * r['se']:.4f}]", r["n_r2"],
+         r["r_limit"], r["drift"], int(r["runs"]), r["T"], r["burn"], r["dt"],
+         f"{100 * r['step']:+.2f}", v or "", int(r["seed"])]
         for r, v in zip(recs, verdicts, strict=True)]
     flagged = [i for i, v in enumerate(verdicts) if v]
     table = Table("token-noise", "Stationary order parameter r = |(1/n) sum_i x_i| of the network "
                   "(M = I, sigma = 0, token noise tau), each run's time average over depth "
-                  "[burn, T], mean over runs with a 2-standard-error interval; n E r^2 (1 for "
-                  "i.i.d. uniform tokens); the many-token limit's r (0 above tau_c); drift: the "
-                  "second half of [burn, T] minus the first (a run still relaxing drifts)",
-                  ["n", "start", "tau / tau_c", "tau", "r", "2 SE", "n E r^2", "limit r",
-                   "drift", "runs", "T", "burn", "dt", "check", "seed"], rows, flagged=flagged)
+                  "[burn, T], mean over runs with a 95 % t interval (runs - 1 degrees of freedom); "
+                  "n E r^2 (1 for i.i.d. uniform tokens); the many-token limit's r (0 above "
+                  "tau_c); drift: the second half of [burn, T] minus the first (a run still "
+                  "relaxing drifts); step %: the layer step's relative shift of the many-token "
+                  "threshold (the step-error estimate)",
+                  ["n", "start", "tau / tau_c", "tau", "r", "95 % t interval", "n E r^2",
+                   "limit r", "drift", "runs", "T", "burn", "dt", "step %", "check", "seed"],
+                  rows, flagged=flagged)
     k = len(flagged)
     ok = k == 0
     note = (f"tau_c = {first['tau_c']:.5g} (theory). "

@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 from scipy import special
-from scipy.interpolate import CubicSpline
 
 from ..model.checks import ParameterError, check_real, require
 from ..model.mlp import MLPS
@@ -328,6 +327,8 @@ class RedrawnForms(RhoDiffusion):
 
     def z_coefficients(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self._splines:
+            from scipy.interpolate import CubicSpline  # here: it imports in ~0.4 s
+
             grid = Z_SPAN * np.sinh(Z_BEND * np.linspace(-1.0, 1.0, COARSE)) / math.sinh(Z_BEND)
             a, b = forms_z_coefficients(grid, self.beta, self.d, self.scale, self.sigma)
             self._splines.extend([CubicSpline(grid, a), CubicSpline(grid, b)])

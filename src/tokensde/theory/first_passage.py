@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 from numpy.polynomial import chebyshev as cheb
-from scipy import integrate, special
+from scipy import special
 
 from ..model.checks import ParameterError, check_int, check_real
 from ..model.params import TimeGrid
@@ -307,6 +307,8 @@ def spec_reference(beta: float, d: float, rho0: float) -> float:
     Returns:
         The probability that the pair ends antipodal.
     """
+    from scipy import integrate  # here: scipy.integrate alone takes ~0.3 s to import
+
     c = math.cosh(2 * beta)
     if not c > d - 2:
         return 1.0 if rho0 == -1 else 0.0

@@ -30,6 +30,8 @@ The USA threshold is the `K_#` of the noisy-transformer literature, whose coupli
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Any
 
 from scipy import optimize, special
 
@@ -134,3 +136,200 @@ def beta_star(d: int) -> float:
 
     # the ratio rises from 0 (beta -> 0) towards 1 (beta -> infinity); at beta = 4d it is > 1/d
     return float(optimize.brentq(gap, 1e-8, 4.0 * d + 10.0, xtol=1e-14, rtol=1e-14))
+
+
+# ---------------------------------------------------------------------------------------------
+# The layer step's bias on the threshold (docs/token-noise.md, "The layer step")
+
+SCHEMES = ("network", "sde")
+
+
+def _check_scheme(scheme: str) -> str:
+    return check_choice("scheme", scheme, SCHEMES)
+
+
+def _log_moment_scale(beta: float, d: int) -> float:
+    """`log` of `Gamma(d/2) (2/beta)^{d/2-1} e^{beta}`, the common factor of the uniform moments
+    `E[e^{beta t} t^k]` (`t = <x, z>`, z uniform on S^{d-1}) in terms of scaled Bessel functions."""
+    return math.lgamma(d / 2) + (d / 2 - 1) * math.log(2 / beta) + beta
+
+
+def attention_responses(beta: float, d: int, attention: str = "usa") -> tuple[float, float, float]:
+    """`(c_0, A, B)`: the attention output at the uniform law and its response to a degree-1
+    perturbation. At the uniform law `y(x) = c_0 x`; for the density `rho_0 (1 + eps d <z, e>)`
+    it moves by `eps d (A <x, e> x + B P_x e)`, radial part `A` and tangential part `B = c_1 /
+    beta`.
+
+    For USA, `c_0 = E[e^{beta t} t]`, `A = E[e^{beta t} t^2]` and `B = E[e^{beta t} (1 - t^2)]
+    / (d - 1)`, over `t = <x, z>` with z uniform on S^{d-1}. Softmax divides the output by
+    `Z = E[e^{beta t}]` and subtracts the normaliser's response, so its `c_0`, `A`, `B` are
+    `c_0 / Z`, `A / Z - (c_0 / Z)^2` and `B / Z`.
+
+    Args:
+        beta: attention strength, > 0.
+        d: dimension of the ambient space, >= 2.
+        attention: 'usa' or 'softmax'.
+
+    Returns:
+        `(c_0, A, B)` (USA: of order `e^beta`; inf past the float range).
+    """
+    beta, d, attention = _check(beta, d, attention)
+    nu = d / 2 - 1
+    # E[e^{bt}] = G I_nu, E[e^{bt} t] = G I_{nu+1}, E[e^{bt} t^2] = G (I_{nu+2} + I_{nu+1} / b),
+    # G = Gamma(d/2) (2/b)^nu (derivatives of b^{-nu} I_nu(b))
+    i0, i1, i2 = (special.ive(nu + k, beta) for k in (0, 1, 2))
+    c0, a_, b_ = i1, i2 + i1 / beta, i1 / beta
+    if attention == "softmax":
+        return c0 / i0, a_ / i0 - (c0 / i0) ** 2, b_ / i0
+    log_g = _log_moment_scale(beta, d)
+    if log_g > 700.0:
+        return math.inf, math.inf, math.inf
+    g = math.exp(log_g)
+    return c0 * g, a_ * g, b_ * g
+
+
+def step_shift_coefficient(beta: float, d: int, attention: str = "usa",
+                           scheme: str = "network", mean_scale: float = 1.0) -> float:
+    """`kappa` in `tau_c(dt) / tau_c = 1 + kappa dt + O(dt^2)`: the first-order shift of the
+    many-token threshold of one layer scheme of step `dt`, `kappa = (a/2) (c_0 + 2 A + (d - 7)
+    B / 2)` for the network scheme and `a B (3 - d) / 4` for the SDE scheme (`attention_responses`).
+
+    Derived in docs/token-noise.md ("The layer step"): the degree-1 mode's multiplier over one
+    step, expanded to `dt^2`, vanishes at a `tau^2` moved by `2 dt Q`; in the network scheme the
+    radial part of the output, larger where tokens are dense, enters `Q` through `c_0` and `A`.
+
+    Args:
+        beta: attention strength, > 0.
+        d: dimension of the ambient space, >= 2.
+        attention: 'usa' or 'softmax'.
+        scheme: 'network' or 'sde'.
+        mean_scale: `a` in `M = a I`, > 0.
+
+    Returns:
+        `kappa`, in units of 1 / depth time.
+    """
+    scheme = _check_scheme(scheme)
+    a = check_real("mean_scale", mean_scale, 0.0, strict=True)
+    c0, big_a, big_b = attention_responses(beta, d, attention)
+    if scheme == "sde":
+        return a * big_b * (3 - d) / 4
+    return a / 2 * (c0 + 2 * big_a + (d - 7) * big_b / 2)
+
+
+def step_threshold_shift(beta: float, d: int, dt: float, attention: str = "usa",
+                         scheme: str = "network", mean_scale: float = 1.0) -> float:
+    """The expected relative shift `tau_c(dt) / tau_c - 1 = kappa dt` of the threshold of one
+    layer scheme to first order in the step (`step_shift_coefficient`).
+
+    Args:
+        beta: attention strength, > 0.
+        d: dimension of the ambient space, >= 2.
+        dt: the layer step, > 0.
+        attention: 'usa' or 'softmax'.
+        scheme: 'network' or 'sde'.
+        mean_scale: `a` in `M = a I`, > 0.
+
+    Returns:
+        The relative shift (positive: the scheme orders up to a larger noise than the limit).
+    """
+    dt = check_real("dt", dt, 0.0, strict=True)
+    return step_shift_coefficient(beta, d, attention, scheme, mean_scale) * dt
+
+
+def _inverse_norm_integral(fn: Any, scale: float) -> float:
+    """`(2 / sqrt(pi)) int_0^inf fn(u) du`, the Gaussian-integral form of `1 / |z|`
+    (`1/|z| = (2/sqrt(pi)) int_0^inf exp(-u^2 |z|^2) du`); `fn` lives on `u ~ 1 / scale`, so the
+    integral runs over `v = u scale`."""
+    from scipy import integrate
+
+    k = max(scale, 1.0)
+    with warnings.catch_warnings():
+        # at small steps quad reports roundoff while it reaches about 1e-13 absolute, well
+        # below what the threshold needs (tests/test_token_noise_step.py checks the values)
+        warnings.simplefilter("ignore", integrate.IntegrationWarning)
+        val, _ = integrate.quad(lambda v: fn(v / k), 0.0, math.inf, limit=200, epsabs=1e-14,
+                                epsrel=1e-10)
+    return 2.0 / math.sqrt(math.pi) * val / k
+
+
+def step_multiplier(beta: float, d: int, dt: float, token_noise: float,
+                    attention: str = "usa", scheme: str = "network",
+                    mean_scale: float = 1.0) -> float:
+    """The factor by which one layer step multiplies a degree-1 perturbation of the uniform law
+    in the many-token limit, exact in `dt` (the normalisation integrated, not expanded).
+
+    Network scheme: the token moves to `N(m e_1 + dt b + s g)`, `m = 1 + dt a c_0`, `s = tau
+    sqrt(dt)`, g standard normal in R^d; with `phi(m) = E <N(m e_1 + s g), e_1>` the factor is
+    `phi(m) + a A dt phi'(m) + (d - 1) a B dt phi(m) / m`. SDE scheme: the noise is projected
+    and the radial drift is the Ito term, so `p = 1 - dt (d - 1) tau^2 / 2` is fixed and the
+    factor is `E[p / |v|] + (d - 1) a B dt E[1/|v| - q^2/|v|^3]`, `v = (p, s g_perp)`.
+    The Gaussian expectations are one-dimensional integrals (`1/|z| = (2/sqrt(pi)) int
+    exp(-u^2 |z|^2) du`), done by quadrature.
+
+    Args:
+        beta: attention strength, > 0.
+        d: dimension of the ambient space, >= 2.
+        dt: the layer step, > 0.
+        token_noise: `tau`, > 0.
+        attention: 'usa' or 'softmax'.
+        scheme: 'network' or 'sde'.
+        mean_scale: `a` in `M = a I`, > 0.
+
+    Returns:
+        The multiplier (above 1: the uniform law is unstable under this scheme).
+    """
+    dt = check_real("dt", dt, 0.0, strict=True)
+    tau = check_real("token_noise", token_noise, 0.0, strict=True)
+    scheme = _check_scheme(scheme)
+    a = check_real("mean_scale", mean_scale, 0.0, strict=True)
+    c0, big_a, big_b = attention_responses(beta, d, attention)
+    s = tau * math.sqrt(dt)
+    if scheme == "network":
+        lam = (1.0 + dt * a * c0) / s  # the mean's length in units of s
+
+        def weight(u: float) -> float:
+            q = 1 + 2 * u * u
+            return float(q ** (-(d + 2) / 2) * math.exp(-u * u * lam * lam / q))
+
+        # E[Z_1 / |Z|] for Z ~ N(lam e_1, I_d) and its derivative in lam
+        phi = lam * _inverse_norm_integral(weight, lam)
+        dphi = _inverse_norm_integral(
+            lambda u: weight(u) * (1 - 2 * u * u * lam * lam / (1 + 2 * u * u)), lam)
+        m = lam * s
+        return phi + a * big_a * dt * dphi / s + (d - 1) * a * big_b * dt * phi / m
+    lam = (1.0 - dt * (d - 1) * tau * tau / 2) / s
+    inv = _inverse_norm_integral(  # E[1 / sqrt(lam^2 + W)], W ~ chi^2_{d-1}
+        lambda u: math.exp(-u * u * lam * lam) * (1 + 2 * u * u) ** (-(d - 1) / 2), lam)
+    w3 = 2 * (d - 1) * _inverse_norm_integral(  # E[W / (lam^2 + W)^{3/2}]
+        lambda u: u * u * math.exp(-u * u * lam * lam) * (1 + 2 * u * u) ** (-(d + 1) / 2), lam)
+    return lam * inv + (d - 1) * a * big_b * dt * (inv - w3 / (d - 1)) / s
+
+
+def step_threshold(beta: float, d: int, dt: float, attention: str = "usa",
+                   scheme: str = "network", mean_scale: float = 1.0) -> float:
+    """The many-token threshold `tau_c(dt)` of one layer scheme at a finite step: the token
+    noise at which `step_multiplier` is 1 (root-bracketed around the limit's `tau_c`).
+
+    Args:
+        beta: attention strength, > 0.
+        d: dimension of the ambient space, >= 2.
+        dt: the layer step, > 0.
+        attention: 'usa' or 'softmax'.
+        scheme: 'network' or 'sde'.
+        mean_scale: `a` in `M = a I`, > 0.
+
+    Returns:
+        `tau_c(dt)`; compare with `math.sqrt(a / critical_coupling(beta, d, attention))`.
+    """
+    a = check_real("mean_scale", mean_scale, 0.0, strict=True)
+    tau_c = math.sqrt(a / critical_coupling(beta, d, attention))
+
+    def gap(q: float) -> float:
+        return step_multiplier(beta, d, dt, q * tau_c, attention, scheme, a) - 1.0
+
+    lo, hi = 0.5, 2.0
+    while gap(lo) < 0 and lo > 1e-3:
+        lo /= 2
+    while gap(hi) > 0 and hi < 1e3:
+        hi *= 2
+    return tau_c * float(optimize.brentq(gap, lo, hi, xtol=1e-12, rtol=1e-12))
