@@ -54,21 +54,6 @@ def cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
     return map_fn
 
 
-def report_size(size: str) -> Any:
-    """The convergence size of the report at `size`: `analysis.convergence.CONVERGENCE_SIZES`,
-    but at the quick size levels L = 4 ... 128 and a quarter of the runs of the diagnostic's quick
-    size (16384 / 2048 weak runs, 256 / 256 strong): the weak orders are fitted on the levels
-    whose error exceeds 3 standard errors (L = 4 to about 16), the strong ones on L = 32 ... 128,
-    each with its bootstrap interval; the full size maps L up to 1024."""
-    from ..analysis.convergence import CONVERGENCE_SIZES, Size
-
-    if size != "quick":
-        return CONVERGENCE_SIZES[size]
-    return Size({"two_tokens": 16384, "eight_tokens": 2048},
-                {"two_tokens": 256, "eight_tokens": 256}, levels=(4, 8, 16, 32, 64, 128),
-                strong_from=32)
-
-
 def convergence_data(ctx: Context) -> tuple[Any, bool]:
     """Weak and strong errors of the networks against the SDE, and their orders, at `ctx.size`.
 
@@ -81,11 +66,11 @@ def convergence_data(ctx: Context) -> tuple[Any, bool]:
     Returns:
         `(result, reused)`: the `ConvergenceResult`, and whether it was read from a saved file.
     """
-    from ..analysis.convergence import ConvergenceResult, run_convergence
+    from ..analysis.convergence import CONVERGENCE_SIZES, ConvergenceResult, run_convergence
     from ..io.progress import progress_bar
     from ..io.store import write_json
 
-    size = report_size(ctx.size)
+    size = CONVERGENCE_SIZES[ctx.size]
     parts = ctx.data_path("convergence", ".parts")
 
     def make() -> Any:

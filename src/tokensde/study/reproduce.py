@@ -45,7 +45,7 @@ SECTION_CPU_S: dict[str, dict[str, float]] = {
     "quick": {"tokens-in-motion": 8.3, "phase-diagram": 31.1, "theory-vs-simulation": 1.7,
               "phase-over-d": 41.5, "decision-times": 13.2, "trajectories": 17.8,
               "histograms": 2.2, "multi-token": 14.7, "variants": 28.8, "mlp": 34.2,
-              "meanfield": 2.2, "token-noise": 16.0, "convergence": 13.5, "vit": 36.2,
+              "meanfield": 2.2, "token-noise": 16.0, "convergence": 49.7, "vit": 36.2,
               "vit-depth": 87.8, "real": 3.3},
     "full": {"tokens-in-motion": 20.0, "phase-diagram": 410.0, "theory-vs-simulation": 1.0,
              "phase-over-d": 3700.0, "decision-times": 95.0, "trajectories": 21.0,
