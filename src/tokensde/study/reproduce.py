@@ -19,9 +19,8 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from .._version import __version__
 from ..io.report import Section, check_report_path, write_report
 from ..io.store import check_output, header, write_json
 from ..model.params import ParameterError
+from ..sweep.backends import one_torch_thread
 from .context import Context, one_thread
 from .registry import FIGURES, build_section, remedy
 
@@ -232,19 +232,6 @@ def estimate(names: Sequence[str], ctx: Context) -> tuple[float, str]:
     return wall * speed, source
 
 
-@contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """Torch on one thread inside the block (as in the pool's processes), restored after."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _cpu_s() -> float:
     """CPU seconds of this process and of its children that have ended."""
     import resource
@@ -289,7 +276,7 @@ def build_sections(names: Sequence[str], ctx: Context) -> dict[str, Section]:
                 f"({sec.provenance.get('cpu_s', 0):.1f} s CPU)")
         built[sec.key] = sec
 
-    with _one_torch_thread():
+    with one_torch_thread():
         for group in solo:
             for name in group:
                 ctx.log(f"[{name}] building" + (f" on {ctx.workers} processes"

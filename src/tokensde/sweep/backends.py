@@ -33,7 +33,8 @@ WATCH_S = 0.5  # how often a pool worker checks that the sweep process still run
 # ----------------------------------------------------------------------------- running one cell
 
 @contextmanager
-def _one_thread() -> Iterator[None]:
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread inside the block (a pool's worker process), restored after."""
     import torch
 
     old = torch.get_num_threads()
@@ -79,7 +80,7 @@ def execute_cell(task: Mapping[str, Any]) -> Row:
         from .kinds import get_kind
 
         kind = get_kind(task["kind"], task.get("module"))
-        with _one_thread():
+        with one_torch_thread():
             stats = kind.run(dict(task["params"]), int(task["seed"]))
         reserved = set(_base_row(task)) | set(TAIL_COLUMNS)
         clash = sorted(set(stats) & reserved)
