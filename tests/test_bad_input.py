@@ -65,7 +65,7 @@ def error_line(args: list[str], *needles: str, code: int = 2) -> str:
         (["--tol", "nan"], ["tol must be a finite number", "nan"]),
         (["--dtype", "float32", "--tol", "1e-9"], ["tol must be a number in [0.000119209",
                                                    "float32", "got 1e-09"]),
-        (["--eps", "0.5"], ["eps must be given only with noise='scalar'", "got 0.5"]),
+        (["--eps", "0.5"], ["--eps applies only with --noise scalar", "got --noise matrix"]),
     ],
 )
 def test_simulate_rejects_silently_wrong_options(extra, needles):
@@ -74,10 +74,11 @@ def test_simulate_rejects_silently_wrong_options(extra, needles):
 
 def test_horizon_is_never_changed_silently():
     error_line([*S, "--time", "1", "--dt", "0.3"], "T = 1", "dt = 0.3", "T = 1.2", "0.25")
-    error_line([*S, "--alpha", "0.3"], "alpha must be given together with layers", "0.3")
-    line = error_line([*S, "--dt", "0.1"], "time must be given as (layers, alpha) or (T, dt)",
-                      "'dt': 0.1")
-    assert "layers" not in line.split("got")[1]  # no layers were given, none are reported
+    error_line([*S, "--alpha", "0.3"], "--alpha applies only with --layers", "got no --layers")
+    error_line([*S, "--dt", "0.1"], "--dt applies only with --time", "got no --time")
+    with pytest.raises(ParameterError, match=r"time must be given as \(layers, alpha\) or "
+                       r"\(T, dt\); got \{'dt': 0.1\}"):
+        TimeGrid.make(dt=0.1)  # the library names what it got, and no layers
     with pytest.raises(ParameterError, match=r"T must be a whole number of layer steps"):
         TimeGrid.make(T=1.0, dt=0.3)  # the library refuses it too, unless asked to round up
     assert TimeGrid.make(T=1.0, dt=0.3, exact=False).steps == 4
@@ -387,7 +388,7 @@ def test_lost_manifest_is_rebuilt_from_the_config(tmp_path, finished_sweep):
 def test_backend_problems_fail_before_the_directory_exists(tmp_path, finished_sweep, monkeypatch):
     cfg, _ = finished_sweep
     error_line(["sweep", "run", str(cfg), "--out", str(tmp_path / "a"), "--address", "1.2.3.4"],
-               "address is only used with backend='ray'")
+               "--address applies only with --backend ray (got --backend local)")
     assert not (tmp_path / "a").exists()
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     error_line(["sweep", "run", str(cfg), "--out", str(tmp_path / "b"), "--backend", "ray"],
@@ -407,3 +408,11 @@ def test_vit_options_that_would_be_ignored_or_misread_are_refused(tmp_path):
     with pytest.raises(ParameterError, match=r"data_dir must be left out for the digits"):
         read_arrays("digits", tmp_path)
     assert not (tmp_path / "d").exists() and not (tmp_path / "f").exists()
+
+
+def test_monte_carlo_refuses_network_options_for_the_reduced_engine():
+    from tokensde.analysis.pair_monte_carlo import monte_carlo
+
+    for kw in ({"sampler": "fast"}, {"batch_size": 10}):
+        with pytest.raises(ParameterError, match="apply only with engine='network'"):
+            monte_carlo(2.0, 3, 0.0, runs=4, engine="reduced", **kw)

@@ -10,6 +10,7 @@ a value that makes a run long is refused by the estimate instead of run.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import tempfile
 import uuid
@@ -139,3 +140,146 @@ def test_the_contract_page_is_current():
     """docs/contract.md is what `python tests/cli_contract.py` writes today."""
     assert (DOCS / "contract.md").read_text() == page(), (
         "docs/contract.md is stale: python tests/cli_contract.py > docs/contract.md")
+
+
+# ----------------------------------------------------------------------------- whole command lines
+
+EDGE = ["nan", "inf", "-inf", "-1", "-0.0", "0", "1e308", "1e30", "10000000000", "", "abc"]
+SMALL_OK = ["1", "2", "3", "0.5", "0.1"]  # valid where they are in range, and tiny as sizes
+QUICK = [("two-token", "prob"), ("two-token", "critical"), ("token-noise", "theory")]
+FLAGS_KEPT_OUT = {"--yes", "--help"}  # --yes would let a long run through the estimate
+OUT_KINDS = {("simulate",): "r.npz", ("two-token", "mc"): "r.json",
+             ("two-token", "hybrid"): "r.json", ("token-noise", "order"): "r.json",
+             ("meanfield", "table"): "mf"}  # the result each command's --out writes
+
+
+def _flags(path: tuple[str, ...], kept_out: frozenset[str]) -> list[str]:
+    """The command's on/off flags (their first spelling), but those of `kept_out`."""
+    from cli_contract import command
+
+    return [p.opts[0] for p in command(path).params if getattr(p, "is_flag", False)
+            and p.opts[0] not in FLAGS_KEPT_OUT | kept_out]
+
+
+def _all_names(path: tuple[str, ...]) -> set[str]:
+    """Every way an error may name a parameter of the command (options and arguments)."""
+    from cli_contract import command
+
+    names: set[str] = set()
+    for p in command(path).params:
+        names |= _names(p) if p.opts[0].startswith("-") else {str(p.name).lower()}
+    return names
+
+
+FOREIGN = sorted({o.opts[0] for path in BASES for o in options(path)})
+
+
+@st.composite
+def command_lines(draw: Any, paths: list[tuple[str, ...]], kept_out: frozenset[str] = frozenset()
+                  ) -> tuple[tuple[str, ...], list[str]]:
+    """A command, its tiny base with up to three of its options given drawn values (edge or
+    small), perhaps an option of another command, perhaps some of its flags, and perhaps
+    --out at an existing result (with or without --force)."""
+    path = draw(st.sampled_from(paths))
+    args = list(BASES[path])
+    own = options(path)
+    for opt in draw(st.lists(st.sampled_from(own), max_size=3, unique_by=lambda o: o.opts[0])):
+        flag = opt.opts[0]
+        if flag in args:
+            i = args.index(flag)
+            args = args[:i] + args[i + 2:]
+        args += [flag, draw(st.sampled_from(EDGE + SMALL_OK))]
+    if draw(st.integers(0, 3)) == 0:
+        args += [draw(st.sampled_from(FOREIGN)), draw(st.sampled_from(EDGE + SMALL_OK))]
+    args += draw(st.lists(st.sampled_from(_flags(path, kept_out) or ["--help"]), max_size=2,
+                          unique=True))
+    if path in OUT_KINDS or path in NEEDS_OUT:
+        target = draw(st.sampled_from(["existing", "fresh"]))
+        args += ["--out", target if path not in NEEDS_OUT or target == "existing"
+                 else f"fresh-{uuid.uuid4().hex}"]
+    return path, args
+
+
+def _prepare(where: Path, path: tuple[str, ...]) -> None:
+    """An existing result at `where/existing` of the kind the command writes (finished work)."""
+    kind = OUT_KINDS.get(path, "dir")
+    target = where / "existing"
+    if "." in kind:
+        target.write_bytes(b"finished work " + kind.encode())
+    else:
+        target.mkdir()
+        (target / "table.parquet").write_bytes(b"finished work")
+
+
+def check_line(path: tuple[str, ...], args: list[str], result: Any, before: dict[str, str],
+               after: dict[str, str]) -> str:
+    """The outcome's class, after the checks: exit 0; or exit 2 with click's usage error or
+    one `error:` line naming a parameter of the command; never a traceback; no file that was
+    there changed or removed unless --force is on the line. (`real` exits 1 with its verdict.)
+    """
+    out = result.output
+    assert "Traceback" not in out, out
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        f"{type(result.exception).__name__}: {result.exception}\n{out}")
+    if "--force" not in args:
+        assert {k: after.get(k) for k in before} == before, f"a file changed:\n{out}"
+    if result.exit_code == 0:
+        return "ran"
+    if result.exit_code == 1 and path[0] == "real":
+        return "verdict"
+    assert result.exit_code == 2, out
+    if "No such option" in out:
+        return "foreign option"
+    usage = re.search(r"Invalid value|Missing|requires an argument|does not take a value", out)
+    if usage:
+        return "usage error"
+    errors = ERROR.findall(out)
+    assert len(errors) == 1, f"not one error line:\n{out}"
+    low = errors[0].lower()
+    assert any(re.search(rf"(?<![a-z_]){re.escape(n)}(?![a-z_])", low)
+               for n in _all_names(path) | {"tokensde_max_hours"}), (
+        f"the error names no parameter of {' '.join(path)}: {errors[0]}")
+    return "refused"
+
+
+def fuzz_one(where: Path, path: tuple[str, ...], args: list[str]) -> str:
+    """Run one drawn line in a fresh folder under `where`; its outcome class."""
+    run_dir = where / uuid.uuid4().hex
+    run_dir.mkdir()
+    _prepare(run_dir, path)
+    before = _snapshot(run_dir)
+    old = os.getcwd()
+    os.chdir(run_dir)
+    try:
+        result = CliRunner().invoke(app, [*path, *args])
+    finally:
+        os.chdir(old)
+    return check_line(path, args, result, before, _snapshot(run_dir))
+
+
+@pytest.fixture
+def capped(monkeypatch, tmp_path):
+    """A time limit of about 1 s and 1 GiB of memory: a drawn size that would make a run long
+    or large is refused by the estimate, not run."""
+    monkeypatch.setenv("TOKENSDE_MAX_HOURS", "0.0003")
+    monkeypatch.setenv("TOKENSDE_MEMORY", "1G")
+    return tmp_path
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=command_lines(QUICK, frozenset({"--branch"})))  # the branch takes 0.7 s
+def test_whole_command_lines_quick(capped, line):
+    """Fifteen drawn lines of the commands that only evaluate formulas (under 1 s of CPU)."""
+    path, args = line
+    fuzz_one(capped, path, args)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=command_lines(sorted(BASES)))
+@pytest.mark.slow
+def test_whole_command_lines(capped, line):
+    """300 drawn lines over every command of BASES (the ones that simulate included)."""
+    path, args = line
+    fuzz_one(capped, path, args)

@@ -66,7 +66,7 @@ def test_simulate_plot_writes_a_png(tmp_path):
         (["--sampler", "magic"], "sampler must be one of"),
         (["--noise", "scalar", "--law", "uniform"], "law (for noise=scalar) must be one of"),
         (["--mean", "nofile.npy"], "mean must be 'none', 'identity' or a .npy file"),
-        (["--time", "1"], "time must be given as (layers, alpha) or (T, dt)"),
+        (["--dt", "0.1"], "--dt applies only with --time"),
         (["--heads", "0"], "heads must be an integer from 1 to 2147483647"),
         (["--norm", "mid"], "norm must be one of post, pre, peri; got 'mid'"),
         (["--norm", "peri", "--scheme", "sde", "--noise", "scalar"],
@@ -76,10 +76,11 @@ def test_simulate_plot_writes_a_png(tmp_path):
         (["--mlp", "gelu", "--mlp-sigma", "-1"], "mlp_sigma must be a finite number >= 0"),
         (["--qk", "gpt"], "qk must be one of identity, gaussian, wigner, goe; got 'gpt'"),
         (["--qk", "goe", "--qk-scale", "0"], "qk_scale must be a finite number > 0"),
-        (["--qk-scale", "2"], "qk_scale is used only with a random qk law"),
+        (["--qk-scale", "2"], "--qk-scale applies only with --qk other than identity "
+                               "(got --qk identity)"),
         (["--qk", "goe", "--qk-redraw", "never"], "qk_redraw must be one of run, layer"),
-        (["--qk", "goe", "--qk-samples", "3"], "qk_samples (Monte Carlo draws of the qk law per "
-         "SDE step) is used only with qk_redraw='layer'"),
+        (["--qk", "goe", "--scheme", "sde", "--qk-samples", "3"],
+         "--qk-samples applies only with --qk-redraw layer (got --qk-redraw run)"),
         (["--qk", "goe", "--sampler", "gram"], "sampler='gram' needs qk_redraw='layer'"),
         (["--qk", "wigner", "--qk-redraw", "layer", "--sampler", "gram"],
          "sampler='gram' needs a rotation-invariant qk law"),

@@ -245,7 +245,8 @@ def test_two_token_mc_cli_with_a_block():
     assert out["ci"][0] - 0.05 < out["theory_at_tol"] < out["ci"][1] + 0.05
     r = CliRunner().invoke(app, ["two-token", "mc", "--beta", "3", "--d", "4", "--runs", "5",
                                  "--mlp-sigma", "0.3"])
-    assert r.exit_code == 2 and "mlp_sigma is used only with an MLP block" in r.output
+    assert r.exit_code == 2
+    assert "--mlp-sigma applies only with --mlp other than none (got --mlp none)" in r.output
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from tokensde.cli import app
@@ -118,3 +119,22 @@ def test_a_sweep_of_another_kind_is_refused_and_left_untouched(tmp_path):
         assert res.exit_code == 2, res.output
         assert "Traceback" not in res.output and "--out" in res.output.strip().splitlines()[-1]
         assert _files(sweep) == before
+
+
+@pytest.mark.slow
+def test_figure_with_another_seed_keeps_the_saved_result(tmp_path):
+    """A saved result is finished work: `figure NAME --seed 1` over the data of seed 0 is
+    refused, naming --out and --force, and leaves every byte; with --force it is replaced."""
+    args = ["figure", "trajectories", "--size", "tiny", "--out", str(tmp_path)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    saved = {p: p.read_bytes() for p in (tmp_path / "data").rglob("*") if p.is_file()}
+    res = CliRunner().invoke(app, [*args, "--seed", "1"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith("error: --out: ") and "made with other settings" in line
+    assert "--force" in line
+    assert {p: p.read_bytes() for p in saved} == saved
+    res = CliRunner().invoke(app, [*args, "--seed", "1", "--force"])
+    assert res.exit_code == 0, res.output
+    assert any(p.read_bytes() != b for p, b in saved.items())
+    assert CliRunner().invoke(app, [*args, "--seed", "1"]).exit_code == 0  # now its own: reused

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -32,12 +33,23 @@ SMALL = ("kind = 'multi_token'\nruns = 8\nT = 0.5\nseed = 3\n[params]\ndt = 0.05
          "[grid]\nn = [3]\nbeta = [1.0, 2.0, 3.0]\nd = [3]\n")
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its children that have ended."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def refused(args: list[str], *needles: str, code: int = 2, limit_s: float = 1.0) -> str:
-    """Run the CLI: exit `code` within `limit_s`, no traceback, an `error:` line holding every
-    needle; return the output."""
-    t0 = time.perf_counter()
+    """Run the CLI: exit `code` within `limit_s` of CPU time, no traceback, an `error:` line
+    holding every needle; return the output.
+
+    The limit is on CPU time, which measures the work done before the refusal: wall time
+    also counts the waits for a core on a loaded machine (the `vit geometry` refusal takes
+    0.03 to 0.09 s of CPU, and once took 1.56 s of wall time under load). A wall limit ten
+    times as long still catches a command that waits instead of refusing."""
+    t0, c0 = time.perf_counter(), cpu_seconds()
     out = runner.invoke(app, args)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     text = out.output
     assert out.exit_code == code, text
     assert "Traceback" not in text, text
@@ -45,7 +57,8 @@ def refused(args: list[str], *needles: str, code: int = 2, limit_s: float = 1.0)
     assert "error: " in text, text
     for needle in needles:
         assert needle in text, (needle, text)
-    assert wall < limit_s, f"{args} took {wall:.2f} s before refusing"
+    assert cpu < limit_s, f"{args} took {cpu:.2f} s of CPU before refusing"
+    assert wall < 10 * limit_s, f"{args} took {wall:.2f} s of wall time before refusing"
     return text
 
 
@@ -365,3 +378,81 @@ def test_sde_step_warns_with_the_number_it_checked():
         simulate(ModelParams(n=2, d=10), TimeGrid.make(T=0.1, dt=0.05), runs=2, scheme="sde")
     with pytest.warns(RuntimeWarning, match=r"= 4.9 .*reverses the token.*dt <= 0.00408"):
         simulate(ModelParams(n=2, d=50), TimeGrid.make(T=0.1, dt=0.1), runs=2, scheme="sde")
+
+
+# ----------------------------------------------------------------------------- closed classes
+
+@pytest.mark.parametrize("d", [2.0, 2.5, 3.0, 3.5, 4.0, 7.0])
+def test_uniform_pair_density_is_its_closed_form_up_to_the_ends(d):
+    """(1 - rho^2)^((d-3)/2) / (2^(d-2) B((d-1)/2, (d-1)/2)), and at rho = +-1 its limit:
+    +inf below d = 3, 1/2 at d = 3 (the uniform law on [-1, 1]), 0 above; never nan."""
+    from scipy.special import beta as beta_fn
+
+    from tokensde.theory.two_tokens import uniform_pair_density
+
+    a = (d - 1) / 2
+    rho = np.array([-0.999, -0.3, 0.0, 0.7, 0.9999])
+    closed = (1 - rho**2) ** ((d - 3) / 2) / (2 ** (d - 2) * beta_fn(a, a))
+    np.testing.assert_allclose(uniform_pair_density(rho, d), closed, rtol=1e-12)
+    edge = uniform_pair_density(np.array([-1.0, 1.0]), d)
+    want = math.inf if d < 3 else (0.5 if d == 3 else 0.0)
+    assert np.all(edge == want), (d, edge)
+    assert uniform_pair_density(1.0, 3) == 0.5 and uniform_pair_density(-1, 3.0) == 0.5
+
+
+def test_fit_rate_refuses_what_has_no_slope():
+    from tokensde.meanfield.convergence import MIN_FIT_POINTS, fit_rate
+
+    k = np.array([8.0, 16.0, 32.0, 64.0])
+    assert fit_rate(k, 3.0 * k**-1.5) == pytest.approx(-1.5, abs=1e-12)
+    assert fit_rate(k, [0.3, np.nan, 0.3 / 4, 0.0]) == pytest.approx(-1.0, abs=1e-12)
+    for bad_k, bad_err, needle in [([8], [0.1], f"at {MIN_FIT_POINTS} or more distinct k"),
+                                   ([8, 8], [0.1, 0.2], "distinct k"),
+                                   ([8, 16], [np.nan, 0.2], "distinct k"),
+                                   ([8, 16], [0.1], "same length"),
+                                   ([8, -16], [0.1, 0.2], "k must be finite numbers > 0"),
+                                   (["a", "b"], [0.1, 0.2], "k must be an array of real")]:
+        with pytest.raises(ParameterError, match=needle):
+            fit_rate(bad_k, bad_err)
+
+
+def test_a_huge_reference_node_count_is_refused_by_name_and_range(monkeypatch):
+    """The top of K_ref comes from the memory available (TOKENSDE_MEMORY here): 1 GiB holds
+    2^20 nodes of NODE_BYTES = 1 KiB."""
+    from tokensde.meanfield.convergence import NODE_BYTES, max_nodes, node_convergence
+
+    monkeypatch.setenv("TOKENSDE_MEMORY", "1G")
+    assert NODE_BYTES == 1024 and max_nodes() == 2**20
+    with pytest.raises(ParameterError, match=r"K_ref must be an integer from 3 to 1048576 .*"
+                                             r"1.0 GiB of memory available"):
+        node_convergence(1.0, [8], [0.1], K_ref=2**20 + 1)
+    refused(["meanfield", "convergence", "--K", "8", "--time", "0.1", "--K-ref", str(10**20)],
+            "K_ref must be an integer from 3 to 1048576", "TOKENSDE_MEMORY")
+    for bad in (None, 8, "8"):
+        with pytest.raises(ParameterError, match="Ks must be a non-empty sequence"):
+            node_convergence(1.0, bad, [0.1], K_ref=16)
+
+
+def test_sweep_plot_refuses_a_sweep_it_cannot_draw(tmp_path):
+    cfg = tmp_path / "null.toml"
+    cfg.write_text('kind = "null"\nruns = 1\nseed = 1\n[grid]\nx = [0.0, 1.0]\n')
+    run_sweep(cfg, tmp_path / "null")
+    refused(["sweep", "plot", str(tmp_path / "null"), str(tmp_path / "figs")],
+            "lacks the columns model, n, d, beta of a multi_token sweep", "two_token")
+    assert not (tmp_path / "figs").exists()
+
+
+@pytest.mark.parametrize(("beta", "d", "why"), [(1.0, 2000, "underflows to 0"),
+                                                 (1e10, 2, "scipy's ive is nan")])
+def test_token_noise_theory_refuses_where_its_bessel_functions_fail(beta, d, why):
+    """Outside float64's range of I_nu(beta) e^-beta the theory names beta and d (it gave nan,
+    or a bare 'math domain error'); inside it the closed form holds (USA at d = 2:
+    K_c = beta / (2 I_1(beta)), from c_1 = I_1(beta))."""
+    from scipy.special import iv
+
+    from tokensde.theory import token_noise as tn
+
+    for attention in ("usa", "softmax"):
+        with pytest.raises(ParameterError, match=re.escape(f"beta = {beta:g} and d = {d}") + f".*{why}"):
+            tn.critical_coupling(beta, d, attention)
+    assert tn.critical_coupling(2.0, 2, "usa") == pytest.approx(2.0 / (2 * iv(1, 2.0)), rel=1e-12)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from tokensde.model.params import ParameterError
 from tokensde.study import noise_threshold as nt
 from tokensde.theory import token_noise as tn
 
@@ -216,3 +217,16 @@ def test_extrapolation_is_richardson_over_two_steps():
     assert both.se == pytest.approx(math.hypot(2 * half.se, one.se), abs=1e-12)
     assert both.step_shift == pytest.approx(2 * half.step_shift - one.step_shift, abs=1e-12)
     assert abs(both.step_shift) < 0.1 * one.step_shift
+
+
+def test_out_of_range_beta_and_noise_are_refused_by_name():
+    """Where float64 cannot give a step or a threshold, a ParameterError names the parameter
+    (no IndexError, ZeroDivisionError or OverflowError)."""
+    from tokensde.study.noise_threshold import critical_token_noise, default_step, step_plan
+
+    with pytest.raises(ParameterError, match=r"beta = 300.*allowed"):
+        default_step(300.0, 2)
+    with pytest.raises(ParameterError, match=r"beta = 1000 is too large"):
+        critical_token_noise(1000.0, 2)
+    with pytest.raises(ParameterError, match=r"token_noise .* = 1e\+308.*allowed: tau <="):
+        step_plan(1.0, 2, token_noise=1e308)

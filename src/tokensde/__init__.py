@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .analysis.clusters import analyze, pair_fractions
     from .io.store import load_result, save_result
     from .model.params import VALUE_INIT_PRESETS, ModelParams, ParameterError, TimeGrid
-    from .sim.options import Execution, InitialState, Recording, StoppingRule
+    from .sim.options import Execution, InitialState, Recording, StepControl, StoppingRule
     from .sim.result import SimResult
     from .sim.simulate import simulate
     from .study.reproduce import reproduce
@@ -36,6 +36,7 @@ __all__ = [
     "ParameterError",
     "Recording",
     "SimResult",
+    "StepControl",
     "StoppingRule",
     "TimeGrid",
     "__version__",

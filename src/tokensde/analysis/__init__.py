@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from .level_samples import Problem, coupled_samples
     from .pair_monte_carlo import PairOutcome, hybrid_monte_carlo, monte_carlo
     from .stats import t_interval, wilson
+    from .step_coupled import measure_step_error, simulate_with_step_error
+    from .step_error import mc_error
 
 __all__ = [
     "OUTCOME_NAMES",
@@ -59,11 +61,14 @@ __all__ = [
     "inner_product_histogram",
     "is_antipodal",
     "is_merged",
+    "mc_error",
+    "measure_step_error",
     "minority_law",
     "monte_carlo",
     "pair_fractions",
     "poisson_weights",
     "run_convergence",
+    "simulate_with_step_error",
     "summarise",
     "t_interval",
     "tolerance_report",

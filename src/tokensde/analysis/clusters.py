@@ -252,13 +252,6 @@ def inner_product_histogram(gram: Any, bins: int = 40) -> tuple[np.ndarray, np.n
     return counts, edges
 
 
-def log_gap_histogram(gram: Any, bins: int = 32) -> tuple[np.ndarray, np.ndarray]:
-    """Histogram of `log10(1 - |G_ij|)` over all pairs and runs on [LOG_GAP_FLOOR, 0]."""
-    edges = np.linspace(LOG_GAP_FLOOR, 0.0, check_int("bins", bins, 1) + 1)
-    counts, _ = np.histogram(log_gaps(gram), bins=edges)
-    return counts, edges
-
-
 def motion(gram: Any, before: Any) -> np.ndarray:
     """Largest change of an inner product between two checkpoints, `max_ij |G_ij - B_ij|`,
     `(runs,)`."""

@@ -275,6 +275,9 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
     p = spec_params(beta, d, sigma, law, mlp, mlp_sigma)
     if p.mlp_block.active and engine != "network":
         raise ParameterError(f"engine must be 'network' with an MLP block; got engine={engine!r}")
+    if engine != "network" and (sampler != "auto" or batch_size is not None):
+        raise ParameterError(f"sampler and batch_size apply only with engine='network'; got "
+                             f"engine={engine!r}, sampler={sampler!r}, batch_size={batch_size}")
     rho0 = check_rho0(rho0)
     theory = pair_theory(p, rho0)
     wall, times = 0.0, None

@@ -11,6 +11,7 @@ import importlib
 import typer
 
 from .._version import __version__
+from ._applies import enforce
 from ._help import attach
 
 app = typer.Typer(
@@ -41,6 +42,7 @@ def _root(
 for _name in COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}").register(app)
 attach(app)  # an Examples section on every help page
+enforce(app)  # an option typed outside its modes is refused (_applies.COMMANDS)
 
 
 def main() -> None:

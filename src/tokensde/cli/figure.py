@@ -22,6 +22,8 @@ def figure_cmd(
     seed: int = SEED,
     workers: int = WORKERS,
     list_: bool = typer.Option(False, "--list", help="List the figures and exit."),
+    force: bool = typer.Option(False, "--force", help="Replace a saved result made with other "
+                               "settings (another --seed)."),
     json_out: bool = JSON,
     yes: bool = YES,
 ) -> None:
@@ -40,7 +42,7 @@ def figure_cmd(
 
         check_output(out, "--out", directory=True)
         ctx = Context(out, size or ("quick" if quick else "full"), seed, workers,
-                      log=lambda s: typer.echo(s, err=True), yes=yes)
+                      log=lambda s: typer.echo(s, err=True), yes=yes, force=force)
         t0 = time.perf_counter()
         sec = FIGURES[name].build(ctx)
     files = [str(i.path) for i in sec.images]

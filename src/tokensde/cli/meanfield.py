@@ -196,7 +196,7 @@ def convergence(
     json_out: bool = JSON,
 ) -> None:
     """d = 2, uniform start, one noise path: the error of K trapezoid nodes against K_ref."""
-    from ..meanfield.convergence import fit_rate, node_convergence
+    from ..meanfield.convergence import MIN_FIT_POINTS, fit_rate, node_convergence
 
     with user_errors():
         import pandas as pd
@@ -206,8 +206,11 @@ def convergence(
         return
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for (b, t), g in df.groupby(["beta", "T"]):
-        typer.echo(f"beta {b:g}, T {t:g}: arc-mass (interpolated) slope "
-                   f"{fit_rate(g['K'], g['arc_err_interp']):.2f} in log K")
+        slope = (f"{fit_rate(g['K'], g['arc_err_interp']):.2f} in log K"
+                 if g.loc[g["arc_err_interp"] > 0, "K"].nunique() >= MIN_FIT_POINTS
+                 else f"not fitted (it needs {MIN_FIT_POINTS} or more distinct --K with an "
+                      "error > 0)")
+        typer.echo(f"beta {b:g}, T {t:g}: arc-mass (interpolated) slope {slope}")
 
 
 def register(app: typer.Typer) -> None:

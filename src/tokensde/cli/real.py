@@ -11,52 +11,21 @@ from pathlib import Path
 
 import typer
 
+from ._applies import ARCHS as ARCH_COMMANDS  # the options each reads: _applies.COMMANDS
 from ._common import JSON, SEED, YES, check_run, emit_json, fail, progress_bar, user_errors
 
-ARCH_COMMANDS = ("gpt2", "bert", "vit", "torch-encoder")
 MAX_THREADS = 1024
-# the options that only some architectures read: given to another one, they are refused
-APPLIES: dict[str, tuple[str, ...]] = {
-    "vocab": ("gpt2", "bert", "torch-encoder"),  # ViT reads images
-    "ctx": ("gpt2", "bert", "torch-encoder"),  # ViT: the patches set the tokens
-    "norm_first": ("torch-encoder",),
-    "residual_scaling": ("gpt2",),
-    "bias": ("torch-encoder",),
-    "value_law": ("gpt2",),
-}
-
-FLAGS = {"norm_first": "--norm-first/--norm-last", "bias": "--bias/--no-bias",
-         "residual_scaling": "--residual-scaling/--no-residual-scaling"}
-
-
-def check_relevant(arch: str, given: set[str] | frozenset[str]) -> None:
-    """ParameterError naming the first option in `given` (parameter names typed on the command
-    line) that `arch` does not read.
-
-    Args:
-        arch: One of ARCH_COMMANDS.
-        given: The parameters given on the command line.
-    """
-    from ..model.checks import ParameterError
-
-    for name, archs in APPLIES.items():
-        if name in given and arch not in archs:
-            flag = FLAGS.get(name, "--" + name.replace("_", "-"))
-            raise ParameterError(f"{flag} does not apply to {arch} (only to "
-                                 f"{', '.join(archs)}); drop it")
 
 
 def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, inputs: int,
          out: Path, seed: int, vocab: int | None, norm_first: bool, residual_scaling: bool,
          centring: bool, qk: bool, mlp: bool, bias: bool, value_scale: float, sde_steps: int,
          as_json: bool, value_law: str = "product", sde_runs: int = 32, threads: int = 1,
-         force: bool = False, yes: bool = False, given: frozenset[str] = frozenset()) -> None:
+         force: bool = False, yes: bool = False) -> None:
     from ..io.outputs import guard_output
     from ..io.store import atomic_write
     from ..real.models import INSTALL_HINT, MissingExtraError, RealSpec, has_transformers
 
-    with user_errors():
-        check_relevant(arch, given)
     if arch != "torch-encoder" and not has_transformers():
         fail(INSTALL_HINT)
     with user_errors():
@@ -154,7 +123,6 @@ def _verdict_exit(a: dict) -> None:
 def make_command(arch: str) -> Callable[..., None]:
     """The command `tokensde real <arch>`."""
     def command(
-        context: typer.Context,
         layers: int = typer.Option(12, "--layers", help="Number of blocks L."),
         width: int = typer.Option(256, "--width", help="d_model."),
         heads: int = typer.Option(4, "--heads", help="Attention heads (divides width)."),
@@ -190,17 +158,11 @@ def make_command(arch: str) -> Callable[..., None]:
     ) -> None:
         _run(arch, layers, width, heads, ctx, inits, inputs, out, seed, vocab, norm_first,
              residual_scaling, centring, qk, mlp, bias, value_scale, sde_steps, as_json,
-             value_law, sde_runs, threads, force, yes, _typed(context))
+             value_law, sde_runs, threads, force, yes)
 
     command.__doc__ = (f"{arch} at init: token cosines at every layer over independent inits, "
                        "against tokensde's network and depth limit.")
     return command
-
-
-def _typed(context: typer.Context) -> frozenset[str]:
-    """The parameters given on the command line (not left at their defaults)."""
-    return frozenset(k for k in context.params
-                     if getattr(context.get_parameter_source(k), "name", "") == "COMMANDLINE")
 
 
 def register(app: typer.Typer) -> None:

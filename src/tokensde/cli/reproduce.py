@@ -29,7 +29,8 @@ def reproduce_cmd(
     skip: str = typer.Option(None, "--skip", help="Comma-separated figures to leave out (e.g. "
                              "vit,vit-depth, which are sized separately)."),
     force: bool = typer.Option(False, "--force", help="Replace a DIR/report.html that tokensde "
-                               "did not write."),
+                               "did not write, and saved results made with other settings "
+                               "(another --seed)."),
     json_out: bool = JSON,
     yes: bool = YES,
 ) -> None:

@@ -51,8 +51,11 @@ def _check_depth(time: float | None, layers: int | None, alpha: float | None,
     t, name = (time, "--time") if time is not None else (dt, "--dt")
     if t is None and layers is None and alpha is None:
         raise ParameterError("give the depth: --layers L (residual scale 1/sqrt(L), depth time "
-                             "1), or the horizon --time T with the step --dt; e.g. tokensde "
-                             "simulate --n 2 --beta 1 --time 20 --dt 0.02 --until decided")
+                             "1), or the horizon --time T (with the step --dt, or without: the "
+                             "step is then chosen); e.g. tokensde simulate --n 2 --beta 1 --time "
+                             "20 --dt 0.02 --until decided")
+    if dt is not None and time is None:
+        raise ParameterError(f"--dt {dt} needs the horizon --time T")
     if t is not None and (layers is not None or alpha is not None):
         given = "--layers" if layers is not None else "--alpha"
         raise ParameterError(f"give the depth as --layers (with --alpha) or as --time with "
@@ -101,6 +104,8 @@ def _print_table(summary: dict[str, Any]) -> None:
         typer.echo(f"{key:<{width}}  {shown}")
         if isinstance(value, dict) and "step_error" in value:
             typer.echo(f"{'':<{width}}  {value['step_error']['text']}")
+        if isinstance(value, dict) and "extrapolated" in value:
+            typer.echo(f"{'':<{width}}  dt -> 0: {value['extrapolated']['text']}")
 
 
 def _warn_steps(summary: dict[str, Any]) -> None:
@@ -153,8 +158,10 @@ def simulate_cmd(
     alpha: float | None = typer.Option(None, "--alpha", show_default="1/sqrt(L)",
                                        help="Residual scale (with --layers)."),
     time: float | None = time_option(None, "none: give --layers or --time"),
-    dt: float | None = typer.Option(None, "--dt", show_default="none: given with --time",
-                                    help="Layer step dt = alpha^2 (T/dt must be whole)."),
+    dt: float | None = typer.Option(None, "--dt", show_default="chosen from the problem",
+                                    help="Layer step dt = alpha^2 with --time (T/dt must be "
+                                    "whole); without it the step is chosen so that the step "
+                                    "error is below the Monte Carlo error (docs/simulate.md)."),
     init: str = typer.Option("uniform", "--init", help="uniform | pair | FILE.npy"),
     rho0: float | None = typer.Option(None, "--rho0", help="Initial <x1,x2> for --init pair."),
     runs: int = typer.Option(1000, "--runs", help="Independent runs (>= 1)."),
@@ -171,6 +178,13 @@ def simulate_cmd(
                                             "included, in [2, layers + 1]."),
     tol: float = tol_option(extra=", also at the horizon; in [1e-12, 0.5], float32: >= 1.2e-4"),
     until: str = until_option("horizon"),
+    step_error: bool = typer.Option(True, "--step-error/--no-step-error", help="Measure the "
+                                    "step error of each probability on min(runs, 200) extra runs "
+                                    "coupled at dt, 2 dt and 4 dt (layers a multiple of 4, else "
+                                    "dt and 2 dt)."),
+    extrapolate: bool = typer.Option(False, "--extrapolate", help="Run every run coupled at dt, "
+                                     "2 dt and 4 dt and report the Richardson value P(dt -> 0) "
+                                     "with its paired error (about 1.75 times the work more)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
     out: Path | None = typer.Option(None, "--out", help="Save results (.npz) with parameters."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a summary figure (PNG)."),
@@ -179,16 +193,24 @@ def simulate_cmd(
 ) -> None:
     """Simulate RUNS independent deep random-attention networks and summarise the final tokens."""
     from ..model.checks import check_tol
-    from ..model.params import ParameterError, TimeGrid
+    from ..model.params import ParameterError
 
     with user_errors():
         check_tol(tol, "--tol", dtype)
         _check_depth(time, layers, alpha, dt)  # a bare command says what it needs, torch unloaded
+        from ..analysis.step_coupled import grid_or_chosen, simulate_with_step_error, step_summary
         from ..io.outputs import guard_output
         from ..io.store import save_result
         from ..plots.style import check_figure
-        from ..sim.options import GRAM_RECORD_MAX, Execution, InitialState, Recording, StoppingRule
-        from ..sim.simulate import simulate, simulation_budget
+        from ..sim.options import (
+            GRAM_RECORD_MAX,
+            Execution,
+            InitialState,
+            Recording,
+            StepControl,
+            StoppingRule,
+        )
+        from ..sim.simulate import simulation_budget
         if out is not None:
             guard_output(out, "--out", force=force, suffixes=(".npz",))
         if plot is not None:
@@ -205,35 +227,45 @@ def simulate_cmd(
                           norm=norm, mlp=mlp, mlp_sigma=mlp_sigma, mlp_width=mlp_width,
                           token_noise=token_noise,
                           mean=_name_or_npy("mean", mean, ("none", "identity")))
-        grid = TimeGrid.make(layers, alpha, time, dt, exact=True)
+        x0 = _name_or_npy("init", init, ("uniform", "pair"))
+        InitialState(x0, rho0)  # before a pilot runs
+        grid, chosen = grid_or_chosen(p, layers, alpha, time, dt, runs, seed, scheme, init=x0,
+                                      rho0=rho0, tol=tol, until=until, device=device,
+                                      dtype=Execution(dtype=dtype).torch_dtype)
+        if chosen is not None:
+            typer.echo(f"step: {chosen.why}", err=True)
         if checkpoints is None:
             checkpoints = min(DEFAULT_CHECKPOINTS, grid.steps + 1)
-        x0 = _name_or_npy("init", init, ("uniform", "pair"))
         # the library's option objects, made once: the budget and the run see the same ones
         options: dict[str, Any] = {"initial": InitialState(x0, rho0),
                    "stopping": StoppingRule.decided(tol) if until == "decided" else
                    StoppingRule(until),
                    "recording": Recording(checkpoints=checkpoints),
                    "execution": Execution(sampler, attention_eval, device, dtype)}
-        check_run(simulation_budget(p, grid, runs, **options), device,
+        # a chosen step has its error from the pilot: no coupled subsample beside the run
+        step = StepControl(estimate=step_error and chosen is None, extrapolate=extrapolate,
+                           tol=tol)
+        check_run(simulation_budget(p, grid, runs, step=step, scheme=scheme, **options), device,
                   {"layers": "--layers (or --time / --dt)"}, yes=yes)
         with progress_bar(grid.steps * runs, "run-layers", not json_out) as bar:
-            res = simulate(p, grid, runs=runs, seed=seed, scheme=scheme, progress=bar, **options)
+            res = simulate_with_step_error(p, grid, runs=runs, seed=seed, scheme=scheme,
+                                           progress=bar, step=step, **options)
         # the default record: Gram matrices up to GRAM_RECORD_MAX tokens, the tokens above
         exact = _identical_runs(p, init)
         from ..analysis.clusters import pair_summary
-        from ..analysis.step_error import add_step_errors
         from ..analysis.token_clusters import token_summary
 
         pairs = (pair_summary(res.gram[:, -1], tol, exact) if res.gram is not None
                  else token_summary(res.state, tol, exact))
-        start = (rho0 if x0 == "pair" else "uniform") if isinstance(x0, str) else None
-        add_step_errors(pairs, p, start, grid.dt, scheme)
+        steps = step_summary(pairs, res, chosen, extrapolate)
         summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
                    "dt": grid.dt, "T": grid.T, "sampler": res.sampler,
                    "attention_eval": res.extra["attention_eval"], "scheme": scheme,
                    "seed": seed, **pairs,
                    **decision_summary(res),
+                   **({"step_choice": chosen.why} if chosen is not None else {}),
+                   **({"step_coupled_runs": steps["coupled_runs"]} if steps["coupled_runs"]
+                      else {}),
                    "wall_s": res.wall_s}
         if out is not None:
             summary["out"] = str(save_result(res, out))

@@ -204,10 +204,11 @@ def plot_cmd(
 
 @sweep_app.command("kinds")
 def kinds_cmd() -> None:
-    """List the registered experiment kinds and their parameters (JSON)."""
-    from ..sweep.kinds import KINDS, describe
+    """List every experiment kind that `sweep run` accepts, with its parameters (JSON)."""
+    from ..sweep.kinds import describe, kind_names
 
-    emit_json([describe(name) for name in sorted(KINDS)])
+    with user_errors():
+        emit_json([describe(name) for name in kind_names()])
 
 
 def register(app: typer.Typer) -> None:

@@ -171,10 +171,9 @@ def mc_cmd(
 ) -> None:
     """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti
     (with an MLP block: against the exact first-passage probability at --tol)."""
-    import math
 
     from ..analysis import pair_monte_carlo as mc
-    from ..analysis.step_error import StepError, pair_step_error
+    from ..analysis.step_coupled import pair_step
     from ..model.checks import check_int
     from ..model.params import MAX_SIZE
     from ..theory import two_tokens as tt
@@ -194,10 +193,8 @@ def mc_cmd(
                       mlp=mlp, mlp_sigma=mlp_sigma)
         model = pair_model(beta, d, sigma=sigma, mlp=mlp, mlp_sigma=mlp_sigma)
         result["theory_at_tol"] = hitting_probability(model, tt.check_rho0(rho0), tol)
-        _step_error(result, pair_step_error(
-            mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma), tt.check_rho0(rho0),
-            dt) if engine == "network" else StepError(
-            None, math.nan, dt, "engine 'reduced' (the 1-D diffusion) is not calibrated"))
+        _step_error(result, pair_step(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
+                                      tt.check_rho0(rho0), result, engine, tol, until, seed))
         if out is not None:
             result["out"] = _save(result, out)
     _warn_step(result)

@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from ..model.params import ParameterError
-from .store import PARQUET_META_KEY, check_output
+from .store import PARQUET_META_KEY, check_output, check_path_type
 
 SWEEP_MANIFEST = "sweep.json"  # the file that marks a sweep's folder (docs/sweeps.md)
 SHOWN = 3  # names listed in a refusal
@@ -39,6 +39,7 @@ def enclosing_sweep(path: str | os.PathLike) -> Path | None:
     Returns:
         The nearest such folder, or None when `path` is not inside a sweep's folder.
     """
+    check_path_type(path, "path")
     for above in Path(os.path.abspath(path)).parents:
         if (above / SWEEP_MANIFEST).is_file():
             return above
@@ -54,6 +55,7 @@ def is_sweep_dir(path: str | os.PathLike) -> bool:
     Returns:
         True when `path/SWEEP_MANIFEST` is a file.
     """
+    check_path_type(path, "path")
     return (Path(path) / SWEEP_MANIFEST).is_file()
 
 
@@ -68,6 +70,7 @@ def written_by_tokensde(path: str | os.PathLike) -> bool:
     Returns:
         True for a results file that tokensde wrote.
     """
+    check_path_type(path, "path")
     p = Path(path)
     try:
         if p.suffix == ".parquet":
@@ -143,6 +146,7 @@ def clear_results(path: str | os.PathLike, name: str) -> list[Path]:
     Returns:
         The entries removed.
     """
+    check_path_type(path, name)
     root = Path(path)
     if not root.is_dir():
         return []

@@ -31,6 +31,14 @@ class StoreError(ValueError):
     """A results file that cannot be read: corrupt, foreign, or written by a newer schema."""
 
 
+def check_path_type(path: Any, name: str) -> None:
+    """TypeError naming `name` unless `path` is a str or an os.PathLike (not bytes, a number or
+    None)."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"{name} must be a file path (str or os.PathLike); got "
+                        f"{type(path).__name__}")
+
+
 def check_output(path: str | os.PathLike, name: str, directory: bool = False,
                  suffixes: tuple[str, ...] | None = None) -> Path:
     """`path` if a file (or, with `directory`, a directory) can be written there; nothing is created.
@@ -48,6 +56,7 @@ def check_output(path: str | os.PathLike, name: str, directory: bool = False,
     Returns:
         `path` as a `Path`.
     """
+    check_path_type(path, name)
     path = Path(path)
     want = "a directory" if directory else "a file path"
     if path.exists() and path.is_dir() != directory:
@@ -90,6 +99,9 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
         `path`, as a `Path`.
     """
     path = check_output(path, "output path")
+    if not callable(write):
+        raise TypeError(f"write must be a callable that writes a file at the path it is given; "
+                        f"got {type(write).__name__}")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -122,6 +134,7 @@ def check_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
 def read_json(path: str | os.PathLike, kind: str, remedy: str) -> dict[str, Any]:
     """A JSON document of `kind` (see `header`); StoreError naming the file and `remedy` when it
     is truncated, corrupt or foreign."""
+    check_path_type(path, "path")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
@@ -189,7 +202,14 @@ def save_result(result: SimResult, path: str | os.PathLike) -> Path:
 
     Returns:
         The path written.
+
+    Raises:
+        TypeError: `result` is not a `SimResult`, or `path` is not a path.
     """
+    if not isinstance(result, SimResult):
+        raise TypeError(f"result must be a SimResult (what simulate returns); got "
+                        f"{type(result).__name__}")
+    check_path_type(path, "path")
     check_output(path, "path", suffixes=(".npz",))
     meta = header(KIND_SIM, **result.metadata())
     arrays: dict[str, np.ndarray] = {"x": np.asarray(result.state), "checkpoints": result.checkpoints}
@@ -220,6 +240,7 @@ def load_result(path: str | os.PathLike) -> SimResult:
     Raises:
         StoreError: The file is truncated, foreign or of a newer schema.
     """
+    check_path_type(path, "path")
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {path} does not exist")
@@ -327,9 +348,15 @@ def write_parquet(table: Any, path: str | os.PathLike, meta: dict[str, Any]) -> 
     Returns:
         The path written.
     """
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if not isinstance(table, pa.Table | pd.DataFrame):
+        raise TypeError(f"table must be a pyarrow Table or a pandas DataFrame; got "
+                        f"{type(table).__name__}")
+    if not isinstance(meta, dict):
+        raise TypeError(f"meta must be a dict (a header from `header`); got {type(meta).__name__}")
     t = table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, preserve_index=False)
     old = dict(t.schema.metadata or {})
     old.pop(b"pandas", None)
@@ -352,6 +379,7 @@ def read_parquet(path: str | os.PathLike, kind: str) -> tuple[Any, dict[str, Any
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    check_path_type(path, "path")
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {path} does not exist")

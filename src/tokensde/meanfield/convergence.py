@@ -10,13 +10,15 @@ uniform particles against the limit. Rates are least-squares slopes of log error
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
-from ..model.checks import ParameterError, check_int, check_real, require
+from ..model.checks import ParameterError, check_int, check_real, real_array, require
 from ..model.params import ModelParams, TimeGrid
+from ..sim.budget import GIB, MEMORY_ENV, available_memory
 from ..sim.rng import derive_seed
 from .flow import run_coupled
 from .quadrature import circle_rule, sample_initial
@@ -27,13 +29,57 @@ ARC_STARTS = np.array([0.0, np.pi / 2, np.pi, 3 * np.pi / 2])  # the four quarte
 ARC = np.pi / 2  # half-circles carry exactly 1/2 from an antipodally symmetric start (docs)
 
 
+MIN_FIT_POINTS = 2  # a slope needs two points at distinct k
+NODE_BYTES = 1024  # memory a node of a system takes while it runs (state, weights, temporaries)
+
+
+def max_nodes() -> int:
+    """The most nodes (or particles) one system may have: NODE_BYTES a node within
+    `sim.budget.available_memory()` (TOKENSDE_MEMORY sets it)."""
+    return max(2, available_memory() // NODE_BYTES)
+
+
+def _non_empty(values: Any) -> bool:
+    """Whether `values` is a non-empty sequence or 1-D array (not a string, nor a scalar)."""
+    seq = isinstance(values, Sequence) and not isinstance(values, str | bytes)
+    return (seq or (isinstance(values, np.ndarray) and values.ndim == 1)) and len(values) > 0
+
+
+def check_nodes(name: str, value: Any, minimum: int) -> int:
+    """`value` as a node count from `minimum` to `max_nodes()`, or ParameterError naming `name`
+    with that range and where its top comes from."""
+    count = check_int(name, value, minimum)
+    top = max_nodes()
+    require(count <= top, name, f"an integer from {minimum} to {top} (about {NODE_BYTES} bytes "
+            f"a node fill the {available_memory() / GIB:.1f} GiB of memory available; "
+            f"{MEMORY_ENV} sets it)", value)
+    return count
+
+
 def fit_rate(k: Sequence[float], err: Sequence[float]) -> float:
-    """Least-squares slope of `log err` on `log k` (the algebraic order is minus this)."""
-    kk, ee = np.log(np.asarray(k, float)), np.log(np.asarray(err, float))
-    ok = np.isfinite(ee)
-    if ok.sum() < 2:
-        return float("nan")
-    return float(np.polyfit(kk[ok], ee[ok], 1)[0])
+    """Least-squares slope of `log err` on `log k` (the algebraic order is minus this), over the
+    points whose error is finite and > 0 (an error of exactly 0 has no logarithm).
+
+    Args:
+        k: Node (or particle) counts, finite and > 0.
+        err: The error at each count, as many as `k`.
+
+    Returns:
+        The slope.
+
+    Raises:
+        ParameterError: `k` and `err` differ in length, `k` holds a value that is not finite
+            and > 0, or fewer than MIN_FIT_POINTS points with an error that is finite and > 0
+            sit at distinct counts (the slope would be undefined).
+    """
+    kk, ee = real_array("k", k).ravel(), real_array("err", err).ravel()
+    require(kk.size == ee.size, "k and err", "of the same length", (kk.size, ee.size))
+    require(bool(np.all(np.isfinite(kk) & (kk > 0))), "k", "finite numbers > 0", k)
+    ok = np.isfinite(ee) & (ee > 0)
+    require(np.unique(kk[ok]).size >= MIN_FIT_POINTS, "err",
+            f"finite and > 0 at {MIN_FIT_POINTS} or more distinct k (a slope needs "
+            f"{MIN_FIT_POINTS} points)", err)
+    return float(np.polyfit(np.log(kk[ok]), np.log(ee[ok]), 1)[0])
 
 
 def _states(p: ModelParams, T: float, dt: float, systems: list, seed: int
@@ -82,13 +128,11 @@ def node_convergence(beta: float, Ks: Sequence[int], times: Sequence[float], K_r
         A DataFrame, one row per (time, K): `beta`, `T`, `K`, `field_err`, `arc_err_count`,
         `arc_err_interp`.
     """
-    require(not isinstance(Ks, str) and len(Ks) > 0, "Ks", "a non-empty sequence of node counts",
-            Ks)
-    Ks = [check_int("Ks", k, 2) for k in Ks]
-    require(not isinstance(times, str) and len(times) > 0, "times", "a non-empty sequence of "
-            "depth times", times)
+    require(_non_empty(Ks), "Ks", "a non-empty sequence of node counts", Ks)
+    Ks = [check_nodes("Ks", k, 2) for k in Ks]
+    require(_non_empty(times), "times", "a non-empty sequence of depth times", times)
     times = [check_real("times", t, 0.0, strict=True) for t in times]
-    K_ref = check_int("K_ref", K_ref, 3)
+    K_ref = check_nodes("K_ref", K_ref, 3)
     if max(Ks) >= K_ref:
         raise ParameterError(f"K_ref must exceed every K; got K_ref = {K_ref}, max K = {max(Ks)}")
     p = ModelParams(n=2, d=2, beta=beta)
@@ -119,10 +163,9 @@ def particle_convergence(beta: float, ns: Sequence[int], T: float, draws: int = 
     Returns:
         A DataFrame, one row per (n, draw): `field_err` and `arc_err_count`.
     """
-    require(not isinstance(ns, str) and len(ns) > 0, "ns", "a non-empty sequence of particle "
-            "counts", ns)
-    ns = [check_int("ns", n, 1) for n in ns]
-    draws, K_ref = check_int("draws", draws, 1), check_int("K_ref", K_ref, 2)
+    require(_non_empty(ns), "ns", "a non-empty sequence of particle counts", ns)
+    ns = [check_nodes("ns", n, 1) for n in ns]
+    draws, K_ref = check_int("draws", draws, 1), check_nodes("K_ref", K_ref, 2)
     p = ModelParams(n=2, d=2, beta=beta)
     grid = TimeGrid.make(T=T, dt=dt)
     kw: dict = {"seed": seed, "until": "horizon", "merge_tol": None}

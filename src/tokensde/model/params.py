@@ -102,7 +102,7 @@ class ModelParams:
     'layer'.
     `norm` where the layer normalises (docs/variants.md §4): 'post' (spec §2, tokens on the sphere),
     'pre' (attention sees the normalised residual stream, which keeps its radius) or 'peri' (as
-    'pre', and the branch output is normalised too); their SDE schemes are in `norm_limits`.
+    'pre', and the branch output is normalised too); their SDE schemes are in `sim.norm_sde`.
     `bias_sigma` the output bias of the MLP sublayer (docs/variants.md §5, biases): every layer
     adds `alpha bias_sigma g` to every token, `g` standard normal in R^d, one per layer and run,
     the same for all tokens (with mlp='none' the sublayer is that bias alone); `mlp_bias` the

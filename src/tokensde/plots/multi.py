@@ -22,12 +22,31 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from scipy.special import comb
 
+from ..model.checks import ParameterError
 from ..theory.two_tokens import beta_c
 from .style import save
 
 OUTCOMES = (("single", "#c0392b", "o"), ("bipolar", "#2c7a4b", "s"),
             ("hovering", "#76b07a", "D"), ("other", "#8e44ad", "^"),
             ("undecided", "#7f8c8d", "x"))
+
+
+NEEDED = ("model", "n", "d", "beta", "runs")  # the columns of a multi_token sweep table we read
+
+
+def check_multi_table(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` if it is a `multi_token` sweep table (it has the `NEEDED` columns), else
+    ParameterError saying what it lacks and which sweeps are drawn."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"the table must be a pandas DataFrame; got {type(df).__name__}")
+    missing = [c for c in NEEDED if c not in df.columns]
+    if missing:
+        raise ParameterError(
+            f"the sweep table lacks the column{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)} of a multi_token sweep (it is a sweep of another kind): "
+            "sweep plot draws multi_token sweeps (outcome probabilities) and two_token sweeps "
+            "(P_anti)")
+    return df
 
 
 def load(source: str | Path | pd.DataFrame) -> pd.DataFrame:
@@ -177,8 +196,9 @@ def markdown_table(source: Any, stat: str = "bipolar", model: str = "noise",
 
 
 def make_all(source: Any, out_dir: str | Path, prefix: str = "multi_token") -> list[Path]:
-    """Every multi-token figure the table supports, as `OUT_DIR/<prefix>_<what>.png`."""
-    df = load(source)
+    """Every multi-token figure the table supports, as `OUT_DIR/<prefix>_<what>.png`; a table of
+    another kind of sweep is refused (`check_multi_table`)."""
+    df = check_multi_table(load(source))
     out = Path(out_dir)
     made = []
     for model in ("noise", "flow"):
@@ -193,8 +213,9 @@ def make_all(source: Any, out_dir: str | Path, prefix: str = "multi_token") -> l
 
 def readme_tables(source: Any) -> str:
     """The README tables of a saved sweep table: `markdown_table` of P(bipolar) for the noise and
-    hybrid models and of P(single) for the flow, each under a one-line heading."""
-    df = load(source)
+    hybrid models and of P(single) for the flow, each under a one-line heading; a table of
+    another kind of sweep is refused (`check_multi_table`)."""
+    df = check_multi_table(load(source))
     parts = []
     for model, stat, keys in (("noise", "bipolar", ("n", "d")), ("flow", "single", ("n", "d")),
                               ("hybrid", "bipolar", ("n", "d", "sigma"))):

@@ -2,12 +2,13 @@
 
 The table is that of a `two_token` sweep (`tokensde.sweep.two_token`: one
 `two_token_mc.monte_carlo` cell per (beta, d)); the plotting functions only read such a table (a
-DataFrame, e.g. loaded from a saved file) and evaluate the exact theory, which costs
-milliseconds. They never simulate.
+DataFrame, e.g. loaded from a saved file) and evaluate the exact theory (a few seconds of CPU
+for the contours of the heatmap, kept for the process). They never simulate.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,14 +21,35 @@ from ..theory import two_tokens as tt
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
 
 
-def theory_of(df: pd.DataFrame, beta: np.ndarray, d: float) -> np.ndarray:
-    """Exact `P_anti` at `beta` for dimension `d`, for the initial condition used in `df`."""
+def _start_of(df: pd.DataFrame) -> str | float:
+    """The initial condition of the table: 'uniform' or its one `rho0`."""
     if (df["init"] == "uniform").all():
-        return np.asarray(tt.p_anti_uniform(beta, d))
+        return "uniform"
     rho0 = df["rho0"].unique()
     if len(rho0) != 1:
         raise ValueError("the table mixes initial conditions; plot one rho0 at a time")
-    return np.asarray(tt.p_anti(beta, d, float(rho0[0])))
+    return float(rho0[0])
+
+
+def theory_of(df: pd.DataFrame, beta: np.ndarray, d: float) -> np.ndarray:
+    """Exact `P_anti` at `beta` for dimension `d`, for the initial condition used in `df`."""
+    start = _start_of(df)
+    if isinstance(start, str):  # 'uniform'
+        return np.asarray(tt.p_anti_uniform(beta, d))
+    return np.asarray(tt.p_anti(beta, d, start))
+
+
+@functools.lru_cache(maxsize=8)
+def _theory_grid(start: str | float, betas: tuple[float, ...], ds: tuple[float, ...]
+                 ) -> np.ndarray:
+    """Exact `P_anti` on the grid `ds x betas` (rows: d) from `start` ('uniform' or `rho0`),
+    kept for the process: a redraw of the same grid (a resumed sweep) does not recompute it."""
+    b = np.asarray(betas)
+    rows = [tt.p_anti_uniform(b, dd) if isinstance(start, str) else tt.p_anti(b, dd, start)
+            for dd in ds]
+    grid = np.array(rows, dtype=float)
+    grid.setflags(write=False)
+    return grid
 
 
 def _edges(centres: np.ndarray) -> np.ndarray:
@@ -61,7 +83,8 @@ def draw_heatmap(ax: Any, df: pd.DataFrame) -> Any:
     # the contours of a smooth surface: a 60 x 80 grid (one engine call per point) suffices
     fb = np.linspace(_edges(betas)[0], _edges(betas)[-1], 60)
     contour_d = np.linspace(fine_d[0], fine_d[-1], 80)
-    grid = np.array([theory_of(df, np.maximum(fb, 0.0), dd) for dd in contour_d])
+    grid = _theory_grid(_start_of(df), tuple(np.maximum(fb, 0.0).tolist()),
+                        tuple(contour_d.tolist()))
     cs = ax.contour(fb, contour_d, grid, levels=[0.05, 0.1, 0.2, 0.3, 0.4], colors="white",
                     linewidths=0.7, linestyles="dashed")
     ax.clabel(cs, fontsize=6, fmt="%.2g")
@@ -171,15 +194,6 @@ def plot_phase_over_d(df: pd.DataFrame, path: str | Path) -> Path:
                 title="theory (lines) vs network (95% Wilson)")
         ax1.legend(fontsize=6.5, ncol=2)
         fig.suptitle(_caption(df), fontsize=7.5)
-    return save(fig, path)
-
-
-def plot_phase_heatmap(df: pd.DataFrame, path: str | Path) -> Path:
-    """The heatmap panel alone."""
-    with styled():
-        fig = new_figure(6.0, 4.4)
-        ax = fig.subplots()
-        fig.colorbar(draw_heatmap(ax, df), ax=ax, label=r"$P_{anti}$ (Monte Carlo)")
     return save(fig, path)
 
 

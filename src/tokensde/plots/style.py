@@ -108,10 +108,3 @@ def save(fig: Figure, path: str | os.PathLike, dpi: int | None = None, tight: bo
         return atomic_write(path, lambda tmp: fig.savefig(
             tmp, format=fmt, dpi=dpi or RC["savefig.dpi"], bbox_inches=bbox))
 
-
-def params_line(p: Any, **extra: Any) -> str:
-    """One-line parameter summary of a ModelParams for figure footers."""
-    parts = [f"n={p.n}", f"d={p.d}", f"beta={p.beta:g}", f"noise={p.noise}/{p.law}",
-             f"sigma={p.noise_scale:g}", f"mean={p.mean_kind}", f"attention={p.attention}"]
-    parts += [f"{k}={v}" for k, v in extra.items()]
-    return ", ".join(parts)

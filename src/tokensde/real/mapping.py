@@ -46,8 +46,9 @@ class BlockLaw:
     projections, MLP `activation` ('gelu' | 'relu' | 'none'), hidden `width`, entry variances
     `var_1`, `var_2`, LayerNorm `eps`, `radius2` = r0^2 (per-coordinate second moment of the
     residual stream at the embeddings), `notes` (pieces approximated), `depth_scaled` (the
-    branches' variances scale as 1/L) and the entry variances `var_b1`, `var_b2` of the MLP's
-    hidden and output biases (0: none)."""
+    branches' variances scale as 1/L), the entry variances `var_b1`, `var_b2` of the MLP's
+    hidden and output biases (0: none) and `centred` (the LayerNorms subtract the mean; False:
+    RMS norms)."""
 
     d: int
     heads: int
@@ -69,6 +70,13 @@ class BlockLaw:
     depth_scaled: bool = False
     var_b1: float = 0.0
     var_b2: float = 0.0
+    centred: bool = False
+
+    @property
+    def model_d(self) -> int:
+        """The model's dimension: `d - 1` post-LN with centring (every token after a LayerNorm is
+        orthogonal to the all-ones vector, and so is every projected branch), else `d`."""
+        return self.d - 1 if self.norm == "post" and self.centred else self.d
 
     @property
     def shrink(self) -> float:
@@ -112,18 +120,21 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
     Returns:
         The `Mapping` (model parameters and what they came from).
     """
-    L, d, s, r2 = law.layers, law.d, law.shrink, law.radius2
+    L, d, s, r2, dm = law.layers, law.d, law.shrink, law.radius2, law.model_d
     dt = 1.0 / L
-    sigma = math.sqrt(d * law.var_o * law.var_v * s / r2 / dt)
+    sigma = math.sqrt(dm * law.var_o * law.var_v * s / r2 / dt)
     logit = d * s * math.sqrt(law.var_q * law.var_k)
-    kw: dict[str, Any] = {"n": law.n, "d": d, "heads": law.heads, "causal": law.causal,
+    kw: dict[str, Any] = {"n": law.n, "d": dm, "heads": law.heads, "causal": law.causal,
                           "norm": law.norm, "noise": "matrix", "law": "gaussian", "sigma": sigma}
     if qk and logit > 0:
         kw.update(beta=BETA, qk="gaussian", qk_scale=logit / BETA, qk_redraw="layer")
     else:
         kw.update(beta=0.0)
     rows: list[tuple[str, Any, str, str]] = [
-        ("width", d, "d", "tokens live in R^d"),
+        ("width", d, "d" if dm == d else f"d - 1 = {dm}", "tokens live in R^d" if dm == d else
+         "post-LN with centring: every token after a LayerNorm is orthogonal to (1, ..., 1), and "
+         "so is every branch once the LayerNorm projects it: the model lives in those d - 1 "
+         "dimensions, with the same variance per coordinate"),
         ("heads", law.heads, "heads", "head h adds W_O^h W_V^h y^h: value noise of variance "
          "sigma^2/heads per head"),
         ("layers", L, "dt = 1/L", "depth fraction k/L is depth time"),
@@ -132,8 +143,8 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
         ("norm", law.norm, "norm", "pre: the branch reads LN(x), the residual stream keeps its "
          "radius; post: x <- LN(x + branch)"),
         ("var(W_V) var(W_O)", (law.var_v, law.var_o), f"sigma = {sigma:.4g}",
-         "dt sigma^2 = d var_O var_V s / r0^2: the second moment of the value path W_O W_V "
-         "relative to the stream"),
+         f"dt sigma^2 = {'d' if dm == d else '(d - 1)'} var_O var_V s / r0^2: the second moment "
+         "of the value path W_O W_V relative to the stream"),
         ("var(W_Q) var(W_K)", (law.var_q, law.var_k),
          f"qk = gaussian, redraw = layer, beta qk_scale = {logit:.4g}" if qk else "beta = 0",
          "each layer has its own query/key weights: a logit between orthogonal tokens has "
@@ -207,8 +218,8 @@ def map_bert(net: RealNet) -> Mapping:
     law = BlockLaw(cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers, spec.tokens,
                    False, "post", v, v, v * spec.value_scale ** 2, v,
                    "gelu" if spec.mlp else "none", cfg.intermediate_size, v, v,
-                   _ln_eps(cfg, "layer_norm_eps", 1e-12), 1.0,
-                   ("LayerNorm centring as RMS", "W_O W_V product as Gaussian"))
+                   _ln_eps(cfg, "layer_norm_eps", 1e-12), 1.0, ("W_O W_V product as Gaussian",),
+                   centred=spec.centring)
     return to_model(law, qk=spec.qk)
 
 
@@ -244,15 +255,17 @@ def map_torch_encoder(net: RealNet) -> Mapping:
     spec = net.spec
     d, m = spec.width, spec.mlp_ratio * spec.width
     vin = 2.0 / (d + 3 * d)
+    centring = ("LayerNorm centring as RMS" if spec.norm_first else
+                "the first block's branch reads the uncentred embeddings as centred")
     law = BlockLaw(d, spec.heads, spec.layers, spec.tokens, False,
                    "pre" if spec.norm_first else "post", vin, vin, vin * spec.value_scale ** 2,
                    1.0 / (3 * d), "relu" if spec.mlp else "none", m, 1.0 / (3 * d),
                    1.0 / (3 * m), 1e-5, 1.0,
-                   ("uniform entries as Gaussian", "LayerNorm centring as RMS",
+                   ("uniform entries as Gaussian", *((centring,) if spec.centring else ()),
                     "W_O W_V product as Gaussian",
                     *(("uniform biases as Gaussian",) if spec.bias else ())),
                    var_b1=1.0 / (3 * d) if spec.bias and spec.mlp else 0.0,
-                   var_b2=1.0 / (3 * m) if spec.bias else 0.0)
+                   var_b2=1.0 / (3 * m) if spec.bias else 0.0, centred=spec.centring)
     return to_model(law, qk=spec.qk)
 
 

@@ -114,6 +114,8 @@ class RealSpec:
                 self.residual_scaling)
         require(self.bias or self.arch == "torch-encoder", "bias", "True except for "
                 "torch-encoder (the HuggingFace models' biases are zero at init)", self.bias)
+        require(self.norm_first or self.arch == "torch-encoder", "norm_first", "True except "
+                "for torch-encoder (the others place their norms as built)", self.norm_first)
         check_choice("value_law", self.value_law, ("product", "gaussian"))
         require(self.value_law == "product" or self.arch == "gpt2", "value_law",
                 "'product' except for gpt2 (the Gaussian value path is built for GPT-2 only)",

@@ -2,10 +2,11 @@
 the real depth (`scheme='network'`, L layers of dt = 1/L) and its depth limit (`scheme='sde'`, a
 fine grid on [0, 1]), both by the exact Gram-space sampler (docs/gram.md: the law of the Gram
 matrix, at a cost that does not grow with d), or, when the mapped model has biases (which that
-sampler does not carry), by the exact fast sampler in R^d (`simulate.run_batch`, sampler 'fast').
+sampler does not carry), by the exact fast sampler in R^d (`batch.run_batch`, sampler 'fast').
 
 Initial tokens: the real embeddings, divided by `sqrt(d r0^2)` (pre-norm: the residual stream keeps
-its radii) or normalised (post-norm). Each run is an independent unit.
+its radii) or normalised (post-norm; with LayerNorm's centring, centred and written in the d - 1
+coordinates of the model). Each run is an independent unit.
 """
 
 from __future__ import annotations
@@ -29,11 +30,26 @@ SDE_QK_SAMPLES = 2  # draws of the query/key law per head and SDE step (docs/var
 # law barely moves the attention, and each draw costs a head of noise
 
 
+def centred_coordinates(x: torch.Tensor) -> torch.Tensor:
+    """The coordinates `(..., d - 1)` of the centred `x - mean(x) 1` in an orthonormal basis of
+    the d - 1 dimensions orthogonal to `1 = (1, ..., 1)`: `x` after the Householder reflection
+    that takes `1 / sqrt(d)` to the last axis, without that axis (inner products of centred
+    tokens kept)."""
+    d = x.shape[-1]
+    w = torch.full((d,), d ** -0.5, dtype=x.dtype)
+    w[-1] -= 1.0
+    w = w / torch.linalg.vector_norm(w)
+    return (x - 2.0 * (x @ w)[..., None] * w)[..., :-1]
+
+
 def initial_state(m: Mapping, x0: torch.Tensor) -> torch.Tensor:
     """The tokensde state `(runs, n, d)` of real embeddings `x0`: `x0 / sqrt(d r0^2)` (pre) or
-    `x0 / |x0|` (post), float64."""
+    `x0 / |x0|` (post); post-LN with centring, the centred embeddings in `d - 1` coordinates
+    (`centred_coordinates`), normalised. float64."""
     x = x0.to(torch.float64)
     if m.params.norm == "post":
+        if m.law.model_d < m.law.d:
+            x = centred_coordinates(x)
         return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     return x / (m.params.d * m.radius2) ** 0.5
 

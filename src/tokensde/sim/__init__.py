@@ -17,7 +17,7 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from .coupled import coupled_paths, coupled_states
     from .observe import Observer
-    from .options import Execution, InitialState, Recording, StoppingRule
+    from .options import Execution, InitialState, Recording, StepControl, StoppingRule
     from .result import SimResult
     from .rng import RunStreams, derive_seed
     from .samplers import choose_sampler
@@ -30,6 +30,7 @@ __all__ = [
     "Recording",
     "RunStreams",
     "SimResult",
+    "StepControl",
     "StoppingRule",
     "choose_sampler",
     "coupled_paths",

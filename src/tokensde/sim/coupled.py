@@ -24,7 +24,7 @@ import torch
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_int
 from .batch import qk_draws
 from .layers import NORM_STEPS, attention_output, layer_step, normalize, residual_step
-from .loop import Progress, march
+from .loop import Progress, Stop, march
 from .rng import RunStreams
 from .samplers import apply_matrices, mlp_kernel_noise, mlp_noise_given, scheme_params
 from .sde import sde_layer, sde_step
@@ -76,7 +76,7 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
 
     A random qk law draws its forms from `qk_rs`: with qk_redraw='run' once, shared by every
     network and SDE of a run; with 'layer' afresh at every fine step of the SDE, which averages
-    over the law with `qk_samples` draws per head and step (`model.scheme_params`): its path is
+    over the law with `qk_samples` draws per head and step (`samplers.scheme_params`): its path is
     `Z_j = rs.normal(heads, qk_samples, d, d)` over `sqrt(heads qk_samples)`, a network's head `h`
     takes the sum over the draws as its path and, as its form for a layer, the first draw of head
     `h` at the first fine step of the layer (the SDE twice as coarse: the draws of its first fine
@@ -182,9 +182,123 @@ def coupled_paths(
 
     # the network's increment: the sum over its layer as one reduction (`dW.sum(1)`)
     net = c.grid(grid.steps, substeps, grid.dt, grid.dt**0.5, x0, total=lambda: layer[0].sum(1))
-    run = _Levels(c, x0, [net], ("gaussian",), drive, h, h**0.5, None, weights, half=False)
+    run = _Levels(c, x0, [net], ("gaussian",), drive, h, h**0.5, None, weights)
     x_sde = run.march(x0.clone(), grid.steps * substeps)
     return run.nets["gaussian", grid.steps], x_sde
+
+
+def check_step_coupling(p: ModelParams) -> None:
+    """ParameterError naming what `coupled_steps` cannot couple: value noise other than matrix
+    noise (Gaussian or uniform law), norm 'peri', independent token noise, random biases."""
+    _check_coupled("the step-doubling coupling", p)
+    if p.noise != "matrix":
+        raise ParameterError(f"the step-doubling coupling drives matrix value noise only; got "
+                             f"noise={p.noise!r} (allowed: 'matrix')")
+    if p.law not in LAWS:
+        raise ParameterError(f"the step-doubling coupling takes law one of {', '.join(LAWS)}; "
+                             f"got law={p.law!r}")
+    if p.has_bias:
+        raise ParameterError("the step-doubling coupling does not carry random biases; got "
+                             f"bias_sigma={p.bias_sigma:g}, mlp_bias={p.mlp_bias:g} (allowed: 0)")
+
+
+def levels_of(steps: int) -> int:
+    """The steps coupled over `steps` fine layers: 3 (dt, 2 dt, 4 dt) for a multiple of 4, else
+    2 (dt, 2 dt; the order is then not checked)."""
+    return 3 if steps % 4 == 0 else 2
+
+
+def why_not_coupled(p: ModelParams, steps: int, scheme: str, evaluator: str = "dense"
+                    ) -> str | None:
+    """Why the step error of a run of `p` over `steps` layers cannot be measured by step
+    doubling (`coupled_steps`), None where it can; `evaluator` is the run's attention
+    evaluation ('expansion': the coupled runs, which evaluate attention densely, are not run)."""
+    try:
+        check_step_coupling(p)
+    except ParameterError as err:
+        return str(err)
+    if scheme not in ("network", "sde"):
+        return f"scheme {scheme!r}"
+    if steps % 2:
+        return f"step doubling needs an even number of layers; got {steps}"
+    if evaluator == "expansion":
+        return (f"the run evaluates attention by the O(n) expansion (n = {p.n}); the coupled "
+                "runs evaluate it densely")
+    return None
+
+
+def coupled_steps(x0: torch.Tensor, p: ModelParams, steps: int, dt: float, rs: RunStreams,
+                  scheme: str = "network", decide: tuple[float, int] | None = None,
+                  weights: torch.Tensor | None = None, levels: int = 2) -> torch.Tensor:
+    """The model at steps `dt, 2 dt, ..., 2^(levels-1) dt` on one Brownian path: final states
+    `(runs, levels, n, d)`.
+
+    Step doubling: fine step `j` draws the increment `dW_j` as `coupled_states` does; the network
+    at `dt` takes `V_j = dW_j / sqrt(dt)`, the network at `k dt` (k = 2, 4) takes the sum of the
+    `V` of its `k` fine steps over `sqrt k` (the law of a network drawn at `k dt` directly), with
+    the first forms of its fine steps and its own MLP hidden draws; with `scheme='sde'` the SDE at
+    `dt` (march's state) and at `k dt` (driven likewise by the summed increments). All run
+    `steps` fine steps (a multiple of `2^(levels-1)`), or, with `decide = (tol, every)`, each run
+    until decided at every step (`loop.Stop.decided`, tested every `every` fine steps, rounded up
+    to a multiple of `2^(levels-1)` so that every coarse state is current). Models:
+    `check_step_coupling`.
+
+    Args:
+        x0: initial tokens `(runs, n, d)`.
+        p: the model.
+        steps: fine steps (a multiple of `2^(levels-1)`).
+        dt: the fine step.
+        rs: the run streams (the random forms and MLP weights from `rs.derived`).
+        scheme: 'network' or 'sde'.
+        decide: `(tol, every)` to stop each run once decided at every step, or None.
+        weights: token weights `(n,)` or `(runs, n)`, or None.
+        levels: 2 (`dt`, `2 dt`) or 3 (`dt`, `2 dt`, `4 dt`).
+
+    Returns:
+        `(runs, levels, n, d)`: the final state at `dt` (index 0), `2 dt` (1) and `4 dt` (2).
+    """
+    from .rng import MLP_STREAM
+
+    check_step_coupling(p)
+    if levels not in (2, 3):
+        raise ParameterError(f"levels must be 2 or 3; got {levels!r}")
+    m = 2 ** (levels - 1)
+    steps = check_int("steps", steps, m)
+    if steps % m:
+        raise ParameterError(f"coupling {levels} steps needs fine steps a multiple of {m}; got "
+                             f"{steps}")
+    if scheme not in ("network", "sde"):
+        raise ParameterError(f"scheme must be 'network' or 'sde'; got {scheme!r}")
+    c = _Coupling(p, dt)
+    draws = qk_draws(p, "sde", rs, x0.dtype)
+    mlp_rs = rs.derived(MLP_STREAM) if p.mlp_block.active else None
+
+    def drive(j: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        dw = c.increment(rs, x0.dtype)
+        zm = mlp_rs.normal(p.n, p.d, dtype=x0.dtype) if mlp_rs is not None else None
+        return dw, zm, None if draws is None else draws.next()
+
+    net = scheme == "network"
+    ks = [2**i for i in range(levels)]
+    grids = [c.grid(steps // k if net else None, k, k * dt, math.sqrt(k * dt), x0)
+             for k in (ks if net else ks[1:])]
+    run = _Levels(c, x0, grids, (p.law,) if net else (), drive, dt, math.sqrt(dt), mlp_rs,
+                  weights, fine=not net)
+
+    def pick(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if net:
+            return tuple(run.nets[p.law, steps // k] for k in ks)
+        return (x, *(run.sdes[k] for k in ks[1:]))
+
+    no = np.empty(0, dtype=np.int64)
+    if decide is None:
+        x = march(x0.clone(), steps, run, no, lambda *a: None)
+        return torch.stack(pick(x), 1)
+    tol, every = decide
+    every = m * max(1, -(-every // m))
+    streams = [s.retain for s in (rs, draws, mlp_rs) if s is not None]
+    rule = _BothDecided(run, pick, tol, every, x0.shape[0], streams, p.norm != "post")
+    return march(x0.clone(), steps, run, no, lambda *a: None, stop=rule)
 
 
 def _check_coupled(name: str, p: ModelParams) -> None:
@@ -231,6 +345,15 @@ class _Grid:
         self.dw.zero_()
         if self.zm is not None:
             self.zm.zero_()
+
+    def retain(self, live: torch.Tensor) -> None:
+        """Keep the runs `live` (boolean `(runs,)`) of the sums and forms (runs leaving)."""
+        if self.total is None:
+            self.dw = self.dw[live]
+        if self.zm is not None:
+            self.zm = self.zm[live]
+        if self.forms is not None:
+            self.forms = self.forms[live]
 
 
 class _Coupling:
@@ -310,36 +433,52 @@ class _Coupling:
 
 class _Levels:
     """One fine step of every coupled scheme, as the layer `march` applies: the fine SDE is the
-    state `march` carries; the networks (`nets`) and the SDE twice as coarse (`half`) are stepped
-    here whenever a step of their grid ends."""
+    state `march` carries; the networks (`nets`) and the coarse SDEs (`sdes`, by fine steps per
+    step; `half` the one twice as coarse) are stepped here whenever a step of their grid ends."""
 
     def __init__(self, c: _Coupling, x0: torch.Tensor, grids: list[_Grid], laws: tuple[str, ...],
                  drive: Drive, h: float, root_h: float, mlp_rs: RunStreams | None,
-                 weights: torch.Tensor | None = None, half: bool = True) -> None:
+                 weights: torch.Tensor | None = None, fine: bool = True) -> None:
         self.c, self.grids, self.laws, self.drive = c, grids, laws, drive
+        self.step_fine = fine  # False: the state march carries is not stepped (networks only)
         self.h, self.root_h, self.mlp_rs, self.weights = h, root_h, mlp_rs, weights
-        self.half = x0.clone() if half else None
+        # the coarse SDEs (the grids of level None), by fine steps per step
+        self.sdes = {g.k: x0.clone() for g in grids if g.level is None}
         self.nets = {(law, g.level): x0.clone() for law in laws for g in grids
                      if g.level is not None}
         self.j = 0  # fine steps done
+
+    @property
+    def half(self) -> torch.Tensor | None:
+        """The SDE twice as coarse (None where it is not run)."""
+        return self.sdes.get(2)
 
     def __call__(self, fine: torch.Tensor) -> torch.Tensor:
         """Fine step `j + 1`: the fine SDE, then each grid whose step it ends."""
         self.j += 1
         j, c = self.j, self.c
         dw, zm, f = self.drive(j)
-        fine = c.sde(fine, f, dw, zm, 1, self.h, self.root_h, self.weights)
+        if self.step_fine:
+            fine = c.sde(fine, f, dw, zm, 1, self.h, self.root_h, self.weights)
         for g in self.grids:
             if not g.add(j, dw, zm, f):
                 continue
             if g.level is None:
-                assert self.half is not None
-                self.half = c.sde(self.half, g.forms, g.increment(), g.zm, g.k, g.dt, g.root,
-                                  self.weights)
+                self.sdes[g.k] = c.sde(self.sdes[g.k], g.forms, g.increment(), g.zm, g.k, g.dt,
+                                       g.root, self.weights)
             else:
                 c.networks(self.nets, g, self.laws, self.mlp_rs, self.weights)
             g.reset()
         return fine
+
+    def retain(self, live: torch.Tensor) -> None:
+        """Keep the runs `live` (boolean `(runs,)`) of every coupled state, sum and weight."""
+        self.nets = {k: v[live] for k, v in self.nets.items()}
+        self.sdes = {k: v[live] for k, v in self.sdes.items()}
+        if self.weights is not None and self.weights.ndim == 2:
+            self.weights = self.weights[live]
+        for g in self.grids:
+            g.retain(live)
 
     def march(self, fine: torch.Tensor, steps: int, progress: Progress | None = None,
               on_step: OnStep | None = None) -> torch.Tensor:
@@ -351,3 +490,57 @@ class _Levels:
                 on_step(c + 1, self.nets, x, self.half if self.half is not None else x)
 
         return march(fine, steps, self, at, record, progress)
+
+
+class _BothDecided:
+    """The stopping rule (`loop.Rule`) of `coupled_steps`: the state at each step is kept at its
+    first test decided (`loop.Stop.decided`: a first passage, as a run stopped once decided
+    reads it; a pair within `tol` of the antipode may leave it again), and a run leaves once
+    decided at every step; `retain` drops it from the coupled states and from the streams."""
+
+    def __init__(self, levels: _Levels, pick: Callable[[torch.Tensor], tuple[torch.Tensor, ...]],
+                 tol: float, every: int, runs: int,
+                 streams: Sequence[Callable[[torch.Tensor], None]], directions: bool) -> None:
+        self.levels, self.pick, self.every, self.streams = levels, pick, every, streams
+        self.test = Stop(tol, every, runs, lambda m: None, directions)
+        self.layer = self.test.layer
+        self.final: torch.Tensor | None = None  # (runs, levels, n, d): the states kept
+        self.seen: torch.Tensor | None = None  # (live runs, levels): decided at that step
+        self._leaving = False  # `check` kept every state of the rows leaving now
+
+    def check(self, k: int, x: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor,
+                                                                          torch.Tensor]:
+        """Keep the states newly decided; the rows decided at every step leave."""
+        both = torch.stack(self.pick(x), 1)
+        if self.final is None or self.seen is None:
+            self.final = torch.empty((len(self.layer), *both.shape[1:]), dtype=both.dtype,
+                                     device=both.device)
+            self.seen = torch.zeros(both.shape[:2], dtype=torch.bool, device=both.device)
+        for i in range(both.shape[1]):
+            new = self.test.decided(both[:, i]) & ~self.seen[:, i]
+            if bool(new.any()):
+                self.final[rows[new.cpu()], i] = both[new, i]
+                self.seen[:, i] |= new
+        done = self.seen.all(1)
+        self._leaving = bool(done.any())
+        return x, done
+
+    def keep(self, rows: torch.Tensor, x: torch.Tensor) -> None:
+        """The rows leaving after `check` are kept already; at the end, keep the current state
+        of each step not decided."""
+        if self._leaving:
+            self._leaving = False
+            return
+        assert self.final is not None and self.seen is not None
+        both = torch.stack(self.pick(x), 1)
+        for i in range(both.shape[1]):
+            open_ = ~self.seen[:, i]
+            self.final[rows[open_.cpu()], i] = both[open_, i]
+
+    def retain(self, live: torch.Tensor) -> None:
+        """Drop the runs that left from the coupled states, the flags and the streams."""
+        self.levels.retain(live)
+        if self.seen is not None:
+            self.seen = self.seen[live]
+        for f in self.streams:
+            f(live)

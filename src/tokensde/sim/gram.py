@@ -34,7 +34,7 @@ residual stream `h` (radii included) is Markov: `h` is kept in the frame unnorma
 (`recompress_stream` keeps the row norms), attention and the MLP block see `u = N(h)`, and
 peri-norm normalises each branch output with its full length, in-frame and out-of-frame
 coordinates together, before the recompression (`frame_norm_layer`, `frame_mlp_layer`). The
-peri-norm SDE's kernel noise `C Z` (`norm_limits.peri_factor`) is framed as the MLP block's.
+peri-norm SDE's kernel noise `C Z` (`norm_sde.peri_factor`) is framed as the MLP block's.
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def frame_norm_layer(hs: torch.Tensor, p: ModelParams, dt: float, scheme: str,
     Attention sees `u = N(hs)`. `h` and `block` are as in `frame_layer` (pre: `hs + dt a ybar +
     sqrt(dt) xi`, the network layer and its SDE's Euler step alike). peri, network: `hs +
     sqrt(dt) N(xi + sqrt(dt) a ybar)`, each branch output normalised with its full length (in-
-    and out-of-frame coordinates) before the recompression. peri, SDE (`norm_limits`): the
+    and out-of-frame coordinates) before the recompression. peri, SDE (`norm_sde`): the
     kernel noise `sqrt(dt) C h^T`, `C C^T = phi_d(r) / d`, with `h` `(runs, m + k, n)` the unit
     noise factor of `n` columns (`noise_factor(rs, m, d - m, n)`), plus the drift `dt
     peri_drift`.

@@ -1,7 +1,7 @@
 """The layer loop shared by the samplers: apply a layer `steps` times, record at checkpoints, and
 (optionally) take runs out of the batch once they are decided.
 
-`model.run_batch` (tokens in R^d) and `gram.run_batch_gram` (tokens in a Gram-space frame) differ
+`batch.run_batch` (tokens in R^d) and `gram.run_batch_gram` (tokens in a Gram-space frame) differ
 only in the layer they pass to `march`; the coupled levels (`sim.coupled`) pass one fine step of
 every scheme, and the mean-field flow (`meanfield.flow.run_coupled`) one layer of several weighted
 token systems, with its own stopping `Rule` (node merging, a decision per system).

@@ -1,10 +1,11 @@
 """Observers: statistics of the state that `simulate` keeps at its checkpoints, run by run.
 
 An `Observer` is a name and a function `fn(x)` of a batch's state `x` `(runs_in_batch, n, w)`
-that returns a tensor `(runs_in_batch, ...)`; `simulate(..., observe=[...])` evaluates it at
-every checkpoint and keeps its outputs in `SimResult.observed[name]`, `(runs, K, ...)`. The
-records 'gram' and 'tokens' are the two built-in observers (`builtin_observers`), so a statistic
-at every layer costs its own size per run and layer, not an n x n Gram matrix.
+that returns a tensor `(runs_in_batch, ...)`;
+`simulate(..., recording=Recording(observe=[...]))` evaluates it at every checkpoint and
+keeps its outputs in `SimResult.observed[name]`, `(runs, K, ...)`. The records 'gram' and
+'tokens' are the two built-in observers (`builtin_observers`), so a statistic at every layer
+costs its own size per run and layer, not an n x n Gram matrix.
 
 An observer reads coordinates in R^d unless it is declared `invariant=True`: a function of the
 inner products `X X^T` alone (of the tokens' norms and angles, not of their coordinates). Only
@@ -15,6 +16,7 @@ and not in R^d; `sampler='auto'` takes it only when every output is invariant
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -39,9 +41,11 @@ class Observer:
     through `x x^T` (so `fn(x O) = fn(x)` for every orthogonal `O`, and zero columns appended to
     `x` change nothing); it may then also run under sampler='gram', which passes the state in an
     isometric frame of the tokens' span (`w <= n`: inner products and norms are those in R^d,
-    coordinates are not). Without the declaration the Gram sampler refuses the observer and
-    `auto` does not take it. A run stopped at its decision (`until='decided'`) keeps, at its
-    later checkpoints, `fn` of its state at decision.
+    coordinates are not). `simulate` checks the declaration once (`check_invariance`: the
+    first record's state turned by a random rotation) and refuses an observer that fails it.
+    Without the declaration the Gram sampler refuses the observer and `auto` does not take it.
+    A run stopped at its decision (`until='decided'`) keeps, at its later checkpoints, `fn` of
+    its state at decision.
 
     Args:
         name: the key of the outputs in `SimResult.observed` (not 'gram' or 'tokens', which are
@@ -152,6 +156,51 @@ def coordinate_outputs(record: Sequence[str], observers: Sequence[Observer]) -> 
                  if not o.invariant)
 
 
+def random_rotation(w: int, dtype: torch.dtype, device: torch.device | str = "cpu",
+                    seed: int = 0) -> torch.Tensor:
+    """A random orthogonal `w x w` matrix (QR of a seeded Gaussian matrix, signs fixed)."""
+    g = torch.Generator().manual_seed(seed)
+    q, r = torch.linalg.qr(torch.randn(w, w, generator=g, dtype=torch.float64))
+    q = q * torch.sign(torch.diagonal(r)).where(torch.diagonal(r) != 0, torch.ones(()))
+    return q.to(dtype=dtype, device=device)
+
+
+#: how far `fn(x O)` may be from `fn(x)` for an observer declared invariant, in units of the
+#: dtype's epsilon times (1 + the largest output)
+INVARIANCE_EPS = 1e4
+
+
+def check_invariance(observers: Sequence[Observer], x: torch.Tensor) -> None:
+    """ParameterError naming the first user observer declared `invariant=True` whose output
+    changes when the state `x` `(runs, n, w)` is rotated, `x -> x O` with a random orthogonal
+    `O` (`random_rotation`), beyond rounding (`INVARIANCE_EPS`); the built-in records are
+    invariant by construction and not tested. One extra call of each such observer."""
+    users = [o for o in observers if o.invariant and o.name not in RECORDS]
+    if not users or not x.is_floating_point():
+        return
+    xr = x @ random_rotation(x.shape[-1], x.dtype, x.device)
+    for o in users:
+        a, b = o.fn(x), o.fn(xr)
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) \
+                or a.shape != b.shape:
+            continue  # record() names the observer's shape error
+        if a.is_floating_point() or a.is_complex():
+            a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
+            gap = float((a64 - b64).abs().max()) if a64.numel() else 0.0
+            eps = torch.finfo(a.dtype if a.is_floating_point() else torch.float64).eps
+            scale = 1.0 + float(a64.abs().max()) if a64.numel() else 1.0
+            bad = not gap <= INVARIANCE_EPS * eps * scale
+        else:
+            gap, bad = math.nan, not bool(torch.equal(a, b))
+        if bad:
+            raise ParameterError(
+                f"observe: observer {o.name!r} is declared invariant=True, but its output "
+                f"changes when the tokens are rotated (x -> x O, O a random orthogonal matrix; "
+                f"largest change {gap:.3g}): it reads coordinates, not only the inner products "
+                f"x x^T; declare it Observer({o.name!r}, fn) (invariant=False), which runs "
+                f"with the tokens in R^d")
+
+
 class Observations:
     """The outputs of `observers` for `runs` runs at `checkpoints` checkpoints, `(runs, K, ...)`
     on the CPU; each array is made at the observer's first output (its shape and dtype)."""
@@ -160,11 +209,15 @@ class Observations:
         self.observers = tuple(observers)
         self.runs, self.k = runs, checkpoints
         self.store: dict[str, torch.Tensor] = {}
+        self.checked = False  # the declared invariances, tested on the first record
 
     def record(self, at: slice | torch.Tensor, c: int, x: torch.Tensor) -> None:
         """Keep `fn(x)` of every observer for the runs `at` (a slice or indices of the runs) at
         checkpoint number `c`."""
         b = x.shape[0]
+        if not self.checked:
+            self.checked = True
+            check_invariance(self.observers, x)
         for o in self.observers:
             out = o.fn(x)
             if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != b:

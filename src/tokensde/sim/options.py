@@ -311,3 +311,42 @@ class Execution:
     def torch_device(self) -> torch.device:
         """The device as a torch device."""
         return torch.device(self.device)
+
+
+@dataclass(frozen=True)
+class StepControl:
+    """How the step error of the outcome probabilities (P(one cluster), P(bipolar)) is
+    estimated beside a run (`analysis.step_coupled`): with `estimate`, `min(runs, coupled_runs)`
+    extra runs of the model at `dt`, `2 dt` and `4 dt` on one path each (`dt` and `2 dt` where
+    the layers are not a multiple of 4) measure the step error of P(dt) to second order,
+    `(5 b1 - b2) / 3` with `b1 = P(2 dt) - P(dt)`, `b2 = P(4 dt) - P(2 dt)`, with its error and
+    an order check (about 1.75 times their layers' work); with `extrapolate`, every run is also
+    run coupled and the Richardson value `(8 P(dt) - 6 P(2 dt) + P(4 dt)) / 3` is reported with
+    its error.
+
+    Args:
+        estimate: measure the step error.
+        coupled_runs: the coupled runs at most (>= 2).
+        extrapolate: run every run coupled and report the Richardson values.
+        tol: the outcome tolerance of runs to the horizon (None: DECIDE_TOL; a run with
+            `StoppingRule.decided` uses its own).
+    """
+
+    estimate: bool = True
+    coupled_runs: int = 200
+    extrapolate: bool = False
+    tol: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("estimate", "extrapolate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ParameterError(f"{name} must be True or False; got {getattr(self, name)!r}")
+        object.__setattr__(self, "coupled_runs", check_int("coupled_runs", self.coupled_runs, 2))
+        if self.tol is not None:
+            object.__setattr__(self, "tol", check_tol(self.tol, "tol", "float64"))
+
+    def runs(self, runs: int) -> int:
+        """The coupled runs beside a run of `runs` runs (0: none)."""
+        if self.extrapolate:
+            return runs
+        return min(runs, self.coupled_runs) if self.estimate else 0

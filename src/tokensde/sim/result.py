@@ -30,8 +30,9 @@ class SimResult:
     With norm 'pre' or 'peri' (docs/variants.md §4) `x`, `state` and `tokens` are the residual
     stream, whose norms are the radii, and `gram` is that of its directions `x_i / |x_i|`.
     Every array is a `numpy.ndarray` of the run's dtype (float64 unless asked otherwise).
-    `observed` maps the name of each observer given to `simulate(observe=...)` to its outputs
-    `(runs, K, ...)` at the checkpoints (the observer's dtype).
+    `observed` maps the name of each observer given to
+    `simulate(..., recording=Recording(observe=...))` to its outputs `(runs, K, ...)` at the
+    checkpoints (the observer's dtype).
     """
 
     params: ModelParams

@@ -2,7 +2,8 @@
 
 Runs are cut into fixed blocks of `RUN_BLOCK`; block `b` draws everything from its own
 `torch.Generator` seeded by `SeedSequence([seed, b])`. A batch is a whole number of blocks, so a
-run's randomness depends only on `(seed, its block, its place in the block)`.
+run's randomness depends only on `(seed, its block, its place in the block)` and, in a last
+partial block, on that block's size (the number of runs): each draw fills the whole block.
 """
 
 from __future__ import annotations

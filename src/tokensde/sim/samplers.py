@@ -20,11 +20,6 @@ Sampler = Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]
 SAMPLERS: tuple[str, ...] = ("auto", "fast", "full", "gram")
 
 
-def value_matrices(p: ModelParams, rs: RunStreams, dtype: torch.dtype) -> torch.Tensor:
-    """One value-noise matrix per run, `(runs, d, d)`, of the law `p.noise_law`."""
-    return p.noise_law.matrices(rs, dtype)
-
-
 def full_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
     """Noise `xi_i = V y_i` by drawing the whole value matrix (any law); `d^2` draws per run."""
     return p.noise_law.draw(y, rs)

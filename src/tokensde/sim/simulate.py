@@ -33,6 +33,7 @@ from .batch import (  # re-exported: the batch protocol of the real architecture
 )
 from .bias import check_bias
 from .budget import SAMPLER_STEPS, Budget, check_budget, estimate_memory, estimate_work
+from .coupled import levels_of, why_not_coupled
 from .expansion import choose_evaluator, expansion_basis
 from .gram import frame_forms, run_batch_gram, uniform_frame
 from .loop import Progress, Stop
@@ -43,6 +44,7 @@ from .options import (
     Execution,
     InitialState,
     Recording,
+    StepControl,
     StoppingRule,
     check_token_weights,
     decide_every,
@@ -102,7 +104,8 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int = 1, *,
                       initial: InitialState = InitialState(),
                       stopping: StoppingRule = StoppingRule(),
                       recording: Recording = Recording(),
-                      execution: Execution = Execution()) -> Budget:
+                      execution: Execution = Execution(),
+                      step: StepControl | None = None, scheme: str = "network") -> Budget:
     """The memory and work of `simulate` with these arguments.
 
     Memory (`budget.estimate_memory`): records kept, plus one block of layer workspace. Work
@@ -121,6 +124,10 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int = 1, *,
             horizon's).
         recording: as `simulate`.
         execution: as `simulate`.
+        step: the step-error measurement beside the run
+            (`analysis.step_coupled.simulate_with_step_error`): its coupled runs (`step_runs`)
+            add 1.5 (two steps) or 1.75 (three) times their layers' work.
+        scheme: as `simulate`.
 
     Returns:
         The `Budget`.
@@ -151,11 +158,46 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int = 1, *,
     # layer steps one after another: one per layer and batch of runs (`default_batch`)
     steps = grid.steps * math.ceil(runs / default_batch(runs, params, used, tdtype)) * (
         SAMPLER_STEPS.get("full" if full else used, 1.0))
-    return Budget("this simulation", mem.total, one, runs,
-                  estimate_work(runs, grid.steps, n, min(w, params.d), heads,
-                                mlp_width(params, used), basis),
-                  detail, lower, bounded=stopping.until != "decided",
-                  longer=("runs", "layers", "n", "d"), steps=steps)
+    work = estimate_work(runs, grid.steps, n, min(w, params.d), heads, mlp_width(params, used),
+                         basis)
+    coupled = step_runs(params, grid, runs, scheme, initial, step, execution)
+    if coupled:
+        # the model at dt, 2 dt (and 4 dt) in R^d: 1.5 (1.75) layers per fine step
+        three = levels_of(grid.steps) == 3
+        per = 1.75 if three else 1.5
+        extra = per * estimate_work(coupled, grid.steps, n, params.d, heads,
+                                    mlp_width(params, "full"))
+        detail += (f", plus {coupled} runs coupled at dt, 2 dt{' and 4 dt' * three} for the "
+                   f"step error (+{100 * extra / work:.0f} % work)")
+        work += extra
+        steps += per * grid.steps * math.ceil(coupled / 1024)
+    return Budget("this simulation", mem.total, one, runs, work, detail, lower,
+                  bounded=stopping.until != "decided", longer=("runs", "layers", "n", "d"),
+                  steps=steps)
+
+
+def step_runs(params: ModelParams, grid: TimeGrid, runs: int, scheme: str,
+              initial: InitialState, step: StepControl | None,
+              execution: Execution = Execution()) -> int:
+    """The coupled runs that measure the step error beside a run (`StepControl.runs`;
+    `analysis.step_coupled.simulate_with_step_error`): none where `coupling_refusal` says why."""
+    if step is None or coupling_refusal(params, grid, runs, scheme, initial, execution):
+        return 0
+    return step.runs(runs)
+
+
+def coupling_refusal(params: ModelParams, grid: TimeGrid, runs: int, scheme: str,
+                     initial: InitialState, execution: Execution) -> str | None:
+    """Why no run coupled at dt, 2 dt (and 4 dt) can measure the step error of this run
+    (`coupled.why_not_coupled`, with the attention evaluation the run would take in R^d), None
+    where it can."""
+    if params.n < 2:
+        return "one token has no outcome"
+    used = "fast" if execution.sampler in ("auto", "gram") else execution.sampler
+    weights = check_token_weights(initial.weights, params.n, runs)
+    evaluator = choose_evaluator(params, execution.attention_eval, used, execution.torch_dtype,
+                                 weights)
+    return why_not_coupled(params, grid.steps, scheme, evaluator)
 
 
 def resolve_sampler(params: ModelParams, execution: Execution, recording: Recording) -> str:
@@ -273,8 +315,8 @@ def simulate(
 ) -> SimResult:
     """Simulate `runs` independent systems `x^{k+1} = N(x^k + dt M y^k + sqrt(dt) V_k y^k)` (or the SDE).
 
-    A run's numbers depend on the seed and its index alone: not on the batch size, the other
-    runs, early stopping nor the CPU.
+    A run's numbers depend on the seed, its index and, for a run of the last partial block of
+    `RUN_BLOCK` runs, the number of runs: not on the batch size, early stopping nor the CPU.
 
     Args:
         params: the model (`ModelParams`).

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..io.report import Section
 from ..io.store import StoreError
-from ..model.params import check_choice, check_int
+from ..model.params import ParameterError, check_choice, check_int
 from ..sim.budget import ANNOUNCE_S, estimate_line
 
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ class Context:
     progress: bool = True
     log: Callable[[str], None] = field(default=lambda s: None)
     yes: bool = False  # run sweeps estimated longer than TOKENSDE_MAX_HOURS
+    force: bool = False  # replace a saved result made with other settings (`saved_or`)
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -115,7 +116,9 @@ def saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
              save: Callable[[Any, Path], Any], ctx: Context,
              fresh: Callable[[Any], bool] = lambda obj: True) -> tuple[Any, bool]:
     """`(load(path), True)` when the result is saved (and `fresh(saved)`: made with the same
-    settings), else `(make(), False)` after saving it."""
+    settings), else `(make(), False)` after saving it. A saved result made with other settings
+    (another seed) is finished work: it is replaced only with `ctx.force`, else ParameterError
+    before any work (the output guard, `io.outputs`)."""
     if path.exists():
         try:
             saved = load(path)
@@ -126,7 +129,11 @@ def saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
         if current:
             ctx.log(f"reusing {path}")
             return saved, True
-        ctx.log(f"{path} was made with other settings; recomputing it")
+        if not ctx.force:
+            raise ParameterError(f"--out: {path} holds this figure's result made with other "
+                                 "settings (another --seed or size of its runs); pass --force "
+                                 "to replace it, or choose another --out")
+        ctx.log(f"{path} was made with other settings; recomputing it (--force)")
     ctx.log(f"computing {path.name}")
     obj = make()
     save(obj, path)

@@ -51,7 +51,18 @@ def critical_token_noise(beta: float, d: int, attention: str = "usa",
         `tau_c` (0 for `a = 0`: without drift no noise level orders the tokens).
     """
     a = check_real("mean_scale", mean_scale, 0.0)
-    return math.sqrt(a / theory.critical_coupling(beta, d, attention))
+    return math.sqrt(a / _coupling(beta, d, attention))
+
+
+def _coupling(beta: float, d: int, attention: str) -> float:
+    """`K_c` (`theory.token_noise.critical_coupling`), refused by name where it underflows to 0
+    (the USA coupling decays like `e^{-beta}`: beta above about 700)."""
+    k = theory.critical_coupling(beta, d, attention)
+    if k <= 0.0:
+        raise ParameterError(f"beta = {beta:g} is too large for the {attention} threshold in "
+                             f"float64 (its critical coupling underflows to 0); allowed: a beta "
+                             f"whose coupling is positive (USA: beta below about 700)")
+    return k
 
 STEP_TOL = 0.01  # the default bound on the step's relative shift of the threshold
 DT_MAX = 0.05  # the largest step a default takes
@@ -65,7 +76,7 @@ class StepBiasWarning(UserWarning):
 @functools.lru_cache(maxsize=256)
 def _step_error(beta: float, d: int, dt: float, attention: str, scheme: str,
                 mean_scale: float) -> float:
-    tau_c = math.sqrt(mean_scale / theory.critical_coupling(beta, d, attention))
+    tau_c = math.sqrt(mean_scale / _coupling(beta, d, attention))
     return theory.step_threshold(beta, d, dt, attention, scheme, mean_scale) / tau_c - 1.0
 
 
@@ -102,9 +113,15 @@ def _step_bound(beta: float, d: int, dt: float, attention: str, scheme: str,
     return max(abs(step_error(beta, d, dt, attention, scheme, mean_scale)), abs(first))
 
 
+LADDER_FLOOR = 1e-6  # the smallest step a rule takes
+
+
 def _ladder(top: float) -> list[float]:
-    """The steps `{5, 2, 1} x 10^k` at or below `top`, largest first, down to 1e-6."""
-    out = []
+    """The steps `{5, 2, 1} x 10^k` at or below `top`, largest first, down to 1e-6 (none
+    where `top` is below it)."""
+    out: list[float] = []
+    if not math.isfinite(top) or top < LADDER_FLOOR:
+        return out
     k = math.floor(math.log10(top)) + 1
     while k > -7:
         out += [m * 10.0**k for m in (5, 2, 1) if m * 10.0**k <= top * (1 + 1e-12)]
@@ -137,6 +154,11 @@ def default_step(beta: float, d: int, attention: str = "usa", scheme: str = "net
     kappa = abs(theory.step_shift_coefficient(beta, d, attention, scheme, mean_scale))
     top = dt_max if kappa * dt_max <= tol else tol / kappa
     steps = _ladder(top)
+    if not steps:
+        raise ParameterError(f"no step of at least {LADDER_FLOOR:g} keeps the {scheme} scheme's "
+                             f"threshold within {tol:g} of the limit at beta = {beta:g}, d = {d} "
+                             f"(the step rule needs dt <= {top:.3g}); allowed: a smaller beta "
+                             f"or a larger tol")
     for dt in steps:
         if _step_bound(beta, d, dt, attention, scheme, mean_scale) <= tol:
             return dt
@@ -198,7 +220,12 @@ def step_plan(beta: float, d: int, attention: str = "usa", scheme: str = "auto",
     d = check_int("d", d, 2)
     sde_max = dt_max
     if token_noise is not None and check_real("token_noise", token_noise, 0.0) > 0:
-        sde_max = min(dt_max, STEP_WARN / (token_noise**2 * (d - 1)))
+        sde_max = min(dt_max, STEP_WARN / token_noise / token_noise / (d - 1))
+        if sde_max < LADDER_FLOOR:
+            raise ParameterError(f"token_noise (--taus / --ratios) = {token_noise:g} needs an SDE "
+                                 f"step below {LADDER_FLOOR:g} (tau^2 (d - 1) dt <= {STEP_WARN:g});"
+                                 f" allowed: tau <= "
+                                 f"{math.sqrt(STEP_WARN / (d - 1) / LADDER_FLOOR):.4g}")
     advice = {"network": default_step(beta, d, attention, "network", tol, dt_max, mean_scale),
               "sde": default_step(beta, d, attention, "sde", tol, sde_max, mean_scale)}
     if dt is not None:

@@ -3,8 +3,8 @@
 The Monte Carlo grids are sweeps of kind `two_token` (`tokensde.sweep.two_token`), packaged as
 `sweeps/phase-<size>.toml` and `sweeps/phase-d-<size>.toml` and run like every sweep into
 `OUT/sweeps/<stem>/` (resumable cell by cell, on `workers` processes); the decision times are
-`simulate(..., until='decided')` runs saved under `data/decision-times-<size>.npz`. Each section
-compares the network with the exact theory.
+`simulate(..., stopping=StoppingRule(until='decided'))` runs saved under
+`data/decision-times-<size>.npz`. Each section compares the network with the exact theory.
 """
 
 from __future__ import annotations

@@ -81,7 +81,8 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
         only: Figure names to build (None: all).
         log: Called with a line of progress for each section.
         skip: Figure names to leave out.
-        force: Replace an `out/report.html` that tokensde did not write.
+        force: Replace an `out/report.html` that tokensde did not write, and saved results
+            made with other settings (another seed).
         yes: Run the sweeps whose time estimate exceeds TOKENSDE_MAX_HOURS.
 
     Returns:
@@ -101,7 +102,7 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
     check_output(out, "out", directory=True)
     report = check_report_path(Path(out) / "report.html", "out", force)
     check_output(Path(out) / "reproduce.json", "out", suffixes=(".json",))
-    ctx = Context(Path(out), size, seed, workers, log=log, yes=yes)
+    ctx = Context(Path(out), size, seed, workers, log=log, yes=yes, force=force)
     t0, c0 = time.perf_counter(), _cpu_s()
     seconds, speed = estimate(names, ctx)
     log(f"estimate: about {_minutes(seconds)} for {len(names)} sections on {ctx.workers} "
@@ -249,14 +250,15 @@ def _timed_build(name: str, ctx: Context) -> Section:
     return sec
 
 
-def _build_group(names: Sequence[str], out: str, size: str, seed: int, yes: bool
-                 ) -> list[tuple[Section, list[str]]]:
+def _build_group(names: Sequence[str], out: str, size: str, seed: int, yes: bool,
+                 force: bool) -> list[tuple[Section, list[str]]]:
     """In a pool process: build the sections `names` one after the other on this process alone
     (`workers = 1`, no progress bars); each with the lines it logged."""
     done = []
     for name in names:
         lines: list[str] = []
-        ctx = Context(Path(out), size, seed, 1, progress=False, log=lines.append, yes=yes)
+        ctx = Context(Path(out), size, seed, 1, progress=False, log=lines.append, yes=yes,
+                      force=force)
         done.append((_timed_build(name, ctx), lines))
     return done
 
@@ -291,7 +293,7 @@ def build_sections(names: Sequence[str], ctx: Context) -> dict[str, Section]:
                                initializer=one_thread)
     try:
         futures: dict[Future[Any], list[str]] = {
-            pool.submit(_build_group, g, str(ctx.out), ctx.size, ctx.seed, ctx.yes): g
+            pool.submit(_build_group, g, str(ctx.out), ctx.size, ctx.seed, ctx.yes, ctx.force): g
             for g in pooled}
         while futures:
             finished, _ = wait(list(futures), return_when=FIRST_COMPLETED)

@@ -35,7 +35,7 @@ from typing import Any
 
 from scipy import optimize, special
 
-from ..model.checks import check_choice, check_int, check_real
+from ..model.checks import ParameterError, check_choice, check_int, check_real
 
 ATTENTIONS = ("usa", "softmax")
 
@@ -45,18 +45,26 @@ def _check(beta: float, d: int, attention: str) -> tuple[float, int, str]:
     return beta, check_int("d", d, 2), check_choice("attention", attention, ATTENTIONS)
 
 
-def _log_ive(nu: float, beta: float) -> float:
-    """`log(I_nu(beta) e^{-beta})`, finite for every beta > 0."""
-    return math.log(special.ive(nu, beta))
+def _log_ive(nu: float, beta: float, d: int) -> float:
+    """`log(I_nu(beta) e^{-beta})`, or ParameterError naming beta and d where float64 cannot
+    hold it (instead of a nan, or a bare 'math domain error')."""
+    value = float(special.ive(nu, beta))
+    if math.isfinite(value) and value > 0.0:
+        return math.log(value)
+    why = ("it underflows to 0: d is too large against beta" if value == 0.0 else
+           "scipy's ive is nan: beta is too large (above about 1e9)")
+    raise ParameterError(f"beta = {beta:g} and d = {d} are out of the range of this theory: the "
+                         f"Bessel function I_{nu:g}(beta) e^-beta is not a float64 number > 0 "
+                         f"({why})")
 
 
 def _log_mode_coefficient(beta: float, d: int, attention: str, degree: int) -> float:
     nu = degree + d / 2 - 1
     if attention == "softmax":
-        return _log_ive(nu, beta) - _log_ive(d / 2 - 1, beta)
+        return _log_ive(nu, beta, d) - _log_ive(d / 2 - 1, beta, d)
     # rho_0 lambda_l = 2^{d/2 - 1} Gamma(d/2) beta^{1 - d/2} I_nu(beta)
     return ((d / 2 - 1) * math.log(2) + math.lgamma(d / 2) + (1 - d / 2) * math.log(beta)
-            + _log_ive(nu, beta) + beta)
+            + _log_ive(nu, beta, d) + beta)
 
 
 def mode_coefficient(beta: float, d: int, attention: str = "usa", degree: int = 1) -> float:

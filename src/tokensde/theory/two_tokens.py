@@ -171,9 +171,12 @@ def p_anti(beta: ArrayLike, d: ArrayLike, rho0: ArrayLike) -> ArrayLike:
 def uniform_pair_density(rho: ArrayLike, d: ArrayLike) -> ArrayLike:
     """Density of `<x_1, x_2>` for independent uniform unit vectors: `∝ (1 - rho^2)^((d-3)/2)`.
 
+    At the ends `rho = +-1` it is the limit: 0 for d > 3, 1/2 for d = 3 (the uniform law on
+    [-1, 1]) and +inf for d < 3 (an integrable singularity; 1/(pi sqrt(1 - rho^2)) at d = 2).
+
     Args:
         rho: Inner products in [-1, 1].
-        d: Dimension.
+        d: Dimension (>= 2).
 
     Returns:
         The normalised density at `rho`.
@@ -181,8 +184,10 @@ def uniform_pair_density(rho: ArrayLike, d: ArrayLike) -> ArrayLike:
     _, dd = _check_beta_d(0.0, d)
     r = _check_rho("rho", rho)
     a = 0.5 * (dd - 1.0)
-    with np.errstate(divide="ignore"):
-        log_dens = -special.betaln(a, a) - (2 * a - 1) * LOG2 + (a - 1.0) * np.log1p(-r * r)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # (a - 1) log(1 - rho^2) is 0 * -inf at d = 3, rho = +-1: its limit there is 0
+        power = np.where(a == 1.0, 0.0, (a - 1.0) * np.log1p(-r * r))
+        log_dens = -special.betaln(a, a) - (2 * a - 1) * LOG2 + power
     return _unwrap(np.exp(log_dens))
 
 

@@ -169,7 +169,7 @@ def depth_budget(config: SweepConfig, out: Path, workers: int, backend: str = "l
             `TOKENSDE_VIT_DEVICE=cuda`, None (not estimated).
 
     Returns:
-        `(budget, model)` for `sim.budget.check_budget`: `budget.steps` is seconds of the
+        `(budget, model)` for `sim.budget.check_budget`: the budget's `steps` are seconds of the
         slowest process and `model` counts 1 s per step (the shapes differ, so their step
         times are summed here); or None.
     """

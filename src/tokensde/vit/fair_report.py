@@ -94,7 +94,6 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     return "\n".join(lines) + "\n"
 
 
-
 def load_fair(dirs: Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame,
                                                            list[dict[str, Any]]]:
     """The per-seed rows (`per_seed`), the planned cells (`check_merge`) and the configs of the
@@ -149,11 +148,3 @@ def fair_report(out: str | os.PathLike, figures: bool = True,
         files.update(draw_fair(doc, out))
     return {k: str(v) for k, v in files.items()}
 
-
-def read_report(path: str | os.PathLike) -> dict[str, Any]:
-    """The document saved by `fair_report` (a directory or its fair.json)."""
-    from ..io.store import read_json
-
-    p = Path(path)
-    p = p / REPORT if p.is_dir() else p
-    return read_json(p, KIND_FAIR, f"rebuild it with `tokensde vit fair-report {p.parent}`")

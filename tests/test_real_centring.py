@@ -1,0 +1,61 @@
+"""LayerNorm's centring in the model of a post-LN network: every token after a LayerNorm is
+orthogonal to the all-ones vector, so the model lives in those d - 1 dimensions with the same
+variance per coordinate (docs/real.md, "LayerNorm's centring")."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tokensde.real.mapping import map_network
+from tokensde.real.models import RealSpec, build
+from tokensde.real.predict import centred_coordinates, initial_state
+
+TINY = {"width": 32, "heads": 4, "ctx": 16, "layers": 4}
+
+
+def test_centred_coordinates_keep_the_inner_products_of_centred_tokens():
+    x = torch.randn(3, 5, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    c = x - x.mean(-1, keepdim=True)
+    y = centred_coordinates(x)
+    assert y.shape == (3, 5, 11)
+    assert torch.allclose(y @ y.transpose(-1, -2), c @ c.transpose(-1, -2), atol=1e-12)
+    # a vector along (1, ..., 1) has no centred part
+    assert torch.allclose(centred_coordinates(torch.ones(12, dtype=torch.float64)),
+                          torch.zeros(11, dtype=torch.float64), atol=1e-14)
+
+
+def _mapped(**kw):
+    return map_network(build(RealSpec(arch="torch-encoder", **TINY, **kw), 0))
+
+
+def test_post_ln_with_centring_is_the_rms_model_in_one_dimension_less():
+    """sigma^2 dt = d' var_O var_V: the same variance per coordinate in d' = d - 1 dimensions;
+    the MLP's and the bias's per-coordinate variances, the logits and the pre-LN model are
+    unchanged."""
+    centred = _mapped(norm_first=False)
+    rms = _mapped(norm_first=False, centring=False)
+    pre = _mapped(norm_first=True)
+    pre_rms = _mapped(norm_first=True, centring=False)
+    d = TINY["width"]
+    assert (centred.params.d, rms.params.d, pre.params.d) == (d - 1, d, d)
+    assert centred.params.sigma ** 2 == pytest.approx(rms.params.sigma ** 2 * (d - 1) / d,
+                                                      rel=1e-12)
+    for name in ("mlp_sigma", "bias_sigma", "mlp_bias", "qk_scale", "beta"):
+        assert getattr(centred.params, name) == getattr(rms.params, name), name
+    assert pre.params == pre_rms.params
+    assert "LayerNorm centring as RMS" in pre.law.notes
+    assert not any("as RMS" in note for note in centred.law.notes)
+
+
+def test_the_model_starts_from_the_centred_embeddings():
+    m = _mapped(norm_first=False)
+    x0 = torch.randn(2, 16, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x = initial_state(m, x0)
+    c = x0 - x0.mean(-1, keepdim=True)
+    c = c / torch.linalg.vector_norm(c, dim=-1, keepdim=True)
+    assert x.shape == (2, 16, 31)
+    assert torch.allclose(x @ x.transpose(-1, -2), c @ c.transpose(-1, -2), atol=1e-12)
+    assert math.isclose(float(x.norm(dim=-1).max()), 1.0, rel_tol=1e-12)
