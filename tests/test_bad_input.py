@@ -416,3 +416,17 @@ def test_monte_carlo_refuses_network_options_for_the_reduced_engine():
     for kw in ({"sampler": "fast"}, {"batch_size": 10}):
         with pytest.raises(ParameterError, match="apply only with engine='network'"):
             monte_carlo(2.0, 3, 0.0, runs=4, engine="reduced", **kw)
+
+
+def test_simulate_refuses_qk_samples_outside_the_sde_scheme():
+    p = ModelParams(n=3, d=4, qk="goe", qk_redraw="layer", qk_samples=3)
+    with pytest.raises(ParameterError, match=r"qk_samples .* applies only with scheme='sde'"):
+        simulate(p, TimeGrid.make(layers=2), runs=2)
+
+
+def test_vit_config_refuses_an_mlp_ratio_without_an_mlp():
+    from tokensde.vit.model import ViTConfig
+
+    with pytest.raises(ParameterError, match=r"mlp_ratio applies only with block='standard'"):
+        ViTConfig(block="attention-only", mlp_ratio=4)
+    assert ViTConfig(block="attention-only").mlp_ratio == 2

@@ -54,7 +54,7 @@ def check_outcome(result, opt: Any, output: str) -> None:
         return
     assert result.exit_code in (1, 2), output
     usage = "Invalid value" in output or "No such option" in output or "Missing" in output \
-        or "requires an argument" in output
+        or "requires an argument" in output or "unexpected extra argument" in output
     errors = ERROR.findall(output)
     assert usage or errors, f"no one-line error:\n{output}"
     if errors and opt is not None:
@@ -230,7 +230,8 @@ def check_line(path: tuple[str, ...], args: list[str], result: Any, before: dict
     assert result.exit_code == 2, out
     if "No such option" in out:
         return "foreign option"
-    usage = re.search(r"Invalid value|Missing|requires an argument|does not take a value", out)
+    usage = re.search(r"Invalid value|Missing|requires an argument|does not take a value"
+                      r"|unexpected extra argument", out)
     if usage:
         return "usage error"
     errors = ERROR.findall(out)

@@ -189,7 +189,7 @@ def test_variants_survive_the_results_file(tmp_path):
 
     p = ModelParams(n=3, d=4, heads=2, qk="goe", qk_scale=0.5, qk_redraw="layer", qk_samples=3,
                     norm="pre")
-    res = simulate(p, TimeGrid.make(layers=4), runs=5, seed=1)
+    res = simulate(p, TimeGrid.make(layers=4), runs=5, seed=1, scheme="sde")
     back = load_result(save_result(res, tmp_path / "r.npz"))
     assert back.params.to_dict() == p.to_dict()
     np.testing.assert_array_equal(back.final_gram(), res.final_gram())

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_int
+from ..model.qk.base import QK_SAMPLES
 from .batch import (  # re-exported: the batch protocol of the real architectures and benchmarks
     SCHEMES,
     Draws,
@@ -258,6 +259,10 @@ def _check_model(params: ModelParams, grid: TimeGrid, scheme: str, sampler: str)
     """The model against the scheme and the sampler, refusals first, then the SDE step."""
     if scheme not in SCHEMES:
         raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+    if scheme != "sde" and params.qk_samples != QK_SAMPLES:
+        raise ParameterError(f"qk_samples (draws of the qk law per SDE step) applies only with "
+                             f"scheme='sde'; got qk_samples={params.qk_samples} with "
+                             f"scheme={scheme!r} (leave it at {QK_SAMPLES})")
     if params.norm == "peri" and scheme == "sde":
         check_peri_sde(params)
     check_bias(params, scheme)  # before check_sde_step's warning: a refusal comes first

@@ -59,6 +59,10 @@ class ViTConfig:
         if not isinstance(self.residual_scale, bool):
             raise ParameterError("residual_scale must be True or False; "
                                  f"got {self.residual_scale!r}")
+        if self.block == "attention-only" and self.mlp_ratio != 2:
+            raise ParameterError(f"mlp_ratio applies only with block='standard' (the "
+                                 f"attention-only block has no MLP); got mlp_ratio="
+                                 f"{self.mlp_ratio} with block='attention-only' (leave it at 2)")
 
     @property
     def n_tokens(self) -> int:
