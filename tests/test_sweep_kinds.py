@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tokensde.cli import app
-from tokensde.sweep.kinds import BUILTIN_KINDS, describe, get_kind, kind_names
+from tokensde.sweep.kinds import OWN_KINDS, describe, get_kind, kind_names
 
 SWEEP = 'name = "k"\nkind = "{kind}"\nseed = 0\n[grid]\nx = [1.0]\n'
 
@@ -31,7 +31,7 @@ def test_the_registry_names_every_built_in_kind_once():
     from tokensde.model.checks import ParameterError
 
     names = kind_names()
-    assert names == sorted(set(names)) and set(BUILTIN_KINDS) <= set(names)
+    assert names == sorted(set(names)) and set(OWN_KINDS) <= set(names)
     with pytest.raises(ParameterError, match=re.escape(f"({', '.join(names)}); got 'nope'")):
         get_kind("nope")
 
@@ -39,7 +39,7 @@ def test_the_registry_names_every_built_in_kind_once():
 @pytest.mark.slow  # the sweep engine loads (pandas, pyarrow): about 1.5 s of CPU
 def test_run_refuses_an_unknown_kind_naming_every_kind_it_accepts(tmp_path):
     assert _refused_kinds(tmp_path, "no_such_kind") == kind_names()
-    assert set(BUILTIN_KINDS) <= set(kind_names())
+    assert set(OWN_KINDS) <= set(kind_names())
     assert not (tmp_path / "o").exists()
 
 
@@ -67,3 +67,19 @@ def test_kinds_lists_every_kind_that_run_accepts():
         assert kind.name == entry["kind"]
         assert sorted(entry["params"]) == sorted(kind.params)
         assert entry == describe(kind.name)
+
+
+def test_the_sweep_layer_names_no_module_above_it():
+    """tokensde's own kinds in other layers register through the entry-point group, as a plugin's
+    do: no string in sweep/ names a module of the layers above it."""
+    from pathlib import Path
+
+    import tokensde.sweep as sweep
+
+    above = re.compile(r"tokensde\.(vit|meanfield|study|real|cli|plots|io)\b")
+    for path in Path(sweep.__file__).parent.glob("*.py"):
+        code = re.sub(r"LEGACY_MODULES = frozenset\(\{[^}]*\}\)", "", path.read_text())
+        assert not above.search(code), path.name  # (the old names it reads and ignores aside)
+    from tokensde.sweep.kinds import _plugin_kinds
+
+    assert set(OWN_KINDS) - {"multi_token", "null"} <= set(_plugin_kinds())

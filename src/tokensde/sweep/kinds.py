@@ -4,17 +4,15 @@ A *kind* declares its parameters (type, default, allowed range); `ExperimentKind
 raw cell (from a TOML grid) into its canonical form — every parameter present, coerced and
 validated — so that equal cells hash equally. `run(cell, seed)` must depend on nothing else.
 Other modules add kinds with `register` or the `experiment` decorator; a sweep file names its kind
-and nothing else: built-in kinds are found by name (`BUILTIN_KINDS`), and installed packages add
-theirs through the entry-point group `tokensde.kinds`.
+and nothing else. Kinds of other modules register through the entry-point group `tokensde.kinds`,
+tokensde's own (pyproject.toml) as an installed package's.
 
-Built-in kinds:
+Kinds defined here (the others: `OWN_KINDS`):
 - `multi_token`: n tokens from uniform initial positions; outcome probabilities at the horizon
   (spec §7, `tokensde.analysis.clusters`) with Wilson intervals and the law of the minority side of
   bipolar states, for `model` = 'noise' (the pure-noise model, M = 0), 'flow' (the deterministic
   attention flow, sigma = 0, M = I) or 'hybrid' (M = I with matrix noise sigma; turn sigma down
   towards 0 to approach the flow);
-- `meanfield` (tokensde.meanfield.kind): one token system, n particles or the K-node limit of
-  many tokens (n = 0), on common noise paths until absorption (docs/meanfield.md);
 - `null`: a seeded uniform and an optional sleep, for engine tests and overhead benchmarks.
 """
 
@@ -165,15 +163,15 @@ def experiment(name: str, doc: str = "", **params: Param) -> Callable[[RunFn], R
     return deco
 
 
-# Built-in kinds by name -> the module that registers them (imported on first use).
-BUILTIN_KINDS = {"multi_token": __name__, "null": __name__, "two_token": "tokensde.sweep.two_token",
-                 "vit_depth": "tokensde.vit.depth", "vit_fair": "tokensde.vit.fair",
-                 "meanfield": "tokensde.meanfield.kind",
-                 "token_noise": "tokensde.study.token_noise_kind"}
 # `module` values written by earlier versions into sweep files and manifests: read and ignored.
 LEGACY_MODULES = frozenset({"tokensde.experiments", "tokensde.phase_grid", "tokensde.two_tokens",
                             "tokensde.vit.depth", "tokensde.sweep.kinds", "tokensde.sweep.two_token"})
-ENTRY_POINTS = "tokensde.kinds"  # installed packages add kinds here: name = "pkg.mod"
+# Kinds outside this module, tokensde's own included (pyproject.toml), register through this
+# entry-point group: name = "package.module" (the module registers the kind when imported).
+ENTRY_POINTS = "tokensde.kinds"
+# The kinds tokensde itself provides; a missing one means the package metadata is stale.
+OWN_KINDS = ("meanfield", "multi_token", "null", "token_noise", "two_token", "vit_depth",
+             "vit_fair")
 
 
 def _plugin_kinds() -> dict[str, str]:
@@ -187,7 +185,7 @@ def kind_names() -> list[str]:
     Returns:
         The names, sorted.
     """
-    return sorted({*BUILTIN_KINDS, *KINDS, *_plugin_kinds()})
+    return sorted({*KINDS, *_plugin_kinds()})
 
 
 def get_kind(name: str, module: str | None = None) -> ExperimentKind:
@@ -211,12 +209,14 @@ def get_kind(name: str, module: str | None = None) -> ExperimentKind:
                              f"found by name ({', '.join(kind_names())}); a package adds one through "
                              f"the entry-point group {ENTRY_POINTS!r}")
     if name not in KINDS:
-        target = BUILTIN_KINDS.get(name) or _plugin_kinds().get(name)
+        target = _plugin_kinds().get(name)
         if target is not None:
             importlib.import_module(target.split(":")[0])
     if name not in KINDS:
+        stale = (f" (tokensde's own kind {name!r} is declared in its package metadata: reinstall "
+                 "it, e.g. pip install -e .)" if name in OWN_KINDS else "")
         raise ParameterError(f"kind must be a registered experiment kind "
-                             f"({', '.join(kind_names())}); got {name!r}")
+                             f"({', '.join(kind_names())}); got {name!r}{stale}")
     return KINDS[name]
 
 
@@ -308,14 +308,17 @@ def _multi_token_grid(cell: dict[str, Any]) -> tuple[Any, list[int]]:
 
 def multi_token_budget(cell: dict[str, Any]) -> Any:
     """Memory and work of a multi-token cell (`sim.simulate.simulation_budget`)."""
-    from ..sim.options import Execution, Recording, StoppingRule
+    from ..sim.options import Execution, Recording, StepControl, StoppingRule
     from ..sim.simulate import simulation_budget
 
     grid, ck = _multi_token_grid(cell)
+    coupled = cell.get("step_runs", 0)
     b = simulation_budget(model_params(cell), grid, cell["runs"],
                           stopping=StoppingRule(until=cell["until"]),
                           recording=Recording(checkpoints=ck),
-                          execution=Execution(sampler=cell["sampler"]))
+                          execution=Execution(sampler=cell["sampler"]),
+                          step=StepControl(coupled_runs=coupled) if coupled >= 2 else None,
+                          scheme=cell["scheme"])
     return replace(b, lower=("runs", "n", "d"), longer=("runs", "T", "n", "d"))
 
 
@@ -346,7 +349,34 @@ def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
         # a run stopped at tol is by construction not yet within tol / 10: not measurable
         "tol_changed_down": robust["changed_down"] if cell["until"] == "horizon" else math.nan,
         "tol_changed_up": robust["changed_up"],
+        **step_stats(cell, p, grid, seed),
     }
+
+
+STEP_KEYS = ("p_bipolar", "p_one_cluster")
+
+
+def step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> Stats:
+    """With `step_runs > 0`: the step error of P(bipolar) and P(one cluster) at the cell's step,
+    measured on `min(step_runs, runs)` runs coupled at dt, 2 dt and 4 dt (`analysis.measure_step_error`, on
+    streams of their own), with its error and the order check; nothing otherwise."""
+    runs = min(cell.get("step_runs", 0), cell["runs"])
+    if not runs:
+        return {}
+    from ..analysis.step_coupled import coupled_seed, measure_step_error
+    from ..sim.coupled import why_not_coupled
+
+    why = why_not_coupled(p, grid.steps, cell["scheme"])
+    if why is not None:
+        raise ParameterError(f"step_runs: the step error cannot be measured here: {why}")
+    est = measure_step_error(p, grid.T, grid.dt, runs, coupled_seed(seed), tol=cell["tol"],
+                             until=cell["until"], scheme=cell["scheme"])
+    out: Stats = {"step_runs": runs}
+    for key in STEP_KEYS:
+        b, se = est[key].estimate()
+        out[f"step_{key}"], out[f"step_{key}_se"] = b, se
+        out[f"step_{key}_first_order"] = est[key].first_order()
+    return out
 
 
 MODELS = ("noise", "flow", "hybrid")
@@ -376,6 +406,10 @@ def _check_model(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
     for key, spec in VARIANTS.items():
         if cell[key] == spec.default:
             del cell[key]
+    if cell["step_runs"] == 1:
+        raise ParameterError("step_runs must be 0 (none) or at least 2 (a paired error); got 1")
+    if cell["step_runs"] == 0:  # canonical cells (ids, seeds) of earlier sweeps are unchanged
+        del cell["step_runs"]
     return cell  # an invalid combination (qk_scale without a random qk) fails as its cell runs
 
 
@@ -403,6 +437,8 @@ register(ExperimentKind(
         "until": choice(("decided", "horizon"), "decided",
                         "decided: each run stops once decided, T is the maximum; horizon: all to T"),
         **VARIANTS,
+        "step_runs": integer(0, 0, "runs coupled at dt, 2 dt and 4 dt that measure the step "
+                             "error of p_bipolar and p_one_cluster (0: none)"),
     },
     "n tokens from uniform positions: outcome law at absorption (spec §7)",
     finalize=_check_model,
