@@ -92,6 +92,13 @@ def beta_c(d: ArrayLike) -> ArrayLike:
 
     Returns:
         `beta_c(d)`, of the shape of `d`.
+
+    Examples:
+        >>> from tokensde.theory import beta_c
+        >>> round(float(beta_c(10)), 6)  # cosh(2 beta) = 8
+        1.38433
+        >>> float(beta_c(3))
+        0.0
     """
     _, dd = _check_beta_d(0.0, d)
     return _unwrap(beta_critical(dd))
@@ -160,6 +167,13 @@ def p_anti(beta: ArrayLike, d: ArrayLike, rho0: ArrayLike) -> ArrayLike:
 
     Returns:
         The probability that the pair ends antipodal, of the broadcast shape.
+
+    Examples:
+        >>> from tokensde.theory import p_anti
+        >>> round(float(p_anti(1.0, 3, 0.0)), 4)  # `tokensde two-token prob --beta 1 --d 3`
+        0.2224
+        >>> float(p_anti(0.5, 10, 0.0))  # below beta_c(10) = 1.38: the pair always merges
+        0.0
     """
     b, dd = _check_beta_d(beta, d)
     shape, (b, dd, r) = _points(b, dd, _check_rho("rho0", rho0))
