@@ -251,8 +251,8 @@ def coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int, 
                      init: Any = "uniform", rho0: float | None = None, tol: float = 1e-8,
                      until: str = "horizon", scheme: str = "network",
                      weights: Any = None, dtype: torch.dtype = torch.float64,
-                     device: str = "cpu", batch: int = 1024, levels: int | None = None
-                     ) -> np.ndarray:
+                     device: str = "cpu", batch: int = 1024, levels: int | None = None,
+                     every: int | None = None) -> np.ndarray:
     """Outcome codes `(runs, levels)` of `runs` runs of `p` at steps `dt`, `2 dt` (and `4 dt`)
     on one path each (`sim.coupled.coupled_steps`), read at the horizon `T` or, with
     `until='decided'`, at each step's first test decided (a first passage, as a run stopped once
@@ -275,6 +275,9 @@ def coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int, 
         device: the torch device.
         batch: runs advanced together (numbers do not depend on it).
         levels: 2 or 3 steps coupled; None: `levels_of` the number of steps.
+        every: with `until='decided'`, fine steps between two decision tests (rounded up to a
+            multiple of the coarsest step), as the run's `StoppingRule.decide_every`; None:
+            `options.decide_every(dt)`.
 
     Returns:
         The codes, int8.
@@ -291,7 +294,8 @@ def coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int, 
         raise ParameterError(f"step doubling needs T = {T:g} to be an even number of steps dt = "
                              f"{dt:g}; got T/dt = {T / dt:g}")
     levels = levels_of(steps) if levels is None else levels
-    decide = (tol, decide_every(dt)) if until == "decided" else None
+    every = decide_every(dt) if every is None else check_int("every", every, 1)
+    decide = (tol, every) if until == "decided" else None
     batch = max(RUN_BLOCK, batch // RUN_BLOCK * RUN_BLOCK)
     wt = None if weights is None else torch.as_tensor(np.asarray(weights), dtype=dtype,
                                                       device=device)
@@ -559,8 +563,10 @@ def pair_step(p: ModelParams, rho0: float | str, result: dict[str, Any], engine:
     if why is not None:
         return StepError(None, math.nan, dt, why)
     init, r0 = ("uniform", None) if isinstance(rho0, str) else ("pair", rho0)
-    e = measure_step_error(p, result["T"], result["T"] / steps, min(result["counts"]["runs"], COUPLED_RUNS),
-                coupled_seed(seed), init=init, rho0=r0, tol=tol, until=until)["p_bipolar"]
+    every = 1 if p.mlp_block.active else None  # a first passage, as the run tests it
+    e = measure_step_error(p, result["T"], result["T"] / steps,
+                           min(result["counts"]["runs"], COUPLED_RUNS), coupled_seed(seed),
+                           init=init, rho0=r0, tol=tol, until=until, every=every)["p_bipolar"]
     return e.step_error(result["T"] / steps)
 
 
@@ -617,7 +623,8 @@ def simulate_with_step_error(params: ModelParams, grid: TimeGrid, *,
     n = step_runs(params, grid, res.runs, scheme, initial, step, execution)
     weights = check_token_weights(initial.weights, params.n, res.runs)
     rec = beside_run(params, grid, res.runs, res.seed, n, init=initial.init, rho0=initial.rho0,
-                     tol=tol, until=stopping.until, scheme=scheme, weights=weights,
+                     tol=tol, until=stopping.until, every=stopping.decide_every,
+                     scheme=scheme, weights=weights,
                      dtype=execution.torch_dtype, device=str(execution.device))
     if n == 0:
         rec["reason"] = why or "switched off"
