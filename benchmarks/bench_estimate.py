@@ -39,7 +39,7 @@ from tokensde.meanfield.absorption import run_table, table_budget
 from tokensde.model.params import ModelParams, TimeGrid
 from tokensde.real import RealSpec, run_real
 from tokensde.real.experiment import real_budget
-from tokensde.sim import Execution, Recording, simulate
+from tokensde.sim import Execution, Recording, StoppingRule, simulate
 from tokensde.sim.simulate import simulation_budget
 from tokensde.vit import compare_plan, vit_budget
 
@@ -67,7 +67,7 @@ VIT_CASES: list[tuple[str, dict, int, int, int]] = [
 ]
 # name, monte_carlo options (beta 1, d 3), depth time
 MC_CASES: list[tuple[str, dict, float]] = [
-    ("two-token mc, network to T", {"runs": 400, "until": "horizon"}, 20.0),
+    ("two-token mc, network to T", {"runs": 400, "stopping": StoppingRule()}, 20.0),
     ("two-token mc, reduced engine", {"runs": 20_000, "engine": "reduced"}, 200.0),
 ]
 
@@ -92,7 +92,7 @@ def mc_case(model, name: str, opts: dict, T: float) -> dict:
     d, dt = 3, 0.05 / 3
     grid = TimeGrid.make(T=T, dt=dt)
     b = pair_budget(spec_params(1.0, d), 0.0, grid, opts["runs"], opts.get("engine", "network"),
-                    until=opts.get("until", "decided"))
+                    opts.get("stopping", StoppingRule.decided()))
     monte_carlo(1.0, d, **{**opts, "runs": min(opts["runs"], 50)}, T=T / 10, dt=dt)  # warm
     t0 = clock()
     monte_carlo(1.0, d, **opts, T=T, dt=dt)
@@ -104,9 +104,10 @@ def meanfield_case(model, T: float) -> dict:
             "T": T, "dt": 0.02}
     b = table_budget(args["ds"], args["betas"], args["ns"], args["K"], args["starts"],
                      args["runs"], args["T"], args["dt"])
-    run_table(**{**args, "T": 0.1}, tol=1e-9)  # warm
+    near = StoppingRule.decided(1e-9)
+    run_table(**{**args, "T": 0.1}, stopping=near)  # warm
     t0 = clock()
-    run_table(**args, tol=1e-9)  # runs decided this close to +-1 are few: near the bound
+    run_table(**args, stopping=near)  # runs decided this close to +-1 are few: near the bound
     return row("meanfield table (K=128, n=16, 64)", b, model, since(t0))
 
 

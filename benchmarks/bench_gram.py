@@ -19,7 +19,6 @@ import os
 import platform
 import time
 
-import numpy as np
 import torch
 from _bench import require_at_least
 
@@ -31,7 +30,6 @@ from tokensde.sim.layers import normalize
 from tokensde.sim.rng import RunStreams
 
 FULL_BYTES = 4 * 2**30
-NOTHING = np.array([], dtype=int)
 
 
 def _layers_for(seconds_per_layer: float, budget: float, most: int) -> int:
@@ -47,10 +45,9 @@ def time_layers(sampler: str, x: torch.Tensor, p: ModelParams, steps: int, devic
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     if sampler == "gram":
-        run_batch_gram(x, p, grid, rs, "network", NOTHING, lambda c, xc: None)
+        run_batch_gram(x, p, grid, rs, "network")
     else:
-        run_batch(x, p, grid, Draws.of(p, "network", rs, x.dtype), sampler, "network", NOTHING,
-                  lambda c, xc: None)
+        run_batch(x, p, grid, Draws.of(p, "network", rs, x.dtype), sampler, "network")
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) / steps

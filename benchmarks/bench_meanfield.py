@@ -22,6 +22,7 @@ from tokensde.meanfield.convergence import field_error_at, fit_rate
 from tokensde.meanfield.flow import run_coupled
 from tokensde.meanfield.quadrature import circle_rule, sample_initial
 from tokensde.model.params import ModelParams, TimeGrid
+from tokensde.sim.options import StoppingRule
 
 
 def main() -> None:
@@ -38,7 +39,7 @@ def main() -> None:
     draws = 4 if a.quick else a.draws
     p = ModelParams(n=2, d=2, beta=a.beta)
     grid = TimeGrid.make(T=a.T, dt=a.dt)
-    kw: dict = {"seed": 0, "until": "horizon", "merge_tol": None}
+    kw: dict = {"seed": 0, "stopping": StoppingRule(), "merge_tol": None}
 
     def timed(systems: list, runs: int = 1, shared: bool = False) -> tuple[float, object]:
         t0 = time.perf_counter()

@@ -43,13 +43,18 @@ torch.set_num_threads(threads)
 p = ModelParams(n=n, d=d, beta=1.0)
 
 
-def simulate(p, layers, runs, seed, **kw):
-    # the trees before the option objects take loose keywords
-    if "recording" not in inspect.signature(tokensde.simulate).parameters:
-        return tokensde.simulate(p, layers=layers, runs=runs, seed=seed, **kw)
-    rec = tokensde.Recording(**kw) if kw else tokensde.Recording()
-    return tokensde.simulate(p, tokensde.TimeGrid.make(layers=layers), runs=runs, seed=seed,
-                             recording=rec)
+def default_run(layers, runs, seed):
+    # simulate with its default record, by this tree or by --before (the trees before the time
+    # grid take the layers as a keyword)
+    if "grid" not in inspect.signature(tokensde.simulate).parameters:
+        return tokensde.simulate(p, layers=layers, runs=runs, seed=seed)
+    return tokensde.simulate(p, tokensde.TimeGrid.make(layers=layers), runs=runs, seed=seed)
+
+
+def every_layer(layers, runs, record, observe=()):
+    # `record` and the observers `observe` at every layer (this tree only)
+    return tokensde.simulate(p, tokensde.TimeGrid.make(layers=layers), runs=runs,
+                             recording=tokensde.Recording(range(layers + 1), record, observe))
 
 
 def mean_cosine(x):
@@ -59,24 +64,23 @@ def mean_cosine(x):
 
 if mode != "speed":  # the tree before observers has no tokensde.sim.observe
     from tokensde.sim import Observer
-    simulate(p, 2, 2, 1, checkpoints=range(3), observe=[Observer("c", mean_cosine)])
+    every_layer(2, 2, None, [Observer("c", mean_cosine)])
 else:
-    simulate(p, 2, 2, 1)
+    default_run(2, 2, 1)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
 if mode == "observe":
-    r = simulate(p, layers, runs, 0, checkpoints=range(layers + 1), record=(),
-                 observe=[Observer("cos", mean_cosine)])
+    r = every_layer(layers, runs, (), [Observer("cos", mean_cosine)])
     kept, stat = r.observed["cos"].nbytes, r.observed["cos"].mean(0)
 elif mode == "gram":
-    r = simulate(p, layers, runs, 0, checkpoints=range(layers + 1), record=("gram",))
+    r = every_layer(layers, runs, ("gram",))
     kept, stat = r.gram.nbytes, ((r.gram.sum((-1, -2)) - n) / (n * (n - 1))).mean(0)
 wall = time.perf_counter() - t0
 if mode == "speed":  # the default record, fastest of 5
     wall = float("inf")
     for _ in range(5):
         t0 = time.perf_counter()
-        r = simulate(p, layers, runs, 0)
+        r = default_run(layers, runs, 0)
         wall = min(wall, time.perf_counter() - t0)
     kept, stat = r.gram.nbytes, r.gram[:, -1].mean((0,)).ravel()
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

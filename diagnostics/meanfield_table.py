@@ -19,6 +19,7 @@ import torch
 
 from tokensde.io.store import check_output
 from tokensde.meanfield.absorption import STARTS, run_table, write_tables
+from tokensde.sim.options import Execution, StoppingRule
 
 
 def main() -> None:
@@ -46,9 +47,10 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     table, minority = run_table(a.ds, a.betas, a.ns, a.K, a.starts, a.runs, a.seed, a.T, a.dt,
-                                a.tol, a.merge_tol, device=a.device, batch=a.batch,
-                                dtype=getattr(torch, a.dtype), budget_s=a.budget,
-                                log=lambda line: print(line, flush=True))
+                                stopping=StoppingRule.decided(a.tol), merge_tol=a.merge_tol,
+                                execution=Execution(device=a.device, dtype=a.dtype,
+                                                    batch_size=a.batch),
+                                budget_s=a.budget, log=lambda line: print(line, flush=True))
     wall = time.perf_counter() - t0
     write_tables(out, table, minority, **{k: v for k, v in vars(a).items() if k != "out"},
                  wall_s=wall)

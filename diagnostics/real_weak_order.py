@@ -53,7 +53,7 @@ from tokensde.real import RealSpec, build, hidden_states, make_inputs, map_netwo
 from tokensde.real.mapping import Mapping
 from tokensde.real.measure import directions_gram
 from tokensde.real.predict import initial_state
-from tokensde.sim import coupled_states
+from tokensde.sim import CoupledState, OnLayers, coupled_states
 from tokensde.sim.rng import MLP_STREAM, QK_STREAM, RunStreams, derive_seed
 
 LEVELS = (12, 24, 48, 96, 192)
@@ -96,15 +96,15 @@ def run_block(args: argparse.Namespace, m: Mapping, b: int) -> dict[str, np.ndar
     net = np.empty((len(LEVELS), FRACTIONS, runs))
     fine, half = np.empty((FRACTIONS, runs)), np.empty((FRACTIONS, runs))
 
-    def on_step(j: int, nets: dict, xf: torch.Tensor, xh: torch.Tensor) -> None:
-        if j % every == 0:
-            k = j // every - 1
-            fine[k], half[k] = cosine_mean(xf).numpy(), cosine_mean(xh).numpy()
-            for a, L in enumerate(LEVELS):
-                net[a, k] = cosine_mean(nets["gaussian", L]).numpy()
+    def keep(j: int, s: CoupledState, rows: torch.Tensor) -> None:
+        k = j // every - 1
+        fine[k], half[k] = cosine_mean(s.fine).numpy(), cosine_mean(s.half).numpy()
+        for a, L in enumerate(LEVELS):
+            net[a, k] = cosine_mean(s.nets["gaussian", L]).numpy()
 
-    coupled_states(x, m.params, 1.0, LEVELS, REF_STEPS, rs, ("gaussian",), on_step=on_step,
-                   qk_rs=rs.derived(QK_STREAM), mlp_rs=rs.derived(MLP_STREAM))
+    coupled_states(x, m.params, 1.0, LEVELS, REF_STEPS, rs, ("gaussian",),
+                   qk_rs=rs.derived(QK_STREAM), mlp_rs=rs.derived(MLP_STREAM),
+                   recorder=OnLayers(range(every, REF_STEPS + 1, every), keep))
     return {"net": net, "fine": fine, "half": half, "x0_cos": cosine_mean(x).numpy()}
 
 

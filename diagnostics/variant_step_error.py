@@ -36,12 +36,17 @@ CELLS = {
                          "every": 1}),
     "mlp-tol0.003": (MLP, {"init": "pair", "rho0": -0.5, "T": 60.0, "dt": 0.00025,
                            "tol": 0.003, "every": 1}),
+    "bipolar-n32-d3": ({"n": 32, "d": 3, "beta": 4.0},
+                       {"init": "uniform", "T": 100.0, "dt": 0.02, "tol": 1e-8}),
+    "bipolar-n8-d8": ({"n": 8, "d": 8, "beta": 4.0},
+                      {"init": "uniform", "T": 100.0, "dt": 0.02, "tol": 1e-8, "runs": 12000}),
 }
 
 
 def measure(name: str, runs: int, seed: int) -> dict:
     """One cell's coupled step error of P(bipolar) (antipodal for two tokens)."""
     params, run = CELLS[name]
+    runs = run.get("runs", runs)
     t0 = time.process_time()
     e = measure_step_error(ModelParams(**params), run["T"], run["dt"], runs, seed,
                            init=run["init"], rho0=run.get("rho0"), tol=run["tol"],

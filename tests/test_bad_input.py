@@ -413,9 +413,9 @@ def test_vit_options_that_would_be_ignored_or_misread_are_refused(tmp_path):
 def test_monte_carlo_refuses_network_options_for_the_reduced_engine():
     from tokensde.analysis.pair_monte_carlo import monte_carlo
 
-    for kw in ({"sampler": "fast"}, {"batch_size": 10}):
-        with pytest.raises(ParameterError, match="apply only with engine='network'"):
-            monte_carlo(2.0, 3, 0.0, runs=4, engine="reduced", **kw)
+    for how in (Execution(sampler="fast"), Execution(batch_size=10)):
+        with pytest.raises(ParameterError, match="applies only with engine='network'"):
+            monte_carlo(2.0, 3, 0.0, runs=4, engine="reduced", execution=how)
 
 
 def test_simulate_refuses_qk_samples_outside_the_sde_scheme():

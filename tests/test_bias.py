@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 
 from tokensde import Execution, InitialState, ModelParams, Recording, TimeGrid, simulate
 from tokensde.model.checks import ParameterError
@@ -30,12 +29,13 @@ def test_a_vanishing_bias_leaves_every_other_draw_unchanged(sampler, norm):
     bit, and a bias of 1e-12 moves the run by rounding only (a shared stream would shift every
     later draw and move it by O(1))."""
     p = ModelParams(n=4, d=8, beta=1.5, heads=2, mlp="relu", mlp_sigma=0.7, norm=norm)
-    kw = {"layers": 6, "runs": 40, "seed": 5, "sampler": sampler}
-    base = simulate_loose(p, **kw).gram
-    assert np.array_equal(base, simulate_loose(p.with_(bias_sigma=0.0, mlp_bias=0.0), **kw).gram)
-    tiny = simulate_loose(p.with_(bias_sigma=1e-12, mlp_bias=1e-12), **kw).gram
+    kw = {"runs": 40, "seed": 5, "execution": Execution(sampler=sampler)}
+    grid = TimeGrid.make(layers=6)
+    base = simulate(p, grid, **kw).gram
+    assert np.array_equal(base, simulate(p.with_(bias_sigma=0.0, mlp_bias=0.0), grid, **kw).gram)
+    tiny = simulate(p.with_(bias_sigma=1e-12, mlp_bias=1e-12), grid, **kw).gram
     assert np.max(np.abs(tiny - base)) < 1e-9
-    moved = simulate_loose(p.with_(bias_sigma=0.3), **kw).gram
+    moved = simulate(p.with_(bias_sigma=0.3), grid, **kw).gram
     assert np.max(np.abs(moved - base)) > 0.05
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy import integrate, special, stats
 
-from tokensde import ModelParams, ParameterError, TimeGrid
+from tokensde import Execution, ModelParams, ParameterError, TimeGrid
 from tokensde.analysis.convergence import (
     PROBLEMS,
     ConvergenceResult,
@@ -178,6 +178,10 @@ def test_numbers_do_not_depend_on_chunking():
                             for a, b in ((0, 256), (256, 512), (512, 600))])
     assert np.array_equal(whole.net, parts.net)
     assert np.array_equal(whole.sq_err, parts.sq_err)
+    small = coupled_samples(PROBLEMS["two_tokens"], execution=Execution(batch_size=256), **kw)
+    assert np.array_equal(whole.sq_err, small.sq_err) and np.array_equal(whole.net, small.net)
+    with pytest.raises(ParameterError, match="dtype='float32'"):
+        coupled_samples(PROBLEMS["two_tokens"], execution=Execution(dtype="float32"), **kw)
 
 
 def test_bad_input_names_the_parameter():

@@ -13,7 +13,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 from typer.testing import CliRunner
 
 from tokensde import Execution, ModelParams, Recording, StoppingRule, simulate
@@ -120,11 +119,12 @@ def test_circle_lemma_arc_against_pairs():
 
 def test_simulation_decides_at_the_same_layer_as_the_dense_test(monkeypatch):
     p = ModelParams(n=decide.DENSE_MAX + 44, d=2, beta=4.0)
-    kw = dict(T=12.0, dt=0.05, runs=6, seed=3, until="decided", tol=1e-4,
-              attention_eval="expansion")
-    fast = simulate_loose(p, **kw)
+    kw = dict(runs=6, seed=3, stopping=StoppingRule.decided(tol=1e-4),
+              execution=Execution(attention_eval="expansion"))
+    grid = TimeGrid.make(T=12.0, dt=0.05)
+    fast = simulate(p, grid, **kw)
     monkeypatch.setattr(decide, "DENSE_MAX", 10**9)
-    dense = simulate_loose(p, **kw)
+    dense = simulate(p, grid, **kw)
     assert (fast.decided_at >= 0).sum() >= 3  # most runs decide before the horizon
     np.testing.assert_array_equal(fast.decided_at, dense.decided_at)
     np.testing.assert_array_equal(fast.x, dense.x)

@@ -9,15 +9,15 @@ relative to each token's cancellation scale `S_i = e^beta sum_j w_j / Z_i` (soft
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import mpmath
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 from scipy.special import eval_legendre
 
-from tokensde import Execution, ModelParams, Recording, TimeGrid
+from tokensde import Execution, InitialState, ModelParams, Recording, TimeGrid
 from tokensde.model.attention import ATTENTION_KINDS
 from tokensde.model.attention.softmax import Softmax
 from tokensde.model.params import ParameterError
@@ -255,10 +255,12 @@ def test_qk_scaled_identity_is_beta_times_c():
 def test_seeded_simulation_is_the_same_with_either_evaluator(d, mean, sampler, kind, n):
     p = ModelParams(n=n, d=d, beta=3.0, mean=mean, attention=kind)
     w = np.random.default_rng(0).uniform(0.5, 2.0, n) if d == 3 else None
-    kw = dict(T=1.0, dt=0.01, runs=4, seed=21, sampler=sampler, record=("tokens",),
-              checkpoints=5, weights=w)
-    dense = simulate_loose(p, attention_eval="dense", **kw)
-    fast = simulate_loose(p, attention_eval="expansion", **kw)
+    kw = dict(runs=4, seed=21, initial=InitialState.uniform(w),
+              recording=Recording(checkpoints=5, record=("tokens",)))
+    how = Execution(sampler=sampler, attention_eval="dense")
+    grid = TimeGrid.make(T=1.0, dt=0.01)
+    dense = simulate(p, grid, execution=how, **kw)
+    fast = simulate(p, grid, execution=replace(how, attention_eval="expansion"), **kw)
     assert dense.extra["attention_eval"] == "dense"
     assert fast.extra["attention_eval"] == "expansion"
     assert np.abs(dense.tokens - fast.tokens).max() <= 1e-9
@@ -268,9 +270,11 @@ def test_seeded_simulation_is_the_same_with_either_evaluator(d, mean, sampler, k
 @pytest.mark.parametrize(("scheme", "norm"), [("sde", "post"), ("network", "pre")])
 def test_the_limit_and_pre_norm_are_the_same_with_either_evaluator(scheme, norm):
     p = ModelParams(n=20, d=3, beta=2.0, mean="identity", norm=norm)
-    kw = dict(T=0.5, dt=0.01, runs=3, seed=5, sampler="full", scheme=scheme, record=("tokens",))
-    dense = simulate_loose(p, attention_eval="dense", **kw)
-    fast = simulate_loose(p, attention_eval="expansion", **kw)
+    kw = dict(runs=3, seed=5, scheme=scheme, recording=Recording(record=("tokens",)))
+    how = Execution(sampler="full", attention_eval="dense")
+    grid = TimeGrid.make(T=0.5, dt=0.01)
+    dense = simulate(p, grid, execution=how, **kw)
+    fast = simulate(p, grid, execution=replace(how, attention_eval="expansion"), **kw)
     assert np.abs(dense.tokens - fast.tokens).max() <= 1e-9
 
 

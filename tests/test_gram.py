@@ -8,7 +8,6 @@ from functools import cache
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 from scipy import stats
 
 from tokensde import Execution, InitialState, ModelParams, ParameterError, Recording, TimeGrid, simulate
@@ -22,6 +21,7 @@ from tokensde.sim.gram import (
     run_batch_gram,
 )
 from tokensde.sim.layers import attention_output, network_step, normalize, weights_from_logits
+from tokensde.sim.loop import OnLayers
 from tokensde.sim.observe import Observer
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import apply_matrices, choose_sampler
@@ -83,8 +83,11 @@ def test_frame_layer_equals_the_layer_with_the_whole_value_matrix(case, scheme):
 def test_deterministic_flow_follows_the_fast_sampler_path_exactly(scheme):
     p = ModelParams(n=5, d=12, beta=2.0, sigma=0.0, mean=0.6 * np.eye(12), Q=1.2 * np.eye(12))
     x0 = normalize(torch.randn(4, 5, 12, generator=torch.Generator().manual_seed(1), dtype=F64))
-    kw = {"layers": 40, "alpha": 0.2, "runs": 4, "init": x0, "scheme": scheme, "checkpoints": 4}
-    fast, gram = simulate_loose(p, sampler="fast", **kw), simulate_loose(p, sampler="gram", **kw)
+    grid = TimeGrid.make(layers=40, alpha=0.2)
+    kw = {"runs": 4, "initial": InitialState.tokens(x0), "scheme": scheme,
+          "recording": Recording(checkpoints=4)}
+    fast = simulate(p, grid, execution=Execution(sampler="fast"), **kw)
+    gram = simulate(p, grid, execution=Execution(sampler="gram"), **kw)
     np.testing.assert_allclose(gram.gram, fast.gram, atol=1e-11)
     assert float(fast.gram[:, -1, 0, 1].min()) < 0.99  # not trivially all merged
 
@@ -163,8 +166,9 @@ def gram_sample(p: ModelParams, grid: TimeGrid, runs: int, seed: int, shift: int
     rs = RunStreams(seed, runs)
     x = initial_tokens(init, p, rs, 0, F64, rho0)
     out: dict[int, torch.Tensor] = {}
-    run_batch_gram(x, p, grid, rs, scheme, np.array([grid.steps]),
-                   lambda c, xc: out.__setitem__(c, gram_of(xc)), _dof_shift=shift)
+    run_batch_gram(x, p, grid, rs, scheme,
+                   OnLayers([grid.steps], lambda k, xc, rows: out.__setitem__(0, gram_of(xc))),
+                   _dof_shift=shift)
     return out[0]
 
 
@@ -303,9 +307,10 @@ def test_merged_tokens_stay_merged_and_the_law_of_the_rest_is_right():
     x = normalize(torch.randn(runs, 3, d, generator=g, dtype=F64))
     x[:, 1] = x[:, 0]
     p = ModelParams(n=3, d=d, beta=1.0)
-    kw = {"layers": 10, "alpha": 0.25, "runs": runs, "init": x}
-    gram, fast = simulate_loose(p, sampler="gram", seed=1, **kw), simulate_loose(p, sampler="fast", seed=2,
-                                                                                 **kw)
+    grid = TimeGrid.make(layers=10, alpha=0.25)
+    kw = {"runs": runs, "initial": InitialState.tokens(x)}
+    gram = simulate(p, grid, seed=1, execution=Execution(sampler="gram"), **kw)
+    fast = simulate(p, grid, seed=2, execution=Execution(sampler="fast"), **kw)
     assert float(np.abs(gram.gram[:, :, 0, 1] - 1).max()) < 1e-12
     r_gram, r_fast = gram.rho(0, 2)[:, -1], fast.rho(0, 2)[:, -1]
     assert stats.ks_2samp(r_gram, r_fast).pvalue > 1e-3
@@ -313,9 +318,10 @@ def test_merged_tokens_stay_merged_and_the_law_of_the_rest_is_right():
 
 def test_more_tokens_than_dimensions():
     p, runs = ModelParams(n=6, d=3, beta=2.0), 3000
-    kw = {"layers": 10, "alpha": 0.3, "runs": runs, "record": ("gram",)}
-    gram, fast = simulate_loose(p, sampler="gram", seed=1, **kw), simulate_loose(p, sampler="fast", seed=2,
-                                                                                 **kw)
+    grid = TimeGrid.make(layers=10, alpha=0.3)
+    kw = {"runs": runs, "recording": Recording(record=("gram",))}
+    gram = simulate(p, grid, seed=1, execution=Execution(sampler="gram"), **kw)
+    fast = simulate(p, grid, seed=2, execution=Execution(sampler="fast"), **kw)
     assert gram.state.shape == (runs, 6, 6)
     assert float(np.abs(gram.state[..., 3:]).max()) == 0.0  # a 3-dimensional frame, zero-padded
     a, b = gram_stats(gram.gram[:, -1]), gram_stats(fast.gram[:, -1])
@@ -333,8 +339,7 @@ def test_tokens_wider_than_d_are_refused():
     p = ModelParams(n=2, d=3)
     rs = RunStreams(0, 2)
     with pytest.raises(ParameterError, match="at most d = 3 coordinates"):
-        run_batch_gram(torch.ones(2, 2, 4, dtype=F64), p, TimeGrid(1, 0.1), rs, "network",
-                       np.array([1]), lambda c, xc: None)
+        run_batch_gram(torch.ones(2, 2, 4, dtype=F64), p, TimeGrid(1, 0.1), rs, "network")
 
 
 def test_auto_takes_gram_when_it_applies_and_pays():

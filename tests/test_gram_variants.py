@@ -6,15 +6,15 @@ sampler (and a wrong out-of-frame count caught by the same statistics), streams,
 early stopping, a huge d, and what stays refused."""
 
 import math
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 from scipy import stats
 
-from tokensde import Execution, ModelParams, ParameterError, Recording, TimeGrid, simulate
+from tokensde import Execution, ModelParams, ParameterError, Recording, StoppingRule, TimeGrid, simulate
 from tokensde.model.qk import QK_LAWS
 from tokensde.sim.gram import (
     frame_forms,
@@ -33,6 +33,7 @@ from tokensde.sim.layers import (
     peri_norm_step,
     residual_step,
 )
+from tokensde.sim.loop import OnLayers
 from tokensde.sim.norm_sde import peri_factor, peri_sde_step
 from tokensde.sim.observe import Observer
 from tokensde.sim.rng import RunStreams
@@ -252,9 +253,9 @@ def gram_final(p: ModelParams, scheme: str, grid: TimeGrid, runs: int, seed: int
     forms = frame_forms(p, scheme, rs.derived(QK_STREAM), F64) if p.qk_law.random else None
     mlp_rs = rs.derived(MLP_STREAM) if p.mlp_block.active else None
     out: dict[int, torch.Tensor] = {}
-    run_batch_gram(x, p, grid, rs, scheme, np.array([grid.steps]),
-                   lambda c, xc: out.__setitem__(c, gram_of(xc)), forms=forms, mlp_rs=mlp_rs,
-                   _dof_shift=shift)
+    run_batch_gram(x, p, grid, rs, scheme,
+                   OnLayers([grid.steps], lambda k, xc, rows: out.__setitem__(0, gram_of(xc))),
+                   forms=forms, mlp_rs=mlp_rs, _dof_shift=shift)
     return out[0]
 
 
@@ -305,15 +306,16 @@ def test_new_pieces_draw_from_their_own_streams():
     # of zero output, or forms of scale 1e-9, give the run without them to rounding (not the SDE
     # of forms redrawn every layer, which steps heads * qk_samples heads, as with `fast`)
     base = ModelParams(n=3, d=12, beta=2.0, mean="identity")
-    kw = {"layers": 10, "runs": 300, "seed": 5, "sampler": "gram"}
+    grid = TimeGrid.make(layers=10)
+    kw = {"runs": 300, "seed": 5, "execution": Execution(sampler="gram")}
     forms = ({"qk": "goe", "qk_redraw": "layer", "qk_scale": 1e-9},
              {"qk": "gaussian", "qk_redraw": "layer", "qk_scale": 1e-9})
     for scheme in ("network", "sde"):
-        ref = simulate_loose(base, scheme=scheme, **kw).gram
+        ref = simulate(base, grid, scheme=scheme, **kw).gram
         for extra in ({"mlp": "gelu", "mlp_sigma": 0.0}, *(forms if scheme == "network" else ())):
-            got = simulate_loose(base.with_(**extra), scheme=scheme, **kw).gram
+            got = simulate(base.with_(**extra), grid, scheme=scheme, **kw).gram
             assert float(np.abs(got - ref).max()) < 1e-7, (scheme, extra)
-        moved = simulate_loose(base.with_(mlp="relu"), scheme=scheme, **kw).gram
+        moved = simulate(base.with_(mlp="relu"), grid, scheme=scheme, **kw).gram
         assert float(np.abs(moved - ref).max()) > 1e-2
 
 
@@ -322,12 +324,15 @@ def test_same_numbers_whatever_the_batching_and_early_stopping():
     # run keeps its own forms and block weights when others leave the batch
     p = ModelParams(n=2, d=10, beta=3.0, heads=2, qk="goe", qk_redraw="layer", qk_scale=0.5,
                     mlp="relu", mlp_sigma=0.3)
+    grid, gram = TimeGrid.make(T=1.0, dt=0.05), Execution(sampler="gram")
+    every = Recording(checkpoints=list(range(21)))
     for scheme in ("network", "sde"):
-        kw = {"T": 1.0, "dt": 0.05, "runs": 600, "seed": 3, "sampler": "gram", "scheme": scheme}
-        full = simulate_loose(p, checkpoints=list(range(21)), **kw)
-        assert np.array_equal(full.gram, simulate_loose(p, checkpoints=list(range(21)), batch_size=256,
+        kw = {"runs": 600, "seed": 3, "scheme": scheme}
+        full = simulate(p, grid, recording=every, execution=gram, **kw)
+        assert np.array_equal(full.gram, simulate(p, grid, recording=every,
+                                                  execution=replace(gram, batch_size=256),
                                                   **kw).gram)
-        stopped = simulate_loose(p, until="decided", tol=1e-3, **kw)
+        stopped = simulate(p, grid, stopping=StoppingRule.decided(tol=1e-3), execution=gram, **kw)
         at = stopped.decided_at
         done = np.flatnonzero(at >= 0)
         assert 50 < len(done) < 600, len(done)
@@ -384,7 +389,7 @@ def test_what_stays_refused_names_why(kw, msg):
 def test_forms_and_blocks_must_be_passed_to_the_batch():
     x = recompress(normalize(torch.randn(2, 2, 5, dtype=F64)))
     rs = RunStreams(0, 2)
-    kw = {"checkpoints": np.array([1]), "record": lambda c, xc: None}
+    kw: dict = {}
     with pytest.raises(ParameterError, match=r"qk='goe' draws query/key forms: pass them"):
         run_batch_gram(x, ModelParams(n=2, d=5, qk="goe", qk_redraw="layer"),
                        TimeGrid(1, 0.1), rs, "network", **kw)
@@ -547,5 +552,5 @@ def test_peri_sde_with_a_block_stays_refused_with_the_gram_sampler():
         simulate(p, TimeGrid.make(layers=2), runs=2, scheme="sde", execution=Execution(sampler="gram"))
     rs = RunStreams(0, 2)
     with pytest.raises(ParameterError, match="scheme='sde' with norm='peri' needs"):
-        run_batch_gram(uniform_frame(rs, 2, 8), p, TimeGrid(1, 0.1), rs, "sde", np.array([1]),
-                       lambda c, xc: None, mlp_rs=rs.derived(MLP_STREAM))
+        run_batch_gram(uniform_frame(rs, 2, 8), p, TimeGrid(1, 0.1), rs, "sde",
+                       mlp_rs=rs.derived(MLP_STREAM))

@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 
 from tokensde import Execution, ModelParams, ParameterError, Recording, TimeGrid, simulate
 from tokensde.sim.layers import attention_output
@@ -49,8 +48,10 @@ BEFORE = {
 @pytest.mark.parametrize("case", sorted(BEFORE))
 def test_one_head_reproduces_the_earlier_numbers(case):
     (kw, skw), want = BEFORE[case]
+    how, scheme = Execution(sampler=skw["sampler"]), skw.get("scheme", "network")
     for extra in ({}, {"heads": 1}, {"qk": "identity", "qk_scale": 1.0, "qk_redraw": "run"}):
-        res = simulate_loose(ModelParams(**kw, **extra), layers=7, runs=5, seed=11, **skw)
+        res = simulate(ModelParams(**kw, **extra), TimeGrid.make(layers=7), runs=5, seed=11,
+                       scheme=scheme, execution=how)
         np.testing.assert_allclose(res.gram[:, -1, 0, 1], want, rtol=0, atol=1e-11)
     assert "heads" not in ModelParams(**kw).to_dict()  # fingerprints of stored results unchanged
 

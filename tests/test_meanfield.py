@@ -23,7 +23,7 @@ from tokensde.meanfield.quadrature import (
 )
 from tokensde.meanfield.statistics import arc_counts, arc_masses, field_at, minority_mass
 from tokensde.model.params import ModelParams, ParameterError, TimeGrid
-from tokensde.sim import Execution
+from tokensde.sim import Execution, StoppingRule
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +104,7 @@ def test_coupled_systems_do_not_see_each_other() -> None:
     g = TimeGrid.make(T=0.5, dt=0.05)
     a0 = sample_initial(6, 3, np.random.default_rng(3))
     b0 = sample_initial(9, 3, np.random.default_rng(4))
-    kw = dict(runs=3, seed=7, until="horizon", merge_tol=None)
+    kw = dict(runs=3, seed=7, stopping=StoppingRule(), merge_tol=None)
     one = run_coupled(p, g, [("a", a0, None)], **kw)
     two = run_coupled(p, g, [("b", b0, None), ("a", a0, None)],
                       execution=Execution(batch_size=2), **kw)
@@ -115,7 +115,8 @@ def test_coupled_systems_do_not_see_each_other() -> None:
 def test_symmetric_start_keeps_half_mass() -> None:
     """The flow keeps antipodal symmetry (y(-x) = -y(x)): from the trapezoid nodes (symmetric for
     even K) the limit ends as two atoms of mass exactly 1/2, on every path."""
-    rows, masses = absorption_table(2, 3.0, [], K=32, runs=3, seed=2, T=30.0, dt=0.05, tol=1e-4)
+    rows, masses = absorption_table(2, 3.0, [], K=32, runs=3, seed=2, T=30.0, dt=0.05,
+                                    stopping=StoppingRule.decided(1e-4))
     assert rows[0]["p_decided"] == 1.0
     assert np.allclose(masses[0], 0.5, atol=1e-12)
 
@@ -129,7 +130,7 @@ def test_particles_against_limit_on_one_path() -> None:
     rng = np.random.default_rng(5)
     draws, ns = 48, (32, 128)
     g = TimeGrid.make(T=1.0, dt=0.02)
-    kw = dict(seed=3, until="horizon", merge_tol=None)
+    kw = dict(seed=3, stopping=StoppingRule(), merge_tol=None)
     lim = run_coupled(p, g, [("limit", *circle_rule(256))], runs=1, **kw)
     parts = run_coupled(p, g, [(f"n{n}", np.stack([sample_initial(n, 2, rng) for _ in range(draws)]),
                                 None) for n in ns], runs=draws, shared_path=True, **kw)
@@ -149,7 +150,8 @@ def test_bad_input() -> None:
     p = ModelParams(n=2, d=2)
     g = TimeGrid.make(T=0.1, dt=0.05)
     with pytest.raises(ParameterError, match="merge_tol"):
-        run_coupled(p, g, [("a", circle_rule(4)[0], None)], tol=1e-6, merge_tol=1e-3)
+        run_coupled(p, g, [("a", circle_rule(4)[0], None)],
+                    stopping=StoppingRule.decided(1e-6), merge_tol=1e-3)
     with pytest.raises(ParameterError, match="norm='post'"):
         run_coupled(p.with_(norm="pre"), g, [("a", circle_rule(4)[0], None)])
     with pytest.raises(ParameterError, match="rule='circle' needs d = 2"):

@@ -15,9 +15,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 
-from tokensde import Execution, ModelParams
+from tokensde import Execution, ModelParams, StoppingRule, simulate
 from tokensde.analysis.clusters import Outcome, classify_clusters
 from tokensde.analysis.stats import wilson
 from tokensde.meanfield import flow, merge
@@ -167,7 +166,7 @@ def test_noise_paths_come_from_the_run_streams():
     p = ModelParams(n=2, d=d, beta=0.0)
     x0 = np.array([[1.0, 0.0, 0.0]])
     grid = TimeGrid.make(T=steps * 0.01, dt=0.01)
-    res = run_coupled(p, grid, [("one", x0, None)], runs=9, seed=seed, until="horizon",
+    res = run_coupled(p, grid, [("one", x0, None)], runs=9, seed=seed, stopping=StoppingRule(),
                       merge_tol=None, execution=Execution(batch_size=4))
     x = torch.tensor(x0[0])
     for k in range(steps):
@@ -190,7 +189,7 @@ def test_many_nodes_use_the_expansion_and_agree_with_dense(monkeypatch):
         return real(x, q, forms, weights, evaluator)
 
     monkeypatch.setattr(flow, "attention_output", spy)
-    kw = dict(runs=2, seed=1, until="horizon", merge_tol=None)
+    kw = dict(runs=2, seed=1, stopping=StoppingRule(), merge_tol=None)
     fast = run_coupled(p, grid, [("limit", *nodes)], **kw)
     assert set(used) == {"expansion"}
     used.clear()
@@ -206,10 +205,11 @@ def test_long_horizon_statistics_agree_with_either_evaluator():
     and the mean pairwise inner product with the expansion and with dense attention agree within
     their intervals (same seed: the paths differ by rounding only, so the agreement is close)."""
     p = ModelParams(n=64, d=2, beta=3.0)
-    kw = dict(T=10.0, dt=0.05, runs=300, seed=12, until="decided", tol=1e-4, sampler="full")
+    grid = TimeGrid.make(T=10.0, dt=0.05)
+    kw = dict(runs=300, seed=12, stopping=StoppingRule.decided(1e-4))
     out = {}
     for how in ("dense", "expansion"):
-        res = simulate_loose(p, attention_eval=how, **kw)
+        res = simulate(p, grid, execution=Execution(sampler="full", attention_eval=how), **kw)
         outcome = classify_clusters(res.gram[:, -1], 1e-4)
         rho = res.gram[:, -1][:, np.triu_indices(64, 1)[0], np.triu_indices(64, 1)[1]]
         out[how] = ((outcome == Outcome.BIPOLAR).sum(), (res.decided_at >= 0).sum(),

@@ -24,7 +24,7 @@ from tokensde import ModelParams, TimeGrid
 from tokensde.meanfield.absorption import absorption_table, particle_starts
 from tokensde.meanfield.flow import run_coupled
 from tokensde.meanfield.quadrature import density_weights, sphere_rule
-from tokensde.sim import Execution
+from tokensde.sim import Execution, StoppingRule
 
 DATA = Path(__file__).parent / "data" / "meanfield_reference.npz"
 
@@ -34,12 +34,13 @@ TABLES = [(2, 1.0, [16, 300], 64, 6, 6.0), (2, 3.0, [16, 300], 64, 6, 6.0),
 # the direct calls of run_coupled: name -> keyword arguments beside the systems
 FLOWS: dict[str, dict[str, Any]] = {
     "decided": {},
-    "horizon": {"until": "horizon"},
+    "horizon": {"stopping": StoppingRule()},
     "no_merge": {"merge_tol": None},
     "shared": {"shared_path": True},
     "batch": {"execution": Execution(batch_size=4)},
-    "batch_horizon": {"execution": Execution(batch_size=4), "until": "horizon", "every": 7},
-    "sde": {"scheme": "sde", "every": 3},
+    "batch_horizon": {"execution": Execution(batch_size=4),
+                      "stopping": StoppingRule(), "merge_every": 7},
+    "sde": {"scheme": "sde", "stopping": StoppingRule.decided(1e-3, 3)},
 }
 
 
@@ -53,8 +54,8 @@ def compute() -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for d, beta, ns, K, runs, T in TABLES:
         for start in ("iid", "quasi"):
-            rows, masses = absorption_table(d, beta, ns, K, start, runs, 0, T, 0.02, 1e-4,
-                                            with_limit=True)
+            rows, masses = absorption_table(d, beta, ns, K, start, runs, 0, T, 0.02,
+                                            stopping=StoppingRule.decided(1e-4), with_limit=True)
             case = f"table/d{d}/b{beta:g}/{start}"
             for i, row in enumerate(rows):
                 for key, value in row.items():
@@ -70,7 +71,8 @@ def compute() -> dict[str, np.ndarray]:
                    ("n20", particle_starts(20, d, runs, "iid", 3), None)]
         for name, kw in FLOWS.items():
             res = run_coupled(p, TimeGrid.make(T=8.0, dt=0.05), systems, runs=runs, seed=7,
-                              tol=1e-3, **{"merge_tol": 1e-6, **kw})
+                              **{"stopping": StoppingRule.decided(1e-3), "merge_tol": 1e-6,
+                                 **kw})
             out[f"flow/d{d}/{name}/decided_at"] = res.decided_at
             for s, sname in enumerate(res.names):
                 out[f"flow/d{d}/{name}/{sname}/x"] = res.x[s].numpy()

@@ -156,9 +156,11 @@ def test_network_and_sde_agree_on_a_pair_mean():
 
 @pytest.mark.parametrize(
     ("kwargs", "msg"),
-    [({"mlp": "swish"}, "mlp must be one of none, gelu, relu or gelu(q=<q>) with q > 0; "
+    [({"mlp": "swish"}, "mlp must be one of none, gelu, relu, swiglu or gelu(q=<q>) with q > 0 or "
+                             "swiglu(q=<q>) with q > 0; "
                         "got 'swish'"),
-     ({"mlp": "gelu(q=-1)"}, "mlp must be one of none, gelu, relu or gelu(q=<q>) with q > 0; "
+     ({"mlp": "gelu(q=-1)"}, "mlp must be one of none, gelu, relu, swiglu or gelu(q=<q>) with q > 0 or "
+                             "swiglu(q=<q>) with q > 0; "
                              "got 'gelu(q=-1)'"),
      ({"mlp": "relu", "mlp_sigma": -1.0}, "mlp_sigma must be a finite number >= 0"),
      ({"mlp": "relu", "mlp_sigma": float("nan")}, "mlp_sigma must be a finite number >= 0"),
@@ -182,12 +184,13 @@ def test_scaled_gelu_is_resolved_by_name_and_never_listed():
     assert name == "gelu(q=0.1)" and type(p.mlp_block).q == 0.1
     assert p.mlp_block.second_moment == pytest.approx(
         float(dual_kernel_at(np.array(1.0), 0.1)), rel=1e-12)
-    assert MLPS.names() == ("none", "gelu", "relu") and gelu_at(1.0) == "gelu"
+    assert MLPS.names() == ("none", "gelu", "relu", "swiglu") and gelu_at(1.0) == "gelu"
     assert type(ModelParams(n=3, d=4, mlp="gelu(q=0.1)").mlp_block) is type(p.mlp_block)
     assert pickle.loads(pickle.dumps(p)) == p
     with pytest.raises(ParameterError) as err:
         ModelParams(n=3, d=4, mlp="gelu(q=nan)")
-    assert str(err.value) == ("mlp must be one of none, gelu, relu or gelu(q=<q>) with q > 0; "
+    assert str(err.value) == ("mlp must be one of none, gelu, relu, swiglu or gelu(q=<q>) with q > 0 or "
+                             "swiglu(q=<q>) with q > 0; "
                               "got 'gelu(q=nan)'")
 
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loose import simulate_loose
 from scipy import stats
 
 from tokensde import Execution, InitialState, ModelParams, ParameterError, Recording, TimeGrid, simulate
@@ -125,25 +124,25 @@ def test_two_token_pair_init_and_result_fields():
 
 @pytest.mark.parametrize(
     ("kwargs", "msg"),
-    [
-        ({"runs": 0}, "runs must be an integer >= 1"),
-        ({"seed": -1}, "seed must be an integer >= 0"),
-        ({"sampler": "exact"}, "sampler must be one of"),
-        ({"scheme": "rk4"}, "scheme must be one of network, sde"),
-        ({"dtype": "float16"}, "dtype must be one of float64, float32"),
-        ({"device": "tpu"}, "device must be"),
-        ({"init": "pair"}, "init='pair' needs rho0"),
-        ({"init": "pair", "rho0": 1.5}, "rho0 must be"),
-        ({"init": np.zeros((2, 3))}, "non-zero token vectors"),
-        ({"init": np.ones((4, 3))}, "init array must have shape"),
-        ({"checkpoints": [0, 99]}, "checkpoints must be layer indices in"),
-        ({"record": ("energy",)}, "record must be a subset"),
+    [  # each made inside the test: an option object checks what it can when made
+        (lambda: {"runs": 0}, "runs must be an integer >= 1"),
+        (lambda: {"seed": -1}, "seed must be an integer >= 0"),
+        (lambda: {"execution": Execution(sampler="exact")}, "sampler must be one of"),
+        (lambda: {"scheme": "rk4"}, "scheme must be one of network, sde"),
+        (lambda: {"execution": Execution(dtype="float16")}, "dtype must be one of float64, float32"),
+        (lambda: {"execution": Execution(device="tpu")}, "device must be"),
+        (lambda: {"initial": InitialState("pair")}, "init='pair' needs rho0"),
+        (lambda: {"initial": InitialState.pair(1.5)}, "rho0 must be"),
+        (lambda: {"initial": InitialState.tokens(np.zeros((2, 3)))}, "non-zero token vectors"),
+        (lambda: {"initial": InitialState.tokens(np.ones((4, 3)))}, "init array must have shape"),
+        (lambda: {"recording": Recording(checkpoints=[0, 99])},
+         "checkpoints must be layer indices in"),
+        (lambda: {"recording": Recording(record=("energy",))}, "record must be a subset"),
     ],
 )
 def test_simulate_rejects_bad_arguments(kwargs, msg):
-    args = {"layers": 10, "runs": 2, **kwargs}
     with pytest.raises(ParameterError, match=msg):
-        simulate_loose(ModelParams(n=2, d=3), **args)
+        simulate(ModelParams(n=2, d=3), TimeGrid.make(layers=10), **{"runs": 2, **kwargs()})
 
 
 def test_sampler_choice():

@@ -7,10 +7,18 @@ import math
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 from scipy import special
 
-from tokensde import Execution, InitialState, ModelParams, ParameterError, Recording, TimeGrid, simulate
+from tokensde import (
+    Execution,
+    InitialState,
+    ModelParams,
+    ParameterError,
+    Recording,
+    StoppingRule,
+    TimeGrid,
+    simulate,
+)
 from tokensde.sim.layers import mlp_step, normalize, normalize_branch, peri_norm_step
 from tokensde.sim.samplers import choose_sampler, mlp_noise_given
 
@@ -54,10 +62,12 @@ def test_fingerprint_unchanged_for_post():
 
 @pytest.mark.parametrize("sampler", ["fast", "full"])
 def test_one_pre_norm_layer_normalised_is_one_post_norm_layer(sampler):
-    kw = dict(layers=1, alpha=0.3, runs=50, seed=5, sampler=sampler, record=("gram", "tokens"))
+    kw = dict(runs=50, seed=5, execution=Execution(sampler=sampler),
+              recording=Recording(record=("gram", "tokens")))
     base = dict(n=4, d=5, beta=2.0, mean="identity", sigma=0.8)
-    post = simulate_loose(ModelParams(**base), **kw)
-    pre = simulate_loose(ModelParams(norm="pre", **base), **kw)
+    grid = TimeGrid.make(layers=1, alpha=0.3)
+    post = simulate(ModelParams(**base), grid, **kw)
+    pre = simulate(ModelParams(norm="pre", **base), grid, **kw)
     torch.testing.assert_close(torch.nn.functional.normalize(torch.from_numpy(pre.x), dim=-1),
                                torch.from_numpy(post.x),
                                rtol=0, atol=1e-12)
@@ -175,9 +185,10 @@ def test_peri_norm_noise_correlation_formula(d):
 
 def test_until_decided_on_directions():
     p = ModelParams(n=2, d=3, beta=3.0, norm="pre")
-    kw = dict(T=3.0, dt=0.05, runs=300, seed=2, batch_size=256)
-    full = simulate_loose(p, checkpoints=list(range(61)), **kw)
-    stopped = simulate_loose(p, until="decided", tol=1e-4, **kw)
+    grid = TimeGrid.make(T=3.0, dt=0.05)
+    kw = dict(runs=300, seed=2, execution=Execution(batch_size=256))
+    full = simulate(p, grid, recording=Recording(checkpoints=list(range(61))), **kw)
+    stopped = simulate(p, grid, stopping=StoppingRule.decided(tol=1e-4), **kw)
     done = np.flatnonzero(stopped.decided_at >= 0)
     assert len(done) > 10  # pre-norm slows the directions down (docs/variants.md §4)
     np.testing.assert_allclose(stopped.final_gram()[done],

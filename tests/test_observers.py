@@ -11,11 +11,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 
-from tokensde import Execution, ModelParams, ParameterError, Recording, TimeGrid, simulate
+from tokensde import (
+    Execution,
+    ModelParams,
+    Observer,
+    ParameterError,
+    Recording,
+    StoppingRule,
+    TimeGrid,
+    simulate,
+)
 from tokensde.sim.layers import normalize
-from tokensde.sim.observe import RECORDS, Observer, builtin_observers
+from tokensde.sim.observe import RECORDS, builtin_observers
 
 
 def mean_cosine(x: torch.Tensor) -> torch.Tensor:
@@ -52,15 +60,18 @@ CASES = [  # (params, sampler)
 @pytest.mark.parametrize(("params", "sampler"), CASES)
 def test_builtin_records_are_observers_bit_for_bit(params, sampler):
     p = ModelParams(**params)
-    kw = dict(layers=12, runs=40, checkpoints=4, seed=7, sampler=sampler)
+    grid, ex = TimeGrid.make(layers=12), Execution(sampler=sampler)
     # the Gram sampler holds no coordinates: there the records and observers are Gram-level
     coords = sampler != "gram"
     record = ("gram", "tokens") if coords else ("gram",)
-    plain = simulate_loose(p, record=record, **kw)
     gram = gram_of if p.norm == "post" else gram_of_directions
     seen = [Observer("g", gram, invariant=True), *([Observer("t", lambda x: x)] if coords else [])]
-    both = simulate_loose(p, record=record, observe=seen, **kw)
-    only = simulate_loose(p, record=(), observe=seen, **kw)
+
+    def run(record: tuple[str, ...], observe: list[Observer] | tuple = ()):
+        return simulate(p, grid, runs=40, seed=7, execution=ex,
+                        recording=Recording(checkpoints=4, record=record, observe=observe))
+
+    plain, both, only = run(record), run(record, seen), run((), seen)
     for r in (both, only):
         np.testing.assert_array_equal(r.observed["g"], plain.gram)
         if coords:
@@ -106,10 +117,15 @@ def test_mean_cosine_at_every_layer_matches_the_gram_matrices(sampler):
 def test_observed_outputs_do_not_depend_on_the_batch_size():
     p = ModelParams(n=4, d=5, beta=1.0)
     obs = [Observer("cos", mean_cosine), Observer("norms", lambda x: x.norm(dim=-1))]
-    kw = dict(layers=10, runs=600, seed=11, checkpoints=range(11), record=(), observe=obs)
-    whole = simulate_loose(p, batch_size=600, **kw)
+    rec = Recording(checkpoints=range(11), record=(), observe=obs)
+
+    def run(bs: int):
+        return simulate(p, TimeGrid.make(layers=10), runs=600, seed=11, recording=rec,
+                        execution=Execution(batch_size=bs))
+
+    whole = run(600)
     for bs in (256, 512):
-        part = simulate_loose(p, batch_size=bs, **kw)
+        part = run(bs)
         for name in ("cos", "norms"):
             np.testing.assert_array_equal(part.observed[name], whole.observed[name])
     assert whole.observed["norms"].shape == (600, 11, 4)
@@ -119,10 +135,11 @@ def test_observed_outputs_do_not_depend_on_the_batch_size():
 def test_a_decided_run_keeps_its_statistic_at_decision(sampler):
     p = ModelParams(n=3, d=12, beta=1.0)
     layers = 400
-    kw = dict(layers=layers, runs=300, seed=4, sampler=sampler, checkpoints=41,
-              observe=[Observer("cos", mean_cosine, invariant=True)], batch_size=256)
-    r = simulate_loose(p, until="decided", tol=1e-3, **kw)
-    full = simulate_loose(p, **kw)  # the same runs to the horizon
+    kw = dict(runs=300, seed=4, execution=Execution(sampler=sampler, batch_size=256),
+              recording=Recording(checkpoints=41,
+                                  observe=[Observer("cos", mean_cosine, invariant=True)]))
+    r = simulate(p, TimeGrid.make(layers=layers), stopping=StoppingRule.decided(1e-3), **kw)
+    full = simulate(p, TimeGrid.make(layers=layers), **kw)  # the same runs to the horizon
     at = r.decided_at
     ck = r.checkpoints
     later = ck[None, :] > at[:, None]
@@ -194,6 +211,18 @@ def test_observed_outputs_are_saved_and_loaded(tmp_path):
     np.testing.assert_array_equal(back.gram, r.gram)
 
 
+def test_an_observer_with_its_own_checkpoints_is_saved_and_loaded(tmp_path):
+    from tokensde import load_result, save_result
+
+    rec = Recording(checkpoints=3, observe=[Observer("cos", mean_cosine, checkpoints=(0, 1, 2, 4))])
+    r = simulate(ModelParams(n=3, d=4, beta=1.0), TimeGrid.make(layers=4), runs=6, recording=rec)
+    back = load_result(save_result(r, tmp_path / "r.npz"))
+    assert back.observed["cos"].shape == (6, 4)
+    np.testing.assert_array_equal(back.observed["cos"], r.observed["cos"])
+    np.testing.assert_array_equal(back.observed_layers("cos"), [0, 1, 2, 4])
+    np.testing.assert_array_equal(back.checkpoints, r.checkpoints)
+
+
 def test_a_damaged_observed_array_is_refused(tmp_path):
     from tokensde import load_result, save_result
     from tokensde.io.store import StoreError
@@ -207,3 +236,88 @@ def test_a_damaged_observed_array_is_refused(tmp_path):
     np.savez(tmp_path / "bad.npz", **data)
     with pytest.raises(StoreError, match=r"'observed/cos' has shape \(5, 3\)"):
         load_result(tmp_path / "bad.npz")
+
+
+class Visits(Observer):
+    """The layer and the depth time of each call, one row per run, and the layers called."""
+
+    def observe(self, layer: int, t: float, x: torch.Tensor) -> torch.Tensor:
+        CALLS.setdefault(self.name, []).append(layer)
+        b = x.shape[0]
+        return torch.tensor([float(layer), t], dtype=torch.float64).expand(b, 2).clone()
+
+
+CALLS: dict[str, list[int]] = {}
+
+
+@pytest.mark.parametrize("sampler", ["full", "gram"])
+def test_an_observer_is_called_at_its_own_checkpoints_with_the_layer_and_the_time(sampler):
+    CALLS.clear()
+    p = ModelParams(n=3, d=5, beta=1.0)
+    grid = TimeGrid.make(T=1.3, dt=0.1)  # 13 layers; dt not a power of two
+    own = (0, 3, 7, 13)
+    rec = Recording(checkpoints=3, record=("gram",),
+                    observe=[Visits("own", checkpoints=own, invariant=True),
+                             Visits("shared", invariant=True),
+                             Visits("evenly", checkpoints=5, invariant=True)])
+    r = simulate(p, grid, runs=5, seed=3, recording=rec, execution=Execution(sampler=sampler))
+    evenly = np.unique(np.round(np.linspace(0, 13, 5)).astype(int))
+    # called at exactly its layers, once each (one batch), in order; the invariance check of
+    # an invariant observer is two more calls (the state, and the state rotated) at its first
+    assert CALLS["own"] == [0, 0, *own]
+    assert CALLS["shared"] == [0, 0, *r.checkpoints.tolist()]
+    assert CALLS["evenly"] == [0, 0, *evenly.tolist()]
+    for name, layers in (("own", np.array(own)), ("shared", r.checkpoints), ("evenly", evenly)):
+        np.testing.assert_array_equal(r.observed_layers(name), layers)
+        got = r.observed[name]
+        assert got.shape == (5, len(layers), 2)
+        np.testing.assert_array_equal(got[..., 0], np.broadcast_to(layers, (5, len(layers))))
+        np.testing.assert_array_equal(got[..., 1], np.broadcast_to(layers * grid.dt,
+                                                                   (5, len(layers))))
+    assert r.observed["evenly"][0, 1, 1] == 3 * 0.1  # t = layer * dt, as a float product
+    assert r.extra["observed_at"] == {"own": list(own), "evenly": evenly.tolist()}
+
+
+def test_own_checkpoints_see_the_recorded_tokens_bit_for_bit():
+    p = ModelParams(n=4, d=6, beta=1.5)
+    grid = TimeGrid.make(layers=20)
+    own = (2, 5, 11, 20)
+    ref = simulate(p, grid, runs=30, seed=5,
+                   recording=Recording(checkpoints=own, record=("tokens",)))
+    r = simulate(p, grid, runs=30, seed=5,
+                 recording=Recording(record=(), observe=[Observer("x", lambda x: x.clone(),
+                                                                  checkpoints=own)]))
+    np.testing.assert_array_equal(r.observed["x"], ref.tokens)
+    np.testing.assert_array_equal(r.state, ref.state)
+    assert not np.array_equal(ref.tokens[:, 0], ref.tokens[:, -1])  # the tokens moved
+
+
+def test_a_decided_run_is_not_observed_after_its_decision():
+    CALLS.clear()
+    p = ModelParams(n=3, d=12, beta=1.0)
+    grid = TimeGrid.make(layers=300)
+    own = np.arange(0, 301, 10)
+    r = simulate(p, grid, runs=60, seed=4, stopping=StoppingRule.decided(1e-3),
+                 recording=Recording(record=(), observe=[Visits("v", checkpoints=own)]))
+    at = r.decided_at
+    decided = at >= 0
+    assert 10 < decided.sum() < 60  # some runs decided, some not
+    seen = r.observed["v"][..., 0]  # the layer of the call that filled each checkpoint
+    later = own[None, :] > at[:, None]
+    for i in range(60):
+        want = np.where(decided[i] & later[i], at[i], own)  # after it: the call at decision
+        np.testing.assert_array_equal(seen[i], want)
+    np.testing.assert_array_equal(r.observed["v"][..., 1], seen * grid.dt)
+    # no call at a layer it did not name but a decision layer
+    assert set(CALLS["v"]) <= set(own.tolist()) | set(at[decided].tolist())
+    assert set(CALLS["v"]) - set(own.tolist())  # and some at a decision layer off its list
+
+
+def test_bad_own_checkpoints_are_refused_naming_the_observer():
+    with pytest.raises(ParameterError, match=r"observer 'late'.*\[0, 3\]"):
+        simulate(ModelParams(n=3, d=4, beta=1.0), TimeGrid.make(layers=3), runs=2,
+                 recording=Recording(observe=[Observer("late", mean_cosine, checkpoints=[4])]))
+    with pytest.raises(ParameterError, match="observer 'odd' takes checkpoints"):
+        Observer("odd", mean_cosine, checkpoints="end")  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match="overrides observe"):
+        Observer("none")

@@ -2,13 +2,13 @@
 drawn every layer; identity unchanged; the SDE of per-layer forms averages over the law."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 
-from tokensde import Execution, ModelParams, ParameterError, TimeGrid, simulate
+from tokensde import Execution, ModelParams, ParameterError, Recording, StoppingRule, TimeGrid, simulate
 from tokensde.model.qk import QK_LAWS, QKDraws
 from tokensde.sim.batch import qk_draws
 from tokensde.sim.layers import attention_output
@@ -140,12 +140,14 @@ def test_sde_of_per_layer_forms_averages_over_qk_samples_draws():
 def test_simulate_is_seeded_on_the_sphere_and_leaves_other_streams_alone(name, redraw, scheme,
                                                                          sampler):
     p = ModelParams(n=3, d=4, beta=2.0, heads=2, qk=name, qk_scale=0.6, qk_redraw=redraw)
-    kw = dict(layers=5, runs=300, seed=4, scheme=scheme, sampler=sampler,
-              record=("gram", "tokens"))
-    a, b = simulate_loose(p, **kw), simulate_loose(p, batch_size=256, **kw)
+    grid, how = TimeGrid.make(layers=5), Execution(sampler=sampler)
+    kw = dict(runs=300, seed=4, scheme=scheme, recording=Recording(record=("gram", "tokens")))
+    a = simulate(p, grid, execution=how, **kw)
+    b = simulate(p, grid, execution=replace(how, batch_size=256), **kw)
     np.testing.assert_array_equal(a.x, b.x)
     np.testing.assert_allclose(np.linalg.norm(a.x, axis=-1), np.ones((300, 3)), rtol=1e-7)
-    ident = simulate_loose(p.with_(qk="identity", qk_scale=1.0, qk_redraw="run"), **kw)
+    ident = simulate(p.with_(qk="identity", qk_scale=1.0, qk_redraw="run"), grid, execution=how,
+                     **kw)
     np.testing.assert_array_equal(a.tokens[:, 0], ident.tokens[:, 0])  # same start
     assert a.metadata()["params"]["qk"] == name
 
@@ -154,9 +156,10 @@ def test_simulate_is_seeded_on_the_sphere_and_leaves_other_streams_alone(name, r
 def test_until_decided_keeps_each_run_with_its_own_forms(redraw):
     # a decided run's state is the fixed-horizon run's state at the same layer, bit for bit
     p = ModelParams(n=2, d=3, beta=3.0, qk="goe", qk_scale=0.5, qk_redraw=redraw)
-    kw = dict(T=4.0, dt=0.05, runs=300, seed=2, batch_size=256)
-    full = simulate_loose(p, checkpoints=list(range(81)), **kw)
-    stopped = simulate_loose(p, until="decided", tol=1e-4, **kw)
+    grid = TimeGrid.make(T=4.0, dt=0.05)
+    kw = dict(runs=300, seed=2, execution=Execution(batch_size=256))
+    full = simulate(p, grid, recording=Recording(checkpoints=list(range(81))), **kw)
+    stopped = simulate(p, grid, stopping=StoppingRule.decided(tol=1e-4), **kw)
     at = stopped.decided_at
     done = np.flatnonzero(at >= 0)
     assert len(done) > 50

@@ -148,7 +148,7 @@ def test_bad_spec_is_refused_before_work():
     with pytest.raises(ParameterError, match="heads"):
         RealSpec(width=30, heads=4)
     with pytest.raises(ParameterError, match="arch"):
-        RealSpec(arch="llama")
+        RealSpec(arch="mistral")
     with pytest.raises(ParameterError, match="residual_scaling"):
         RealSpec(arch="bert", residual_scaling=False)
 

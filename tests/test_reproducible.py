@@ -8,12 +8,13 @@ moves every sample by rounding error only, and each run's numbers depend on that
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 
-from tokensde import ModelParams
+from tokensde import Execution, InitialState, ModelParams, Recording, TimeGrid, simulate
 from tokensde.sim.gram import frame_coordinates
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import PIVOT_MARGIN, gaussian_image, gram_factor, psd_factor, sym_root
@@ -159,9 +160,11 @@ def test_a_run_moved_by_rounding_stays_within_rounding(case):
     kw, sampler = CASES[case]
     p = ModelParams(**kw)
     x0 = configurations(p.n, p.d, runs=24, seed=4)
-    kwargs = dict(layers=12, alpha=0.3, runs=24, seed=7, sampler=sampler, record=())
-    a = simulate_loose(p, init=x0, **kwargs).state
-    b = simulate_loose(p, init=_unit(nudged(x0)), **kwargs).state
+    grid = TimeGrid.make(layers=12, alpha=0.3)
+    kwargs = dict(runs=24, seed=7, execution=Execution(sampler=sampler),
+                  recording=Recording(record=()))
+    a = simulate(p, grid, initial=InitialState.tokens(x0), **kwargs).state
+    b = simulate(p, grid, initial=InitialState.tokens(_unit(nudged(x0))), **kwargs).state
     if sampler == "gram":  # the state in a frame: compare the Gram matrices
         a, b = a @ a.transpose(0, 2, 1), b @ b.transpose(0, 2, 1)
     assert np.isfinite(a).all()
@@ -172,9 +175,9 @@ def test_a_run_moved_by_rounding_stays_within_rounding(case):
 def test_a_batch_gives_each_run_the_result_it_has_alone(sampler):
     """300 runs in batches of 256 and of 512 (two blocks at once) give the same numbers."""
     p = ModelParams(n=3, d=16, beta=1.5)
-    kw = dict(layers=10, alpha=0.3, runs=300, seed=3, sampler=sampler)
-    a = simulate_loose(p, batch_size=256, **kw).gram
-    b = simulate_loose(p, batch_size=512, **kw).gram
+    grid, how = TimeGrid.make(layers=10, alpha=0.3), Execution(sampler=sampler)
+    a = simulate(p, grid, runs=300, seed=3, execution=replace(how, batch_size=256)).gram
+    b = simulate(p, grid, runs=300, seed=3, execution=replace(how, batch_size=512)).gram
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-13)
 
 

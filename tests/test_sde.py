@@ -4,9 +4,8 @@ import math
 
 import pytest
 import torch
-from loose import simulate_loose
 
-from tokensde import ModelParams, TimeGrid
+from tokensde import InitialState, ModelParams, TimeGrid, simulate
 from tokensde.sim import coupled_paths
 from tokensde.sim.layers import attention_output, network_step, normalize, tangent
 from tokensde.sim.rng import RunStreams
@@ -67,9 +66,10 @@ def test_ito_correction_keeps_the_norm_to_second_order(kw):
 @pytest.mark.slow
 def test_network_and_sde_agree_in_law_at_fine_steps():
     p = ModelParams(n=2, d=6, beta=1.0)
-    kw = {"T": 0.5, "runs": 20_000, "init": "pair", "rho0": 0.0}
-    net = simulate_loose(p, dt=0.005, seed=1, **kw).rho()[:, -1]
-    sde = simulate_loose(p, dt=0.005, seed=2, scheme="sde", **kw).rho()[:, -1]
+    grid = TimeGrid.make(T=0.5, dt=0.005)
+    kw = {"runs": 20_000, "initial": InitialState.pair(0.0)}
+    net = simulate(p, grid, seed=1, **kw).rho()[:, -1]
+    sde = simulate(p, grid, seed=2, scheme="sde", **kw).rho()[:, -1]
     se = math.sqrt((net.var() + sde.var()).item() / 20_000)
     assert abs(net.mean() - sde.mean()).item() < 4 * se + 0.005
 

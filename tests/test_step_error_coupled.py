@@ -28,7 +28,7 @@ from tokensde.cli import app
 from tokensde.model.params import ParameterError
 from tokensde.sim.batch import initial_tokens
 from tokensde.sim.coupled import coupled_steps
-from tokensde.sim.options import Execution, InitialState, Recording, StepControl
+from tokensde.sim.options import Execution, InitialState, Recording, StepControl, StoppingRule
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.simulate import coupling_refusal, step_runs
 
@@ -227,8 +227,9 @@ def test_the_coupled_coarse_steps_have_the_probability_of_direct_runs(coarse_key
 
     e = coarse_key
     for dt, p_c, seed in ((4 / 30, e.coarse, 401), (8 / 30, e.coarse4, 402)):
-        r = monte_carlo(*KEY, runs=80000, T=T_KEY, dt=dt, seed=seed, tol=1e-8, sampler="fast",
-                        until="decided").to_dict()["estimate"]
+        r = monte_carlo(*KEY, runs=80000, T=T_KEY, dt=dt, seed=seed,
+                        stopping=StoppingRule.decided(1e-8),
+                        execution=Execution(sampler="fast")).to_dict()["estimate"]
         se = math.hypot(mc_error(r["p"], r["decided"]), mc_error(p_c, e.runs))
         assert abs(p_c - r["p"]) < 2.5 * se and se < 0.0025, (dt, p_c, r["p"], se)
 

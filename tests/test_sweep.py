@@ -387,13 +387,14 @@ def test_two_tokens_bipolar_probability_matches_scale_function():
 
 def test_figures_and_markdown_table_read_the_saved_table(tmp_path):
     from tokensde.plots.multi import coin_minority_law, make_all, markdown_table
+    from tokensde.sweep.store import ok_rows
 
     np.testing.assert_allclose(coin_minority_law(4), [8 / 14, 6 / 14])
     np.testing.assert_allclose(coin_minority_law(5), [10 / 30, 20 / 30])
     cfg = write_config(tmp_path, CONFIG.replace("n = [3, 4]", "n = [4]").replace(
         "beta = [0.5, 1.0, 2.0, 3.0, 4.0]", "beta = [1.0, 4.0]").replace("runs = 32", "runs = 8"))
     run_sweep(cfg, tmp_path / "out")
-    made = make_all(tmp_path / "out", tmp_path / "figs")
+    made = make_all(ok_rows(tmp_path / "out"), tmp_path / "figs")
     assert [p.name for p in made] == ["multi_token_noise.png", "multi_token_minority.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in made)
     df = read_table(tmp_path / "out")

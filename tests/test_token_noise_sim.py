@@ -12,9 +12,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 
-from tokensde import Execution, InitialState, ModelParams, Recording, simulate
+from tokensde import Execution, InitialState, ModelParams, Recording, StoppingRule, simulate
 from tokensde.model.checks import ParameterError
 from tokensde.model.params import TimeGrid
 from tokensde.sim import coupled_paths
@@ -31,14 +30,15 @@ from tokensde.theory import token_noise as theory
 
 # Numbers of three seeded runs computed by the code before `token_noise` existed (git HEAD of
 # the commit that added it): the first coordinate of token 0 of each run, and sum |x|.
+# (model, grid, simulate's keywords, first coordinates, sum |x|)
 LEGACY = [
-    (dict(n=5, d=3, beta=1.0), dict(layers=20, runs=3, seed=7),
+    (dict(n=5, d=3, beta=1.0), dict(layers=20), dict(runs=3, seed=7),
      [-0.47649120577436854, -0.3941571085988558, 0.7332303418400917], 23.36769624328301),
     (dict(n=4, d=3, beta=2.0, attention="usa", mean="identity", sigma=0.7),
-     dict(T=0.5, dt=0.05, runs=3, seed=11, scheme="sde"),
+     dict(T=0.5, dt=0.05), dict(runs=3, seed=11, scheme="sde"),
      [0.692015987244343, 0.39917114139947807, 0.9550914020802045], 18.32509550021793),
     (dict(n=6, d=2, beta=1.5, mean="identity", heads=2, mlp="relu"),
-     dict(layers=10, runs=2, seed=3),
+     dict(layers=10), dict(runs=2, seed=3),
      [0.18271947569964195, -0.7130406105636281], 15.386158616888324),
 ]
 
@@ -48,9 +48,10 @@ def test_zero_token_noise_keeps_every_earlier_number(case):
     """token_noise = 0 (omitted or given) reproduces the numbers of the code before the field:
     equal to each other bit for bit, and to the stored values to 1e-12 (rounding of another
     CPU's BLAS; a changed stream or step moves them by O(1))."""
-    pk, sk, first, total = LEGACY[case]
-    omitted = simulate_loose(ModelParams(**pk), **sk)
-    given = simulate_loose(ModelParams(**pk, token_noise=0.0), **sk)
+    pk, gk, sk, first, total = LEGACY[case]
+    grid = TimeGrid.make(**gk)
+    omitted = simulate(ModelParams(**pk), grid, **sk)
+    given = simulate(ModelParams(**pk, token_noise=0.0), grid, **sk)
     assert np.array_equal(omitted.x, given.x)
     np.testing.assert_allclose(omitted.x[:, 0, 0], first, rtol=0, atol=1e-12)
     assert float(np.abs(omitted.x).sum()) == pytest.approx(total, rel=1e-12)
@@ -248,9 +249,11 @@ def test_decided_runs_keep_the_token_noise_of_their_own_run():
     bit). If the streams were not told, a run would get another run's Gaussians after the
     first one leaves."""
     p = ModelParams(n=2, d=3, beta=1.0, sigma=1.0, token_noise=1e-9)
-    kw = dict(T=10.0, dt=0.05, runs=300, seed=8)
-    horizon = simulate_loose(p, **kw, record=("tokens",), checkpoints=list(range(201)))
-    decided = simulate_loose(p, **kw, until="decided", tol=1e-6)
+    grid = TimeGrid.make(T=10.0, dt=0.05)
+    kw = dict(runs=300, seed=8)
+    horizon = simulate(p, grid, **kw,
+                       recording=Recording(checkpoints=list(range(201)), record=("tokens",)))
+    decided = simulate(p, grid, **kw, stopping=StoppingRule.decided(tol=1e-6))
     at = decided.decided_at
     assert (at > 0).sum() > 200 and (at < 0).sum() > 0  # most decide, at different layers
     ends = np.where((at > 0)[:, None, None], horizon.tokens[np.arange(300), np.maximum(at, 0)],

@@ -12,7 +12,7 @@ import typer
 from scipy import integrate
 from typer.testing import CliRunner
 
-from tokensde import ModelParams, ParameterError
+from tokensde import ModelParams, ParameterError, StoppingRule
 from tokensde.analysis import pair_monte_carlo as mc
 from tokensde.analysis.stats import wilson
 from tokensde.sim.layers import attention_weights, network_step
@@ -202,7 +202,11 @@ def test_lyapunov_exponents_are_the_endpoint_limits_of_the_drift():
     (lambda: tt.p_anti(1.0, 1.5, 0.0), "d"),
     (lambda: tt.p_anti(1.0, 3, 1.2), "rho0"),
     (lambda: mc.monte_carlo(1.0, 3, "sideways", runs=4, T=1, dt=0.1), "rho0"),
-    (lambda: mc.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, tol=0.0), "tol"),
+    (lambda: mc.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, stopping=StoppingRule.decided(0.0)),
+     "tol"),
+    (lambda: mc.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, stopping=StoppingRule(),
+                            outcome_tol=1.0), "tol"),
+    (lambda: mc.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, outcome_tol=1e-6), "outcome_tol"),
     (lambda: mc.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, engine="sde"), "engine"),
     (lambda: tt.reduced_diffusion(1.0, 3, 0.0, T=1.0, dt=2.0, runs=3), "dt"),
 ])

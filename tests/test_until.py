@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 from scipy import stats
 
 from tokensde import Execution, ModelParams, Recording, StoppingRule, TimeGrid, simulate
@@ -29,10 +28,11 @@ CASES = [
 
 @pytest.mark.parametrize(("p", "sampler", "scheme"), CASES)
 def test_decided_state_is_the_fixed_horizon_state_at_that_layer(p, sampler, scheme):
-    kw = dict(T=6.0, dt=0.02, runs=300, seed=3, sampler=sampler, scheme=scheme)
+    grid = TimeGrid.make(T=6.0, dt=0.02)
+    kw = dict(runs=300, seed=3, execution=Execution(sampler=sampler), scheme=scheme)
     steps = 300
-    full = simulate_loose(p, checkpoints=list(range(steps + 1)), **kw)
-    stop = simulate_loose(p, until="decided", tol=1e-4, decide_every=2, **kw)
+    full = simulate(p, grid, recording=Recording(checkpoints=list(range(steps + 1))), **kw)
+    stop = simulate(p, grid, stopping=StoppingRule.decided(tol=1e-4, decide_every=2), **kw)
     at = stop.decided_at
     done = np.flatnonzero(at >= 0)
     assert 0.2 < len(done) / len(at) < 1.0  # both kinds of run are exercised
@@ -52,9 +52,10 @@ def test_decided_state_is_the_fixed_horizon_state_at_that_layer(p, sampler, sche
 @pytest.mark.slow
 def test_decided_runs_never_depend_on_batch_size():
     p = ModelParams(n=2, d=5, beta=1.5)
-    kw = dict(T=20.0, dt=0.01, runs=700, seed=11, until="decided", tol=1e-6)
-    a = simulate_loose(p, **kw)
-    b = simulate_loose(p, batch_size=256, **kw)
+    grid = TimeGrid.make(T=20.0, dt=0.01)
+    kw = dict(runs=700, seed=11, stopping=StoppingRule.decided(tol=1e-6))
+    a = simulate(p, grid, **kw)
+    b = simulate(p, grid, execution=Execution(batch_size=256), **kw)
     assert np.array_equal(a.decided_at, b.decided_at)
     assert np.array_equal(a.x, b.x)
 
@@ -99,7 +100,8 @@ def test_retained_streams_hand_out_the_same_numbers():
 ])
 def test_bad_stopping_arguments_name_the_parameter(kw, name):
     with pytest.raises(ParameterError, match=name):
-        simulate_loose(ModelParams(n=2, d=3, beta=1.0), T=1.0, dt=0.1, runs=2, **kw)
+        simulate(ModelParams(n=2, d=3, beta=1.0), TimeGrid.make(T=1.0, dt=0.1), runs=2,
+                 stopping=StoppingRule(**kw))
 
 
 def test_gram_sampler_draws_uniform_tokens_without_size_d():
@@ -208,6 +210,6 @@ def test_unequal_bipolar_formations_hover_instead_of_closing():
     tight = kind({**cell, "tol": 1e-8}, 3)
     assert 0 < tight["k_hovering"] <= tight["k_undecided"]
     assert tight["p_hovering_lo"] > 0.15
-    loose = kind({**cell, "tol": 1e-3}, 3)
-    assert loose["k_hovering"] == 0 and loose["k_undecided"] <= 5
-    assert loose["p_bipolar"] > tight["p_bipolar"] + 0.2
+    wide = kind({**cell, "tol": 1e-3}, 3)
+    assert wide["k_hovering"] == 0 and wide["k_undecided"] <= 5
+    assert wide["p_bipolar"] > tight["p_bipolar"] + 0.2

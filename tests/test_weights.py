@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from loose import simulate_loose
 
 from tokensde import Execution, InitialState, Recording, TimeGrid
 from tokensde.model.params import ModelParams, ParameterError
@@ -37,11 +36,12 @@ def test_integer_weights_equal_repeated_tokens(attention: str, scheme: str) -> N
     d, reps = 3, np.array([1, 3, 2])
     x0 = _tokens(3, d, 1)
     rep = np.repeat(x0, reps, axis=0)
-    kw = dict(layers=40, runs=3, seed=11, sampler="full", scheme=scheme)
+    kw = dict(runs=3, seed=11, execution=Execution(sampler="full"), scheme=scheme)
     pw = ModelParams(n=3, d=d, beta=1.5, attention=attention)
     pr = ModelParams(n=6, d=d, beta=1.5, attention=attention)
-    a = simulate_loose(pw, init=x0, weights=reps, **kw)
-    b = simulate_loose(pr, init=rep, **kw)
+    grid = TimeGrid.make(layers=40)
+    a = simulate(pw, grid, initial=InitialState.tokens(x0, reps), **kw)
+    b = simulate(pr, grid, initial=InitialState.tokens(rep), **kw)
     first = np.concatenate([[0], np.cumsum(reps)[:-1]])
     assert float(np.abs(a.x - b.x[:, first]).max()) < 1e-12
     # the tokens moved (the comparison is not vacuous)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .analysis.clusters import analyze, pair_fractions
     from .io.store import load_result, save_result
     from .model.params import VALUE_INIT_PRESETS, ModelParams, ParameterError, TimeGrid
+    from .sim.observe import Observer
     from .sim.options import Execution, InitialState, Recording, StepControl, StoppingRule
     from .sim.result import SimResult
     from .sim.simulate import simulate
@@ -33,6 +34,7 @@ __all__ = [
     "Execution",
     "InitialState",
     "ModelParams",
+    "Observer",
     "ParameterError",
     "Recording",
     "SimResult",

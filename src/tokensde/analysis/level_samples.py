@@ -19,9 +19,11 @@ import numpy as np
 import torch
 
 from ..model.params import ModelParams, ParameterError, check_int
-from ..sim.coupled import LAWS, check_levels, coupled_states
+from ..sim.coupled import LAWS, CoupledState, check_levels, coupled_states
 from ..sim.layers import normalize
 from ..sim.loop import Progress
+from ..sim.observe import Observations, Observer
+from ..sim.options import Execution
 from ..sim.rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams, derive_seed
 from ..sim.simulate import initial_tokens
 from .clusters import upper_pairs
@@ -124,7 +126,8 @@ def coupled_samples(
     start: int = 0,
     stop: int | None = None,
     strong_at: Sequence[float] = (1.0,),
-    batch_size: int = 4096,
+    *,
+    execution: Execution = Execution(),
     progress: Progress | None = None,
 ) -> CoupledSamples:
     """Per-run statistics `f(X^L_T)`, `f(X^h_T)`, `f(X^{2h}_T)` and `|X^L_t - X^h_t|^2` on shared paths.
@@ -134,7 +137,9 @@ def coupled_samples(
     fractions in (0, 1] that put a layer boundary of every level on the time).
 
     Runs are cut into batches of whole `RUN_BLOCK`s, so the numbers depend only on `seed` and the
-    run index, never on `start`, `stop` or `batch_size`. Pre-norm: the statistics and the strong
+    run index, never on `start`, `stop` or the batch size. The strong errors are kept by an
+    observer (`sim.observe.Observer`) of the coupled states with its own checkpoints, the fine
+    steps of `strong_at`. Pre-norm: the statistics and the strong
     errors read the token directions `x / |x|` of the residual stream (what attention reads).
 
     Args:
@@ -147,7 +152,9 @@ def coupled_samples(
         start: The first run of this part (a multiple of `RUN_BLOCK`).
         stop: The run after the last of this part (default `runs`).
         strong_at: The time fractions of the strong errors.
-        batch_size: The most runs simulated at once.
+        execution: How it runs: `batch_size`, the most runs simulated at once (None: 4096);
+            the rest as the coupled levels run (CPU, float64, dense attention): other values
+            are refused.
         progress: Called with the number of runs done, or None.
 
     Returns:
@@ -177,28 +184,29 @@ def coupled_samples(
     names = tuple(problem.statistics)
     fns = [STATISTICS[k] for k in names]
     at = _strong_steps(strong_at, lv, ref_steps)
-    bs = max(RUN_BLOCK, check_int("batch_size", batch_size, 1) // RUN_BLOCK * RUN_BLOCK)
+    bs = max(RUN_BLOCK, _batch_size(execution) // RUN_BLOCK * RUN_BLOCK)
     m = stop - start
     net = np.empty((len(laws), len(lv), len(names), m))
     ref_f, ref_h = np.empty((len(names), m)), np.empty((len(names), m))
-    sq = np.empty((len(at), len(laws), len(lv), m))
+
+    def strong(s: CoupledState) -> torch.Tensor:
+        """`mean_i |x_i^L - x_i^fine|^2` per run, `(runs, laws, levels)`."""
+        return torch.stack([torch.stack([
+            (view(s.nets[law, L]) - view(s.fine)).square().sum(-1).mean(-1) for L in lv], -1)
+            for law in laws], -2)
+
+    steps = np.array(sorted(at))
+    book = Observations([Observer("sq_err", strong, checkpoints=steps)], m, [steps],
+                        problem.T / ref_steps)
     for lo in range(start, stop, bs):
         hi = min(lo + bs, stop)
         rs_init = RunStreams(derive_seed(seed, 1), runs, lo, hi)
         x0 = initial_tokens(problem.init, p, rs_init, lo, torch.float64, problem.rho0)
         cols = slice(lo - start, hi - start)
-
-        def on_step(j: int, nets: dict[tuple[str, int], torch.Tensor], fine: torch.Tensor,
-                    half: torch.Tensor, cols: slice = cols) -> None:
-            if j in at:
-                for a, law in enumerate(laws):
-                    for b, L in enumerate(lv):
-                        err = (view(nets[law, L]) - view(fine)).square().sum(-1).mean(-1)
-                        sq[at[j], a, b, cols] = err.numpy()
-
         rs = RunStreams(seed, runs, lo, hi)
         nets, fine, half = coupled_states(x0, p, problem.T, lv, ref_steps, rs, laws, progress,
-                                          on_step, rs.derived(QK_STREAM), rs.derived(MLP_STREAM))
+                                          rs.derived(QK_STREAM), rs.derived(MLP_STREAM),
+                                          recorder=book.batch(lo - start, hi - lo))
         u0 = view(x0)
         for s, f in enumerate(fns):
             ref_f[s, cols] = f(view(fine), u0).numpy()
@@ -208,7 +216,32 @@ def coupled_samples(
                 x = view(nets[law, L])
                 for s, f in enumerate(fns):
                     net[a, b, s, cols] = f(x, u0).numpy()
-    return CoupledSamples(lv, laws, names, net, ref_f, ref_h, sq, tuple(float(f) for f in strong_at))
+    kept = book.arrays()["sq_err"]  # (runs, steps, laws, levels), steps sorted
+    column = {int(j): c for c, j in enumerate(steps)}
+    sq = np.stack([kept[:, column[j]] for j in _steps_in_order(strong_at, ref_steps)])
+    return CoupledSamples(lv, laws, names, net, ref_f, ref_h,
+                          np.ascontiguousarray(sq.transpose(0, 2, 3, 1)),
+                          tuple(float(f) for f in strong_at))
+
+
+def _batch_size(execution: Execution) -> int:
+    """The most runs of `coupled_samples` at once (None: 4096); ParameterError naming the
+    other fields of `execution` where they are not those of the coupled levels."""
+    if not isinstance(execution, Execution):
+        raise TypeError(f"execution must be an Execution; got {type(execution).__name__}")
+    fixed = {"sampler": ("auto", "full"), "attention_eval": ("auto", "dense"),
+             "device": ("cpu",), "dtype": ("float64",)}
+    bad = [f"{k}={getattr(execution, k)!r}" for k, ok in fixed.items()
+           if getattr(execution, k) not in ok]
+    if bad:
+        raise ParameterError(f"coupled_samples runs the coupled levels on the CPU in float64 with "
+                             f"dense attention and full value matrices; got {', '.join(bad)}")
+    return 4096 if execution.batch_size is None else execution.batch_size
+
+
+def _steps_in_order(strong_at: Sequence[float], ref_steps: int) -> list[int]:
+    """The fine step of each fraction of `strong_at`, in its order."""
+    return [round(float(f) * ref_steps) for f in strong_at]
 
 
 def concat_samples(parts: Sequence[CoupledSamples]) -> CoupledSamples:

@@ -19,7 +19,7 @@ import torch
 from .._version import __version__
 from ..model.params import Law, ModelParams, ParameterError, TimeGrid, check_int, check_real
 from ..sim.budget import Budget
-from ..sim.options import Execution, InitialState, StoppingRule
+from ..sim.options import DECIDE_TOL, Execution, InitialState, StoppingRule
 from ..sim.simulate import simulate, simulation_budget
 from ..theory.coefficients import pair_model
 from ..theory.first_passage import hitting_probability
@@ -148,16 +148,15 @@ def _check_common(runs: int, T: float, dt: float, seed: int, tol: float, level: 
 
 
 def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int, seed: int,
-                     tol: float, until: str = "horizon", execution: Execution = Execution(),
-                     progress: Any = None, decide_every: int | None = None
+                     tol: float, stopping: StoppingRule = StoppingRule(),
+                     execution: Execution = Execution(), progress: Any = None
                      ) -> tuple[int, int, float, np.ndarray | None]:
-    """Antipodal and merged counts of the full network after `grid` (or at decision), the wall
-    time and the decision times."""
-    stop = StoppingRule() if until == "horizon" else StoppingRule.decided(tol, decide_every)
-    res = simulate(p, grid, runs=runs, seed=seed, initial=_pair_start(rho0), stopping=stop,
+    """Antipodal and merged counts (at `tol`) of the full network after `grid` (or at decision
+    by `stopping`), the wall time and the decision times."""
+    res = simulate(p, grid, runs=runs, seed=seed, initial=_pair_start(rho0), stopping=stopping,
                    execution=execution, progress=progress)
     anti, merged = classify_pair(*pair_log_gaps(res.state), tol)
-    times = None if until == "horizon" else res.decision_times()
+    times = None if stopping.until == "horizon" else res.decision_times()
     return int(anti.sum()), int(merged.sum()), res.wall_s, times
 
 
@@ -200,8 +199,8 @@ REDUCED_WORK = 75.0  # work units (`sim.budget.estimate_work`) per run and layer
 
 
 def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
-                engine: str = "network", sampler: str = "auto", until: str = "decided"
-                ) -> Budget:
+                engine: str = "network", stopping: StoppingRule = StoppingRule.decided(),
+                execution: Execution = Execution()) -> Budget:
     """Memory and work of a two-token Monte Carlo of model `p` (`spec_params`, `hybrid_params`)
     before it runs: the network's (`simulation_budget`, init 'pair' or 'uniform'), or for the
     reduced engine REDUCED_BYTES and REDUCED_WORK per run (and layer), one layer step a layer
@@ -213,36 +212,29 @@ def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
                       "reduced engine", ("runs",), longer=("runs", "time"),
                       steps=float(grid.steps))
     b = simulation_budget(p, grid, runs, initial=_pair_start(rho0),
-                          stopping=StoppingRule(until=until), execution=Execution(sampler=sampler))
+                          stopping=stopping, execution=execution)
     return replace(b, what="this Monte Carlo", lower=("runs", "d"), longer=("runs", "time", "d"))
 
 
 ENGINES: tuple[str, ...] = ("network", "reduced")
-UNTIL: tuple[str, ...] = ("decided", "horizon")
-
-
-def _check_until(until: str) -> str:
-    if until not in UNTIL:
-        raise ParameterError(f"until must be one of {', '.join(UNTIL)}; got {until!r}")
-    return until
 
 
 def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 1000,
                 T: float = 200.0, dt: float | None = None, seed: int = 0, sigma: float = 1.0,
-                tol: float = 1e-8, level: float = 0.95, engine: str = "network",
-                sampler: str = "auto", law: Law = "gaussian", batch_size: int | None = None,
-                until: str = "decided", mlp: str = "none", mlp_sigma: float = 1.0,
+                stopping: StoppingRule = StoppingRule.decided(), outcome_tol: float | None = None,
+                level: float = 0.95, engine: str = "network", law: Law = "gaussian",
+                mlp: str = "none", mlp_sigma: float = 1.0, execution: Execution = Execution(),
                 progress: Callable[[int], None] | None = None) -> PairOutcome:
     """Fractions of two-token runs (§5: softmax, matrix noise) that end antipodal / merged.
 
     `engine='network'` runs the full d-dimensional discrete network (`simulate`, `init='pair'`
     at `rho0`, or `'uniform'`) with layer step `dt` (default `default_dt(d)`), each run until
-    it is decided (`1 - |rho| < tol`) or depth time `T` (`until='decided'`, the default), or
-    every run to `T` (`until='horizon'`); `'reduced'` runs the 1-D diffusion to `T` instead.
-    Theory: `p_anti` (or `p_anti_uniform`). With an MLP block (`mlp`, `mlp_sigma`; network
-    only, docs/variants.md §5) antipodal pairs are no longer absorbing, so each run is tested
-    at every layer (a first passage, not an absorption) and the theory is the tol -> 0 limit of
-    `pair_diffusion.p_first`.
+    it is decided (`1 - |rho| < tol`) or depth time `T` (`StoppingRule.decided(tol)`, the
+    default), or every run to `T` (`StoppingRule()`); `'reduced'` runs the 1-D diffusion to `T`
+    instead. Theory: `p_anti` (or `p_anti_uniform`). With an MLP block (`mlp`, `mlp_sigma`;
+    network only, docs/variants.md §5) antipodal pairs are no longer absorbing, so each run is
+    tested at every layer unless `stopping.decide_every` says otherwise (a first passage, not
+    an absorption) and the theory is the tol -> 0 limit of `pair_diffusion.p_first`.
 
     Args:
         beta: Attention strength.
@@ -253,15 +245,17 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
         dt: Layer step (default `default_dt(d)`).
         seed: Root seed.
         sigma: Scale of the value noise.
-        tol: A run is decided within `tol` of -1 or +1.
+        stopping: `StoppingRule.decided(tol)` (stop each run once within `tol` of -1 or +1;
+            tol None: `DECIDE_TOL`) or `StoppingRule()` (every run to `T`).
+        outcome_tol: A run to the horizon (`StoppingRule()`) ends decided within this of -1 or
+            +1 (None: `DECIDE_TOL`); a decided rule classifies at its own `tol`.
         level: Confidence level of the Wilson interval.
         engine: 'network' or 'reduced'.
-        sampler: Exact noise sampler of `simulate` ('auto', 'fast', 'full', 'gram').
         law: Entry law of the noise.
-        batch_size: Runs per batch (None: `simulate`'s choice).
-        until: 'decided' (stop each run once decided) or 'horizon'.
         mlp: Activation of the MLP block ('none', 'relu', 'gelu').
         mlp_sigma: Scale of the MLP block.
+        execution: How the network is computed (`simulate`'s: the sampler, the batch size, ...;
+            the default only with `engine='reduced'`).
         progress: Called with the number of runs done, or None.
 
     Returns:
@@ -269,29 +263,52 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
     """
     if dt is None:
         dt = default_dt(check_int("d", d, 2))
+    tol = _outcome_tol(stopping, outcome_tol)
     grid = _check_common(runs, T, dt, seed, tol, level)
     if engine not in ENGINES:
         raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
     p = spec_params(beta, d, sigma, law, mlp, mlp_sigma)
     if p.mlp_block.active and engine != "network":
         raise ParameterError(f"engine must be 'network' with an MLP block; got engine={engine!r}")
-    if engine != "network" and (sampler != "auto" or batch_size is not None):
-        raise ParameterError(f"sampler and batch_size apply only with engine='network'; got "
-                             f"engine={engine!r}, sampler={sampler!r}, batch_size={batch_size}")
+    if engine != "network" and execution != Execution():
+        raise ParameterError(f"execution applies only with engine='network'; got "
+                             f"engine={engine!r}, execution={execution!r}")
     rho0 = check_rho0(rho0)
     theory = pair_theory(p, rho0)
     wall, times = 0.0, None
     if engine == "network":
-        every = 1 if p.mlp_block.active and until == "decided" else None
-        anti, merged, wall, times = _network_outcome(
-            p, rho0, grid, runs, seed, tol, _check_until(until),
-            Execution(sampler=sampler, batch_size=batch_size), progress, every)
+        if stopping.until == "decided":  # at the tol it classifies at; with an MLP block a
+            every = 1 if p.mlp_block.active else None  # first passage: tested every layer
+            stopping = replace(stopping, tol=tol, decide_every=stopping.decide_every or every)
+        anti, merged, wall, times = _network_outcome(p, rho0, grid, runs, seed, tol, stopping,
+                                                     execution, progress)
     else:
         anti, merged = _reduced_outcome(p.beta, p.d, rho0, grid, runs, seed, tol, p.sigma, None)
     return PairOutcome("softmax", p.to_dict(), rho0, runs, anti, merged, grid.T, grid.dt,
                        grid.steps, seed, tol, float(theory), level, engine, wall,
                        {"beta_c": beta_c(p.d)}, times,
                        exact=p.sigma == 0 and not p.mlp_block.active and rho0 != "uniform")
+
+
+def pair_stopping(until: str, tol: float) -> tuple[StoppingRule, float | None]:
+    """`monte_carlo`'s `stopping` and `outcome_tol` of runs classified at `tol`, each stopped
+    once decided (`until='decided'`) or all run to the horizon (`'horizon'`)."""
+    if until == "decided":
+        return StoppingRule.decided(tol), None
+    return StoppingRule(until), tol
+
+
+def _outcome_tol(stopping: StoppingRule, outcome_tol: float | None) -> float:
+    """The tolerance that classifies a run: the decided rule's own (`DECIDE_TOL` when None), or
+    `outcome_tol` (`DECIDE_TOL` when None) for runs to the horizon."""
+    if not isinstance(stopping, StoppingRule):
+        raise ParameterError(f"stopping must be a StoppingRule; got {stopping!r}")
+    if stopping.until == "decided":
+        if outcome_tol is not None:
+            raise ParameterError("outcome_tol is for runs to the horizon; a decided run is "
+                                 "classified at its rule's tol (StoppingRule.decided(tol))")
+        return DECIDE_TOL if stopping.tol is None else stopping.tol
+    return DECIDE_TOL if outcome_tol is None else outcome_tol
 
 
 def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str = 0.0,

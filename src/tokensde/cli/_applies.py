@@ -81,11 +81,11 @@ def command(always: str, **rules: When | tuple[When, ...]) -> Command:
 
 
 # The values of each parameter that sets a mode (the test enumerates them all).
-ARCHS = ("gpt2", "bert", "vit", "torch-encoder")
+ARCHS = ("gpt2", "bert", "vit", "torch-encoder", "llama")
 MODES: dict[str, tuple[Any, ...]] = {
     "scheme": ("network", "sde"), "qk": ("identity", "gaussian", "wigner", "goe"),
     "qk_redraw": ("run", "layer"), "noise": ("matrix", "scalar", "symmetric"),
-    "mlp": ("none", "relu", "gelu"), "init": ("uniform", "pair"),
+    "mlp": ("none", "relu", "gelu", "swiglu"), "init": ("uniform", "pair"),
     "engine": ("network", "reduced"), "block": ("standard", "attention-only"),
     "backend": ("local", "ray"), "start": ("iid", "quasi", "mixture"), "list_": (False, True),
     "arch": ARCHS,
@@ -109,8 +109,9 @@ _VIT_MODEL = dict(mlp_ratio=only("block", "standard"))
 
 # `real ARCH`: the options that only some architectures read
 _REAL_ONLY: dict[str, tuple[str, ...]] = {
-    "vocab": ("gpt2", "bert", "torch-encoder"),  # ViT reads images
-    "ctx": ("gpt2", "bert", "torch-encoder"),  # ViT: the patches set the tokens
+    "vocab": ("gpt2", "bert", "torch-encoder", "llama"),  # ViT reads images
+    "ctx": ("gpt2", "bert", "torch-encoder", "llama"),  # ViT: the patches set the tokens
+    "centring": ("gpt2", "bert", "vit", "torch-encoder"),  # Llama's norms are RMSNorms
     "norm_first": ("torch-encoder",),
     "residual_scaling": ("gpt2",),
     "bias": ("torch-encoder",),
@@ -119,7 +120,7 @@ _REAL_ONLY: dict[str, tuple[str, ...]] = {
 
 
 def _real(arch: str) -> Command:
-    rules = command("layers width heads inits inputs out seed centring qk mlp value_scale "
+    rules = command("layers width heads inits inputs out seed qk mlp value_scale "
                     "sde_steps sde_runs threads force as_json yes",
                     **{k: only("arch", *v) for k, v in _REAL_ONLY.items()})
     return replace(rules, fixed={"arch": arch})

@@ -71,6 +71,8 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "real vit": (("tokensde real vit --inits 32 --out real-vit", "a ViT at init"),),
     "real torch-encoder": (("tokensde real torch-encoder --layers 12 --width 128 --heads 4 "
                             "--norm-last --out real-enc", "post-LN encoder"),),
+    "real llama": (("tokensde real llama --layers 12 --width 64 --heads 4 --inits 32 "
+                    "--out real-llama", "Llama (RMSNorm, SwiGLU, RoPE) at init"),),
     "meanfield": (("tokensde meanfield table --d 2 --beta 3 --n 16 --runs 8", "a small table"),),
     "meanfield table": (
         ("tokensde meanfield table --d 2 --beta 3 --n 16 --n 64 --runs 32 --time 40 --out mf",

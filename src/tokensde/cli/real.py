@@ -166,7 +166,7 @@ def make_command(arch: str) -> Callable[..., None]:
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `real` sub-app (gpt2, bert, vit, torch-encoder) to `app`."""
+    """Add the `real` sub-app (one command per architecture of `_applies.ARCHS`) to `app`."""
     sub = typer.Typer(no_args_is_help=True,
                       # the backslash keeps Rich from reading `[real]` as a markup tag (it printed "(extra )")
                       help="Real Transformers at init against tokensde (needs the extra: "

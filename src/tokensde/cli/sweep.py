@@ -190,10 +190,11 @@ def plot_cmd(
     `beta_offset` cells, P_anti against beta - beta_c(d))."""
     from ..io.store import check_output
     from ..plots import multi, phase
+    from ..sweep.store import ok_rows
 
     with user_errors():
         check_output(out_dir, "OUT_DIR", directory=True)
-        df = multi.load(out)
+        df = ok_rows(out)
         if "p_anti" in df.columns:
             typer.echo(str(phase.plot_sweep(df, out_dir, prefix or "phase")))
             return

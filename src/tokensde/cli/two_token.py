@@ -176,6 +176,7 @@ def mc_cmd(
     from ..analysis.step_coupled import pair_step
     from ..model.checks import check_int
     from ..model.params import MAX_SIZE
+    from ..sim.options import Execution
     from ..theory import two_tokens as tt
     from ..theory.coefficients import pair_model
     from ..theory.first_passage import hitting_probability
@@ -184,13 +185,15 @@ def mc_cmd(
         _check_out(out, force)
         dt = tt.default_dt(check_int("d", d, 2, MAX_SIZE)) if dt is None else dt
         grid = depth_grid(time, dt)
+        stopping, outcome_tol = mc.pair_stopping(until, tol)
+        how = Execution(sampler=sampler)
         check_run(mc.pair_budget(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
-                                 tt.check_rho0(rho0), grid, runs, engine, sampler, until),
+                                 tt.check_rho0(rho0), grid, runs, engine, stopping, how),
                   yes=yes)
         result = _run(mc.monte_carlo, grid.steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
-                      sigma=sigma, tol=tol, sampler=sampler, engine=engine, until=until,
-                      mlp=mlp, mlp_sigma=mlp_sigma)
+                      sigma=sigma, stopping=stopping, outcome_tol=outcome_tol, engine=engine,
+                      execution=how, mlp=mlp, mlp_sigma=mlp_sigma)
         model = pair_model(beta, d, sigma=sigma, mlp=mlp, mlp_sigma=mlp_sigma)
         result["theory_at_tol"] = hitting_probability(model, tt.check_rho0(rho0), tol)
         _step_error(result, pair_step(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
@@ -224,10 +227,9 @@ def grid_cmd(
     (every finished cell saved; the same command resumes), then the phase diagram drawn from
     the sweep's table. Prints the table's path and the figure's."""
     from ..io.store import check_output
-    from ..plots.multi import load
     from ..plots.phase import plot_phase_diagram
     from ..plots.style import check_figure
-    from ..sweep.store import SweepDir
+    from ..sweep.store import SweepDir, ok_rows
     from ..sweep.two_token import grid_config
     from .sweep import run_resumable
 
@@ -238,7 +240,7 @@ def grid_cmd(
                           runs=runs, T=time, seed=seed, engine=engine)
         run_resumable(cfg, out_dir, workers, quiet=quiet)
         typer.echo(str(SweepDir(out_dir).table_path))
-        typer.echo(str(plot_phase_diagram(load(out_dir), out)))
+        typer.echo(str(plot_phase_diagram(ok_rows(out_dir), out)))
 
 
 @two_token_app.command("hybrid")
@@ -257,6 +259,7 @@ def hybrid_cmd(
 
     from ..analysis import pair_monte_carlo as mc
     from ..analysis.step_error import StepError
+    from ..sim.options import StoppingRule
     from ..theory import two_tokens as tt
 
     with user_errors():
@@ -266,7 +269,7 @@ def hybrid_cmd(
         if eps is not None:
             grid = depth_grid(time, dt)
             check_run(mc.pair_budget(mc.hybrid_params(beta, eps, d), tt.check_rho0(rho0), grid,
-                                     runs, engine, until="horizon"), yes=yes)
+                                     runs, engine, StoppingRule()), yes=yes)
             steps = grid.steps
             lam_m, lam_p = tt.hybrid_lyapunov(beta, eps)
             result.update(eps=eps, lyapunov_antipodal=lam_m, lyapunov_merged=lam_p,

@@ -311,10 +311,14 @@ def check_arrays(meta: dict[str, Any], data: dict[str, np.ndarray], where: str) 
     g = data.get("gram")
     if g is not None and not np.isfinite(g).all():
         raise bad(f"array 'gram' holds {int((~np.isfinite(g)).sum())} nan or infinite entries")
+    own = meta.get("observed_at", {})  # observers with checkpoints of their own
     for name, a in data.items():
-        if name.startswith(OBSERVED) and tuple(a.shape[:2]) != (runs, k):
+        if not name.startswith(OBSERVED):
+            continue
+        kk = len(own.get(name.removeprefix(OBSERVED), cp))
+        if tuple(a.shape[:2]) != (runs, kk):
             raise bad(f"array {name!r} has shape {tuple(a.shape)}, but the header says "
-                      f"({runs}, {k}, ...) (runs, checkpoints)")
+                      f"({runs}, {kk}, ...) (runs, the observer's checkpoints)")
 
 
 def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:

@@ -26,12 +26,12 @@ import torch
 from ..analysis.clusters import Outcome, outcome_codes
 from ..analysis.stats import Estimate, censored_quantiles, estimate_with_undecided, t_interval
 from ..io.store import check_output, header, write_parquet
-from ..model.checks import ParameterError, check_choice, check_int, check_real, check_tol, require
+from ..model.checks import ParameterError, check_choice, check_int, check_real, require
 from ..model.params import ModelParams, TimeGrid
 from ..sim.budget import EXPANSION_UNITS, RUN_UNITS, SCORE_UNITS, Budget
 from ..sim.decide import DENSE_MAX
 from ..sim.expansion import auto_uses_expansion, basis_size, truncation_order, unit_roundoff
-from ..sim.options import Execution
+from ..sim.options import DECIDE_TOL, Execution, StoppingRule
 from ..sim.rng import derive_seed
 from .flow import MERGE_TOL, FlowResult, run_coupled
 from .quadrature import Component, check_mixture, density_weights, quasi_uniform, sample_initial, sphere_rule
@@ -44,6 +44,10 @@ DEFAULT_MIXTURE = "1:1:0"
 DEFAULT_STARTS: tuple[str, ...] = ("iid", "quasi")  # the uniform law's two starts
 LIMIT = 0  # the value of `n` that stands for the limit (n = infinity) in tables
 INIT_STREAM = 0x494E4954  # `derive_seed` key of the i.i.d. initial samples
+# the tables' decision tolerance, looser than DECIDE_TOL: the limit's nodes decide slowly
+# (docs/absorption.md)
+TABLE_TOL = 1e-4
+TABLE_STOP = StoppingRule.decided(TABLE_TOL)
 
 
 def parse_mixture(text: str, d: int) -> list[Component]:
@@ -163,11 +167,10 @@ def bipolar_text(row: dict[str, Any]) -> str:
 
 
 def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str = "iid",
-                     runs: int = 100, seed: int = 0, T: float = 40.0, dt: float = 0.02,
-                     tol: float = 1e-4, merge_tol: float | None = MERGE_TOL,
-                     mixture: Sequence[Component] | None = None, device: str = "cpu",
-                     batch: int | None = None, dtype: torch.dtype = torch.float64,
-                     with_limit: bool = True
+                     runs: int = 100, seed: int = 0, T: float = 40.0, dt: float = 0.02, *,
+                     stopping: StoppingRule = TABLE_STOP, merge_tol: float | None = MERGE_TOL,
+                     mixture: Sequence[Component] | None = None,
+                     execution: Execution = Execution(), with_limit: bool = True
                      ) -> tuple[list[dict[str, Any]], dict[int, np.ndarray]]:
     """Rows (one per system: the K-node limit, `n = LIMIT`, unless not `with_limit`, then each n of `ns`) of
     `system_stats` for `runs` common noise paths of the pure-noise model (M = 0, softmax, Gaussian
@@ -184,12 +187,13 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
         seed: Root seed.
         T: Depth time of the horizon.
         dt: Layer step.
-        tol: Decision tolerance.
+        stopping: `StoppingRule.decided(tol)`: each run until every system is decided at `tol`
+            (None: DECIDE_TOL), tested (and merged) every `decide_every` layers (None: depth time
+            0.05); default TABLE_TOL.
         merge_tol: Nodes closer than this merge (None: never).
         mixture: A von Mises-Fisher mixture for the initial law (None: uniform).
-        device: Torch device.
-        batch: Runs advanced together (None: all).
-        dtype: Torch dtype.
+        execution: The device, the dtype, the runs advanced together (`batch_size`, None: all)
+            and the attention evaluator (`run_coupled`'s).
         with_limit: Include the K-node limit.
 
     Returns:
@@ -201,7 +205,7 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
     require(not isinstance(ns, str), "ns", "a sequence of particle counts", ns)
     ns = [check_int("ns", n, 2) for n in ns]
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
-    tol, how = check_tol(tol), Execution(device=device, dtype=dtype, batch_size=batch)
+    tol = _table_tol(stopping)
     p = ModelParams(n=2, d=d, beta=beta)
     if check_choice("start", start, STARTS) == "mixture" and mixture is None:
         mixture = parse_mixture(DEFAULT_MIXTURE, d)
@@ -209,8 +213,9 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
     systems: list[tuple[str, Any, Any]] = [("limit", nodes, density_weights(nodes, q, mixture))
                                             ] if with_limit else []
     systems += [(f"n{n}", particle_starts(n, d, runs, start, seed, mixture), None) for n in ns]
-    res = run_coupled(p, TimeGrid.make(T=T, dt=dt), systems, runs=runs, seed=seed, tol=tol,
-                      merge_tol=merge_tol, execution=how)
+    res = run_coupled(p, TimeGrid.make(T=T, dt=dt), systems, runs=runs, seed=seed,
+                      stopping=StoppingRule.decided(tol, stopping.decide_every),
+                      merge_tol=merge_tol, execution=execution)
     rows, masses = [], {}
     for i, n in enumerate([LIMIT, *ns] if with_limit else ns):
         st = system_stats(res, i)
@@ -219,6 +224,14 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
         m = minority_mass(res.x[i], res.w[i])
         masses[n] = np.where(res.decided_at[i] >= 0, m, np.nan)
     return rows, masses
+
+
+def _table_tol(stopping: StoppingRule) -> float:
+    """The decision tolerance of a table's rule (DECIDE_TOL when None); ParameterError unless
+    the rule is a `StoppingRule.decided` (the table is of systems at absorption)."""
+    require(isinstance(stopping, StoppingRule) and stopping.until == "decided", "stopping",
+            "StoppingRule.decided(tol) (a table runs each system until it is decided)", stopping)
+    return DECIDE_TOL if stopping.tol is None else stopping.tol
 
 
 def gap_slope(masses: dict[int, Sequence[float]], boots: int = 2000, seed: int = 0,
@@ -356,14 +369,15 @@ def system_line(row: dict[str, Any]) -> str:
 
 def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
               starts: Sequence[str] = DEFAULT_STARTS, runs: int = 100, seed: int = 0, T: float = 40.0,
-              dt: float = 0.02, tol: float = 1e-4, merge_tol: float | None = MERGE_TOL,
-              device: str = "cpu", batch: int | None = None, dtype: torch.dtype = torch.float64,
+              dt: float = 0.02, *, stopping: StoppingRule = TABLE_STOP,
+              merge_tol: float | None = MERGE_TOL, execution: Execution = Execution(),
               budget_s: float | None = None, log: Callable[[str], None] | None = None
               ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """`absorption_table` for every (d, beta, start): the rows, and the per-run minority masses in
-    long form (d, beta, start, n, run, minority). With `budget_s`, no new cell starts once that
-    many seconds have passed (the cells left out are simply absent from the table); `log` gets a
-    line per system as each cell ends."""
+    """`absorption_table` for every (d, beta, start) (`stopping`, `merge_tol`, `execution` as
+    there): the rows, and the per-run minority masses in long form (d, beta, start, n, run,
+    minority). With `budget_s`, no new cell starts once that many seconds have passed (the
+    cells left out are simply absent from the table); `log` gets a line per system as each cell
+    ends."""
     for st in starts:
         check_choice("start", st, STARTS)
     t0 = time.perf_counter()
@@ -375,8 +389,9 @@ def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: i
                     continue
                 cell_seed = derive_seed(seed, d, round(1000 * beta))  # same paths for both starts
                 tc = time.perf_counter()
-                r, m = absorption_table(d, beta, ns, K, st, runs, cell_seed, T, dt, tol,
-                                        merge_tol, device=device, batch=batch, dtype=dtype)
+                r, m = absorption_table(d, beta, ns, K, st, runs, cell_seed, T, dt,
+                                        stopping=stopping, merge_tol=merge_tol,
+                                        execution=execution)
                 for row in r:
                     row["wall_s"] = time.perf_counter() - tc
                     if log is not None:

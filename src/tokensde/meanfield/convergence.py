@@ -19,6 +19,7 @@ import torch
 from ..model.checks import ParameterError, check_int, check_real, real_array, require
 from ..model.params import ModelParams, TimeGrid
 from ..sim.budget import GIB, MEMORY_ENV, available_memory
+from ..sim.options import StoppingRule
 from ..sim.rng import derive_seed
 from .flow import run_coupled
 from .quadrature import circle_rule, sample_initial
@@ -85,7 +86,8 @@ def fit_rate(k: Sequence[float], err: Sequence[float]) -> float:
 def _states(p: ModelParams, T: float, dt: float, systems: list, seed: int
             ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     grid = TimeGrid.make(T=T, dt=dt)
-    r = run_coupled(p, grid, systems, runs=1, seed=seed, until="horizon", merge_tol=None)
+    r = run_coupled(p, grid, systems, runs=1, seed=seed, stopping=StoppingRule(),
+                    merge_tol=None)
     return list(zip(r.x, r.w, strict=True))
 
 
@@ -168,7 +170,7 @@ def particle_convergence(beta: float, ns: Sequence[int], T: float, draws: int = 
     draws, K_ref = check_int("draws", draws, 1), check_nodes("K_ref", K_ref, 2)
     p = ModelParams(n=2, d=2, beta=beta)
     grid = TimeGrid.make(T=T, dt=dt)
-    kw: dict = {"seed": seed, "until": "horizon", "merge_tol": None}
+    kw: dict = {"seed": seed, "stopping": StoppingRule(), "merge_tol": None}
     lim = run_coupled(p, grid, [("limit", *circle_rule(K_ref))], runs=1, **kw)
     ref = (lim.x[0], lim.w[0])
     rows = []

@@ -33,13 +33,14 @@ from ..sim.decide import DENSE_MAX, geometric_decided
 from ..sim.expansion import choose_evaluator
 from ..sim.layers import attention_output, network_step, normalize
 from ..sim.loop import march
-from ..sim.options import Execution
+from ..sim.options import Execution, StoppingRule, decide_every
 from ..sim.rng import RUN_BLOCK, RunStreams
 from ..sim.sde import sde_step
 from .merge import merge_nodes
 
 STEPS = {"network": network_step, "sde": sde_step}
 MERGE_TOL = 1e-10  # default merge threshold on 1 - <x_i, x_j> (angle about 1.4e-5)
+FLOW_TOL = 1e-6  # default decision tolerance of `run_coupled` (`StoppingRule.decided()`)
 
 
 @dataclass
@@ -174,10 +175,10 @@ def run_coupled(
     runs: int = 1,
     seed: int = 0,
     scheme: str = "network",
-    until: str = "decided",
-    tol: float = 1e-6,
-    every: int | None = None,
+    *,
+    stopping: StoppingRule = StoppingRule.decided(),
     merge_tol: float | None = MERGE_TOL,
+    merge_every: int | None = None,
     execution: Execution = Execution(),
     shared_path: bool = False,
 ) -> FlowResult:
@@ -185,9 +186,10 @@ def run_coupled(
     through `grid.steps` layers of `scheme` ('network': `x <- N(x + dt M y + sqrt(dt) V_k y)`;
     'sde': its Euler-projected Ito limit) driven by the same `V_k` (`noise_path`) per layer.
 
-    Every `every` layers (default: depth time 0.05) nodes are merged (`merge_nodes`, unless
-    `merge_tol` is None) and, with `until='decided'`, a run leaves once every system is decided
-    (`decided` at `tol`). `execution.batch_size` runs advance together (default all); numbers
+    Every `stopping.decide_every` layers (default: depth time 0.05, `options.decide_every`)
+    nodes are merged (`merge_nodes`, unless `merge_tol` is None) and, with
+    `StoppingRule.decided(tol)`, a run leaves once every system is decided (`decided` at `tol`,
+    default `FLOW_TOL`). `execution.batch_size` runs advance together (default all); numbers
     depend on `seed` and the run's index only, not on the batch or the systems run beside it.
     `shared_path`: every run takes the path of run 0 (runs then differ only by their initial
     states: draws of an initial sample on one common path).
@@ -200,10 +202,13 @@ def run_coupled(
         runs: Number of noise paths.
         seed: Root seed; run `r` takes the path of `noise_path(seed, r, ...)`.
         scheme: 'network' or 'sde'.
-        until: 'decided' (a run leaves once every system is decided) or 'horizon'.
-        tol: Decision tolerance of `decided`.
-        every: Layers between merges and decision tests (default: depth time 0.05).
-        merge_tol: Nodes closer than this merge (None: never).
+        stopping: `StoppingRule.decided(tol, decide_every)` (a run leaves once every system is
+            decided at `tol`; tests and merges every `decide_every` layers) or
+            `StoppingRule()` (to the horizon; merges every `decide_every(dt)` layers).
+        merge_tol: Nodes closer than this merge (None: never); below `tol` when deciding.
+        merge_every: Layers between merges (None: `stopping.decide_every`, else depth time
+            0.05); the decision tests run at the merges, so a `StoppingRule` that names its
+            `decide_every` takes no other.
         execution: The device, the dtype, the runs advanced together (`batch_size`, None: all)
             and the attention evaluator (`attention_eval`: 'auto' takes the O(n) expansion
             by `choose_evaluator`'s rule at each system's node count); the sampler is the full
@@ -217,15 +222,17 @@ def run_coupled(
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
     if scheme not in STEPS:
         raise ParameterError(f"scheme must be one of {', '.join(STEPS)}; got {scheme!r}")
-    if until not in ("decided", "horizon"):
-        raise ParameterError(f"until must be 'decided' or 'horizon'; got {until!r}")
-    tol = check_real("tol", tol, 0.0, strict=True)
+    if not isinstance(stopping, StoppingRule):
+        raise TypeError(f"stopping must be a StoppingRule (e.g. StoppingRule.decided(tol=1e-6)); "
+                        f"got {type(stopping).__name__}")
+    until = stopping.until
+    tol = FLOW_TOL if stopping.tol is None else stopping.tol
     if merge_tol is not None:
         merge_tol = check_real("merge_tol", merge_tol, 0.0, strict=True)
-        if merge_tol >= tol:
+        if until == "decided" and merge_tol >= tol:
             raise ParameterError(f"merge_tol must be < tol = {tol:g} (merging must not decide "
                                  f"a run); got {merge_tol!r}")
-    every = max(1, int(0.05 / grid.dt + 1e-9)) if every is None else check_int("every", every, 1)
+    every = _merge_every(stopping, merge_every, grid.dt)
     if execution.sampler not in ("auto", "full"):
         raise ParameterError(f"execution.sampler must be 'auto' or 'full' (the flow draws each "
                              f"d x d value matrix); got {execution.sampler!r}")
@@ -251,6 +258,18 @@ def run_coupled(
         decided_at=at, grid=grid, tol=tol, merge_tol=merge_tol)
 
 
+def _merge_every(stopping: StoppingRule, merge_every: int | None, dt: float) -> int:
+    """Layers between merges (and decision tests) of `run_coupled`."""
+    if merge_every is None:
+        return decide_every(dt) if stopping.decide_every is None else stopping.decide_every
+    every = check_int("merge_every", merge_every, 1)
+    if stopping.decide_every not in (None, every):
+        raise ParameterError(f"merge_every={every} differs from the stopping rule's decide_every"
+                             f"={stopping.decide_every}: the decision tests run at the merges; "
+                             f"give one of them")
+    return every
+
+
 def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarray, seed: int,
              step: Callable[..., torch.Tensor], until: str, tol: float, every: int,
              merge_tol: float | None, at: np.ndarray, final_x: list[list[torch.Tensor | None]],
@@ -265,8 +284,7 @@ def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarr
     batch = _Batch(sy, [_evaluator(p, s, how) for s in sy])
     rule = _Absorb(p, run_ids, until, tol, every, merge_tol, at, final_x, final_w,
                    None if shared_path else rs.retain)
-    march(batch, grid.steps, _Layer(p, grid, rs, step, shared_path),
-          np.empty(0, dtype=np.int64), lambda *_: None, stop=rule)
+    march(batch, grid.steps, _Layer(p, grid, rs, step, shared_path), stop=rule)
 
 
 class _Batch:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..model.params import ParameterError, check_int, check_real
 from ..sim.budget import Budget
+from ..sim.options import Execution, StoppingRule
 from ..sim.rng import derive_seed
 from ..sweep import SweepConfig
 from ..sweep.kinds import KINDS, ExperimentKind, Param, choice, integer, real, register
@@ -65,8 +66,10 @@ def meanfield_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
         raise ParameterError(f"mixture is the law of start='mixture'; got start={cell['start']!r}")
     rows, masses = absorption_table(cell["d"], cell["beta"], [] if n == LIMIT else [n], cell["K"],
                                     cell["start"], cell["runs"], seed if paths is None else paths,
-                                    cell["T"], cell["dt"], cell["tol"],
-                                    device=cell.get("device", OPTIONAL["device"]),
+                                    cell["T"], cell["dt"],
+                                    stopping=StoppingRule.decided(cell["tol"]),
+                                    execution=Execution(device=cell.get("device",
+                                                                        OPTIONAL["device"])),
                                     with_limit=n == LIMIT,
                                     mixture=None if mix is None else parse_mixture(mix, cell["d"]))
     params = {*KINDS[KIND].params, "seed"}  # the sweep's table has them as columns already

@@ -189,6 +189,8 @@ class ModelParams:
         width = None if self.mlp_width is None else check_int("mlp_width", self.mlp_width, 1)
         object.__setattr__(self, "mlp_sigma", sigma)
         object.__setattr__(self, "mlp_width", width)
+        if width is not None:
+            block.check_width(width)
         _require(not (block.active and self.norm == "peri" and sigma == 0), "mlp_sigma",
                  "> 0 with norm='peri' (peri-norm normalises the block output)", sigma)
         object.__setattr__(self, "bias_sigma", check_real("bias_sigma", self.bias_sigma, 0.0))

@@ -49,14 +49,8 @@ def check_multi_table(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def load(source: str | Path | pd.DataFrame) -> pd.DataFrame:
-    """The ok rows of a saved sweep table (a sweep directory, a table file or a DataFrame)."""
-    if isinstance(source, pd.DataFrame):
-        df = source
-    else:
-        from ..sweep.store import read_table
-
-        df = read_table(source)
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of status 'ok' (a table read by `sweep.store.ok_rows` has no others)."""
     return df[df["status"] == "ok"].copy()
 
 
@@ -76,9 +70,9 @@ def _caption(rows: pd.DataFrame) -> str:
             f"motion window={r['window']:g}T, attention={r['attention']}")
 
 
-def plot_outcomes(source: Any, path: str | Path, model: str = "noise") -> Path:
+def plot_outcomes(df: pd.DataFrame, path: str | Path, model: str = "noise") -> Path:
     """Outcome probabilities vs beta, one panel per (n, d), for one `model`."""
-    df = load(source)
+    df = _ok(df)
     df = df[df["model"] == model]
     if df.empty:
         raise ValueError(f"the table has no finished cells of model {model!r}")
@@ -114,9 +108,9 @@ def plot_outcomes(source: Any, path: str | Path, model: str = "noise") -> Path:
     return save(fig, path, dpi=110, style=False)
 
 
-def plot_hybrid(source: Any, path: str | Path) -> Path:
+def plot_hybrid(df: pd.DataFrame, path: str | Path) -> Path:
     """Hybrid model: outcome probabilities vs sigma, one panel per (n, d, beta)."""
-    df = load(source)
+    df = _ok(df)
     df = df[df["model"] == "hybrid"]
     if df.empty:
         raise ValueError("the table has no finished cells of model 'hybrid'")
@@ -144,10 +138,10 @@ def coin_minority_law(n: int) -> np.ndarray:
     return w / w.sum()
 
 
-def plot_minority(source: Any, path: str | Path, model: str = "noise", min_bipolar: int = 20
+def plot_minority(df: pd.DataFrame, path: str | Path, model: str = "noise", min_bipolar: int = 20
                   ) -> Path:
     """Law of the minority side size of bipolar states at the largest beta, one panel per n."""
-    df = load(source)
+    df = _ok(df)
     df = df[(df["model"] == model) & (df["n"] >= 4)]
     df = df[df["beta"] == df["beta"].max()]
     ns = sorted(df["n"].unique())
@@ -172,11 +166,11 @@ def plot_minority(source: Any, path: str | Path, model: str = "noise", min_bipol
     return save(fig, path, dpi=110, style=False)
 
 
-def markdown_table(source: Any, stat: str = "bipolar", model: str = "noise",
+def markdown_table(df: pd.DataFrame, stat: str = "bipolar", model: str = "noise",
                    keys: tuple[str, ...] = ("n", "d")) -> str:
     """`P(stat)` with its 95% Wilson interval and `u` = P(undecided); a row per value of `keys`,
     a column per beta."""
-    df = load(source)
+    df = _ok(df)
     df = df[df["model"] == model]
     betas = sorted(df["beta"].unique())
     head = "| " + " | ".join(keys) + " | " + " | ".join(f"beta={b:g}" for b in betas) + " |"
@@ -195,10 +189,10 @@ def markdown_table(source: Any, stat: str = "bipolar", model: str = "noise",
     return "\n".join(lines) + "\n"
 
 
-def make_all(source: Any, out_dir: str | Path, prefix: str = "multi_token") -> list[Path]:
+def make_all(df: pd.DataFrame, out_dir: str | Path, prefix: str = "multi_token") -> list[Path]:
     """Every multi-token figure the table supports, as `OUT_DIR/<prefix>_<what>.png`; a table of
     another kind of sweep is refused (`check_multi_table`)."""
-    df = check_multi_table(load(source))
+    df = check_multi_table(_ok(df))
     out = Path(out_dir)
     made = []
     for model in ("noise", "flow"):
@@ -211,11 +205,11 @@ def make_all(source: Any, out_dir: str | Path, prefix: str = "multi_token") -> l
     return made
 
 
-def readme_tables(source: Any) -> str:
+def readme_tables(df: pd.DataFrame) -> str:
     """The README tables of a saved sweep table: `markdown_table` of P(bipolar) for the noise and
     hybrid models and of P(single) for the flow, each under a one-line heading; a table of
     another kind of sweep is refused (`check_multi_table`)."""
-    df = check_multi_table(load(source))
+    df = check_multi_table(_ok(df))
     parts = []
     for model, stat, keys in (("noise", "bipolar", ("n", "d")), ("flow", "single", ("n", "d")),
                               ("hybrid", "bipolar", ("n", "d", "sigma"))):

@@ -152,16 +152,17 @@ INIT_STEPS = 1000  # layer steps (`sim.budget.TimeModel.c0`) of building and mea
 def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int = SDE_STEPS,
                 sde_runs: int = 32) -> Budget:
     """Memory and work of `run_real` before it runs. Memory: one model's float32 weights
-    (`layers (4 + 2 mlp_ratio) width^2 + vocabulary width`) and one init's hidden states at every
-    layer, plus per init its inputs' float64 tokens `n x width` and Gram matrices `(layers + 1) x
-    n x n`; work (`budget.estimate_work`): the forward passes, `inits x inputs x layers x n x
-    width x (n + (4 + 2 mlp_ratio) width)`, the network's prediction (with QK_DRAW_UNITS per
-    number of its random query/key forms, `heads x width^2` a run and layer) and the depth
-    limit's; layer steps: `inits x (layers + INIT_STEPS)` forward blocks (the inputs of an init
-    together) and the building of a model, the prediction's `layers` and the limit's
-    `sde_steps`."""
+    (`layers (4 + 2 mlp_ratio) width^2 + vocabulary width`; Llama's SwiGLU: 3 mlp_ratio) and one
+    init's hidden states at every layer, plus per init its inputs' float64 tokens `n x width`
+    and Gram matrices `(layers + 1) x n x n`; work (`budget.estimate_work`): the forward
+    passes, `inits x inputs x layers x n x width x (n + (4 + 2 mlp_ratio) width)`, the
+    network's prediction (with QK_DRAW_UNITS per number of its random query/key forms,
+    `heads x width^2` a run and layer) and the depth limit's; layer steps: `inits x (layers +
+    INIT_STEPS)` forward blocks (the inputs of an init together) and the building of a model,
+    the prediction's `layers` and the limit's `sde_steps`."""
     inits, inputs = check_int("inits", inits, 2), check_int("inputs", inputs, 1)
-    n, w, L, m = spec.tokens, spec.width, spec.layers, 4 + 2 * spec.mlp_ratio
+    mlp_mats = 3 if spec.arch == "llama" else 2  # SwiGLU: gate, input and output projections
+    n, w, L, m = spec.tokens, spec.width, spec.layers, 4 + mlp_mats * spec.mlp_ratio
     fixed = 4 * (L * m * w * w + spec.vocabulary * w + inputs * (L + 1) * n * w)
     per_init = 8 * inputs * (n * w + (L + 1) * n * n)
     runs = inits * inputs

@@ -13,7 +13,10 @@ onto depth time `[0, 1]` (`dt = 1/L`, depth fraction `k/L`):
   standard deviation of a logit between orthogonal tokens), law 'gaussian';
 - MLP: activation at pre-activation variance `q = d s var_1` (`gelu_at(q)`; ReLU is scale free),
   `dt mlp_sigma^2 = m var_2 kappa_q(1) / (d r0^2)`, width m (tokensde's block gives a unit
-  token an output of variance mlp_sigma^2 per coordinate; the value noise sigma^2 |y|^2);
+  token an output of variance mlp_sigma^2 per coordinate; the value noise sigma^2 |y|^2); the
+  gated SwiGLU block `W_2 (silu(W_1 u) * W_3 u)` (Llama): `swiglu_at(q)`, gate variance q,
+  input variance `q_3 = d s var_3`, `dt mlp_sigma^2 = m var_2 q_3 kappa_q(1) / (d r0^2)`
+  (`kappa_q` the dual kernel of silu at q), model width `2 m` (gates and inputs);
 - biases of the MLP (torch's Linear default; zero in the HuggingFace models): the output bias of
   entry variance `var_b2`, one vector added to every token, `dt bias_sigma^2 = var_b2 / (d r0^2)`;
   the hidden bias of entry variance `var_b1` against pre-activations of variance q,
@@ -32,6 +35,7 @@ from typing import Any
 
 from ..model.mlp import MLPS
 from ..model.mlp.gelu import gelu_at
+from ..model.mlp.swiglu import swiglu_at
 from ..model.params import ModelParams, TimeGrid
 from .models import RealNet, RealSpec
 
@@ -43,12 +47,13 @@ BETA = 1e-3  # the identity part beta <u_i, u_j> of tokensde's form I + s R is k
 class BlockLaw:
     """A residual block at init in second moments: width `d`, `heads`, `layers`, `n` tokens,
     `causal`, `norm` ('pre' | 'post'), entry variances of the query, key, value and output
-    projections, MLP `activation` ('gelu' | 'relu' | 'none'), hidden `width`, entry variances
-    `var_1`, `var_2`, LayerNorm `eps`, `radius2` = r0^2 (per-coordinate second moment of the
+    projections, MLP `activation` ('gelu' | 'relu' | 'swiglu' | 'none'), hidden `width` (the
+    gated width for 'swiglu'), entry variances `var_1` (the gate's for 'swiglu'), `var_2`, the
+    norm's `eps`, `radius2` = r0^2 (per-coordinate second moment of the
     residual stream at the embeddings), `notes` (pieces approximated), `depth_scaled` (the
     branches' variances scale as 1/L), the entry variances `var_b1`, `var_b2` of the MLP's
     hidden and output biases (0: none) and `centred` (the LayerNorms subtract the mean; False:
-    RMS norms)."""
+    RMS norms), `var_3` (the SwiGLU input projection's entry variance)."""
 
     d: int
     heads: int
@@ -71,6 +76,7 @@ class BlockLaw:
     var_b1: float = 0.0
     var_b2: float = 0.0
     centred: bool = False
+    var_3: float = 0.0
 
     @property
     def model_d(self) -> int:
@@ -155,16 +161,14 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
     ]
     if law.activation != "none":
         q = d * s * law.var_1
-        name = gelu_at(q) if law.activation == "gelu" else law.activation
-        kappa = MLPS.get(name).second_moment * (q if law.activation == "relu" else 1.0)
-        mlp_sigma = math.sqrt(law.width * law.var_2 * kappa / (d * r2) / dt)
-        kw.update(mlp=name, mlp_sigma=mlp_sigma, mlp_width=law.width)
+        name, width, out2, why = mlp_block_of(law, q)
+        mlp_sigma = math.sqrt(law.width * law.var_2 * out2 / (d * r2) / dt)
+        kw.update(mlp=name, mlp_sigma=mlp_sigma, mlp_width=width)
         rows += [("activation", law.activation, f"mlp = {name}",
                   f"pre-activation variance q = d s var_1 = {q:.4g}: the kernel of phi at q"),
-                 ("MLP width, var(W_1), var(W_2)", (law.width, law.var_1, law.var_2),
-                  f"mlp_width = {law.width}, mlp_sigma = {mlp_sigma:.4g}",
-                  "dt mlp_sigma^2 = m var_2 kappa_q(1) / (d r0^2): the MLP output's second moment "
-                  "per coordinate relative to the stream's")]
+                 (f"MLP width, var(W_1), var(W_2){', var(W_3)' if law.var_3 else ''}",
+                  (law.width, law.var_1, law.var_2, *((law.var_3,) if law.var_3 else ())),
+                  f"mlp_width = {width}, mlp_sigma = {mlp_sigma:.4g}", why)]
     if law.var_b2 > 0:
         bias_sigma = math.sqrt(law.var_b2 / (d * r2) / dt)
         kw.update(bias_sigma=bias_sigma)
@@ -179,6 +183,21 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
     if law.var_b1 == law.var_b2 == 0:
         rows.append(("biases", 0.0, "none", "zero at init"))
     return Mapping(ModelParams(**kw), TimeGrid.make(layers=L), law, rows)
+
+
+def mlp_block_of(law: BlockLaw, q: float) -> tuple[str, int, float, str]:
+    """The model's MLP block for `law` at pre-activation variance `q`: its `mlp` name, its
+    `mlp_width`, the second moment `E h^2` of one real hidden unit, and the mapping's reason."""
+    if law.activation == "swiglu":
+        name, q3 = swiglu_at(q), law.d * law.shrink * law.var_3
+        out2 = q3 * 2.0 * MLPS.get(name).second_moment  # E h^2 = q_3 kappa_q(1)
+        return name, 2 * law.width, out2, (
+            f"fused [W_1; W_3]: {law.width} gates and {law.width} inputs; input variance q_3 = d s "
+            f"var_3 = {q3:.4g}; dt mlp_sigma^2 = m var_2 q_3 kappa_q(1) / (d r0^2)")
+    name = gelu_at(q) if law.activation == "gelu" else law.activation
+    out2 = MLPS.get(name).second_moment * (q if law.activation == "relu" else 1.0)
+    return name, law.width, out2, ("dt mlp_sigma^2 = m var_2 kappa_q(1) / (d r0^2): the MLP "
+                                   "output's second moment per coordinate relative to the stream's")
 
 
 def config_of(net: RealNet) -> Any:
@@ -269,6 +288,26 @@ def map_torch_encoder(net: RealNet) -> Mapping:
     return to_model(law, qk=spec.qk)
 
 
+def map_llama(net: RealNet) -> Mapping:
+    """Llama (`LlamaModel`: pre-norm RMSNorm with unit weight, causal, no biases, no residual
+    scaling): every linear weight and the token embedding N(0, initializer_range^2), r0^2 =
+    initializer_range^2 (no position embedding is added to the stream); the SwiGLU MLP
+    `down(silu(gate u) * up u)` of width `intermediate_size` (gate and up N(0, (initializer_range
+    mlp_scale)^2)); rotary position embeddings on queries and keys are not modelled
+    (docs/real.md, Llama)."""
+    spec, cfg = net.spec, config_of(net)
+    v = cfg.initializer_range ** 2
+    v13 = v * spec.mlp_scale ** 2
+    law = BlockLaw(cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers, spec.tokens,
+                   True, "pre", v, v, v * spec.value_scale ** 2, v,
+                   "swiglu" if spec.mlp else "none", cfg.intermediate_size, v13, v,
+                   float(cfg.rms_norm_eps), v,
+                   ("W_O W_V product as Gaussian",
+                    *(("rotary position embeddings not modelled",) if spec.rope else ())),
+                   var_3=v13)
+    return to_model(law, qk=spec.qk)
+
+
 def map_network(net: RealNet, radius2: float | None = None) -> Mapping:
     """The mapping of `net`'s architecture onto tokensde's model parameters.
 
@@ -284,17 +323,21 @@ def map_network(net: RealNet, radius2: float | None = None) -> Mapping:
         if radius2 is None:
             raise ValueError("map_vit needs the measured radius2 of the embeddings")
         return map_vit(net, radius2)
-    return {"gpt2": map_gpt2, "bert": map_bert, "torch-encoder": map_torch_encoder}[arch](net)
+    return {"gpt2": map_gpt2, "bert": map_bert, "torch-encoder": map_torch_encoder,
+            "llama": map_llama}[arch](net)
 
 
 def spec_law_note(spec: RealSpec) -> str:
     """One line naming what differs from the architecture's default init (the switches)."""
     parts = [k for k, v in (("no residual scaling", not spec.residual_scaling),
                             ("no centring", not spec.centring), ("qk off", not spec.qk),
-                            ("mlp off", not spec.mlp), ("no biases", not spec.bias))
+                            ("mlp off", not spec.mlp), ("no biases", not spec.bias),
+                            ("rope off (position 0)", not spec.rope))
              if v]
     if spec.value_scale != 1.0:
         parts.append(f"value x{spec.value_scale:g}")
+    if spec.mlp_scale != 1.0:
+        parts.append(f"W_1, W_3 x{spec.mlp_scale:g}")
     if spec.value_law != "product":
         parts.append(f"{spec.value_law} value path")
     return ", ".join(parts) or "default init"

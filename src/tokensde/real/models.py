@@ -24,7 +24,7 @@ from torch import nn
 from ..model.checks import ParameterError, check_choice, check_int, check_real, require
 from ..model.params import MAX_SIZE
 
-ARCHS: tuple[str, ...] = ("gpt2", "bert", "vit", "torch-encoder")
+ARCHS: tuple[str, ...] = ("gpt2", "bert", "vit", "torch-encoder", "llama")
 INSTALL_HINT = 'the real-network models need HuggingFace transformers: pip install "tokensde[real]"'
 IMAGE_SIDE = 28  # Fashion-MNIST
 MAX_VALUE_SCALE = 1e3  # value_scale above: the value path's entries overflow LayerNorm's float32
@@ -74,7 +74,10 @@ class RealSpec:
     (torch-encoder's Linear biases), `value_scale` (multiplies the value projection's init),
     `value_law` ('product': each head's value path is W_O^h W_V^h, as built; 'gaussian', GPT-2
     only: a Gaussian d x d matrix of the same entry variance per head and layer, the mapping's law,
-    `gaussian_value_path`)."""
+    `gaussian_value_path`), `rope` (llama only; False: the rotary embedding at position 0 for
+    every token, the identity rotation, the causal mask unchanged: `rope_at_zero`), `mlp_scale`
+    (llama only; multiplies the init of the gate and input projections W_1, W_3 of the SwiGLU
+    block: gate variance q times its square)."""
 
     arch: str = "gpt2"
     layers: int = 12
@@ -92,6 +95,8 @@ class RealSpec:
     bias: bool = True
     value_scale: float = 1.0
     value_law: str = "product"
+    rope: bool = True
+    mlp_scale: float = 1.0
 
     def __post_init__(self) -> None:
         check_choice("arch", self.arch, ARCHS)
@@ -116,6 +121,15 @@ class RealSpec:
                 "torch-encoder (the HuggingFace models' biases are zero at init)", self.bias)
         require(self.norm_first or self.arch == "torch-encoder", "norm_first", "True except "
                 "for torch-encoder (the others place their norms as built)", self.norm_first)
+        require(self.centring or self.arch != "llama", "centring", "True for llama (its norms "
+                "are RMSNorms: there is no centring to remove)", self.centring)
+        require(self.rope or self.arch == "llama", "rope", "True except for llama (the only "
+                "architecture with rotary position embeddings)", self.rope)
+        check_real("mlp_scale", self.mlp_scale, 0.0, strict=True)
+        require(self.mlp_scale <= MAX_VALUE_SCALE and (self.mlp_scale == 1.0
+                                                       or self.arch == "llama"), "mlp_scale",
+                f"1 except for llama, where a finite number in (0, {MAX_VALUE_SCALE:g}]",
+                self.mlp_scale)
         check_choice("value_law", self.value_law, ("product", "gaussian"))
         require(self.value_law == "product" or self.arch == "gpt2", "value_law",
                 "'product' except for gpt2 (the Gaussian value path is built for GPT-2 only)",
@@ -131,18 +145,18 @@ class RealSpec:
         """The vocabulary size used (the architecture's default when `vocab` is None)."""
         if self.vocab is not None:
             return self.vocab
-        return {"gpt2": 50257, "bert": 30522}.get(self.arch, 1024)
+        return {"gpt2": 50257, "bert": 30522, "llama": 32000}.get(self.arch, 1024)
 
     @property
     def causal(self) -> bool:
-        """True for GPT-2 (causal self-attention)."""
-        return self.arch == "gpt2"
+        """True for the decoders GPT-2 and Llama (causal self-attention)."""
+        return self.arch in ("gpt2", "llama")
 
     @property
     def pre_norm(self) -> bool:
-        """True when each branch reads a LayerNorm of the residual stream (GPT-2, ViT, torch's
+        """True when each branch reads a norm of the residual stream (GPT-2, ViT, Llama, torch's
         encoder with norm_first)."""
-        return self.arch in ("gpt2", "vit") or (self.arch == "torch-encoder" and self.norm_first)
+        return self.arch in ("gpt2", "vit", "llama") or (self.arch == "torch-encoder" and self.norm_first)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields, with the vocabulary and token count used."""
@@ -361,7 +375,47 @@ def _torch_encoder(spec: RealSpec) -> tuple[nn.Module, list[nn.Module],
     return model, blocks, model
 
 
-BUILDERS = {"gpt2": _gpt2, "bert": _bert, "vit": _vit, "torch-encoder": _torch_encoder}
+def llama_config(spec: RealSpec) -> Any:
+    """The `transformers.LlamaConfig` of `spec`: its sizes, one key/value head per query head
+    (no grouping), `intermediate_size = mlp_ratio * width`, no padding token, dropout off, the
+    library's defaults otherwise (initializer_range 0.02, rms_norm_eps 1e-6, no biases, SiLU)."""
+    tf = require_transformers()
+    return tf.LlamaConfig(hidden_size=spec.width, intermediate_size=spec.mlp_ratio * spec.width,
+                          num_hidden_layers=spec.layers, num_attention_heads=spec.heads,
+                          num_key_value_heads=spec.heads, max_position_embeddings=spec.ctx,
+                          vocab_size=spec.vocabulary, pad_token_id=None, attention_dropout=0.0)
+
+
+def rope_at_zero(model: nn.Module) -> Any:
+    """Make `model.rotary_emb` rotate every token as at position 0 (cos 1, sin 0: queries and keys
+    unrotated) by a forward pre-hook; returns its handle. The model's own position ids still
+    reach the attention mask: all-zero `position_ids` given to the model would instead be read
+    as packed one-token sequences and mask every token off from the others."""
+    def hook(_m: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if len(args) > 1:
+            return (args[0], torch.zeros_like(args[1]), *args[2:]), kwargs
+        return args, {**kwargs, "position_ids": torch.zeros_like(kwargs["position_ids"])}
+
+    rotary: Any = model.rotary_emb
+    return rotary.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def _llama(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
+    model = require_transformers().LlamaModel(llama_config(spec)).eval()
+    blocks = list(model.layers)
+    switch(spec, [(b.self_attn.q_proj.weight, b.self_attn.k_proj.weight,
+                   b.self_attn.v_proj.weight, b.mlp.down_proj.weight) for b in blocks])
+    with torch.no_grad():
+        for b in blocks:
+            b.mlp.gate_proj.weight.mul_(spec.mlp_scale)
+            b.mlp.up_proj.weight.mul_(spec.mlp_scale)
+    if not spec.rope:
+        rope_at_zero(model)
+    return model, blocks, lambda ids: model(input_ids=ids)
+
+
+BUILDERS = {"gpt2": _gpt2, "bert": _bert, "vit": _vit, "torch-encoder": _torch_encoder,
+            "llama": _llama}
 
 
 def build(spec: RealSpec, seed: int) -> RealNet:

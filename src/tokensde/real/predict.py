@@ -19,6 +19,7 @@ import torch
 from ..model.params import TimeGrid
 from ..sim.batch import Draws, run_batch
 from ..sim.gram import frame_forms, run_batch_gram
+from ..sim.loop import OnLayers
 from ..sim.rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams
 from .mapping import Mapping
 from .measure import TOL, directions_gram, gram_stats
@@ -74,17 +75,19 @@ def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
         rs = RunStreams(seed, runs, start, stop)
         mlp_rs = rs.derived(MLP_STREAM) if p.mlp_block.active else None
 
-        def record(c: int, xc: torch.Tensor, lo: int = start, hi: int = stop) -> None:
-            for k, v in gram_stats(directions_gram(xc), tol).items():
-                if k not in out:
-                    out[k] = np.empty((runs, len(ck)))
-                out[k][lo:hi, c] = v
+        def record(k: int, xc: torch.Tensor, rows: torch.Tensor, lo: int = start,
+                   hi: int = stop) -> None:
+            for key, v in gram_stats(directions_gram(xc), tol).items():
+                if key not in out:
+                    out[key] = np.empty((runs, len(ck)))
+                out[key][lo:hi, k] = v  # every layer is recorded: column k is layer k
 
+        at = OnLayers(ck, record)
         if p.has_bias:
             run_batch(x[start:stop], p, grid, Draws.of(p, scheme, rs, torch.float64), "fast",
-                      scheme, ck, record, progress)
+                      scheme, at, progress)
         else:
             forms = frame_forms(p, scheme, rs.derived(QK_STREAM), torch.float64)
-            run_batch_gram(x[start:stop], p, grid, rs, scheme, ck, record, progress,
+            run_batch_gram(x[start:stop], p, grid, rs, scheme, at, progress,
                            forms=forms, mlp_rs=mlp_rs)
     return ck / grid.steps, out

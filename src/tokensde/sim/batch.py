@@ -19,7 +19,7 @@ from ..model.params import ModelParams, ParameterError, TimeGrid
 from ..model.qk import QKDraws
 from .bias import BIAS_STREAM, check_bias, mlp_branch
 from .layers import NORM_STEPS, attention_output, layer_step, network_step, normalize, residual_step
-from .loop import Progress, Stop, march
+from .loop import Progress, Recorder, Stop, march
 from .norm_sde import peri_noise, peri_sde_step
 from .rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams
 from .samplers import mlp_sampler, noise_sampler, scheme_params
@@ -154,15 +154,14 @@ def run_batch(
     draws: Draws,
     sampler: str,
     scheme: str,
-    checkpoints: np.ndarray,
-    record: Callable[..., None],
+    recorder: Recorder | None = None,
     progress: Progress | None = None,
     stop: Stop | None = None,
     weights: torch.Tensor | None = None,
     attention_eval: str = "dense",
 ) -> torch.Tensor:
     """Advance one batch `x` `(runs, n, d)` of `x^{k+1} = N(x^k + dt M y^k + sqrt(dt) V_k y^k)`
-    (or its SDE) through `grid.steps` layers, calling `record(c, x)` at checkpoint number `c`.
+    (or its SDE) through `grid.steps` layers, handing the state to `recorder` at its layers.
 
     Args:
         x: the batch's initial tokens `(runs, n, d)`.
@@ -171,8 +170,8 @@ def run_batch(
         draws: the batch's streams (`Draws.of`): each stream the model draws from must be there.
         sampler: 'fast' or 'full'.
         scheme: 'network' or 'sde'.
-        checkpoints: the layer indices at which `record` is called.
-        record: `record(c, x)` at checkpoint number `c` (and `rows` for a stopped subset).
+        recorder: what records the state (`loop.Recorder`: `recorder.at(k, x, rows)` at each
+            layer `k` of `recorder.layers`), or None.
         progress: a progress callback, or None.
         stop: the stopping rule (`march`), or None for the horizon.
         weights: token weights `(n,)` or `(runs, n)` of the attention, or None.
@@ -208,4 +207,4 @@ def run_batch(
             xi = add_token_noise(xi, q, token)
         return advance(xk, y, xi, q, grid.dt, mlp, step)
 
-    return march(x, grid.steps, layer, checkpoints, record, progress, stop=stop)
+    return march(x, grid.steps, layer, recorder, progress, stop=stop)

@@ -17,22 +17,32 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_int
 from .batch import qk_draws
 from .layers import NORM_STEPS, attention_output, layer_step, normalize, residual_step
-from .loop import Progress, Stop, march
+from .loop import Progress, Recorder, Stop, march
 from .rng import RunStreams
 from .samplers import apply_matrices, mlp_kernel_noise, mlp_noise_given, scheme_params
 from .sde import sde_layer, sde_step
 
 LAWS: tuple[str, ...] = ("gaussian", "uniform")
 
-# on_step(j, nets, fine, half): the states after fine step j
-OnStep = Callable[[int, dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor], None]
+
+
+class CoupledState(NamedTuple):
+    """What a `Recorder` of `coupled_states` gets after fine step `j`: every network by
+    `(law, L)` (each has then done the layers that end at or before `j h`), the fine SDE and
+    the SDE twice as coarse (current at even `j`; the fine SDE where it is not run), each
+    `(runs, n, d)`."""
+
+    nets: dict[tuple[str, int], torch.Tensor]
+    fine: torch.Tensor
+    half: torch.Tensor
+
 # drive(j) -> (dw, zm, forms): the Brownian increment, the MLP block's normals and the qk forms of
 # fine step j (1-based)
 Drive = Callable[[int], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]
@@ -61,9 +71,10 @@ def uniform_from_gaussian(v: torch.Tensor, sigma: float) -> torch.Tensor:
 def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[int],
                    ref_steps: int, rs: RunStreams, laws: Sequence[str] = LAWS,
                    progress: Progress | None = None,
-                   on_step: OnStep | None = None,
                    qk_rs: RunStreams | None = None,
                    mlp_rs: RunStreams | None = None,
+                   *,
+                   recorder: Recorder[CoupledState] | None = None,
                    ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
     """Networks of `L` layers and the SDE at steps `T / ref_steps` and `2 T / ref_steps`, one Brownian path.
 
@@ -104,11 +115,11 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
         rs: The run streams of the Brownian path.
         laws: The value-noise laws of the networks ('gaussian', 'uniform').
         progress: Called with the number of runs after each fine step, or None.
-        on_step: `on_step(j, nets, fine, half)`, called after fine step `j` (every network has
-            then done the layers that end at or before `j h`; `half` is the SDE twice as coarse,
-            current at even `j`), or None.
         qk_rs: The streams of a random qk law's forms, or None.
         mlp_rs: The streams of the MLP block's weights (needed with an MLP block), or None.
+        recorder: What records the states (`loop.Recorder`, e.g. `loop.OnLayers` or
+            `observe.Observations.batch`): `recorder.at(j, state, rows)` after each fine step
+            `j` of `recorder.layers` (0: the start), `state` a `CoupledState`; or None.
 
     Returns:
         `(nets, fine, half)`: the networks' final states by `(law, L)`, the fine SDE's and the
@@ -132,7 +143,7 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
              *(c.grid(L, k, k * h, math.sqrt(k * h), x0)
                for L in levels for k in (ref_steps // L,))]
     run = _Levels(c, x0, grids, tuple(laws), drive, h, math.sqrt(h), mlp_rs)
-    fine = run.march(x0.clone(), ref_steps, progress, on_step)
+    fine = run.march(x0.clone(), ref_steps, progress, recorder)
     assert run.half is not None
     return run.nets, fine, run.half
 
@@ -290,15 +301,14 @@ def coupled_steps(x0: torch.Tensor, p: ModelParams, steps: int, dt: float, rs: R
             return tuple(run.nets[p.law, steps // k] for k in ks)
         return (x, *(run.sdes[k] for k in ks[1:]))
 
-    no = np.empty(0, dtype=np.int64)
     if decide is None:
-        x = march(x0.clone(), steps, run, no, lambda *a: None)
+        x = march(x0.clone(), steps, run)
         return torch.stack(pick(x), 1)
     tol, every = decide
     every = m * max(1, -(-every // m))
     streams = [s.retain for s in (rs, draws, mlp_rs) if s is not None]
     rule = _BothDecided(run, pick, tol, every, x0.shape[0], streams, p.norm != "post")
-    return march(x0.clone(), steps, run, no, lambda *a: None, stop=rule)
+    return march(x0.clone(), steps, run, stop=rule)
 
 
 def _check_coupled(name: str, p: ModelParams) -> None:
@@ -480,16 +490,34 @@ class _Levels:
         for g in self.grids:
             g.retain(live)
 
+    def state(self, fine: torch.Tensor) -> CoupledState:
+        """The coupled states now, `fine` the fine SDE's (march's state)."""
+        return CoupledState(dict(self.nets), fine, fine if self.half is None else self.half)
+
     def march(self, fine: torch.Tensor, steps: int, progress: Progress | None = None,
-              on_step: OnStep | None = None) -> torch.Tensor:
-        """`steps` fine steps through `loop.march`, `on_step(j, nets, fine, half)` after each."""
-        at = np.arange(1, steps + 1) if on_step is not None else np.empty(0, dtype=np.int64)
+              recorder: Recorder[CoupledState] | None = None) -> torch.Tensor:
+        """`steps` fine steps through `loop.march`, the `CoupledState` to `recorder` at its
+        layers."""
+        if recorder is None:
+            return march(fine, steps, self, None, progress)
+        return march(fine, steps, self, _Viewed(recorder, self.state), progress)
 
-        def record(c: int, x: torch.Tensor) -> None:
-            if on_step is not None:
-                on_step(c + 1, self.nets, x, self.half if self.half is not None else x)
 
-        return march(fine, steps, self, at, record, progress)
+class _Viewed:
+    """A `loop.Recorder` of march's state (the fine SDE) that hands `recorder` the
+    `CoupledState` `view(x)`."""
+
+    def __init__(self, recorder: Recorder[CoupledState],
+                 view: Callable[[torch.Tensor], CoupledState]) -> None:
+        self.recorder, self.view, self.layers = recorder, view, recorder.layers
+
+    def at(self, k: int, x: torch.Tensor, rows: torch.Tensor) -> None:
+        """`recorder.at` of the coupled states."""
+        self.recorder.at(k, self.view(x), rows)
+
+    def left(self, k: int, x: torch.Tensor, rows: torch.Tensor) -> None:
+        """`recorder.left` of the coupled states (no run leaves `coupled_states`)."""
+        self.recorder.left(k, self.view(x), rows)
 
 
 class _BothDecided:

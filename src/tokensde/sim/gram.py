@@ -39,8 +39,6 @@ peri-norm SDE's kernel noise `C Z` (`norm_sde.peri_factor`) is framed as the MLP
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import torch
 
@@ -54,7 +52,7 @@ from .layers import (
     tangent,
     weights_from_logits,
 )
-from .loop import Progress, Stop, march
+from .loop import Progress, Recorder, Stop, march
 from .norm_sde import check_peri_sde, peri_drift, peri_factor
 from .rng import RunStreams
 from .samplers import gram_factor, mlp_scale, psd_factor, scheme_params, sym_root, well_pivoted
@@ -358,8 +356,7 @@ def run_batch_gram(
     grid: TimeGrid,
     rs: RunStreams,
     scheme: str,
-    checkpoints: np.ndarray,
-    record: Callable[[int, torch.Tensor], None],
+    recorder: Recorder | None = None,
     progress: Progress | None = None,
     *,
     stop: Stop | None = None,
@@ -367,9 +364,9 @@ def run_batch_gram(
     mlp_rs: RunStreams | None = None,
     _dof_shift: int = 0,
 ) -> torch.Tensor:
-    """Advance one batch through `grid.steps` layers in Gram space, calling `record(c, xc)` at
-    checkpoint number `c` with `xc` `(runs, n, n)` in an isometric frame (`xc xc^T` = Gram
-    matrix); return the final tokens in that frame. With norm='pre'/'peri' `xc` is the residual
+    """Advance one batch through `grid.steps` layers in Gram space, handing `recorder`
+    (`loop.Recorder`) the state `xc` `(runs, n, n)` at its layers, in an isometric frame (`xc
+    xc^T` = Gram matrix); return the final tokens in that frame. With norm='pre'/'peri' `xc` is the residual
     stream `h`, radii included (its directions' Gram matrix is what `simulate` records).
 
     `x` is `(runs, n, d)` in R^d, or `(runs, n, w)` coordinates in any isometric frame, w <= d (a
@@ -417,6 +414,5 @@ def run_batch_gram(
         hb = noise_factor(mlp_rs, m, d - m + _dof_shift, n, uk.dtype)
         return frame_mlp_layer(uk, q, grid.dt, g1, hb)
 
-    u = march(u, grid.steps, layer, checkpoints, record, progress, view=lambda t: pad(t, n),
-              stop=stop)
+    u = march(u, grid.steps, layer, recorder, progress, view=lambda t: pad(t, n), stop=stop)
     return pad(u, n)

@@ -1,5 +1,6 @@
-"""The layer loop shared by the samplers: apply a layer `steps` times, record at checkpoints, and
-(optionally) take runs out of the batch once they are decided.
+"""The layer loop shared by the samplers: apply a layer `steps` times, hand the state to one
+`Recorder` at the layers it names, and (optionally) take runs out of the batch once they are
+decided.
 
 `batch.run_batch` (tokens in R^d) and `gram.run_batch_gram` (tokens in a Gram-space frame) differ
 only in the layer they pass to `march`; the coupled levels (`sim.coupled`) pass one fine step of
@@ -9,7 +10,7 @@ token systems, with its own stopping `Rule` (node merging, a decision per system
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -88,34 +89,63 @@ class Stop:
         self.final[rows] = x
 
 
+class Recorder(Protocol[S]):
+    """What `march` records through, one object with a fixed signature: `layers`, the sorted
+    layer indices (0 = the start) at which it wants the state; `at(k, x, rows)` with the state
+    `x` (`view`ed) of batch rows `rows` (a tensor of row indices) after layer `k`; `left(k, x,
+    rows)` when the rows `rows` leave the batch at layer `k` (decided), in state `x`, so that
+    it may fill their later records. `observe.Observations` makes one per batch of `simulate`."""
+
+    layers: np.ndarray
+
+    def at(self, k: int, x: S, rows: torch.Tensor) -> None: ...
+
+    def left(self, k: int, x: S, rows: torch.Tensor) -> None: ...
+
+
+class OnLayers:
+    """The plainest `Recorder`: `fn(k, x, rows)` at each layer of `layers`; rows that leave
+    the batch are not called again."""
+
+    def __init__(self, layers: Iterable[int], fn: Callable[[int, Any, torch.Tensor], None]
+                 ) -> None:
+        self.layers = np.unique(np.asarray(list(layers), dtype=np.int64))
+        self.fn = fn
+
+    def at(self, k: int, x: Any, rows: torch.Tensor) -> None:
+        """Call `fn`."""
+        self.fn(k, x, rows)
+
+    def left(self, k: int, x: Any, rows: torch.Tensor) -> None:
+        """Nothing: a run that left is not recorded again."""
+
+
 def march(
     x: S,
     steps: int,
     layer: Callable[[S], S],
-    checkpoints: np.ndarray,
-    record: Callable[..., None],
+    recorder: Recorder[S] | None = None,
     progress: Progress | None = None,
     view: Callable[[S], S] = lambda t: t,
     stop: Rule[S] | None = None,
 ) -> S:
-    """Apply `layer` `steps` times to `x`, calling `record(c, view(x))` at checkpoint number `c`
-    (layer indices `checkpoints`, 0 = the start) and `progress(runs)` after each layer.
+    """Apply `layer` `steps` times to `x`, calling `recorder.at(k, view(x), rows)` at each layer
+    `k` of `recorder.layers` (0 = the start; `rows` the batch rows of the state) and
+    `progress(runs)` after each layer.
 
     With `stop` (a `Rule`, e.g. `Stop`), every `stop.every` layers and at the last, the rule
-    checks the state (it may replace it) and decided runs leave the batch; `record(c, xc, rows)`
-    then gets the batch rows of `xc`, and a decided run's later checkpoints record its state at
-    decision. Returns the final state, `view`ed and in batch order (`stop.final`) when `stop` is
-    given.
+    checks the state (it may replace it) and decided runs leave the batch, after
+    `recorder.left(k, view(x)[done], gone)`. Returns the final state, `view`ed and in batch
+    order (`stop.final`) when `stop` is given.
     """
-    ck = {int(k): c for c, k in enumerate(checkpoints)}
+    ck = frozenset() if recorder is None else frozenset(int(k) for k in recorder.layers)
     rows = torch.arange(x.shape[0])
-    rec = record if stop is None else (lambda c, xc: record(c, xc, rows))
     if 0 in ck:
-        rec(ck[0], view(x))
+        recorder.at(0, view(x), rows)  # type: ignore[union-attr]
     for k in range(1, steps + 1):
         x = layer(x)
         if k in ck:
-            rec(ck[k], view(x))
+            recorder.at(k, view(x), rows)  # type: ignore[union-attr]
         if progress is not None:
             progress(x.shape[0])
         if stop is not None and (k % stop.every == 0 or k == steps):
@@ -124,9 +154,8 @@ def march(
                 gone, vd = rows[done.cpu()], view(x)[done]
                 stop.layer[gone.numpy()] = k
                 stop.keep(gone, vd)
-                for later, c in ck.items():
-                    if later > k:
-                        record(c, vd, gone)
+                if recorder is not None:
+                    recorder.left(k, vd, gone)
                 live = ~done
                 x, rows = x[live], rows[live.cpu()]
                 stop.retain(live)

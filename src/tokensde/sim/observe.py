@@ -1,11 +1,14 @@
-"""Observers: statistics of the state that `simulate` keeps at its checkpoints, run by run.
+"""Observers: statistics of the state that `simulate` keeps at checkpoints, run by run.
 
-An `Observer` is a name and a function `fn(x)` of a batch's state `x` `(runs_in_batch, n, w)`
-that returns a tensor `(runs_in_batch, ...)`;
-`simulate(..., recording=Recording(observe=[...]))` evaluates it at every checkpoint and
-keeps its outputs in `SimResult.observed[name]`, `(runs, K, ...)`. The records 'gram' and
-'tokens' are the two built-in observers (`builtin_observers`), so a statistic at every layer
-costs its own size per run and layer, not an n x n Gram matrix.
+An `Observer` is a name and `observe(layer, t, x)`, a statistic of a batch's state `x`
+`(runs_in_batch, n, w)` after layer `layer` (depth time `t = layer * dt`) that returns a tensor
+`(runs_in_batch, ...)`: a function `fn(x)` of the state alone, or a subclass that reads the
+layer and the time too. It may name its own checkpoints, else it takes the `Recording`'s;
+`simulate(..., recording=Recording(observe=[...]))` calls it at exactly those layers and keeps
+its outputs in `SimResult.observed[name]`, `(runs, K, ...)`. The records 'gram' and 'tokens'
+are the two built-in observers (`builtin_observers`), so a statistic at every layer costs its
+own size per run and layer, not an n x n Gram matrix. `Observations` holds the outputs and makes
+the one recorder (`loop.Recorder`) each batch's layer loop calls.
 
 An observer reads coordinates in R^d unless it is declared `invariant=True`: a function of the
 inner products `X X^T` alone (of the tokens' norms and angles, not of their coordinates). Only
@@ -17,8 +20,9 @@ and not in R^d; `sampler='auto'` takes it only when every output is invariant
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,43 +35,76 @@ RECORDS: tuple[str, ...] = ("gram", "tokens")  # the built-in observers, asked f
 
 @dataclass(frozen=True)
 class Observer:
-    """A statistic kept at every checkpoint: `fn(x)` `(runs_in_batch, ...)` of the state `x`
-    `(runs_in_batch, n, w)`.
+    """A statistic kept at checkpoints: `observe(layer, t, x)` `(runs_in_batch, ...)` of the
+    state `x` `(runs_in_batch, n, w)` after layer `layer`, at depth time `t = layer * dt`.
 
-    `fn` must act run by run (row `r` of its output a function of row `r` of `x` alone), so that
-    the result does not depend on the batch size; it gets the state `simulate` records as
+    Give `fn(x)` for a statistic of the state alone (`observe` calls it), or subclass and
+    override `observe(layer, t, x)` to read the layer and the time too. `checkpoints` names the
+    observer's own layers (as `Recording.checkpoints`: an int K >= 2 evenly spaced, layer
+    indices, or None for the `Recording`'s); its outputs in `SimResult.observed[name]` are
+    `(runs, K_own, ...)` and `SimResult.observed_layers(name)` gives those layers. `simulate`
+    calls it at exactly those layers, once per batch of runs.
+
+    `observe` must act run by run (row `r` of its output a function of row `r` of `x` alone), so
+    that the result does not depend on the batch size; it gets the state `simulate` records as
     'tokens': the tokens in R^d (w = d), the residual stream with norm 'pre' or 'peri' (radii
-    included). An observer declared `invariant=True` promises that `fn(x)` depends on `x` only
-    through `x x^T` (so `fn(x O) = fn(x)` for every orthogonal `O`, and zero columns appended to
-    `x` change nothing); it may then also run under sampler='gram', which passes the state in an
-    isometric frame of the tokens' span (`w <= n`: inner products and norms are those in R^d,
-    coordinates are not). `simulate` checks the declaration once (`check_invariance`: the
-    first record's state turned by a random rotation) and refuses an observer that fails it.
-    Without the declaration the Gram sampler refuses the observer and `auto` does not take it.
-    A run stopped at its decision (`until='decided'`) keeps, at its later checkpoints, `fn` of
-    its state at decision.
+    included). An observer declared `invariant=True` promises that its output depends on `x`
+    only through `x x^T` (so it is unchanged by `x -> x O` for every orthogonal `O`, and by zero
+    columns appended to `x`); it may then also run under sampler='gram', which passes the state
+    in an isometric frame of the tokens' span (`w <= n`: inner products and norms are those in
+    R^d, coordinates are not). `simulate` checks the declaration at the observer's first call
+    (one more call, on the state turned by a random rotation: `check_invariance`) and refuses
+    an observer that fails it. Without the declaration the Gram sampler refuses the observer
+    and `auto` does not take it. A run stopped at its decision (`until='decided'`, layer `k`)
+    is observed once more, `observe(k, k dt, x_k)`, when it has checkpoints after `k`, and
+    that output fills them: no observer is called at a layer after its run's decision.
 
     Args:
         name: the key of the outputs in `SimResult.observed` (not 'gram' or 'tokens', which are
             asked for by `record=`).
-        fn: the statistic, a callable from a torch tensor to a torch tensor.
-        invariant: `fn` is a function of the inner products alone (see above).
+        fn: the statistic of the state, a callable from a torch tensor to a torch tensor (None
+            in a subclass that overrides `observe`).
+        invariant: the output is a function of the inner products alone (see above).
+        checkpoints: the observer's own layers, or None for the `Recording`'s.
     """
 
     name: str
-    fn: Callable[[torch.Tensor], torch.Tensor]
+    fn: Callable[[Any], torch.Tensor] | None = None
     invariant: bool = False
+    checkpoints: int | Sequence[int] | None = None
+
+    def observe(self, layer: int, t: float, x: Any) -> torch.Tensor:
+        """The statistic of the state `x` after layer `layer` (depth time `t`): `fn(x)`."""
+        assert self.fn is not None  # checked when made
+        return self.fn(x)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ParameterError(f"observe: an observer's name must be a non-empty string; got "
                                  f"{self.name!r}")
-        if not callable(self.fn):
+        own = type(self).observe is not Observer.observe
+        if not (callable(self.fn) or (self.fn is None and own)):
             raise ParameterError(f"observe: observer {self.name!r} needs a callable fn(x) -> "
-                                 f"tensor (runs_in_batch, ...); got {self.fn!r}")
+                                 f"tensor (runs_in_batch, ...), or a subclass of Observer that "
+                                 f"overrides observe(layer, t, x); got {self.fn!r}")
         if not isinstance(self.invariant, bool):
             raise ParameterError(f"observe: observer {self.name!r} needs invariant=True or False; "
                                  f"got {self.invariant!r}")
+        object.__setattr__(self, "checkpoints", _own_checkpoints(self.name, self.checkpoints))
+
+
+def _own_checkpoints(name: str, ck: object) -> int | tuple[int, ...] | None:
+    """An observer's checkpoints as given (an int, None) or as a tuple of ints; ParameterError
+    naming the observer for anything else (the layers are checked against the horizon by
+    `options.observer_layers`)."""
+    if ck is None or (isinstance(ck, int | np.integer) and not isinstance(ck, bool)):
+        return None if ck is None else int(ck)
+    if isinstance(ck, Iterable) and not isinstance(ck, str | bytes):
+        out = tuple(ck)
+        if all(isinstance(k, int | np.integer) and not isinstance(k, bool) for k in out):
+            return tuple(int(k) for k in out)
+    raise ParameterError(f"observe: observer {name!r} takes checkpoints None, a count K >= 2 or "
+                         f"layer indices; got {ck!r}")
 
 
 #: What `simulate(observe=...)` takes: one observer, a sequence of them, or `{name: fn}`.
@@ -170,17 +207,19 @@ def random_rotation(w: int, dtype: torch.dtype, device: torch.device | str = "cp
 INVARIANCE_EPS = 1e4
 
 
-def check_invariance(observers: Sequence[Observer], x: torch.Tensor) -> None:
+def check_invariance(observers: Sequence[Observer], x: Any, layer: int = 0,
+                     t: float = 0.0) -> None:
     """ParameterError naming the first user observer declared `invariant=True` whose output
-    changes when the state `x` `(runs, n, w)` is rotated, `x -> x O` with a random orthogonal
-    `O` (`random_rotation`), beyond rounding (`INVARIANCE_EPS`); the built-in records are
-    invariant by construction and not tested. One extra call of each such observer."""
+    changes when the state `x` `(runs, n, w)` after layer `layer` (time `t`) is rotated,
+    `x -> x O` with a random orthogonal `O` (`random_rotation`), beyond rounding
+    (`INVARIANCE_EPS`); the built-in records are invariant by construction and not tested, nor
+    is a state that is not a floating-point tensor. One extra call of each such observer."""
     users = [o for o in observers if o.invariant and o.name not in RECORDS]
-    if not users or not x.is_floating_point():
+    if not users or not isinstance(x, torch.Tensor) or not x.is_floating_point():
         return
     xr = x @ random_rotation(x.shape[-1], x.dtype, x.device)
     for o in users:
-        a, b = o.fn(x), o.fn(xr)
+        a, b = o.observe(layer, t, x), o.observe(layer, t, xr)
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) \
                 or a.shape != b.shape:
             continue  # record() names the observer's shape error
@@ -202,41 +241,114 @@ def check_invariance(observers: Sequence[Observer], x: torch.Tensor) -> None:
 
 
 class Observations:
-    """The outputs of `observers` for `runs` runs at `checkpoints` checkpoints, `(runs, K, ...)`
-    on the CPU; each array is made at the observer's first output (its shape and dtype)."""
+    """The outputs of `observers` for `runs` runs, observer `i` at its layers `layers[i]`,
+    `(runs, K_i, ...)` on the CPU; each array is made at the observer's first output (its shape
+    and dtype). `batch(start)` is the `loop.Recorder` of one batch of runs; `dt` makes the
+    depth times `t = layer * dt` the observers get."""
 
-    def __init__(self, observers: Sequence[Observer], runs: int, checkpoints: int) -> None:
+    def __init__(self, observers: Sequence[Observer], runs: int,
+                 layers: Sequence[np.ndarray], dt: float) -> None:
         self.observers = tuple(observers)
-        self.runs, self.k = runs, checkpoints
+        self.runs, self.dt = runs, dt
+        self.layers = [np.asarray(a, dtype=np.int64) for a in layers]
+        # layer -> column, per observer
+        self.column = [{int(k): c for c, k in enumerate(a)} for a in self.layers]
         self.store: dict[str, torch.Tensor] = {}
-        self.checked = False  # the declared invariances, tested on the first record
+        self.checked: set[str] = set()  # the declared invariances tested (at a first call)
 
-    def record(self, at: slice | torch.Tensor, c: int, x: torch.Tensor) -> None:
-        """Keep `fn(x)` of every observer for the runs `at` (a slice or indices of the runs) at
-        checkpoint number `c`."""
-        b = x.shape[0]
-        if not self.checked:
-            self.checked = True
-            check_invariance(self.observers, x)
-        for o in self.observers:
-            out = o.fn(x)
-            if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != b:
-                got = (f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor)
-                       else type(out).__name__)
-                raise ParameterError(f"observe: observer {o.name!r} must return a torch tensor "
-                                     f"with one row per run, ({b}, ...), for a batch of {b} "
-                                     f"runs; got {got}")
-            kept = self.store.get(o.name)
-            if kept is None:
-                kept = torch.empty((self.runs, self.k, *out.shape[1:]), dtype=out.dtype)
-                self.store[o.name] = kept
-            elif kept.shape[2:] != out.shape[1:] or kept.dtype != out.dtype:
-                raise ParameterError(f"observe: observer {o.name!r} returned ({b}, "
-                                     f"{', '.join(map(str, out.shape[1:]))}) {out.dtype} after "
-                                     f"(runs, {', '.join(map(str, kept.shape[2:]))}) "
-                                     f"{kept.dtype}: the shape and dtype must not change")
-            kept[at, c] = out.detach().cpu()
+    @property
+    def every_layer(self) -> np.ndarray:
+        """The layers at which any observer is called, sorted."""
+        if not self.layers:
+            return np.empty(0, dtype=np.int64)
+        return np.unique(np.concatenate(self.layers))
+
+    def batch(self, start: int, size: int,
+              guard: Callable[[int, Any], None] | None = None) -> BatchRecorder:
+        """The `loop.Recorder` of the runs `start:start + size`; `guard(k, x)` first sees every
+        state recorded (to refuse, say, a non-finite one)."""
+        return BatchRecorder(self, start, size, guard)
+
+    def output(self, i: int, k: int, x: Any, b: int) -> torch.Tensor:
+        """Observer `i` at layer `k` on the state `x` of `b` runs, its declaration and the shape
+        of its output checked."""
+        o = self.observers[i]
+        t = k * self.dt
+        if o.invariant and o.name not in self.checked:
+            self.checked.add(o.name)
+            check_invariance([o], x, k, t)
+        out = o.observe(k, t, x)
+        if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != b:
+            got = (f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor)
+                   else type(out).__name__)
+            raise ParameterError(f"observe: observer {o.name!r} must return a torch tensor "
+                                 f"with one row per run, ({b}, ...), for a batch of {b} "
+                                 f"runs; got {got}")
+        return out
+
+    def kept(self, i: int, out: torch.Tensor) -> torch.Tensor:
+        """The array of observer `i`, made at its first output."""
+        o = self.observers[i]
+        kept = self.store.get(o.name)
+        if kept is None:
+            kept = torch.empty((self.runs, len(self.layers[i]), *out.shape[1:]), dtype=out.dtype)
+            self.store[o.name] = kept
+        elif kept.shape[2:] != out.shape[1:] or kept.dtype != out.dtype:
+            b = out.shape[0]
+            raise ParameterError(f"observe: observer {o.name!r} returned ({b}, "
+                                 f"{', '.join(map(str, out.shape[1:]))}) {out.dtype} after "
+                                 f"(runs, {', '.join(map(str, kept.shape[2:]))}) "
+                                 f"{kept.dtype}: the shape and dtype must not change")
+        return kept
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The outputs as numpy arrays `(runs, K, ...)`, by name, in the observers' order."""
+        """The outputs as numpy arrays `(runs, K_i, ...)`, by name, in the observers' order."""
         return {o.name: self.store[o.name].numpy() for o in self.observers if o.name in self.store}
+
+    def own_layers(self, default: np.ndarray) -> dict[str, list[int]]:
+        """The layers of each observer whose layers are not `default`, by name."""
+        return {o.name: a.tolist() for o, a in zip(self.observers, self.layers, strict=True)
+                if not np.array_equal(a, default)}
+
+
+class BatchRecorder:
+    """The `loop.Recorder` of one batch of runs (`start:start + size`) of `Observations`."""
+
+    def __init__(self, book: Observations, start: int, size: int,
+                 guard: Callable[[int, Any], None] | None) -> None:
+        self.book, self.start, self.size, self.guard = book, start, size, guard
+        self.layers = book.every_layer
+
+    def _at(self, rows: torch.Tensor) -> slice | torch.Tensor:
+        # march keeps the rows in order and only drops some: all of them are the whole batch
+        if len(rows) == self.size:
+            return slice(self.start, self.start + self.size)
+        return rows + self.start
+
+    def at(self, k: int, x: Any, rows: torch.Tensor) -> None:
+        """Keep, for the batch rows `rows`, the output of every observer with a checkpoint at
+        layer `k`."""
+        if self.guard is not None:
+            self.guard(k, x)
+        book, at = self.book, self._at(rows)
+        for i, col in enumerate(book.column):
+            c = col.get(k)
+            if c is not None:
+                out = book.output(i, k, x, len(rows))
+                book.kept(i, out)[at, c] = out.detach().cpu()
+
+    def left(self, k: int, x: Any, rows: torch.Tensor) -> None:
+        """The rows `rows` leave at layer `k` in state `x`: each observer with checkpoints after
+        `k` is called once more, `observe(k, k dt, x)`, and its output fills them."""
+        if self.guard is not None:
+            self.guard(k, x)
+        book, at = self.book, rows + self.start
+        for i, a in enumerate(book.layers):
+            later = np.flatnonzero(a > k)
+            if later.size == 0:
+                continue
+            out = book.output(i, k, x, len(rows)).detach().cpu()
+            kept = book.kept(i, out)
+            cols = torch.from_numpy(later)
+            kept[at.unsqueeze(1), cols.unsqueeze(0)] = out.unsqueeze(1).expand(
+                -1, len(later), *out.shape[1:])

@@ -92,6 +92,22 @@ def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> 
     return np.unique(a.astype(int))
 
 
+def observer_layers(observers: Sequence[Observer], default: np.ndarray, steps: int
+                    ) -> list[np.ndarray]:
+    """The layers of each observer: its own `checkpoints` (`resolve_checkpoints`), or
+    `default` (the `Recording`'s) where it names none; ParameterError naming the observer."""
+    out = []
+    for o in observers:
+        if o.checkpoints is None:
+            out.append(default)
+            continue
+        try:
+            out.append(resolve_checkpoints(o.checkpoints, steps))
+        except ParameterError as err:
+            raise ParameterError(f"observe: observer {o.name!r}: {err}") from None
+    return out
+
+
 def check_token_weights(weights: Any, n: int, runs: int) -> np.ndarray | None:
     """Token weights as a float64 array `(n,)` or `(runs, n)`: finite, non-negative, each row of
     positive sum (None stays None); else ParameterError."""
@@ -220,7 +236,9 @@ class Recording:
         observe: statistics kept beside `record`: an `Observer(name, fn)`, a sequence of them
             or a mapping `{name: fn}`, `fn(x)` `(runs_in_batch, ...)` of the state `x`
             `(runs_in_batch, n, d)` that `record=('tokens',)` would keep;
-            `SimResult.observed[name]` holds its outputs `(runs, K, ...)`. An observer declared
+            `SimResult.observed[name]` holds its outputs `(runs, K, ...)`; an observer may name
+            its own checkpoints (`Observer(name, fn, checkpoints=...)`, or a subclass reading
+            the layer and the time in `observe(layer, t, x)`). An observer declared
             `Observer(name, fn, invariant=True)` (a function of the inner products alone) may
             run under the Gram sampler, which passes the state in a frame of the tokens' span;
             'tokens' and the other observers read coordinates in R^d, so `sampler='auto'` then

@@ -32,7 +32,8 @@ class SimResult:
     Every array is a `numpy.ndarray` of the run's dtype (float64 unless asked otherwise).
     `observed` maps the name of each observer given to
     `simulate(..., recording=Recording(observe=...))` to its outputs `(runs, K, ...)` at the
-    checkpoints (the observer's dtype).
+    checkpoints, or at the observer's own (`observed_layers(name)`; `extra['observed_at']`
+    lists those that differ), in the observer's dtype.
     """
 
     params: ModelParams
@@ -74,6 +75,15 @@ class SimResult:
     def times(self) -> np.ndarray:
         """Depth times `t = k dt` of the checkpoints."""
         return self.checkpoints * self.grid.dt
+
+    def observed_layers(self, name: str) -> np.ndarray:
+        """The layers of the outputs `observed[name]`: the observer's own checkpoints, or
+        `checkpoints`; KeyError for a name not observed."""
+        if name not in self.observed:
+            raise KeyError(f"no observer {name!r} in this result; observed: "
+                           f"{', '.join(map(repr, self.observed)) or 'none'}")
+        own = self.extra.get("observed_at", {}).get(name)
+        return self.checkpoints if own is None else np.asarray(own, dtype=np.int64)
 
     def _recorded_gram(self) -> np.ndarray:
         if self.gram is None:

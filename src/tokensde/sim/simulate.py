@@ -39,7 +39,7 @@ from .expansion import choose_evaluator, expansion_basis
 from .gram import frame_forms, run_batch_gram, uniform_frame
 from .loop import Progress, Stop
 from .norm_sde import check_peri_sde
-from .observe import Observations, builtin_observers, coordinate_outputs
+from .observe import Observations, Observer, builtin_observers, coordinate_outputs
 from .options import (
     DECIDE_TOL,
     Execution,
@@ -49,6 +49,7 @@ from .options import (
     StoppingRule,
     check_token_weights,
     decide_every,
+    observer_layers,
     resolve_checkpoints,
 )
 from .result import SimResult
@@ -278,6 +279,7 @@ class _Plan:
     sampler: str
     evaluator: str
     checkpoints: np.ndarray
+    observed_at: list[np.ndarray]  # the layers of each observer, built-in ones first
     batch: int
     weights: np.ndarray | None
     decide: tuple[float, int] | None
@@ -299,10 +301,16 @@ def _plan(params: ModelParams, grid: TimeGrid, runs: int, scheme: str, initial: 
     tdtype, dev = execution.torch_dtype, execution.torch_device
     evaluator = choose_evaluator(params, execution.attention_eval, used, tdtype, w_all)
     ck = resolve_checkpoints(recording.checkpoints, grid.steps)
+    at = observer_layers(_observers(params, recording), ck, grid.steps)
     bs = default_batch(runs, params, used, tdtype, dev) if execution.batch_size is None else \
         execution.batch_size
     bs = runs if bs >= runs else math.ceil(bs / RUN_BLOCK) * RUN_BLOCK
-    return _Plan(used, evaluator, ck, bs, w_all, decide, init_kind)
+    return _Plan(used, evaluator, ck, at, bs, w_all, decide, init_kind)
+
+
+def _observers(params: ModelParams, recording: Recording) -> tuple[Observer, ...]:
+    """Every observer of a run: the built-in records, then the user's."""
+    return (*builtin_observers(recording.kept(params.n), params.norm), *recording.observers)
 
 
 def simulate(
@@ -362,8 +370,7 @@ def simulate(
     runs = check_int("runs", runs, 1)
     seed = check_int("seed", seed, 0)
     plan = _plan(params, grid, runs, scheme, initial, stopping, recording, execution)
-    book = Observations((*builtin_observers(recording.kept(params.n), params.norm),
-                         *recording.observers), runs, len(plan.checkpoints))
+    book = Observations(_observers(params, recording), runs, plan.observed_at, grid.dt)
     layer_of = np.full(runs, -1, dtype=np.int64)
     t0 = time.perf_counter()
     finals = [_run_block(params, grid, runs, seed, scheme, initial, execution, plan, book,
@@ -371,6 +378,9 @@ def simulate(
               for start in range(0, runs, plan.batch)]
     seen = book.arrays()  # 'gram' and 'tokens' go to their own fields
     extra: dict[str, Any] = {"attention_eval": plan.evaluator}
+    own = book.own_layers(plan.checkpoints)
+    if own:
+        extra["observed_at"] = own
     if plan.decide is not None:
         extra |= {"tol": plan.decide[0], "decide_every": plan.decide[1], "max_T": grid.T}
     return SimResult(
@@ -397,13 +407,14 @@ def _run_block(params: ModelParams, grid: TimeGrid, runs: int, seed: int, scheme
     else:
         x = initial_tokens(init, params, rs, start, tdtype, initial.rho0)
 
-    def rec(c: int, xc: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+    def finite(k: int, xc: torch.Tensor) -> None:
         if not bool(torch.isfinite(xc).all()):
             hint = "lower beta or sigma" + (" or use float64" if tdtype != torch.float64 else "")
             raise FloatingPointError(
-                f"non-finite tokens at checkpoint {c} (beta={params.beta}, sigma="
+                f"non-finite tokens at layer {k} (beta={params.beta}, sigma="
                 f"{params.noise_scale}, dtype={tdtype}): the step overflowed; {hint}")
-        book.record(slice(start, stop) if rows is None else rows + start, c, xc)
+
+    rec = book.batch(start, stop - start, finite)
 
     if plan.sampler == "gram":
         # the Gram sampler draws the forms' compressions to its frame, from the same streams
@@ -412,7 +423,7 @@ def _run_block(params: ModelParams, grid: TimeGrid, runs: int, seed: int, scheme
         mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
         retain = [s.retain for s in (rs, framed, mlp_rs) if s is not None]
         halt = _halt(plan, stop - start, retain, params)
-        xf = run_batch_gram(x, params, grid, rs, scheme, plan.checkpoints, rec, progress,
+        xf = run_batch_gram(x, params, grid, rs, scheme, rec, progress,
                             stop=halt, forms=framed, mlp_rs=mlp_rs)
     else:
         draws = Draws.of(params, scheme, rs, tdtype)
@@ -420,8 +431,8 @@ def _run_block(params: ModelParams, grid: TimeGrid, runs: int, seed: int, scheme
         w = plan.weights
         wb = None if w is None else torch.as_tensor(w if w.ndim == 1 else w[start:stop],
                                                     dtype=tdtype, device=dev)
-        xf = run_batch(x, params, grid, draws, plan.sampler, scheme, plan.checkpoints, rec,
-                       progress, stop=halt, weights=wb, attention_eval=plan.evaluator)
+        xf = run_batch(x, params, grid, draws, plan.sampler, scheme, rec, progress, stop=halt,
+                       weights=wb, attention_eval=plan.evaluator)
     if halt is not None:
         layer_of[start:stop] = halt.layer
         if progress is not None:  # the layers that decided runs did not need

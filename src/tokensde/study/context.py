@@ -190,8 +190,8 @@ def _estimate(ctx: Context) -> Callable[[float, str, bool], None]:
 def run_packaged_sweep(ctx: Context, names: tuple[str, ...]) -> SweepRun:
     """Run (or resume) the first sweep file of `names` (`sweep_file`) into `OUT/sweeps/<stem>/`
     on `ctx.workers` processes; its finished cells are reused."""
-    from ..plots.multi import load
     from ..sweep.engine import run_sweep
+    from ..sweep.store import ok_rows
 
     cfg = sweep_file(names)
     out = ctx.out / "sweeps" / cfg.stem
@@ -199,4 +199,4 @@ def run_packaged_sweep(ctx: Context, names: tuple[str, ...]) -> SweepRun:
     t0 = time.perf_counter()
     summary = run_sweep(cfg, out, workers=ctx.workers, yes=ctx.yes, on_estimate=_estimate(ctx))
     return SweepRun(cfg, out, summary, time.perf_counter() - t0,
-                    load(out).reset_index(drop=True))
+                    ok_rows(out).reset_index(drop=True))

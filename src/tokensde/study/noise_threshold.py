@@ -32,6 +32,7 @@ import numpy as np
 
 from ..model.checks import check_choice, check_int, check_real, real_array
 from ..model.params import ModelParams, ParameterError
+from ..sim.options import Execution
 from ..theory import token_noise as theory
 
 
@@ -345,9 +346,9 @@ class OrderEstimate:
 def stationary_order(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
                      attention: str = "usa", runs: int = 4, T: float = 60.0,
                      burn: float = 30.0, dt: float | None = None, scheme: str = "auto",
-                     seed: int = 0, samples: int = 61, attention_eval: str = "auto",
-                     start: str = "uniform", extrapolate: bool = False,
-                     step_tol: float | None = STEP_TOL) -> OrderEstimate:
+                     seed: int = 0, samples: int = 61, start: str = "uniform",
+                     extrapolate: bool = False, step_tol: float | None = STEP_TOL,
+                     execution: Execution = Execution()) -> OrderEstimate:
     """Time-averaged `r = |(1/n) sum_i x_i|` (and the degree-2 `q`) over `[burn, T]` with
     `mean='identity'`, no common noise (`sigma = 0`) and independent token noise `token_noise`,
     from i.i.d. uniform tokens (`start='uniform'`) or from every token at `e_1`
@@ -366,12 +367,13 @@ def stationary_order(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
         scheme: 'auto' (`step_plan`: the scheme with the smaller step bias), 'network' or 'sde'.
         seed: the root seed.
         samples: checkpoints, evenly spaced over `[0, T]` (those at times >= burn are averaged).
-        attention_eval: as `simulate` ('auto': the O(n) expansion at d = 2, 3 for large n).
         start: 'uniform' or 'ordered'.
         extrapolate: also run at `dt / 2` (same seed) and return `2 X(dt/2) - X(dt)`.
         step_tol: the rule on the step's relative shift of the threshold (a given `dt` that
             breaks it warns, `StepBiasWarning`); None: no rule (`dt` must be given, `scheme`
             not 'auto').
+        execution: how the runs are computed, as `simulate` (`attention_eval='auto'`: the O(n)
+            expansion at d = 2, 3 for large n).
 
     Returns:
         An `OrderEstimate`.
@@ -387,7 +389,7 @@ def stationary_order(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
         dt, scheme = plan.dt, plan.scheme
     kw: dict[str, Any] = dict(n=n, d=d, beta=beta, attention=attention, runs=runs, T=T,
                               burn=burn, scheme=scheme, seed=seed, samples=samples,
-                              attention_eval=attention_eval, start=start)
+                              start=start, execution=execution)
     one = _stationary_order(token_noise, dt=dt, **kw)
     if not extrapolate:
         return one
@@ -419,10 +421,10 @@ def _richardson(one: OrderEstimate, half: OrderEstimate, beta: float, d: int, at
 
 def _stationary_order(token_noise: float, n: int, d: int, beta: float, attention: str,
                       runs: int, T: float, burn: float, dt: float, scheme: str, seed: int,
-                      samples: int, attention_eval: str, start: str) -> OrderEstimate:
+                      samples: int, start: str, execution: Execution) -> OrderEstimate:
     """`stationary_order` at one step, without the step rule."""
     from ..model.params import TimeGrid
-    from ..sim.options import Execution, InitialState, Recording
+    from ..sim.options import InitialState, Recording
     from ..sim.simulate import simulate
 
     runs = check_int("runs", runs, 2)
@@ -440,7 +442,7 @@ def _stationary_order(token_noise: float, n: int, d: int, beta: float, attention
     res = simulate(p, TimeGrid.make(T=T, dt=dt), runs=runs, seed=seed, scheme=scheme,
                    initial=InitialState(init),
                    recording=Recording(check_int("samples", samples, 2), ("tokens",)),
-                   execution=Execution(attention_eval=attention_eval))
+                   execution=execution)
     wall = time.perf_counter() - t0
     assert res.tokens is not None
     times = np.asarray(res.checkpoints) * res.grid.dt

@@ -339,6 +339,13 @@ def read_table(path: str | os.PathLike) -> Any:
     return table.to_pandas()
 
 
+def ok_rows(path: str | os.PathLike) -> Any:
+    """The rows of status 'ok' of a saved consolidated table (`read_table`), as a pandas
+    DataFrame: what the figures and the report read."""
+    df = read_table(path)
+    return df[df["status"] == "ok"].copy()
+
+
 def render_table(out: str | os.PathLike, fmt: str) -> str:
     """The finished rows of the sweep in `out` as CSV or JSON text (records)."""
     fmt = check_choice("format (for text output)", fmt, ("csv", "json"))

@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..analysis.pair_monte_carlo import ENGINES, monte_carlo, pair_budget, spec_params
+from ..analysis.pair_monte_carlo import ENGINES, monte_carlo, pair_budget, pair_stopping, spec_params
 from ..model.mlp import MLPS
 from ..model.params import ParameterError, TimeGrid, check_real
 from ..sim.budget import Budget
+from ..sim.options import Execution
 from ..theory import decision_time as absorption
 from ..theory import two_tokens as tt
 from ..theory.coefficients import pair_model
@@ -78,9 +79,10 @@ def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     until decided (`1 - |rho| < tol`) or the maximum horizon T, with the exact theory."""
     beta, d, tol = cell["beta"], cell["d"], cell["tol"]
     mlp = {k: cell.get(k, v) for k, v in MLP_DEFAULTS.items()}
+    stop, outcome_tol = pair_stopping(cell["until"], tol)
     out = monte_carlo(beta, d, cell["rho0"], runs=cell["runs"], T=cell["T"], dt=cell["dt"],
-                      seed=seed, tol=tol, engine=cell["engine"], sampler=cell["sampler"],
-                      until=cell["until"], **mlp)
+                      seed=seed, stopping=stop, outcome_tol=outcome_tol, engine=cell["engine"],
+                      execution=Execution(sampler=cell["sampler"]), **mlp)
     r = out.to_dict()
     model = pair_model(beta, d, **mlp)
     at_tol = hitting_probability(model, out.rho0, tol)
@@ -105,7 +107,8 @@ def two_token_budget(cell: dict[str, Any]) -> Budget:
     mlp = {k: cell.get(k, v) for k, v in MLP_DEFAULTS.items()}
     p = spec_params(cell["beta"], cell["d"], **mlp)
     return pair_budget(p, cell["rho0"], TimeGrid.make(T=cell["T"], dt=cell["dt"]), cell["runs"],
-                       cell["engine"], cell["sampler"], cell["until"])
+                       cell["engine"], pair_stopping(cell["until"], cell["tol"])[0],
+                       Execution(sampler=cell["sampler"]))
 
 
 register(ExperimentKind(

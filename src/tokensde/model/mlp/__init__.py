@@ -8,7 +8,7 @@ module here defining an `Activation` subclass decorated with `@MLPS.register` an
 
 from __future__ import annotations
 
-from . import gelu, relu
+from . import gelu, relu, swiglu
 from .base import MLPS, Activation
 
-__all__ = ["MLPS", "Activation", "gelu", "relu"]
+__all__ = ["MLPS", "Activation", "gelu", "relu", "swiglu"]

@@ -46,6 +46,11 @@ class Activation(ABC):
     def kernel(self, rho: np.ndarray) -> np.ndarray:
         """`khat(rho) = E[phi(u) phi(v)] / E[phi(u)^2]` for correlations `rho` in [-1, 1]."""
 
+    def check_width(self, width: int) -> None:
+        """Refuse a hidden width `mlp_width` this activation cannot read (ParameterError naming
+        it); every width by default."""
+        return None
+
     def complement(self, w: np.ndarray) -> np.ndarray:
         """`1 - khat(1 - w)`; a subclass makes it accurate for small `w` (near-merged pairs)."""
         return 1.0 - self.kernel(1.0 - np.asarray(w, dtype=float))

@@ -1,0 +1,832 @@
+"""Introspection: a user's Transformer, given as a factory `make(seed) -> nn.Module`, read into the
+law of its residual blocks at init and mapped onto tokensde's model (docs/own-transformer.md).
+
+`read_network(make, sample)` draws the network under a few seeds, finds its residual blocks (the
+one `nn.ModuleList` / `nn.Sequential` whose entries each hold an attention module) and reads each
+block:
+
+- its parts from the modules themselves: the attention (`nn.MultiheadAttention`, HuggingFace's
+  `GPT2Attention`), the norms (`nn.LayerNorm`: centred; `nn.RMSNorm` and tokensde's `RMSNorm`:
+  not), the MLP (two `nn.Linear` or HuggingFace `Conv1D` outside the attention);
+- its wiring from one forward pass of `sample` with hooks on those parts: which norm's output the
+  attention and the MLP read (pre-norm) or whether a norm follows each residual add (post-norm),
+  the residual scales `a`, `b` of `x + a attn(.)` and `h + b mlp(.)` (least squares, checked
+  exact), the activation between the MLP's layers (matched against ReLU and both GELUs) and the
+  attention mask (none, or the causal one); for a class that states its norm placement
+  (`nn.TransformerEncoderLayer.norm_first`, GPT-2's pre-norm) the probe must agree with it;
+- blocks that start as copies of one block (torch's `nn.TransformerEncoder`) are refused: their
+  weights are not independent over depth;
+- the laws of its weights and biases from the drawn tensors: each entry's second moment `mean(w^2)`
+  per seed, with standard error `sqrt((mean(w^4) - mean(w^2)^2) / N)` (N entries, i.i.d.), then
+  averaged over seeds (the standard deviation over seeds is kept beside it).
+
+`to_law` checks that every block has one structure and, within `HOMOGENEITY_Z` standard errors, one
+law (tokensde's model has one set of parameters for all layers), folds the residual scales into the
+branch variances (`a^2 var_O`, `b^2 var_2`, `b^2 var_b2`) and gives the `BlockLaw` that
+`mapping.to_model` turns into `ModelParams`; `map_read` does both, `params_errors` propagates the
+standard errors of the variances to the mapped parameters. A block that cannot be read raises
+`IntrospectionError` naming the block, its class and the missing or unsupported part.
+`run_own` is `experiment.run_real` for such a network (its inits measured, its law read and
+predicted from the same embeddings).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from ..model.checks import ParameterError, check_int, require
+from ..sim.rng import derive_seed
+from .experiment import RealRun, agreement
+from .mapping import BlockLaw, Mapping, to_model
+from .measure import TOL, directions_gram, gram_stats, summarise
+from .models import RMSNorm as TokensdeRMSNorm
+from .predict import SDE_RUNS, SDE_STEPS, predict
+
+HOMOGENEITY_Z = 5.0  # a block's variance further than this many standard errors from the pooled one:
+# the blocks do not share one law (refused)
+SAME_TOL = 1e-4  # two probed tensors are the same when max |a - b| <= SAME_TOL max |a| (float32 passes)
+FIT_TOL = 1e-3  # a residual add r = c v is read when |r - c v| <= FIT_TOL |r|
+ACT_TOL = 1e-4  # an activation phi is read when max |g - phi(h)| <= ACT_TOL max |g|
+ATTENTIONS: tuple[str, ...] = ("MultiheadAttention", "GPT2Attention")
+WEIGHTS: tuple[str, ...] = ("q", "k", "v", "o", "bq", "bk", "bv", "bo", "1", "2", "b1", "b2")
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.relu,
+    "gelu": nn.functional.gelu,
+    "gelu-tanh": lambda h: nn.functional.gelu(h, approximate="tanh"),
+}
+
+
+class IntrospectionError(ParameterError):
+    """A network or block that tokensde cannot read; the message names the block, its class and
+    the part that is missing or not read yet."""
+
+
+@dataclass(frozen=True)
+class Moment:
+    """The entry second moment `mean(w^2)` of one weight: `value` (mean over `seeds` draws),
+    `se` (its standard error, from the entries' fourth moment), `sd` (standard deviation of the
+    per-seed values), `entries` (per draw), `kurtosis` (`mean(w^4) / mean(w^2)^2`; Gaussian 3,
+    uniform 1.8; nan for a zero weight)."""
+
+    value: float
+    se: float
+    sd: float
+    seeds: int
+    entries: int
+    kurtosis: float
+
+
+@dataclass(frozen=True)
+class BlockRead:
+    """One residual block as read: `index`, `cls` (its class name), width `d`, `heads`, `causal`,
+    `attention` (class name), `norm` ('pre' | 'post'), `norm_kind` (class name), `centred`
+    (LayerNorm subtracts the mean), `eps`, `activation` ('relu' | 'gelu' | 'gelu-tanh' | 'none'),
+    `width` (MLP hidden width, 0 without an MLP), `residual_scale` (attention branch, MLP branch),
+    `moments` (WEIGHTS -> `Moment`: q, k, v, o the attention's projections, bq, bk, bv, bo their
+    biases, 1, 2 the MLP's layers, b1, b2 their biases; absent parts are zero)."""
+
+    index: int
+    cls: str
+    d: int
+    heads: int
+    causal: bool
+    attention: str
+    norm: str
+    norm_kind: str
+    centred: bool
+    eps: float
+    activation: str
+    width: int
+    residual_scale: tuple[float, float]
+    moments: dict[str, Moment] = field(default_factory=dict)
+
+    def structure(self) -> tuple[Any, ...]:
+        """Everything but the index and the variances: equal in every block of a readable network."""
+        return (self.cls, self.d, self.heads, self.causal, self.attention, self.norm,
+                self.norm_kind, self.centred, self.eps, self.activation, self.width)
+
+
+@dataclass(frozen=True)
+class NetworkRead:
+    """A network as read: `cls` (its class name), `blocks` (one `BlockRead` each), `tokens` (n, of
+    the sample), `seeds` (the draws the variances are averaged over)."""
+
+    cls: str
+    blocks: tuple[BlockRead, ...]
+    tokens: int
+    seeds: tuple[int, ...]
+
+    @property
+    def layers(self) -> int:
+        """The number L of residual blocks."""
+        return len(self.blocks)
+
+    def pooled(self, key: str) -> Moment:
+        """The moment `key` averaged over the blocks (their standard errors combined)."""
+        ms = [b.moments[key] for b in self.blocks]
+        L = len(ms)
+        value = sum(m.value for m in ms) / L
+        kurt = [m.kurtosis for m in ms if not math.isnan(m.kurtosis)]
+        return Moment(value, math.sqrt(sum(m.se ** 2 for m in ms)) / L,
+                      math.sqrt(sum(m.sd ** 2 for m in ms) / L), ms[0].seeds,
+                      sum(m.entries for m in ms), sum(kurt) / len(kurt) if kurt else math.nan)
+
+
+# ---------------------------------------------------------------------------------------------
+# drawing and finding the blocks
+
+
+def draw(make: Callable[[int], nn.Module], seed: int) -> nn.Module:
+    """`make(seed)` under torch's global generator seeded with `seed` (restored after), eval mode."""
+    seed = check_int("seed", seed, 0)
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = make(seed)
+    finally:
+        torch.random.set_rng_state(state)
+    if not isinstance(model, nn.Module):
+        raise IntrospectionError(f"make(seed) must return a torch.nn.Module; got {type(model).__name__}")
+    return model.eval()
+
+
+def _is_attention(module: nn.Module) -> bool:
+    return "Attention" in type(module).__name__
+
+
+def _holds_attention(module: nn.Module) -> bool:
+    return any(_is_attention(m) for m in module.modules())
+
+
+def find_blocks(model: nn.Module, path: str | None = None) -> list[nn.Module]:
+    """The residual blocks of `model`: the module at attribute `path` ('encoder.layer'), or the
+    one `nn.ModuleList` / `nn.Sequential` whose entries are of one class and each hold an
+    attention module."""
+    if path is not None:
+        obj: Any = model
+        for part in path.split("."):
+            if not hasattr(obj, part):
+                raise IntrospectionError(f"{type(model).__name__} has no attribute path '{path}'")
+            obj = getattr(obj, part)
+        if not isinstance(obj, nn.ModuleList | nn.Sequential):
+            raise IntrospectionError(f"'{path}' of {type(model).__name__} is a "
+                                     f"{type(obj).__name__}, not an nn.ModuleList or nn.Sequential")
+        return list(obj)
+    found = [(name, list(m)) for name, m in model.named_modules()
+             if isinstance(m, nn.ModuleList | nn.Sequential) and len(m) > 0
+             and len({type(c) for c in m}) == 1 and all(_holds_attention(c) for c in m)]
+    if not found:
+        raise IntrospectionError(
+            f"{type(model).__name__}: no residual blocks found (an nn.ModuleList or nn.Sequential "
+            "whose entries are of one class and each hold an attention module); pass blocks='path'")
+    if len(found) > 1:
+        raise IntrospectionError(f"{type(model).__name__}: several lists of blocks "
+                                 f"({', '.join(repr(n) for n, _ in found)}); pass blocks='path'")
+    return found[0][1]
+
+
+# ---------------------------------------------------------------------------------------------
+# the parts of one block
+
+
+def _linear(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(weight as (out, in), bias) of an `nn.Linear` or a HuggingFace `Conv1D` (weight (in, out))."""
+    if isinstance(module, nn.Linear):
+        return module.weight, module.bias
+    if type(module).__name__ == "Conv1D" and hasattr(module, "nf"):
+        return module.weight.T, module.bias
+    return None
+
+
+@dataclass
+class _Parts:
+    attention: nn.Module
+    norms: list[nn.Module]
+    linears: list[nn.Module]
+
+
+def _fail(where: str, what: str) -> IntrospectionError:
+    return IntrospectionError(f"{where}: {what}")
+
+
+def _parts(block: nn.Module, where: str) -> _Parts:
+    """The attention, norms and MLP layers of `block`; IntrospectionError for anything else that
+    holds parameters."""
+    atts = [m for m in block.modules() if _is_attention(m)]
+    atts = [m for m in atts if not any(m is not a and m in set(a.modules()) for a in atts)]
+    if not atts:
+        raise _fail(where, "no attention module found")
+    if len(atts) > 1:
+        raise _fail(where, f"{len(atts)} attention modules (cross-attention or parallel "
+                    "attention) are not read yet")
+    att = atts[0]
+    if type(att).__name__ not in ATTENTIONS:
+        raise _fail(where, f"attention module {type(att).__name__} is not read yet (read: "
+                    f"{', '.join(ATTENTIONS)})")
+    inside = set(att.modules())
+    norms: list[nn.Module] = []
+    linears: list[tuple[str, nn.Module]] = []
+    for name, m in block.named_modules():
+        if m in inside:
+            continue
+        if isinstance(m, nn.LayerNorm | nn.RMSNorm | TokensdeRMSNorm):
+            norms.append(m)
+        elif _linear(m) is not None:
+            linears.append((name, m))
+        elif m is not block and any(True for _ in m.parameters(recurse=False)):
+            raise _fail(where, f"module '{name}' ({type(m).__name__}) holds parameters that are "
+                        "not read (read: attention, LayerNorm / RMSNorm, the MLP's two Linear layers)")
+    if len(linears) not in (0, 2):
+        owner = _owner(block, [n for n, _ in linears])
+        what = ("gated MLPs (three Linear layers) are not read yet" if len(linears) == 3 else
+                f"{len(linears)} Linear layers outside the attention; an MLP of two is read")
+        raise _fail(f"{where}, {owner}" if owner else where, what)
+    return _Parts(att, norms, [m for _, m in linears])
+
+
+def _owner(block: nn.Module, names: Sequence[str]) -> str:
+    """The class name of the innermost module of `block` that holds all `names`."""
+    if not names:
+        return ""
+    common = names[0].split(".")[:-1]
+    for n in names[1:]:
+        parts = n.split(".")
+        while common != parts[:len(common)]:
+            common = common[:-1]
+    return type(block.get_submodule(".".join(common))).__name__ if common else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# the weights of the attention
+
+
+def _attention_weights(att: nn.Module, where: str) -> tuple[int, int, dict[str, torch.Tensor | None]]:
+    """(width d, heads, {q, k, v, o, bq, bk, bv, bo}) of a read attention module."""
+    if isinstance(att, nn.MultiheadAttention):
+        d = att.embed_dim
+        if not att._qkv_same_embed_dim:
+            raise _fail(where, "MultiheadAttention with kdim or vdim other than embed_dim is not read")
+        if att.bias_k is not None or att.bias_v is not None:
+            raise _fail(where, "MultiheadAttention with add_bias_kv is not read")
+        q, k, v = att.in_proj_weight.split(d, 0)
+        bq = bk = bv = None
+        if att.in_proj_bias is not None:
+            bq, bk, bv = att.in_proj_bias.split(d, 0)
+        return d, att.num_heads, {"q": q, "k": k, "v": v, "o": att.out_proj.weight, "bq": bq,
+                                  "bk": bk, "bv": bv, "bo": att.out_proj.bias}
+    # GPT2Attention: c_attn Conv1D (d, 3d) columns q | k | v, c_proj Conv1D
+    if getattr(att, "is_cross_attention", False):
+        raise _fail(where, "GPT-2 cross-attention is not read")
+    if not getattr(att, "scale_attn_weights", True) or getattr(att, "scale_attn_by_inverse_layer_idx",
+                                                               False):
+        raise _fail(where, "GPT2Attention with a logit scale other than 1/sqrt(d_head) is not read")
+    d = att.embed_dim
+    w, b = att.c_attn.weight, att.c_attn.bias
+    q, k, v = w.T.split(d, 0)
+    bq, bk, bv = b.split(d, 0)
+    return d, att.num_heads, {"q": q, "k": k, "v": v, "o": att.c_proj.weight.T, "bq": bq, "bk": bk,
+                              "bv": bv, "bo": att.c_proj.bias}
+
+
+def _raw_moment(w: torch.Tensor | None) -> tuple[float, float, int, float]:
+    """(mean w^2, its standard error, entries, mean w^4) of one drawn tensor (zeros when absent)."""
+    if w is None:
+        return 0.0, 0.0, 0, 0.0
+    x = w.detach().to(torch.float64).flatten()
+    m2, m4 = float((x * x).mean()), float((x ** 4).mean())
+    return m2, math.sqrt(max(m4 - m2 * m2, 0.0) / x.numel()), x.numel(), m4
+
+
+def _block_weights(parts: _Parts, where: str) -> tuple[int, int, dict[str, torch.Tensor | None]]:
+    """(width d, heads, the block's weights by WEIGHTS key); orders the MLP's layers (d -> m
+    first) when their shapes tell."""
+    d, heads, ws = _attention_weights(parts.attention, where)
+    if parts.linears:
+        first, second = (_linear(m)[0].shape for m in parts.linears)  # type: ignore[index]
+        if first[0] == d != second[0]:  # registered in the other order
+            parts.linears.reverse()
+        (w1, b1), (w2, b2) = (_linear(m) for m in parts.linears)  # type: ignore[misc]
+        if w1.shape[1] != d or w2.shape != (d, w1.shape[0]):
+            raise _fail(where, f"MLP layers of shapes {tuple(w1.shape)}, {tuple(w2.shape)} are not "
+                        f"(m, {d}) then ({d}, m)")
+        ws.update({"1": w1, "2": w2, "b1": b1, "b2": b2})
+    else:
+        ws.update({"1": None, "2": None, "b1": None, "b2": None})
+    return d, heads, ws
+
+
+# ---------------------------------------------------------------------------------------------
+# the probe: one forward pass with hooks
+
+
+@dataclass
+class _Record:
+    """What one forward pass recorded: inputs and outputs of the block and of its parts, and the
+    keyword arguments the attention was called with."""
+
+    calls: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = field(default_factory=dict)
+    attn_args: list[tuple[tuple, dict]] = field(default_factory=list)
+
+
+def _first(t: Any) -> torch.Tensor:
+    return (t[0] if isinstance(t, tuple | list) else t).detach().to(torch.float64)
+
+
+def _hook_all(blocks: Sequence[nn.Module], parts: Sequence[_Parts]) -> tuple[list[_Record], list[Any]]:
+    records = [_Record() for _ in blocks]
+    handles = []
+    for rec, block, p in zip(records, blocks, parts, strict=True):
+        for m in (block, p.attention, *p.norms, *p.linears):
+            def hook(mod: nn.Module, args: tuple, kwargs: dict, out: Any, r: _Record = rec) -> None:
+                x = args[0] if args else next(iter(kwargs.values()))
+                r.calls.setdefault(id(mod), []).append((_first(x), _first(out)))
+                if _is_attention(mod):
+                    r.attn_args.append((args, kwargs))
+            handles.append(m.register_forward_hook(hook, with_kwargs=True))
+    return records, handles
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and float((a - b).abs().max()) <= SAME_TOL * float(a.abs().max()) + 1e-30
+
+
+def _fit(r: torch.Tensor, v: torch.Tensor, where: str, what: str) -> float:
+    """The scale c of `r = c v` (least squares), checked to be exact; 1.0 when r = v = 0."""
+    vv, rr = float((v * v).sum()), float((r * r).sum())
+    if vv == 0.0:
+        if rr == 0.0:
+            return 1.0
+        raise _fail(where, f"{what}: the residual add is not input + a multiple of the branch")
+    c = float((r * v).sum()) / vv
+    if float(((r - c * v) ** 2).sum()) > FIT_TOL ** 2 * rr:
+        raise _fail(where, f"{what}: the residual add is not input + a multiple of the branch")
+    return float(f"{c:.6g}")
+
+
+def _one(rec: _Record, m: nn.Module, where: str, block: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input, output) of the one call of `m` in the probe's forward pass."""
+    calls = rec.calls.get(id(m), [])
+    if len(calls) != 1:
+        name = next((n for n, c in block.named_modules() if c is m), "")
+        raise _fail(where, f"module '{name}' ({type(m).__name__}) called {len(calls)} times in "
+                    "one forward pass (once is read)")
+    return calls[0]
+
+
+def _activation(h: torch.Tensor, g: torch.Tensor, where: str) -> str:
+    """The activation phi with `g = phi(h)` (the MLP's hidden pre- and post-activations)."""
+    errs = {k: float((g - f(h)).abs().max()) for k, f in ACTIVATIONS.items()}
+    best = min(errs, key=errs.__getitem__)
+    if errs[best] > ACT_TOL * float(g.abs().max()) + 1e-30:
+        raise _fail(where, f"the MLP's activation is none of {', '.join(ACTIVATIONS)} (gated or "
+                    "other activations are not read yet)")
+    return best
+
+
+def _causal(att: nn.Module, args: tuple, kwargs: dict, n: int, where: str) -> bool:
+    """Whether the attention was called with the causal mask (None, or refused if another)."""
+    if type(att).__name__ == "GPT2Attention":
+        return bool(getattr(att, "is_causal", True))
+    if kwargs.get("key_padding_mask") is not None:
+        raise _fail(where, "a key_padding_mask is not read")
+    mask = kwargs.get("attn_mask", args[4] if len(args) > 4 else None)
+    if mask is None:
+        return bool(kwargs.get("is_causal", False))
+    blocked = mask if mask.dtype == torch.bool else torch.isinf(mask) & (mask < 0)
+    upper = torch.ones(n, n, dtype=torch.bool, device=blocked.device).triu(1)
+    if blocked.shape[-2:] == (n, n) and bool((blocked == upper).all()):
+        if mask.dtype != torch.bool and bool((mask[~upper.expand_as(mask)] != 0).any()):
+            raise _fail(where, "an additive attention mask other than the causal one is not read")
+        return True
+    raise _fail(where, "an attention mask other than the causal one is not read")
+
+
+KNOWN_PLACEMENT: dict[str, Callable[[nn.Module], str]] = {
+    "TransformerEncoderLayer": lambda b: "pre" if b.norm_first else "post",
+    "GPT2Block": lambda b: "pre",
+}
+
+
+def _layout(block: nn.Module, p: _Parts, rec: _Record, where: str) -> dict[str, Any]:
+    """Norm placement, residual scales, activation and causality of one block from its probe."""
+    x, y = _one(rec, block, where, block)
+    a_in, a_out = _one(rec, p.attention, where, block)
+    norms = [(m, *_one(rec, m, where, block)) for m in p.norms]
+    has_mlp = bool(p.linears)
+    if has_mlp:
+        (l1_in, h1), (g, m_out) = (_one(rec, m, where, block) for m in p.linears)
+        act = _activation(h1, g, where)
+    else:
+        act, l1_in, m_out = "none", None, None
+
+    def norm_with(out: torch.Tensor | None = None, inp: torch.Tensor | None = None) -> Any:
+        hit = [n for n in norms if (out is None or _same(out, n[2])) and (inp is None or _same(inp, n[1]))]
+        return hit[0] if len(hit) == 1 else None
+
+    used: list[Any] = []
+    pre = norm_with(out=a_in, inp=x)
+    if pre is not None:
+        placement, used = "pre", [pre]
+        if has_mlp:
+            n2 = norm_with(out=l1_in)
+            if n2 is None:
+                raise _fail(where, "the MLP does not read a norm's output, as in a pre-norm block")
+            used.append(n2)
+            h = n2[1]
+            a = _fit(h - x, a_out, where, "attention branch")
+            b = _fit(y - h, m_out, where, "MLP branch")
+        else:
+            a, b = _fit(y - x, a_out, where, "attention branch"), 1.0
+    elif _same(a_in, x):
+        placement = "post"
+        n1 = norm_with(out=l1_in) if has_mlp else norm_with(out=y)
+        if n1 is None:
+            raise _fail(where, "no norm after the attention's residual add (a block without norms is "
+                        "not read)")
+        used.append(n1)
+        a = _fit(n1[1] - x, a_out, where, "attention branch")
+        b = 1.0
+        if has_mlp:
+            n2 = norm_with(out=y)
+            if n2 is None:
+                raise _fail(where, "no norm after the MLP's residual add, as in a post-norm block")
+            used.append(n2)
+            b = _fit(n2[1] - n1[2], m_out, where, "MLP branch")
+    else:
+        raise _fail(where, "the attention reads neither the block's input nor a norm of it")
+    if len(used) != len(norms):
+        raise _fail(where, f"{len(norms) - len(used)} norm(s) whose place is not read "
+                    "(read: one norm per branch, before it or after its residual add)")
+    known = KNOWN_PLACEMENT.get(type(block).__name__)
+    if known is not None and known(block) != placement:
+        raise _fail(where, f"the probe reads {placement}-norm, the class states {known(block)}-norm")
+    args, kwargs = rec.attn_args[0]
+    _self_attention(p.attention, args, kwargs, where)
+    n = int(x.shape[0] if not getattr(p.attention, "batch_first", True) else x.shape[-2])
+    return {"norm": placement, "residual_scale": (a, b), "activation": act,
+            "causal": _causal(p.attention, args, kwargs, n, where), "tokens": n}
+
+
+def _self_attention(att: nn.Module, args: tuple, kwargs: dict, where: str) -> None:
+    """Refuse an `nn.MultiheadAttention` whose keys or values are not its queries."""
+    if not isinstance(att, nn.MultiheadAttention):
+        return
+    qkv = [*args[:3], *(kwargs[k] for k in ("query", "key", "value") if k in kwargs)]
+    if len(qkv) != 3 or not all(t is qkv[0] or torch.equal(t, qkv[0]) for t in qkv[1:]):
+        raise _fail(where, "the attention's keys or values are not its queries (cross-attention "
+                    "is not read)")
+
+
+def _norm_fields(norms: Sequence[nn.Module], where: str) -> dict[str, Any]:
+    """The norms' class, centring and eps, all equal, with unit weight and zero bias."""
+    kinds = {type(m).__name__ for m in norms}
+    if not kinds:
+        raise _fail(where, "no norm found (a block without norms is not read)")
+    if len(kinds) != 1:
+        raise _fail(where, f"norms of different classes ({', '.join(sorted(kinds))}) are not read")
+    m = norms[0]
+    for n in norms:
+        w, b = getattr(n, "weight", None), getattr(n, "bias", None)
+        if (w is not None and not bool((w == 1).all())) or (b is not None and bool((b != 0).any())):
+            raise _fail(where, f"{type(n).__name__} with a weight other than 1 or a bias other than "
+                        "0 at init is not read")
+    eps = getattr(m, "eps", None)
+    if eps is None:  # nn.RMSNorm's default
+        eps = torch.finfo(torch.get_default_dtype()).eps
+    if len({getattr(n, "eps", None) for n in norms}) != 1:
+        raise _fail(where, "norms with different eps are not read")
+    return {"norm_kind": type(m).__name__, "centred": isinstance(m, nn.LayerNorm), "eps": float(eps)}
+
+
+def read_network(make: Callable[[int], nn.Module], sample: torch.Tensor | Callable[[nn.Module], Any],
+                 seeds: Sequence[int] = (0, 1, 2), blocks: str | None = None) -> NetworkRead:
+    """Read the residual blocks of the network `make(seed)` (module docstring).
+
+    Args:
+        make: the factory; called under torch's global generator seeded with each seed.
+        sample: an input the network takes (`model(sample)`: token ids, images, embeddings), or a
+            function `model -> output` that runs it; the wiring is read from this pass.
+        seeds: the draws the variances are read from (at least one).
+        blocks: attribute path of the blocks' list, or None to find it.
+
+    Returns:
+        The `NetworkRead`.
+
+    Raises:
+        IntrospectionError: a block or part that is not read, named.
+    """
+    seeds = tuple(check_int("seed", s, 0) for s in seeds)
+    if not seeds:
+        raise IntrospectionError("seeds must hold at least one seed")
+    raw: list[list[dict[str, tuple[float, float, int, float]]]] = []
+    layouts: list[dict[str, Any]] = []
+    cls = ""
+    for j, seed in enumerate(seeds):
+        model = draw(make, seed)
+        cls = type(model).__name__
+        bl = find_blocks(model, blocks)
+        where = [f"block {i} ({type(b).__name__})" for i, b in enumerate(bl)]
+        parts = [_parts(b, w) for b, w in zip(bl, where, strict=True)]
+        weights = [_block_weights(p, w) for p, w in zip(parts, where, strict=True)]
+        _distinct([ws for _, _, ws in weights], where)
+        raw.append([{k: _raw_moment(ws.get(k)) for k in WEIGHTS} for _, _, ws in weights])
+        if j == 0:
+            layouts = _probe(model, bl, parts, where, sample)
+            for lay, p, w, (d, heads, ws) in zip(layouts, parts, where, weights, strict=True):
+                w1 = ws["1"]
+                lay.update(_norm_fields(p.norms, w), d=d, heads=heads,
+                           attention=type(p.attention).__name__,
+                           width=0 if w1 is None else int(w1.shape[0]))
+        elif len(bl) != len(layouts):
+            raise IntrospectionError(f"{cls}: {len(bl)} blocks at seed {seed}, {len(layouts)} at "
+                                     f"seed {seeds[0]}")
+    out = []
+    for i, lay in enumerate(layouts):
+        moments = {k: _moment([r[i][k] for r in raw]) for k in WEIGHTS}
+        fields_ = {k: v for k, v in lay.items() if k != "tokens"}
+        out.append(BlockRead(index=i, moments=moments, **fields_))
+    return NetworkRead(cls, tuple(out), layouts[0]["tokens"], seeds)
+
+
+def _distinct(weights: Sequence[dict[str, torch.Tensor | None]], where: Sequence[str]) -> None:
+    """Refuse blocks that start with equal value weights (copies of one block, as torch's
+    nn.TransformerEncoder makes): their weights are not independent over depth."""
+    for i in range(1, len(weights)):
+        a, b = weights[i - 1]["v"], weights[i]["v"]
+        if a is not None and b is not None and torch.equal(a, b) and bool(a.any()):
+            raise _fail(where[i], f"starts with the value weights of block {i - 1} (copies of one "
+                        "block, as torch's nn.TransformerEncoder makes, are not independent over "
+                        "depth: initialise each block on its own)")
+
+
+def _probe(model: nn.Module, bl: Sequence[nn.Module], parts: Sequence[_Parts], where: Sequence[str],
+           sample: torch.Tensor | Callable[[nn.Module], Any]) -> list[dict[str, Any]]:
+    """One forward pass of `sample` with hooks (grad enabled, so that torch's fused fast paths,
+    which skip the submodules, are not taken); the layout of every block."""
+    records, handles = _hook_all(bl, parts)
+    try:
+        with torch.enable_grad():
+            model(sample) if isinstance(sample, torch.Tensor) else sample(model)
+    finally:
+        for h in handles:
+            h.remove()
+    out = []
+    for b, p, rec, w in zip(bl, parts, records, where, strict=True):
+        lay = _layout(b, p, rec, w)
+        lay["cls"] = type(b).__name__
+        out.append(lay)
+    return out
+
+
+def _moment(per_seed: Sequence[tuple[float, float, int, float]]) -> Moment:
+    """Average of per-seed (m2, se, entries, m4) into a `Moment`."""
+    S = len(per_seed)
+    m2 = [p[0] for p in per_seed]
+    value = sum(m2) / S
+    sd = math.sqrt(sum((v - value) ** 2 for v in m2) / (S - 1)) if S > 1 else 0.0
+    m4 = sum(p[3] for p in per_seed) / S
+    return Moment(value, math.sqrt(sum(p[1] ** 2 for p in per_seed)) / S, sd, S, per_seed[0][2],
+                  m4 / value ** 2 if value > 0 else math.nan)
+
+
+# ---------------------------------------------------------------------------------------------
+# the law and the mapping
+
+
+def _uniform(read: NetworkRead) -> None:
+    """Refuse a network whose blocks differ in structure or (beyond HOMOGENEITY_Z) in law."""
+    first = read.blocks[0]
+    for b in read.blocks[1:]:
+        if b.structure() != first.structure():
+            diff = [f.name for f in fields(BlockRead) if f.name not in ("index", "moments",
+                                                                          "residual_scale")
+                    and getattr(b, f.name) != getattr(first, f.name)]
+            raise IntrospectionError(f"block {b.index} ({b.cls}) differs from block 0 in "
+                                     f"{', '.join(diff)}: tokensde's model has one block for all layers")
+        for x, y in zip(b.residual_scale, first.residual_scale, strict=True):
+            if abs(x - y) > 1e-5 * max(abs(x), abs(y)):
+                raise IntrospectionError(f"block {b.index} ({b.cls}): residual scale "
+                                         f"{b.residual_scale} differs from block 0's {first.residual_scale}")
+    for k in WEIGHTS:
+        pool = read.pooled(k)
+        for b in read.blocks:
+            m = b.moments[k]
+            tol = HOMOGENEITY_Z * math.hypot(m.se, pool.se) + 1e-6 * pool.value
+            if abs(m.value - pool.value) > tol:
+                raise IntrospectionError(
+                    f"block {b.index} ({b.cls}): entry variance of {k} {m.value:.4g} +- {m.se:.2g} "
+                    f"against {pool.value:.4g} over the blocks: blocks with different laws are not read")
+
+
+def effective(read: NetworkRead) -> dict[str, Moment]:
+    """The pooled moments with the residual scales folded in: `o` times `a^2`; `2`, `b2` times
+    `b^2`."""
+    a, b = read.blocks[0].residual_scale
+    out = {k: read.pooled(k) for k in WEIGHTS}
+    for k, c in (("o", a * a), ("2", b * b), ("b2", b * b)):
+        m = out[k]
+        out[k] = replace(m, value=m.value * c, se=m.se * c, sd=m.sd * c)
+    return out
+
+
+def to_law(read: NetworkRead, radius2: float = 1.0, tokens: int | None = None,
+           depth_scaled: bool = False) -> BlockLaw:
+    """The `BlockLaw` of a read network (its blocks checked to share one law).
+
+    Args:
+        read: the network as read.
+        radius2: r0^2, the per-coordinate second moment of the residual stream at the embeddings
+            (measure it: `experiment.run_real` takes it from the embeddings).
+        tokens: n (default: the sample's).
+        depth_scaled: the branches' variances scale as 1/L (as GPT-2's init): the mapped curve then
+            has a depth limit. One network at one depth cannot show it: say so here.
+
+    Returns:
+        The block law, with the pieces read approximately in its notes.
+
+    Raises:
+        IntrospectionError: blocks that differ, or a part the mapping has no term for.
+    """
+    _uniform(read)
+    b0 = read.blocks[0]
+    e = effective(read)
+    if any(e[k].value > 0 for k in ("bq", "bk", "bv", "bo")):
+        raise IntrospectionError(f"block 0 ({b0.cls}): attention biases nonzero at init are not "
+                                 "mapped yet")
+    act = b0.activation
+    mlp_on = act != "none" and e["2"].value > 0  # a zero output weight leaves the output bias alone
+    notes = ["W_O W_V product as Gaussian"]
+    if act == "gelu-tanh" and mlp_on:
+        notes.append("tanh GELU as exact GELU")
+    if b0.centred:
+        notes.append("LayerNorm centring as RMS" if b0.norm == "pre" else
+                     "the first block's branch reads the uncentred embeddings as centred")
+    odd = sorted(k for k, m in e.items() if m.kurtosis < 2.5 or m.kurtosis > 3.5)
+    if odd:
+        notes.append("non-Gaussian entries as Gaussian (kurtosis " + ", ".join(
+            f"{k} {e[k].kurtosis:.2f}" for k in odd) + ")")
+    return BlockLaw(b0.d, b0.heads, read.layers, read.tokens if tokens is None else tokens,
+                    b0.causal, b0.norm, e["q"].value, e["k"].value, e["v"].value, e["o"].value,
+                    ("gelu" if act.startswith("gelu") else act) if mlp_on else "none", b0.width,
+                    e["1"].value, e["2"].value, b0.eps, radius2, notes=tuple(notes),
+                    depth_scaled=depth_scaled, var_b1=e["b1"].value if mlp_on else 0.0,
+                    var_b2=e["b2"].value, centred=b0.centred)
+
+
+def map_read(read: NetworkRead, radius2: float = 1.0, tokens: int | None = None,
+             depth_scaled: bool = False) -> Mapping:
+    """The tokensde model of a read network: `mapping.to_model(to_law(...))`.
+
+    Args:
+        read: What `read_network` read.
+        radius2: The squared RMS radius of the stream, as `to_law`.
+        tokens: The number of tokens, as `to_law`.
+        depth_scaled: Whether the branches carry a depth scale, as `to_law`.
+
+    Returns:
+        The `Mapping` (the `ModelParams`, the start and what is approximated).
+    """
+    return to_model(to_law(read, radius2, tokens, depth_scaled))
+
+
+LAW_FIELDS: dict[str, str] = {"q": "var_q", "k": "var_k", "v": "var_v", "o": "var_o", "1": "var_1",
+                              "2": "var_2", "b1": "var_b1", "b2": "var_b2"}
+PARAM_FIELDS: tuple[str, ...] = ("sigma", "qk_scale", "mlp_sigma", "bias_sigma", "mlp_bias")
+
+
+def params_errors(read: NetworkRead, radius2: float = 1.0) -> dict[str, float]:
+    """Standard errors of the mapped continuous parameters (PARAM_FIELDS, and `mlp_q`, GELU's
+    pre-activation variance `d s var_1`), from those of the variances (first order, independent
+    weights: each variance moved by its standard error)."""
+    law = to_law(read, radius2)
+    base = to_model(law).params
+    e = effective(read)
+    acc = dict.fromkeys((*PARAM_FIELDS, "mlp_q"), 0.0)
+    for key, name in LAW_FIELDS.items():
+        if e[key].se == 0 or getattr(law, name) == 0:
+            continue
+        moved = replace(law, **{name: getattr(law, name) + e[key].se})
+        p = to_model(moved).params
+        for f in PARAM_FIELDS:
+            acc[f] += (getattr(p, f) - getattr(base, f)) ** 2
+        if key == "1":
+            acc["mlp_q"] += (law.d * law.shrink * e[key].se) ** 2
+    return {k: math.sqrt(v) for k, v in acc.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# an experiment on a read network
+
+
+def block_states(model: nn.Module, blocks: Sequence[nn.Module], x: Any) -> torch.Tensor:
+    """`(batch, L + 1, n, d)`: the first block's input and every block's output on `model(x)`
+    (no gradients; an `nn.MultiheadAttention` with batch_first False reads `(n, batch, d)`)."""
+    states: list[torch.Tensor] = []
+
+    def keep(_m: nn.Module, args: tuple, kwargs: dict, out: Any) -> None:
+        if not states:
+            states.append((args[0] if args else next(iter(kwargs.values()))).detach())
+        states.append((out[0] if isinstance(out, tuple) else out).detach())
+
+    handles = [b.register_forward_hook(keep, with_kwargs=True) for b in blocks]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    h = torch.stack(states, 1)
+    att = _parts(blocks[0], f"block 0 ({type(blocks[0]).__name__})").attention
+    return h.permute(2, 1, 0, 3) if not getattr(att, "batch_first", True) else h
+
+
+def measure_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch.Tensor],
+                inits: int, per_init: int, seed: int, blocks: str | None = None,
+                tol: float = TOL) -> tuple[dict[str, np.ndarray], torch.Tensor]:
+    """Per-init statistics `{stat: (inits, L + 1)}` (each the mean over the init's inputs) and the
+    embeddings `(inits * per_init, n, d)`, as `experiment.measure_real`: init s is `make` drawn
+    under `derive_seed(seed, 1, s)` reading `inputs(per_init, derive_seed(seed, 2, s))` (a batch
+    of inputs; the blocks' tokens `(batch, n, d)`, or `(n, batch, d)` for an
+    `nn.MultiheadAttention` with batch_first False)."""
+    per: dict[str, list[np.ndarray]] = {}
+    x0 = []
+    for s in range(inits):
+        model = draw(make, derive_seed(seed, 1, s))
+        bl = find_blocks(model, blocks)
+        h = block_states(model, bl, inputs(per_init, derive_seed(seed, 2, s)))
+        for k, v in gram_stats(directions_gram(h), tol).items():
+            per.setdefault(k, []).append(v.mean(0))
+        x0.append(h[:, 0].to(torch.float64))
+    return {k: np.stack(v) for k, v in per.items()}, torch.cat(x0)
+
+
+def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch.Tensor],
+            inits: int = 32, per_init: int = 2, seed: int = 0, blocks: str | None = None,
+            depth_scaled: bool = False, read_seeds: int = 3, tol: float = TOL,
+            sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = SDE_RUNS) -> RealRun:
+    """`experiment.run_real` for a user's network: measure `inits` x `per_init` runs of `make`,
+    read its law from its first `read_seeds` inits (`read_network`), map it with the measured r0^2
+    (`map_read`) and predict it from the same embeddings.
+
+    Args:
+        make: the factory `seed -> nn.Module`.
+        inputs: `(batch, seed) -> ` a batch of inputs the network takes.
+        inits: independent initialisations (>= 2).
+        per_init: inputs per initialisation.
+        seed: root seed (inits, inputs, predictions as in `run_real`).
+        blocks: attribute path of the blocks' list, or None to find it.
+        depth_scaled: the branches' variances scale as 1/L (`to_law`).
+        read_seeds: inits the variances are read from.
+        tol: the clustering tolerance of the statistics.
+        sde: also draw the depth limit (default: when `depth_scaled` and the MLP has no hidden
+            bias, which the limit does not carry).
+        sde_steps: Euler steps of the depth limit.
+        sde_runs: embeddings the depth limit starts from.
+
+    Returns:
+        A `RealRun` (its meta names the network class and the read law instead of a RealSpec).
+    """
+    inits, per_init = check_int("inits", inits, 2), check_int("inputs", per_init, 1)
+    seed, read_seeds = check_int("seed", seed, 0), check_int("read_seeds", read_seeds, 1)
+    require(0 < tol < 1, "tol", "in (0, 1)", tol)
+    t0 = time.perf_counter()
+    per, x0 = measure_own(make, inputs, inits, per_init, seed, blocks, tol)
+    read = read_network(make, inputs(per_init, derive_seed(seed, 2, 0)),
+                        [derive_seed(seed, 1, s) for s in range(min(read_seeds, inits))], blocks)
+    t_real = time.perf_counter() - t0
+    radius2 = float((x0 ** 2).sum(-1).mean()) / x0.shape[-1]
+    m = map_read(read, radius2, depth_scaled=depth_scaled)
+    L = read.layers
+    frames = [summarise(per).assign(side="real", frac=lambda f: f.layer / L)]
+    t1 = time.perf_counter()
+    _, pred = predict(m, x0, derive_seed(seed, 3), "network", tol=tol)
+    frames.append(summarise(pred).assign(side="network", frac=lambda f: f.layer / L))
+    t_net = time.perf_counter() - t1
+    use_sde = depth_scaled and m.params.mlp_bias == 0 if sde is None else sde
+    t_sde = 0.0
+    if use_sde:
+        t2 = time.perf_counter()
+        _, lim = predict(m, x0[:sde_runs], derive_seed(seed, 4), "sde", steps=sde_steps, tol=tol)
+        frames.append(summarise(lim).assign(side="sde", frac=lambda f: f.layer / sde_steps))
+        t_sde = time.perf_counter() - t2
+    table = pd.concat(frames, ignore_index=True)[
+        ["side", "layer", "frac", "stat", "mean", "se", "lo", "hi", "units"]]
+    meta = {"network": read.cls, "block": read.blocks[0].cls, "layers": L, "inits": inits,
+            "inputs": per_init, "seed": seed, "tol": tol, "sde": bool(use_sde),
+            "has_limit": m.has_limit, "params": m.params.to_dict(), "radius2": radius2,
+            "approximated": list(m.law.notes), "read_seeds": list(read.seeds),
+            "residual_scale": list(read.blocks[0].residual_scale),
+            "wall_s": {"real": round(t_real, 2), "network": round(t_net, 2), "sde": round(t_sde, 2)}}
+    run = RealRun(table, m, meta, embeddings=x0)
+    run.agreement = agreement(table)
+    run.meta["agreement"] = run.agreement
+    return run

@@ -1,0 +1,457 @@
+"""Introspection of a user's Transformer (tokensde.real.introspect, docs/own-transformer.md): torch's
+encoder layers read into the same ModelParams as the hand mapping, a hand-written block read with its
+residual scale and causal mask, and blocks that are not read refused with their name."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from tokensde.real.experiment import agreement
+from tokensde.real.introspect import (
+    IntrospectionError,
+    block_states,
+    draw,
+    find_blocks,
+    map_read,
+    params_errors,
+    read_network,
+    run_own,
+    to_law,
+)
+from tokensde.real.mapping import BlockLaw, map_gpt2, map_torch_encoder, to_model
+from tokensde.real.measure import summarise
+from tokensde.real.models import RealSpec, build, has_transformers, hidden_states, make_inputs
+from tokensde.real.predict import predict
+
+Z = 4.0  # a read variance (or mapped parameter) agrees with the truth within Z standard errors
+EXACT = ("n", "d", "heads", "causal", "norm", "noise", "law", "beta", "qk", "qk_redraw", "mlp",
+         "mlp_width")
+MEASURED = ("sigma", "qk_scale", "mlp_sigma", "bias_sigma", "mlp_bias")
+D, HEADS, N, L = 64, 4, 8, 4
+
+
+def _gelu_q(name: str) -> float:
+    """q of the mlp name `gelu(q=<q>)`."""
+    return float(name.removeprefix("gelu(q=").removesuffix(")"))
+
+
+def _same_params(read, hand, radius2: float = 1.0) -> None:
+    """Every discrete field equal; every continuous one within Z propagated standard errors."""
+    got = map_read(read, radius2, depth_scaled=hand.law.depth_scaled).params
+    se = params_errors(read, radius2)
+    for f in EXACT:
+        if f == "mlp" and got.mlp.startswith("gelu("):  # GELU at the read q: compared below
+            continue
+        assert getattr(got, f) == getattr(hand.params, f), f
+    if got.mlp.startswith("gelu("):
+        assert abs(_gelu_q(got.mlp) - _gelu_q(hand.params.mlp)) <= Z * se["mlp_q"]
+    for f in MEASURED:
+        a, b = getattr(got, f), getattr(hand.params, f)
+        assert abs(a - b) <= Z * se[f] + 1e-12, (f, a, b, se[f])
+        assert (a == 0) == (b == 0), f  # a term present on one side only is a misreading
+
+
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre", "post"])
+@pytest.mark.parametrize("mlp", [True, False], ids=["mlp", "no-mlp"])
+def test_torch_encoder_read_as_the_hand_mapping(norm_first, mlp):
+    spec = RealSpec(arch="torch-encoder", layers=L, width=D, heads=HEADS, ctx=N, vocab=50,
+                    norm_first=norm_first, mlp=mlp)
+    read = read_network(lambda s: build(spec, s).model, make_inputs(spec, 2, 0))
+    b = read.blocks[0]
+    assert (b.norm, b.activation, b.causal, b.residual_scale) == (
+        "pre" if norm_first else "post", "relu", False, (1.0, 1.0))
+    assert read.layers == L and read.tokens == N and b.width == 4 * D and b.centred
+    _same_params(read, map_torch_encoder(build(spec, 0)))
+    # the law itself: Xavier 1/(2d) for the in-projection, torch's Linear 1/(3 fan_in)
+    m = 4 * D
+    truth = {"q": 1 / (2 * D), "v": 1 / (2 * D), "o": 1 / (3 * D), "1": 1 / (3 * D),
+             "2": 1 / (3 * m) if mlp else 0.0, "b1": 1 / (3 * D), "b2": 1 / (3 * m), "bo": 0.0}
+    for k, v in truth.items():
+        got = read.pooled(k)
+        assert abs(got.value - v) <= Z * got.se + 1e-15, (k, got, v)
+    assert abs(read.pooled("q").kurtosis - 1.8) < 0.1  # uniform entries, not Gaussian (3)
+
+
+def test_block_states_are_the_hidden_states():
+    spec = RealSpec(arch="torch-encoder", layers=3, width=32, heads=2, ctx=N, vocab=50)
+    net, ids = build(spec, 0), make_inputs(spec, 2, 1)
+    h = block_states(net.model, find_blocks(net.model), ids)
+    assert h.shape == (2, 4, N, 32) and torch.equal(h, hidden_states(net, ids))
+
+
+def test_rms_norms_read_uncentred():
+    spec = RealSpec(arch="torch-encoder", layers=2, width=32, heads=2, ctx=N, vocab=50,
+                    norm_first=False, centring=False)
+    read = read_network(lambda s: build(spec, s).model, make_inputs(spec, 2, 0), seeds=(0,))
+    assert not read.blocks[0].centred and read.blocks[0].norm_kind == "RMSNorm"
+    assert map_read(read).params.d == 32  # d, not d - 1: no centring to reduce by
+    _same_params(read, map_torch_encoder(build(spec, 0)))
+
+
+class PreBlock(nn.Module):
+    """A pre-LN block written by hand: x + c attn(LN(x)), then h + c mlp(LN(h)), c = 1/sqrt(2L)."""
+
+    def __init__(self, d: int, heads: int, layers: int, causal: bool = False,
+                 act: type[nn.Module] = nn.GELU) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), act(), nn.Linear(4 * d, d))
+        self.scale = 1 / math.sqrt(2 * layers)
+        self.causal = causal
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
+        n = x.shape[1]
+        mask = torch.ones(n, n, dtype=torch.bool).triu(1) if self.causal else None
+        u = self.ln1(x)
+        x = x + self.scale * self.attn(u, u, u, attn_mask=mask, need_weights=False)[0]
+        return x + self.scale * self.mlp(self.ln2(x))
+
+
+class RMSBlock(PreBlock):
+    """The pre-norm block with torch's RMSNorm (eps None: the dtype's machine epsilon)."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__(d, heads, 1)
+        self.ln1, self.ln2 = nn.RMSNorm(d), nn.RMSNorm(d)
+
+
+def test_torch_rms_norm_read():
+    read = read_network(lambda s: Net([RMSBlock(D, HEADS) for _ in range(2)]), _ids(), seeds=(0,))
+    b = read.blocks[0]
+    assert (b.norm, b.norm_kind, b.centred, b.eps) == ("pre", "RMSNorm", False,
+                                                       torch.finfo(torch.float32).eps)
+    assert to_law(read).shrink == pytest.approx(1.0 / (1.0 + b.eps))  # r0^2 = 1
+
+
+class PostBlock(nn.Module):
+    """A post-LN block written by hand with residual scale 1/2 on both branches."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True, bias=False)
+        self.fc1, self.fc2 = nn.Linear(d, 2 * d, bias=False), nn.Linear(2 * d, d, bias=False)
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
+        h = self.n1(x + 0.5 * self.attn(x, x, x, need_weights=False)[0])
+        return self.n2(h + 0.5 * self.fc2(torch.relu(self.fc1(h))))
+
+
+class Net(nn.Module):
+    """Token embedding and learned positions, N(0, 1/2) each, then `blocks`."""
+
+    def __init__(self, blocks: list[nn.Module], d: int = D, vocab: int = 50, n: int = N) -> None:
+        super().__init__()
+        self.embed, self.pos = nn.Embedding(vocab, d), nn.Embedding(n, d)
+        nn.init.normal_(self.embed.weight, 0.0, math.sqrt(0.5))
+        nn.init.normal_(self.pos.weight, 0.0, math.sqrt(0.5))
+        self.layers = nn.ModuleList(blocks)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token ids -> the last block's output."""
+        h = self.embed(ids) + self.pos(torch.arange(ids.shape[1]))
+        for b in self.layers:
+            h = b(h)
+        return h
+
+
+def _ids(batch: int = 2) -> torch.Tensor:
+    return torch.randint(0, 50, (batch, N), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_hand_written_pre_ln_block_with_residual_scale(causal):
+    read = read_network(lambda s: Net([PreBlock(D, HEADS, L, causal) for _ in range(L)]), _ids())
+    b = read.blocks[-1]
+    c = 1 / math.sqrt(2 * L)
+    assert (b.cls, b.norm, b.activation, b.causal, b.width, b.heads) == (
+        "PreBlock", "pre", "gelu", causal, 4 * D, HEADS)
+    assert b.residual_scale == pytest.approx((c, c), rel=1e-5)
+    m = 4 * D
+    truth = BlockLaw(D, HEADS, L, N, causal, "pre", 1 / (2 * D), 1 / (2 * D), 1 / (2 * D),
+                     c * c / (3 * D), "gelu", m, 1 / (3 * D), c * c / (3 * m), 1e-5, 1.0,
+                     var_b1=1 / (3 * D), var_b2=c * c / (3 * m), centred=True)
+    law = to_law(read)
+    for f in ("var_q", "var_k", "var_v", "var_o", "var_1", "var_2", "var_b1", "var_b2"):
+        assert getattr(law, f) == pytest.approx(getattr(truth, f), rel=0.05), f
+    _same_params(read, to_model(truth))
+
+
+def test_hand_written_post_ln_block():
+    read = read_network(lambda s: Net([PostBlock(D, HEADS) for _ in range(L)]), _ids(),
+                        seeds=(0, 1))
+    b = read.blocks[0]
+    assert (b.norm, b.activation, b.width, b.residual_scale) == ("post", "relu", 2 * D, (0.5, 0.5))
+    law = to_law(read)
+    assert law.model_d == D - 1 and law.var_b1 == law.var_b2 == 0.0
+    assert law.var_o == pytest.approx(0.25 / (3 * D), rel=0.05)  # the 1/2 folded in
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU-style: down(silu(gate(u)) * up(u))."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.gate, self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        """The gated MLP."""
+        return self.down(nn.functional.silu(self.gate(u)) * self.up(u))
+
+
+class GatedBlock(PreBlock):
+    """The pre-LN block with a gated MLP."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__(d, heads, 1)
+        self.mlp = GatedMLP(d)
+
+
+class MLPBlock(nn.Module):
+    """A residual MLP block without attention."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.ln, self.fc = nn.LayerNorm(d), nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
+        return x + self.fc(self.ln(x))
+
+
+class LayerScaled(PreBlock):
+    """The pre-LN block with a per-channel scale (LayerScale) on the attention branch."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__(d, heads, 1)
+        self.gamma = nn.Parameter(torch.linspace(0.1, 1.0, d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
+        u = self.ln1(x)
+        x = x + self.gamma * self.attn(u, u, u, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class BatchNormed(PreBlock):
+    """The pre-LN block with a BatchNorm in the MLP."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__(d, heads, 1)
+        self.bn = nn.BatchNorm1d(N)
+
+
+class OddMask(PreBlock):
+    """The pre-LN block called with a mask that is not the causal one."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
+        mask = torch.eye(x.shape[1], dtype=torch.bool).roll(1, 0)
+        u = self.ln1(x)
+        x = x + self.attn(u, u, u, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class CrossAttends(PreBlock):
+    """The pre-LN block whose attention reads its keys and values from the raw stream."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
+        u = self.ln1(x)
+        x = x + self.attn(u, x, x, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class SequenceFirst(PreBlock):
+    """The causal pre-LN block on `(n, batch, d)` tokens (batch_first False)."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__(d, heads, 1)
+        self.attn = nn.MultiheadAttention(d, heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block on `(n, batch, d)`."""
+        n = x.shape[0]
+        u = self.ln1(x)
+        mask = torch.full((n, n), float("-inf")).triu(1)
+        x = x + self.attn(u, u, u, attn_mask=mask, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+
+class SequenceFirstNet(Net):
+    """Net whose blocks read `(n, batch, d)`."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token ids -> the last block's output `(n, batch, d)`."""
+        h = (self.embed(ids) + self.pos(torch.arange(ids.shape[1]))).transpose(0, 1)
+        for b in self.layers:
+            h = b(h)
+        return h
+
+
+def test_sequence_first_blocks_read_with_their_token_axis():
+    read = read_network(lambda s: SequenceFirstNet([SequenceFirst(D, HEADS) for _ in range(2)]),
+                        _ids(3), seeds=(0,))
+    assert (read.tokens, read.blocks[0].causal) == (N, True)  # n, not the batch of 3
+    net = draw(lambda s: SequenceFirstNet([SequenceFirst(D, HEADS) for _ in range(2)]), 0)
+    h = block_states(net, find_blocks(net), _ids(3))
+    assert h.shape == (3, 3, N, D)
+    assert torch.equal(h[:, 0], net.embed(_ids(3)) + net.pos(torch.arange(N)))
+
+
+class DepthInit(PreBlock):
+    """The pre-LN block whose value weights grow with the block index."""
+
+    count = 0
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__(d, heads, 1)
+        with torch.no_grad():
+            self.attn.in_proj_weight[2 * d:].mul_(1 + DepthInit.count)
+        DepthInit.count += 1
+
+
+def _depth_net(s: int) -> Net:
+    DepthInit.count = 0
+    return Net([DepthInit(D, HEADS) for _ in range(L)])
+
+
+@pytest.mark.parametrize(("make", "blocks", "message"), [
+    (lambda s: Net([GatedBlock(D, HEADS) for _ in range(2)]), None,
+     r"block 0 \(GatedBlock\), GatedMLP: gated MLPs"),
+    (lambda s: Net([MLPBlock(D) for _ in range(2)]), "layers",
+     r"block 0 \(MLPBlock\): no attention module found"),
+    (lambda s: Net([MLPBlock(D) for _ in range(2)]), None, "Net: no residual blocks found"),
+    (lambda s: Net([PreBlock(D, HEADS, 1, act=nn.SiLU) for _ in range(2)]), None,
+     r"block 0 \(PreBlock\): the MLP's activation is none of relu, gelu"),
+    (lambda s: Net([LayerScaled(D, HEADS) for _ in range(2)]), None,
+     r"block 0 \(LayerScaled\): attention branch: the residual add is not input \+ a multiple"),
+    (lambda s: Net([BatchNormed(D, HEADS) for _ in range(2)]), None,
+     r"block 0 \(BatchNormed\): module 'bn' \(BatchNorm1d\) holds parameters that are not read"),
+    (lambda s: Net([OddMask(D, HEADS, 1) for _ in range(2)]), None,
+     r"block 0 \(OddMask\): an attention mask other than the causal one"),
+    (lambda s: Net([CrossAttends(D, HEADS, 1) for _ in range(2)]), None,
+     r"block 0 \(CrossAttends\): the attention's keys or values are not its queries"),
+], ids=["gated", "no-attention", "no-blocks", "silu", "layer-scale", "batchnorm", "mask", "cross"])
+def test_unread_blocks_refused_by_name(make, blocks, message):
+    with pytest.raises(IntrospectionError, match=message):
+        read = read_network(make, _ids(), seeds=(0,), blocks=blocks)
+        to_law(read)
+
+
+class Copied(nn.Module):
+    """torch's nn.TransformerEncoder: one layer deep-copied L times, behind an embedding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, D)
+        layer = nn.TransformerEncoderLayer(D, HEADS, 2 * D, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token ids -> the encoder's output."""
+        return self.encoder(self.embed(ids))
+
+
+def test_copied_layers_refused():
+    with pytest.raises(IntrospectionError, match=r"block 1 \(TransformerEncoderLayer\): starts "
+                       "with the value weights of block 0"):
+        read_network(lambda s: Copied(), _ids(), seeds=(0,))
+
+
+class Reversed(PreBlock):
+    """The pre-LN block with its MLP's layers registered output layer first."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__(d, heads, 1)
+        self.mlp = None
+        self.fc2, self.fc1 = nn.Linear(3 * d, d), nn.Linear(d, 3 * d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
+        u = self.ln1(x)
+        x = x + self.attn(u, u, u, need_weights=False)[0]
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+def test_mlp_layers_ordered_by_shape():
+    read = read_network(lambda s: Net([Reversed(D, HEADS) for _ in range(2)]), _ids(), seeds=(0,))
+    b = read.blocks[0]
+    assert (b.width, b.activation, b.residual_scale) == (3 * D, "gelu", (1.0, 1.0))
+    assert b.moments["2"].value == pytest.approx(1 / (9 * D), rel=0.1)  # fc2: 1/(3 fan_in)
+
+
+def test_blocks_with_different_laws_refused():
+    read = read_network(_depth_net, _ids(), seeds=(0,))  # reading works; one law for all does not
+    assert read.blocks[3].moments["v"].value == pytest.approx(16 * read.blocks[0].moments["v"].value,
+                                                             rel=0.15)
+    with pytest.raises(IntrospectionError, match=r"block \d \(DepthInit\): entry variance of v"):
+        to_law(read)
+
+
+needs_tf = pytest.mark.skipif(not has_transformers(), reason="needs the [real] extra")
+
+
+@pytest.fixture
+def _offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.mark.slow
+@needs_tf
+def test_gpt2_read_as_the_hand_mapping(_offline):
+    spec = RealSpec(arch="gpt2", layers=L, width=D, heads=HEADS, ctx=N, vocab=50)
+    read = read_network(lambda s: build(spec, s).model, make_inputs(spec, 2, 0))
+    b = read.blocks[0]
+    assert (b.cls, b.norm, b.causal, b.activation) == ("GPT2Block", "pre", True, "gelu-tanh")
+    hand = map_gpt2(build(spec, 0))
+    _same_params(read, hand, hand.radius2)
+
+
+@pytest.mark.slow
+@needs_tf
+def test_bert_layer_refused_by_name(_offline):
+    spec = RealSpec(arch="bert", layers=2, width=32, heads=2, ctx=N, vocab=50)
+    with pytest.raises(IntrospectionError, match=r"block 0 \(BertLayer\): attention module "
+                       "BertAttention is not read yet"):
+        read_network(lambda s: build(spec, s).model, make_inputs(spec, 2, 0), seeds=(0,))
+
+
+class SmallNet(Net):
+    """Net with embeddings N(0, 0.1^2) each (the branches then move the tokens visibly)."""
+
+    def __init__(self, blocks: list[nn.Module]) -> None:
+        super().__init__(blocks)
+        nn.init.normal_(self.embed.weight, 0.0, 0.1)
+        nn.init.normal_(self.pos.weight, 0.0, 0.1)
+
+
+def _inputs(batch: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 50, (batch, N), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.slow
+def test_hand_written_network_predicted_and_its_residual_scale_needed():
+    """The read network agrees with its prediction; read without its residual scale it does not."""
+    def make(s: int) -> nn.Module:
+        return SmallNet([PreBlock(D, HEADS, L) for _ in range(L)])
+
+    run = run_own(make, _inputs, inits=150, seed=0)
+    assert run.agreement["agrees"], run.agreement
+    read = read_network(make, _inputs(2, 0))
+    unscaled = replace(read, blocks=tuple(replace(b, residual_scale=(1.0, 1.0)) for b in read.blocks))
+    m = map_read(unscaled, run.meta["radius2"])
+    _, pred = predict(m, run.embeddings, 3)
+    table = pd.concat([run.table[run.table.side == "real"], summarise(pred).assign(side="network")])
+    wrong = agreement(table)
+    assert not wrong["agrees"] and wrong["max_abs_z"] > 2 * wrong["threshold"], wrong
