@@ -57,7 +57,7 @@ class Outcome(IntEnum):
 OUTCOME_NAMES: tuple[str, ...] = tuple(o.name.lower() for o in Outcome)
 
 
-def as_gram(gram: Any, name: str = "gram") -> np.ndarray:
+def _as_gram(gram: Any, name: str = "gram") -> np.ndarray:
     """Gram matrices as a float64 array `(runs, n, n)`; a single `(n, n)` gets a runs axis;
     ParameterError naming `name` when they are not finite real square matrices."""
     try:
@@ -93,7 +93,7 @@ def _closure(adj: np.ndarray) -> np.ndarray:
     return r
 
 
-def component_labels(adj: np.ndarray) -> np.ndarray:
+def _component_labels(adj: np.ndarray) -> np.ndarray:
     """Label of each node: the smallest index in its connected component, `(runs, n)`."""
     return np.argmax(_closure(adj), axis=-1)
 
@@ -128,30 +128,30 @@ def is_antipodal(g: Inner, tol: float) -> Inner:
 
 def merged(gram: Any, tol: float) -> np.ndarray:
     """Boolean `(runs, n, n)`: `1 - G_ij < tol`."""
-    return is_merged(as_gram(gram), check_tol(tol))
+    return is_merged(_as_gram(gram), check_tol(tol))
 
 
 def antipodal(gram: Any, tol: float) -> np.ndarray:
     """Boolean `(runs, n, n)`: `1 + G_ij < tol`."""
-    return is_antipodal(as_gram(gram), check_tol(tol))
+    return is_antipodal(_as_gram(gram), check_tol(tol))
 
 
 def cluster_labels(gram: Any, tol: float) -> np.ndarray:
     """Cluster label of each token (smallest index in its cluster), `(runs, n)`."""
-    return component_labels(merged(gram, tol))
+    return _component_labels(merged(gram, tol))
 
 
 def pole_labels(gram: Any, tol: float) -> np.ndarray:
     """Pole label of each token (clusters up to sign), `(runs, n)`."""
-    return component_labels(merged(gram, tol) | antipodal(gram, tol))
+    return _component_labels(merged(gram, tol) | antipodal(gram, tol))
 
 
-def count_labels(labels: np.ndarray) -> np.ndarray:
+def _count_labels(labels: np.ndarray) -> np.ndarray:
     """Number of distinct labels per run, `(runs,)`: labels are roots, so count `label_i == i`."""
     return (labels == np.arange(labels.shape[-1])).sum(-1)
 
 
-def label_sizes(labels: np.ndarray) -> np.ndarray:
+def _label_sizes(labels: np.ndarray) -> np.ndarray:
     """Component sizes per run, sorted descending and zero-padded, `(runs, n)`."""
     n = labels.shape[-1]
     sizes = (labels[..., None] == np.arange(n)).sum(-2)
@@ -205,7 +205,7 @@ def antipodal_fraction(gram: Any, tol: float) -> np.ndarray:
         The fraction of antipodal pairs of each run, `(runs,)`.
     """
     tol = check_tol(tol)
-    g = as_gram(gram)
+    g = _as_gram(gram)
     pairs = upper_pairs(g)
     if pairs.shape[-1] == 0:
         return np.full(g.shape[0], np.nan)
@@ -222,7 +222,7 @@ def effective_rank(gram: Any) -> np.ndarray:
     Returns:
         The participation ratio of each run, `(runs,)`.
     """
-    g = as_gram(gram)
+    g = _as_gram(gram)
     tr = np.trace(g, axis1=-2, axis2=-1)
     require(bool(np.all(tr > 0)), "gram", "Gram matrices of a positive trace (tokens not all "
             "zero)", f"a trace of {float(tr.min()):g}")
@@ -231,7 +231,7 @@ def effective_rank(gram: Any) -> np.ndarray:
 
 def log_gaps(gram: Any) -> np.ndarray:
     """`log10(1 - |G_ij|)` for pairs `i < j`, floored at LOG_GAP_FLOOR, `(runs, n(n-1)/2)`."""
-    gap = 1.0 - np.abs(upper_pairs(as_gram(gram)))
+    gap = 1.0 - np.abs(upper_pairs(_as_gram(gram)))
     with np.errstate(divide="ignore"):
         return np.maximum(np.log10(np.maximum(gap, 0.0)), LOG_GAP_FLOOR)
 
@@ -248,14 +248,14 @@ def inner_product_histogram(gram: Any, bins: int = 40) -> tuple[np.ndarray, np.n
         `(counts, edges)`: counts `(bins,)` and bin edges `(bins + 1,)`.
     """
     edges = np.linspace(-1.0, 1.0, check_int("bins", bins, 1) + 1)
-    counts, _ = np.histogram(np.clip(upper_pairs(as_gram(gram)), -1.0, 1.0), bins=edges)
+    counts, _ = np.histogram(np.clip(upper_pairs(_as_gram(gram)), -1.0, 1.0), bins=edges)
     return counts, edges
 
 
 def motion(gram: Any, before: Any) -> np.ndarray:
     """Largest change of an inner product between two checkpoints, `max_ij |G_ij - B_ij|`,
     `(runs,)`."""
-    g, b = as_gram(gram), as_gram(before, "before")
+    g, b = _as_gram(gram), _as_gram(before, "before")
     if g.shape != b.shape:
         raise ParameterError(f"before must have the shape of gram {g.shape}; got {b.shape}")
     return np.abs(g - b).max((-2, -1))
@@ -336,18 +336,18 @@ def analyze(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | 
         A `ClusterReport`: clusters, poles, cluster sizes, antipodal fraction, effective rank and
         outcome code of each run.
     """
-    g = as_gram(gram)
+    g = _as_gram(gram)
     tol = check_tol(tol)
     mtol = tol if move_tol is None else check_real("move_tol", move_tol, 0.0)
     near1, near_1 = is_merged(g, tol), is_antipodal(g, tol)
-    clusters = component_labels(near1)
-    poles = component_labels(near1 | near_1)
-    n_clusters, n_poles = count_labels(clusters), count_labels(poles)
+    clusters = _component_labels(near1)
+    poles = _component_labels(near1 | near_1)
+    n_clusters, n_poles = _count_labels(clusters), _count_labels(poles)
     moved = None if before is None else motion(g, before)
     frozen = None if moved is None else moved <= mtol
     decided = (near1 | near_1 | np.eye(g.shape[-1], dtype=bool)).all((-2, -1))
     return ClusterReport(
-        tol=tol, n_clusters=n_clusters, n_poles=n_poles, cluster_sizes=label_sizes(clusters),
+        tol=tol, n_clusters=n_clusters, n_poles=n_poles, cluster_sizes=_label_sizes(clusters),
         antipodal_fraction=antipodal_fraction(g, tol), effective_rank=effective_rank(g),
         moved=moved, outcome=outcome_codes(decided, (g[:, 0] < 0).any(-1), frozen),
     )
@@ -457,7 +457,7 @@ def pair_summary(gram: Any, tol: float, exact: bool = False) -> dict[str, Any]:
     """`outcome_summary` of Gram matrices `(runs, n, n)`: fractions of pairs with `1 - G_ij <
     tol` and `1 + G_ij < tol`, outcomes by `classify_clusters` (the rule `outcome_codes`, as
     `token_clusters.token_summary`); `{'pairs': 0}` for one token."""
-    g = as_gram(gram)
+    g = _as_gram(gram)
     rho = upper_pairs(g)
     if rho.size == 0:
         return {"pairs": 0}

@@ -50,7 +50,7 @@ from .level_samples import (
 )
 from .stats import check_level
 
-KIND_CONV = "tokensde.convergence"
+_KIND_CONV = "tokensde.convergence"
 RESOLVE_Z = 3.0
 LEVEL_Z = 1.96
 
@@ -211,7 +211,7 @@ def summarise(weak: CoupledSamples, strong: CoupledSamples, problem: Problem,
             rms = np.sqrt(sq.mean(-1))
             # delta method: se(sqrt(m)) = se(m) / (2 sqrt(m))
             se = sq.std(-1, ddof=1) / math.sqrt(sruns) / (2 * np.maximum(rms, 1e-300))
-            row = {**base, "law": law, "kind": "strong", "statistic": strong_name(frac),
+            row = {**base, "law": law, "kind": "strong", "statistic": _strong_name(frac),
                    "label": f"rms token error at t = {t:g}", "t": t, "runs": sruns}
             points += _point_rows(row, slv, rms, se, used)
             fits.append({**row, **_fit_row(slv[used], rms[used],
@@ -219,7 +219,7 @@ def summarise(weak: CoupledSamples, strong: CoupledSamples, problem: Problem,
     return points, fits
 
 
-def strong_name(frac: float) -> str:
+def _strong_name(frac: float) -> str:
     """Statistic key of the strong error at time `frac * T`: 'rms_token_error' at T."""
     return "rms_token_error" if frac == 1.0 else f"rms_token_error_{frac:g}T"
 
@@ -282,13 +282,13 @@ class ConvergenceResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, with the package header (kind, schema, version)."""
-        return {**header(KIND_CONV, **self.settings), "problems": self.problems,
+        return {**header(_KIND_CONV, **self.settings), "problems": self.problems,
                 "points": self.points, "fits": self.fits}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "convergence data") -> ConvergenceResult:
         """Inverse of `to_dict`; a foreign or newer-schema document raises StoreError."""
-        check_meta(data, KIND_CONV, where)
+        check_meta(data, _KIND_CONV, where)
         skip = {"problems", "points", "fits"}
         return cls({k: v for k, v in data.items() if k not in skip}, data["problems"],
                    data["points"], data["fits"])
@@ -336,24 +336,24 @@ CONVERGENCE_SIZES: dict[str, Size] = {
                  levels=(4, 8, 16, 32), strong_ref=8),
 }
 
-Task = tuple[Problem, tuple[int, ...], int, int, int, tuple[str, ...], int, int,
+_Task = tuple[Problem, tuple[int, ...], int, int, int, tuple[str, ...], int, int,
              tuple[float, ...]]
 
 
-def task_key(args: Task) -> str:
+def task_key(args: _Task) -> str:
     """A stable digest of one chunk of work: its numbers depend on nothing else."""
     prob, *rest = args
     text = json.dumps([prob.to_dict(), *rest], sort_keys=True, default=list)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _task(args: Task) -> CoupledSamples:
+def _task(args: _Task) -> CoupledSamples:
     prob, lv, ref, runs, seed, laws, lo, hi, at = args
     return coupled_samples(prob, lv, ref, runs, seed, laws, lo, hi, at)
 
 
 def _tasks(prob: Problem, lv: tuple[int, ...], ref: int, runs: int, seed: int,
-           laws: tuple[str, ...], chunk: int, at: tuple[float, ...]) -> list[Task]:
+           laws: tuple[str, ...], chunk: int, at: tuple[float, ...]) -> list[_Task]:
     return [(prob, lv, ref, runs, seed, laws, lo, min(lo + chunk, runs), at)
             for lo in range(0, runs, chunk)]
 
@@ -370,7 +370,7 @@ def run_convergence(
 ) -> ConvergenceResult:
     """The whole diagnostic: weak and strong passes for each problem, summarised and fitted.
 
-    Work is cut into run chunks (`Task`s, identified by `task_key`) and handed to `map_fn` (the
+    Work is cut into run chunks (`_Task`s, identified by `task_key`) and handed to `map_fn` (the
     builtin `map`, a process pool's `map`, or a caching map that keeps finished chunks); numbers
     depend only on `seed`: problem `k` uses seeds `derive_seed(seed, k, pass)`.
     `progress(runs)` is called as each chunk finishes.
@@ -394,7 +394,7 @@ def run_convergence(
     lv, laws = tuple(sz.levels), tuple(laws)
     top = max(lv)
     chunk = max(RUN_BLOCK, chunk // RUN_BLOCK * RUN_BLOCK)
-    jobs: list[Task] = []
+    jobs: list[_Task] = []
     counts = []
     for k, prob in enumerate(probs):
         wr, sr = sz.weak_runs[prob.name], sz.strong_runs[prob.name]

@@ -1,7 +1,7 @@
 """The coupled samples of the convergence study: per-run statistics of networks at several depths
 and of their SDE on one Brownian path (`tokensde.sim.coupled` steps them).
 
-A `Problem` is a model, a horizon and the statistics to test (`STATISTICS`); `coupled_samples`
+A `Problem` is a model, a horizon and the statistics to test (`_STATISTICS`); `coupled_samples`
 runs the levels and the fine and half-fine SDE references on shared noise and keeps, per run,
 each statistic at T and the strong error at chosen times. `analysis.convergence` fits the orders.
 
@@ -28,7 +28,7 @@ from ..sim.rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams, derive_seed
 from ..sim.simulate import initial_tokens
 from .clusters import upper_pairs
 
-KIND_SAMPLES = "tokensde.convergence-samples"
+_KIND_SAMPLES = "tokensde.convergence-samples"
 LEVELS: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 Statistic = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -53,7 +53,7 @@ def self_overlap(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
     return (x * x0).sum(-1).mean(-1)
 
 
-STATISTICS: dict[str, Statistic] = {
+_STATISTICS: dict[str, Statistic] = {
     "pair_mean": pair_mean,
     "pair_square_mean": pair_square_mean,
     "self_overlap": self_overlap,
@@ -64,7 +64,7 @@ STATISTICS: dict[str, Statistic] = {
 class Problem:
     """A reference problem: model, horizon `T`, initial state, and the statistics to test.
 
-    `statistics` maps a key of `STATISTICS` to its display label.
+    `statistics` maps a key of `_STATISTICS` to its display label.
     """
 
     name: str
@@ -182,7 +182,7 @@ def coupled_samples(
                              f"uncoupled: diagnostics/norm_weak_order.py); got norm={p.norm!r}")
     view = normalize if p.norm == "pre" else (lambda t: t)  # pre-norm: what attention reads
     names = tuple(problem.statistics)
-    fns = [STATISTICS[k] for k in names]
+    fns = [_STATISTICS[k] for k in names]
     at = _strong_steps(strong_at, lv, ref_steps)
     bs = max(RUN_BLOCK, _batch_size(execution) // RUN_BLOCK * RUN_BLOCK)
     m = stop - start
@@ -252,20 +252,20 @@ def concat_samples(parts: Sequence[CoupledSamples]) -> CoupledSamples:
                           cat("ref_half"), cat("sq_err"), first.strong_at)
 
 
-SAMPLE_ARRAYS: tuple[str, ...] = ("net", "ref_fine", "ref_half", "sq_err")
+_SAMPLE_ARRAYS: tuple[str, ...] = ("net", "ref_fine", "ref_half", "sq_err")
 
 
 def samples_to_arrays(s: CoupledSamples) -> dict[str, np.ndarray]:
     """Arrays (and a JSON `meta` entry) from which `samples_from_arrays` rebuilds `s`."""
     meta = {"levels": list(s.levels), "laws": list(s.laws), "stats": list(s.stats),
             "strong_at": list(s.strong_at)}
-    return {"meta": np.array(json.dumps(meta)), **{k: getattr(s, k) for k in SAMPLE_ARRAYS}}
+    return {"meta": np.array(json.dumps(meta)), **{k: getattr(s, k) for k in _SAMPLE_ARRAYS}}
 
 
 def samples_from_arrays(data: Any) -> CoupledSamples:
     """Inverse of `samples_to_arrays` (a dict or an open .npz)."""
     meta = json.loads(str(data["meta"]))
-    net, fine, half, sq = (np.asarray(data[k]) for k in SAMPLE_ARRAYS)
+    net, fine, half, sq = (np.asarray(data[k]) for k in _SAMPLE_ARRAYS)
     return CoupledSamples(tuple(meta["levels"]), tuple(meta["laws"]), tuple(meta["stats"]),
                           net, fine, half, sq, tuple(meta["strong_at"]))
 

@@ -174,7 +174,7 @@ def _reduced_outcome(beta: float, d: float, rho0: float | str, grid: TimeGrid, r
     return int(anti.sum()), int(merged.sum())
 
 
-def pair_theory(p: ModelParams, rho0: float | str) -> float:
+def _pair_theory(p: ModelParams, rho0: float | str) -> float:
     """The `tol -> 0` limit of the probability of deciding antipodal (spec §5's absorbing
     `P_anti`; with an MLP block a first passage), from the first-passage engine."""
     model = pair_model(p.beta, p.d, sigma=p.sigma, mlp=p.mlp, mlp_sigma=p.mlp_sigma)
@@ -193,8 +193,8 @@ def hybrid_params(beta: float, eps: float, d: int = 3, law: Law = "gaussian") ->
                        eps=eps, law=law)
 
 
-REDUCED_BYTES = 64  # per run: the few float64 numbers of the reduced diffusion's state
-REDUCED_WORK = 75.0  # work units (`sim.budget.estimate_work`) per run and layer of the reduced
+_REDUCED_BYTES = 64  # per run: the few float64 numbers of the reduced diffusion's state
+_REDUCED_WORK = 75.0  # work units (`sim.budget.estimate_work`) per run and layer of the reduced
 # diffusion, measured
 
 
@@ -207,8 +207,8 @@ def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
     for all runs."""
     runs = check_int("runs", runs, 1)
     if engine == "reduced":
-        return Budget("this Monte Carlo", REDUCED_BYTES * runs, REDUCED_BYTES, runs,
-                      REDUCED_WORK * runs * grid.steps, f"{runs} runs, {grid.steps} layers, "
+        return Budget("this Monte Carlo", _REDUCED_BYTES * runs, _REDUCED_BYTES, runs,
+                      _REDUCED_WORK * runs * grid.steps, f"{runs} runs, {grid.steps} layers, "
                       "reduced engine", ("runs",), longer=("runs", "time"),
                       steps=float(grid.steps))
     b = simulation_budget(p, grid, runs, initial=_pair_start(rho0),
@@ -274,7 +274,7 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
         raise ParameterError(f"execution applies only with engine='network'; got "
                              f"engine={engine!r}, execution={execution!r}")
     rho0 = check_rho0(rho0)
-    theory = pair_theory(p, rho0)
+    theory = _pair_theory(p, rho0)
     wall, times = 0.0, None
     if engine == "network":
         if stopping.until == "decided":  # at the tol it classifies at; with an MLP block a

@@ -90,10 +90,10 @@ def chance_excess(outside: int, cells: int, level: float = 0.95) -> float:
     return float(_st.binom.sf(outside - 1, cells, 1.0 - level)) if outside else 1.0
 
 
-AGREE_ALPHA = 0.01
+_AGREE_ALPHA = 0.01
 
 
-def chance_explains(outside: int, cells: int, level: float = 0.95, alpha: float = AGREE_ALPHA
+def chance_explains(outside: int, cells: int, level: float = 0.95, alpha: float = _AGREE_ALPHA
                     ) -> bool:
     """True when `outside` misses in `cells` intervals are what chance gives: `chance_excess`
     is at least `alpha` (so a correct theory is flagged wrongly in at most 1 % of sections)."""

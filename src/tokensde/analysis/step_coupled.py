@@ -8,7 +8,7 @@ network drawn at `k dt`), and each run's outcome at every step is read with the 
 runs stop once decided. With `b1 = P(2 dt) - P(dt)` and `b2 = P(4 dt) - P(2 dt)`:
 
 - `b2 - 2 b1 = 6 c2 dt^2`, the order check, reported: 'first order' where it is within
-  `ORDER_Z` paired errors of 0, else 'second order visible, b2/b1 = r';
+  `_ORDER_Z` paired errors of 0, else 'second order visible, b2/b1 = r';
 - the step error of `P(dt)`: `(5 b1 - b2) / 3 = c1 dt + c2 dt^2` (exact to second order; its
   paired error is about 1.8 times that of the first-order `b1`);
 - `P(0)`: Richardson `(8 P(dt) - 6 P(2 dt) + P(4 dt)) / 3` (off by `O(dt^3)`; about 1.4 times the
@@ -32,7 +32,7 @@ deviation of `sum w_k u_{i,k}` over `sqrt(runs)`. The pairing removes the runs t
 every step; for two tokens, where an outcome flips between `dt` and `2 dt` in about one run in
 seven, the paired error of `b1` is still 0.6 to 0.7 of that of two independent samples.
 
-`choose_step` picks the step of a run from a short coupled pilot (`STEP_RULE`).
+`choose_step` picks the step of a run from a short coupled pilot (`_STEP_RULE`).
 """
 
 from __future__ import annotations
@@ -63,14 +63,14 @@ from .step_error import StepError, mc_error
 #: the probabilities of `clusters.outcome_summary`, by the outcome they count
 OUTCOMES: dict[str, Outcome] = {"p_one_cluster": Outcome.SINGLE, "p_bipolar": Outcome.BIPOLAR}
 #: runs of the coupled subsample that measures the step error beside a run (at most `runs`)
-COUPLED_RUNS = 200
+_COUPLED_RUNS = 200
 #: runs of the pilot that chooses the step (at most `runs`)
-PILOT_RUNS = 400
+_PILOT_RUNS = 400
 #: the most layers a chosen step may take
-MAX_CHOSEN_LAYERS = 20000
+_MAX_CHOSEN_LAYERS = 20000
 #: a chosen number of layers is a multiple of this: three steps (dt, 2 dt, 4 dt) are coupled
-LAYER_MULTIPLE = 4
-STEP_RULE = (
+_LAYER_MULTIPLE = 4
+_STEP_RULE = (
     "the step is chosen so that the step error is below the Monte Carlo error of each "
     "probability: a pilot of runs coupled at dt0, 2 dt0 and 4 dt0 (dt0 = T / L0, L0 a multiple "
     "of 4, dt0 about 0.4 / max(d, 1 + beta)) measures the second-order step error b0 +- s0 of "
@@ -80,7 +80,7 @@ STEP_RULE = (
 
 
 #: the order check rejects first order when `|b2 - 2 b1|` exceeds this many paired errors
-ORDER_Z = 2.0
+_ORDER_Z = 2.0
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class Paired:
         paired error)."""
         if self.order is None or self.order_se is None or not math.isfinite(self.order_se):
             return None
-        return abs(self.order) <= ORDER_Z * self.order_se
+        return abs(self.order) <= _ORDER_Z * self.order_se
 
     def order_text(self) -> str:
         """'order check: first order', 'order check: second order visible, b2/b1 = r', or why
@@ -247,7 +247,7 @@ def paired_estimates(codes: np.ndarray) -> dict[str, Paired]:
     return out
 
 
-def coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int, *,
+def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int, *,
                      init: Any = "uniform", rho0: float | None = None, tol: float = 1e-8,
                      until: str = "horizon", scheme: str = "network",
                      weights: Any = None, dtype: torch.dtype = torch.float64,
@@ -323,7 +323,7 @@ def _codes(both: torch.Tensor, p: ModelParams, tol: float) -> np.ndarray:
 def measure_step_error(p: ModelParams, T: float, dt: float, runs: int, seed: int, **kw: Any
                        ) -> dict[str, Paired]:
     """The step error of each outcome probability at step `dt`, `paired_estimates` of
-    `coupled_outcomes` (runs coupled at dt, 2 dt and, for a multiple of 4 layers, 4 dt).
+    `_coupled_outcomes` (runs coupled at dt, 2 dt and, for a multiple of 4 layers, 4 dt).
 
     Args:
         p: the model.
@@ -331,12 +331,12 @@ def measure_step_error(p: ModelParams, T: float, dt: float, runs: int, seed: int
         dt: the fine step (`T / dt` layers).
         runs: the coupled runs.
         seed: their root seed.
-        **kw: as `coupled_outcomes` (`init`, `rho0`, `tol`, `until`, `scheme`, ...).
+        **kw: as `_coupled_outcomes` (`init`, `rho0`, `tol`, `until`, `scheme`, ...).
 
     Returns:
         The `Paired` estimates by summary key ('p_one_cluster', 'p_bipolar').
     """
-    return paired_estimates(coupled_outcomes(p, T, dt, runs, seed, **kw))
+    return paired_estimates(_coupled_outcomes(p, T, dt, runs, seed, **kw))
 
 
 def coupled_seed(seed: int) -> int:
@@ -365,16 +365,16 @@ class StepChoice:
                 "pilot": {k: v.to_dict() for k, v in self.pilot.items()}}
 
 
-def start_step(p: ModelParams) -> float:
+def _start_step(p: ModelParams) -> float:
     """The pilot's step, about `0.4 / max(d, 1 + beta)` (smaller where the interaction is
     strong)."""
     return 0.4 / max(p.d, 1.0 + p.beta)
 
 
 def layers_for(T: float, dt: float) -> int:
-    """The smallest number of layers, a multiple of `LAYER_MULTIPLE`, whose step `T / L` is at
+    """The smallest number of layers, a multiple of `_LAYER_MULTIPLE`, whose step `T / L` is at
     most `dt`."""
-    m = LAYER_MULTIPLE
+    m = _LAYER_MULTIPLE
     return m * max(1, math.ceil(T / dt / m - 1e-9))
 
 
@@ -399,10 +399,10 @@ def wanted_step(pilot: dict[str, Paired], dt0: float, runs: int) -> float:
 
 
 def choose_step(p: ModelParams, T: float, runs: int, seed: int, *, scheme: str = "network",
-                pilot_runs: int = PILOT_RUNS, **kw: Any) -> StepChoice:
-    """The step of a run of `runs` runs to horizon `T` by `STEP_RULE`: a pilot of `min(runs,
-    pilot_runs)` runs coupled at `dt0`, `2 dt0` and `4 dt0` (`start_step`), then `wanted_step`,
-    as a whole number of layers, a multiple of 4 (`layers_for`; at most `MAX_CHOSEN_LAYERS`:
+                pilot_runs: int = _PILOT_RUNS, **kw: Any) -> StepChoice:
+    """The step of a run of `runs` runs to horizon `T` by `_STEP_RULE`: a pilot of `min(runs,
+    pilot_runs)` runs coupled at `dt0`, `2 dt0` and `4 dt0` (`_start_step`), then `wanted_step`,
+    as a whole number of layers, a multiple of 4 (`layers_for`; at most `_MAX_CHOSEN_LAYERS`:
     `capped` then).
 
     Args:
@@ -412,21 +412,21 @@ def choose_step(p: ModelParams, T: float, runs: int, seed: int, *, scheme: str =
         seed: the run's root seed (the pilot uses streams of its own).
         scheme: 'network' or 'sde'.
         pilot_runs: the pilot's runs at most.
-        **kw: as `coupled_outcomes` (init, rho0, tol, until, weights, dtype, device).
+        **kw: as `_coupled_outcomes` (init, rho0, tol, until, weights, dtype, device).
 
     Returns:
         The `StepChoice`.
     """
     from ..sim.rng import derive_seed
 
-    L0 = layers_for(T, start_step(p))
+    L0 = layers_for(T, _start_step(p))
     dt0 = T / L0
     n_pilot = min(runs, check_int("pilot_runs", pilot_runs, 2))
     pilot = measure_step_error(p, T, dt0, n_pilot, derive_seed(seed, 44, 1), scheme=scheme, **kw)
     dt = wanted_step(pilot, dt0, runs)
     L = layers_for(T, dt)
-    capped = L > MAX_CHOSEN_LAYERS
-    L = min(L, MAX_CHOSEN_LAYERS)
+    capped = L > _MAX_CHOSEN_LAYERS
+    L = min(L, _MAX_CHOSEN_LAYERS)
     bounds = ", ".join(f"{k} {e.estimate()[0]:+.4f} ± {e.estimate()[1]:.4f} ({e.order_text()})"
                        for k, e in pilot.items() if math.isfinite(e.bias))
     head = (f"dt = {T / L:.4g} ({L} layers) chosen so that the estimated step error is below "
@@ -436,11 +436,11 @@ def choose_step(p: ModelParams, T: float, runs: int, seed: int, *, scheme: str =
                   f"upper bound |b| + 2 se" if bounds else
                   "decided no run at every step, so the rule could not be checked: dt0 kept")
     if capped:
-        why += f"; capped at {MAX_CHOSEN_LAYERS} layers, so the rule may not hold"
+        why += f"; capped at {_MAX_CHOSEN_LAYERS} layers, so the rule may not hold"
     return StepChoice(TimeGrid.make(T=T, dt=T / L), dt0, pilot, capped, why)
 
 
-def add_measured(summary: dict[str, Any], measured: dict[str, Paired] | None, dt: float,
+def _add_measured(summary: dict[str, Any], measured: dict[str, Paired] | None, dt: float,
                  extrapolate: bool = False) -> None:
     """Fill the step error of each probability of `summary` (`clusters.outcome_summary`) that
     has none with the measured one (`Paired.step_error`), and with
@@ -466,7 +466,7 @@ def add_measured(summary: dict[str, Any], measured: dict[str, Paired] | None, dt
             est["extrapolated"] = e.extrapolated()
 
 
-def add_scaled(summary: dict[str, Any], choice: StepChoice) -> None:
+def _add_scaled(summary: dict[str, Any], choice: StepChoice) -> None:
     """Put the pilot's step error (`Paired.estimate`), scaled linearly to the chosen step (`b0
     dt / dt0`, its error likewise), beside each probability of `summary` that has none."""
     dt, r = choice.grid.dt, choice.grid.dt / choice.dt0
@@ -483,7 +483,7 @@ def add_scaled(summary: dict[str, Any], choice: StepChoice) -> None:
         est["step_error"] = step.to_dict(mc_error(est["p"], est["decided"]))
 
 
-def not_estimated(summary: dict[str, Any], dt: float, why: str) -> None:
+def _not_estimated(summary: dict[str, Any], dt: float, why: str) -> None:
     """Mark each probability of `summary` without a step error 'not estimated' (`why`); one
     already marked keeps its reason."""
     for key in OUTCOMES:
@@ -493,7 +493,7 @@ def not_estimated(summary: dict[str, Any], dt: float, why: str) -> None:
                 mc_error(est["p"], est["decided"]))
 
 
-def beside_run(p: ModelParams, grid: TimeGrid, runs: int, seed: int, coupled: int,
+def _beside_run(p: ModelParams, grid: TimeGrid, runs: int, seed: int, coupled: int,
                **kw: Any) -> dict[str, Any]:
     """The coupled measurement beside a run (`simulate_with_step_error`): `coupled` runs
     (`coupled_seed(seed)`) at the run's step, twice and (layers a multiple of 4) four times it
@@ -509,7 +509,7 @@ def beside_run(p: ModelParams, grid: TimeGrid, runs: int, seed: int, coupled: in
 
 
 def estimates_of(record: dict[str, Any]) -> dict[str, Paired] | None:
-    """The `Paired` estimates of a `beside_run` record (None where nothing was measured)."""
+    """The `Paired` estimates of a `_beside_run` record (None where nothing was measured)."""
     est = record.get("estimates")
     return None if est is None else {k: Paired(**v) for k, v in est.items()}
 
@@ -518,7 +518,7 @@ def grid_or_chosen(p: ModelParams, layers: int | None, alpha: float | None, T: f
                    dt: float | None, runs: int, seed: int, scheme: str = "network", **kw: Any
                    ) -> tuple[TimeGrid, StepChoice | None]:
     """The `TimeGrid` of `(layers, alpha)` or `(T, dt)` (`TimeGrid.make`, exact), or, with `T`
-    and no `dt`, the step chosen by `choose_step` (`kw` as `coupled_outcomes`) with its
+    and no `dt`, the step chosen by `choose_step` (`kw` as `_coupled_outcomes`) with its
     `StepChoice` (None otherwise); ParameterError where step doubling cannot run."""
     if T is None or dt is not None:
         return TimeGrid.make(layers, alpha, T, dt, exact=True), None
@@ -542,10 +542,10 @@ def step_summary(pairs: dict[str, Any], res: Any, choice: StepChoice | None,
     `extrapolate`, the Richardson values. Returns `{'coupled_runs': ..., 'reason': ...}`."""
     dt = res.grid.dt
     if choice is not None:
-        add_scaled(pairs, choice)
+        _add_scaled(pairs, choice)
     rec = res.extra.get("step", {"coupled_runs": 0, "reason": "switched off (--no-step-error)"})
-    add_measured(pairs, estimates_of(rec), dt, extrapolate)
-    not_estimated(pairs, dt, rec.get("reason", "not measured"))
+    _add_measured(pairs, estimates_of(rec), dt, extrapolate)
+    _not_estimated(pairs, dt, rec.get("reason", "not measured"))
     return {"coupled_runs": rec["coupled_runs"], **({"reason": rec["reason"]} if "reason" in rec
                                                      else {})}
 
@@ -565,7 +565,7 @@ def pair_step(p: ModelParams, rho0: float | str, result: dict[str, Any], engine:
     init, r0 = ("uniform", None) if isinstance(rho0, str) else ("pair", rho0)
     every = 1 if p.mlp_block.active else None  # a first passage, as the run tests it
     e = measure_step_error(p, result["T"], result["T"] / steps,
-                           min(result["counts"]["runs"], COUPLED_RUNS), coupled_seed(seed),
+                           min(result["counts"]["runs"], _COUPLED_RUNS), coupled_seed(seed),
                            init=init, rho0=r0, tol=tol, until=until, every=every)["p_bipolar"]
     return e.step_error(result["T"] / steps)
 
@@ -578,13 +578,13 @@ def simulate_with_step_error(params: ModelParams, grid: TimeGrid, *,
                              execution: Execution = Execution(),
                              progress: Progress | None = None) -> SimResult:
     """`simulate`, and beside it the step error of its outcome probabilities measured on runs
-    coupled at dt, 2 dt (and 4 dt) (`beside_run`), in `extra['step']`.
+    coupled at dt, 2 dt (and 4 dt) (`_beside_run`), in `extra['step']`.
 
     The run's own numbers are those of `simulate` with the same arguments; `min(runs,
     step.coupled_runs)` coupled runs (every run with `step.extrapolate`) start as the run does,
     on streams of their own (`coupled_seed`), and are read with the run's tolerance (its
     stopping rule's, or `step.tol` / `DECIDE_TOL` for a run to the horizon). `estimates_of`
-    reads the record back, `add_measured` puts it beside a summary.
+    reads the record back, `_add_measured` puts it beside a summary.
 
     Args:
         params: as `simulate`.
@@ -622,7 +622,7 @@ def simulate_with_step_error(params: ModelParams, grid: TimeGrid, *,
     tol = res.extra.get("tol", DECIDE_TOL if step.tol is None else step.tol)
     n = step_runs(params, grid, res.runs, scheme, initial, step, execution)
     weights = check_token_weights(initial.weights, params.n, res.runs)
-    rec = beside_run(params, grid, res.runs, res.seed, n, init=initial.init, rho0=initial.rho0,
+    rec = _beside_run(params, grid, res.runs, res.seed, n, init=initial.init, rho0=initial.rho0,
                      tol=tol, until=stopping.until, every=stopping.decide_every,
                      scheme=scheme, weights=weights,
                      dtype=execution.torch_dtype, device=str(execution.device))

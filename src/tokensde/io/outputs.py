@@ -4,7 +4,7 @@ by accident.
 A command's output (a file, or a folder of results) may be written when it does not exist yet;
 an existing file, or a non-empty folder, is refused unless the command is told to replace it
 (`--force`) or resumes it (a sweep folder of the same sweep, checked by the sweep itself). No
-output may land inside a sweep's own folder (a folder holding the manifest `SWEEP_MANIFEST`), whose
+output may land inside a sweep's own folder (a folder holding the manifest `_SWEEP_MANIFEST`), whose
 contents the sweep owns. `clear_results` empties a folder for `--force`, deleting only what
 tokensde wrote there.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 from ..model.params import ParameterError
 from .store import PARQUET_META_KEY, check_output, check_path_type
 
-SWEEP_MANIFEST = "sweep.json"  # the file that marks a sweep's folder (docs/sweeps.md)
-SHOWN = 3  # names listed in a refusal
+_SWEEP_MANIFEST = "sweep.json"  # the file that marks a sweep's folder (docs/sweeps.md)
+_SHOWN = 3  # names listed in a refusal
 
 
 def _is_ours_scratch(p: Path) -> bool:
@@ -31,7 +31,7 @@ def _is_ours_scratch(p: Path) -> bool:
 
 
 def enclosing_sweep(path: str | os.PathLike) -> Path | None:
-    """The sweep folder strictly above `path` (a parent holding `SWEEP_MANIFEST`), or None.
+    """The sweep folder strictly above `path` (a parent holding `_SWEEP_MANIFEST`), or None.
 
     Args:
         path: An output path (it need not exist).
@@ -41,13 +41,13 @@ def enclosing_sweep(path: str | os.PathLike) -> Path | None:
     """
     check_path_type(path, "path")
     for above in Path(os.path.abspath(path)).parents:
-        if (above / SWEEP_MANIFEST).is_file():
+        if (above / _SWEEP_MANIFEST).is_file():
             return above
     return None
 
 
 def is_sweep_dir(path: str | os.PathLike) -> bool:
-    """Whether `path` is a sweep's folder (it holds `SWEEP_MANIFEST`).
+    """Whether `path` is a sweep's folder (it holds `_SWEEP_MANIFEST`).
 
     Args:
         path: A folder (it need not exist).
@@ -56,7 +56,7 @@ def is_sweep_dir(path: str | os.PathLike) -> bool:
         True when `path/SWEEP_MANIFEST` is a file.
     """
     check_path_type(path, "path")
-    return (Path(path) / SWEEP_MANIFEST).is_file()
+    return (Path(path) / _SWEEP_MANIFEST).is_file()
 
 
 def written_by_tokensde(path: str | os.PathLike) -> bool:
@@ -127,9 +127,9 @@ def guard_output(path: str | os.PathLike, name: str, *, directory: bool = False,
         return where
     held = _listing(where)
     if held:
-        more = f" and {len(held) - SHOWN} more" if len(held) > SHOWN else ""
+        more = f" and {len(held) - _SHOWN} more" if len(held) > _SHOWN else ""
         raise ParameterError(f"{name}: {where} is not empty (it holds "
-                             f"{', '.join(held[:SHOWN])}{more}); choose another {name}, or "
+                             f"{', '.join(held[:_SHOWN])}{more}); choose another {name}, or "
                              "pass --force to replace the results there")
     return where
 
@@ -154,9 +154,9 @@ def clear_results(path: str | os.PathLike, name: str) -> list[Path]:
                and not written_by_tokensde(p)]
     foreign += [p for p in root.rglob("*") if not p.is_file() and not p.is_dir()]  # links, fifos
     if foreign:
-        names = ", ".join(str(p.relative_to(root)) for p in sorted(foreign)[:SHOWN])
+        names = ", ".join(str(p.relative_to(root)) for p in sorted(foreign)[:_SHOWN])
         raise ParameterError(f"{name}: {root} holds files that tokensde did not write ({names}"
-                             f"{', ...' if len(foreign) > SHOWN else ''}); --force replaces only "
+                             f"{', ...' if len(foreign) > _SHOWN else ''}); --force replaces only "
                              f"tokensde results: move them away or choose another {name}")
     removed = []
     for p in sorted(root.iterdir()):

@@ -23,8 +23,8 @@ from ..model.params import ModelParams, ParameterError, TimeGrid
 from ..sim.result import SimResult
 
 SCHEMA = 1
-KIND_SIM = "tokensde.simulation"
-OBSERVED = "observed/"  # prefix of the observers' arrays in a results file
+_KIND_SIM = "tokensde.simulation"
+_OBSERVED = "observed/"  # prefix of the observers' arrays in a results file
 
 
 class StoreError(ValueError):
@@ -211,14 +211,14 @@ def save_result(result: SimResult, path: str | os.PathLike) -> Path:
                         f"{type(result).__name__}")
     check_path_type(path, "path")
     check_output(path, "path", suffixes=(".npz",))
-    meta = header(KIND_SIM, **result.metadata())
+    meta = header(_KIND_SIM, **result.metadata())
     arrays: dict[str, np.ndarray] = {"x": np.asarray(result.state), "checkpoints": result.checkpoints}
     if result.gram is not None:
         arrays["gram"] = np.asarray(result.gram)
     if result.tokens is not None:
         arrays["tokens"] = np.asarray(result.tokens)
     for name, a in result.observed.items():  # the observers' outputs (simulate(observe=...))
-        arrays[OBSERVED + name] = np.asarray(a)
+        arrays[_OBSERVED + name] = np.asarray(a)
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
@@ -258,9 +258,9 @@ def load_result(path: str | os.PathLike) -> SimResult:
         raise
     except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError) as err:
         raise StoreError(f"{path} is not a readable tokensde results file: {err}") from err
-    check_meta(meta, KIND_SIM, str(path))
+    check_meta(meta, _KIND_SIM, str(path))
     try:
-        check_arrays(meta, data, str(path))
+        _check_arrays(meta, data, str(path))
         return _sim_result(meta, data)
     except KeyError as err:
         raise StoreError(f"{path} lacks the field {err.args[0]!r} of a tokensde results file "
@@ -272,7 +272,7 @@ def load_result(path: str | os.PathLike) -> SimResult:
                          "written by save_result: re-run the simulation") from err
 
 
-def check_arrays(meta: dict[str, Any], data: dict[str, np.ndarray], where: str) -> None:
+def _check_arrays(meta: dict[str, Any], data: dict[str, np.ndarray], where: str) -> None:
     """Check every array of a results file against its header: `x` `(runs, n, d)`,
     `checkpoints` increasing layer indices in `[0, steps]`, `gram` `(runs, K, n, n)` without
     nan, `tokens` `(runs, K, n, d)`; StoreError naming `where` and the array otherwise."""
@@ -313,9 +313,9 @@ def check_arrays(meta: dict[str, Any], data: dict[str, np.ndarray], where: str) 
         raise bad(f"array 'gram' holds {int((~np.isfinite(g)).sum())} nan or infinite entries")
     own = meta.get("observed_at", {})  # observers with checkpoints of their own
     for name, a in data.items():
-        if not name.startswith(OBSERVED):
+        if not name.startswith(_OBSERVED):
             continue
-        kk = len(own.get(name.removeprefix(OBSERVED), cp))
+        kk = len(own.get(name.removeprefix(_OBSERVED), cp))
         if tuple(a.shape[:2]) != (runs, kk):
             raise bad(f"array {name!r} has shape {tuple(a.shape)}, but the header says "
                       f"({runs}, {kk}, ...) (runs, the observer's checkpoints)")
@@ -331,7 +331,7 @@ def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
         init=meta["init"], checkpoints=data["checkpoints"], state=data["x"], gram=data.get("gram"),
         tokens=data.get("tokens"), dtype=meta["dtype"], device=meta["device"], wall_s=meta["wall_s"],
         extra={k: v for k, v in meta.items() if k not in known},
-        observed={k.removeprefix(OBSERVED): v for k, v in data.items() if k.startswith(OBSERVED)},
+        observed={k.removeprefix(_OBSERVED): v for k, v in data.items() if k.startswith(_OBSERVED)},
     )
 
 

@@ -40,14 +40,14 @@ from .statistics import atom_count, minority_mass
 STARTS: tuple[str, ...] = ("iid", "quasi", "mixture")
 # the `mixture` start's law when none is given: one von Mises(-Fisher) law of concentration 1
 # about e_1 (`parse_mixture`), an antipodally asymmetric start
-DEFAULT_MIXTURE = "1:1:0"
+_DEFAULT_MIXTURE = "1:1:0"
 DEFAULT_STARTS: tuple[str, ...] = ("iid", "quasi")  # the uniform law's two starts
 LIMIT = 0  # the value of `n` that stands for the limit (n = infinity) in tables
-INIT_STREAM = 0x494E4954  # `derive_seed` key of the i.i.d. initial samples
+_INIT_STREAM = 0x494E4954  # `derive_seed` key of the i.i.d. initial samples
 # the tables' decision tolerance, looser than DECIDE_TOL: the limit's nodes decide slowly
 # (docs/absorption.md)
 TABLE_TOL = 1e-4
-TABLE_STOP = StoppingRule.decided(TABLE_TOL)
+_TABLE_STOP = StoppingRule.decided(TABLE_TOL)
 
 
 def parse_mixture(text: str, d: int) -> list[Component]:
@@ -87,14 +87,14 @@ def particle_starts(n: int, d: int, runs: int, start: str, seed: int,
     DEFAULT_MIXTURE), or the quasi-uniform set (`quasi_uniform`) for all."""
     check_choice("start", start, STARTS)
     if start == "mixture" and mixture is None:
-        mixture = parse_mixture(DEFAULT_MIXTURE, d)
+        mixture = parse_mixture(_DEFAULT_MIXTURE, d)
     if start == "quasi":
         if mixture is not None:
             raise ParameterError("start='quasi' is the uniform law's quasi-uniform set; with a "
                                  "von Mises mixture use start='iid'")
         return np.broadcast_to(quasi_uniform(n, d, seed), (runs, n, d)).copy()
     return np.stack([sample_initial(n, d, np.random.default_rng(
-        derive_seed(seed, INIT_STREAM, n, r)), mixture) for r in range(runs)])
+        derive_seed(seed, _INIT_STREAM, n, r)), mixture) for r in range(runs)])
 
 
 def system_stats(res: FlowResult, index: int) -> dict[str, Any]:
@@ -134,7 +134,7 @@ def system_stats(res: FlowResult, index: int) -> dict[str, Any]:
             "horizon": res.grid.T}
 
 
-def bipolar_estimate(row: dict[str, Any]) -> Estimate:
+def _bipolar_estimate(row: dict[str, Any]) -> Estimate:
     """P(bipolar) of a row of `system_stats` by the reporting rule: `k_bipolar` hits and
     `k_decided - k_bipolar` one-cluster runs of `runs` (`stats.estimate_with_undecided`).
 
@@ -159,7 +159,7 @@ def bipolar_text(row: dict[str, Any]) -> str:
     Returns:
         E.g. '0.75 [0.53, 0.89]' or '0.75 [0.53, 0.89] bounds [0.40, 0.95]' or 'undecided'.
     """
-    est = bipolar_estimate(row)
+    est = _bipolar_estimate(row)
     if est.decided == 0:
         return "undecided"
     p, ci, bounds = est.parts()
@@ -168,7 +168,7 @@ def bipolar_text(row: dict[str, Any]) -> str:
 
 def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str = "iid",
                      runs: int = 100, seed: int = 0, T: float = 40.0, dt: float = 0.02, *,
-                     stopping: StoppingRule = TABLE_STOP, merge_tol: float | None = MERGE_TOL,
+                     stopping: StoppingRule = _TABLE_STOP, merge_tol: float | None = MERGE_TOL,
                      mixture: Sequence[Component] | None = None,
                      execution: Execution = Execution(), with_limit: bool = True
                      ) -> tuple[list[dict[str, Any]], dict[int, np.ndarray]]:
@@ -208,7 +208,7 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
     tol = _table_tol(stopping)
     p = ModelParams(n=2, d=d, beta=beta)
     if check_choice("start", start, STARTS) == "mixture" and mixture is None:
-        mixture = parse_mixture(DEFAULT_MIXTURE, d)
+        mixture = parse_mixture(_DEFAULT_MIXTURE, d)
     nodes, q = sphere_rule(K, d)
     systems: list[tuple[str, Any, Any]] = [("limit", nodes, density_weights(nodes, q, mixture))
                                             ] if with_limit else []
@@ -296,7 +296,7 @@ def gap_slope(masses: dict[int, Sequence[float]], boots: int = 2000, seed: int =
             "degenerate": boots - len(slopes)}
 
 
-ROW_BYTES = 600  # a row of the long minority table while it is built (a Python dict)
+_ROW_BYTES = 600  # a row of the long minority table while it is built (a Python dict)
 
 
 def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
@@ -304,7 +304,7 @@ def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
                  dt: float = 0.02, with_limit: bool = True) -> Budget:
     """Memory and work of `run_table` before it runs. Per cell (d, beta, start) and run: the
     value matrix d x d and, per system of k nodes (K for the limit, each n), 4 k d token-sized
-    numbers and what its attention holds (`system_cost`: k x k scores, or the O(k) moments of
+    numbers and what its attention holds (`_system_cost`: k x k scores, or the O(k) moments of
     the expansion where `attention_eval='auto'` takes it, plus the inner products of node
     merging where it forms them), float64, plus ROW_BYTES per run and
     system of the table kept; work `layers x runs x` the attention's per layer, an upper bound
@@ -314,12 +314,12 @@ def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
     cells = len(ds) * len(betas) * len(starts)
     steps = TimeGrid.make(T=T, dt=dt).steps
     dims = [check_int("d", d, 2) for d in ds]
-    costs = [system_cost(k, d, check_real("beta", b, 0.0)) for k in sizes for d in dims
+    costs = [_system_cost(k, d, check_real("beta", b, 0.0)) for k in sizes for d in dims
              for b in betas]
     d_max = max(dims)
-    per_run = 8 * (d_max * d_max + max(sum(system_cost(k, d, b)[0] for k in sizes)
+    per_run = 8 * (d_max * d_max + max(sum(_system_cost(k, d, b)[0] for k in sizes)
                                        for d in dims for b in betas)) \
-        + ROW_BYTES * len(sizes) * cells
+        + _ROW_BYTES * len(sizes) * cells
     work = float(steps) * runs * sum(c[1] for c in costs) * len(starts)
     return Budget("this table", per_run * runs, per_run, runs, work,
                   f"{cells} cells (d, beta, start) of {runs} runs, "
@@ -329,7 +329,7 @@ def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
                   steps=float(steps) * cells * len(sizes))  # a layer step per system and cell
 
 
-def system_cost(k: int, d: int, beta: float) -> tuple[int, float]:
+def _system_cost(k: int, d: int, beta: float) -> tuple[int, float]:
     """Numbers held per run, and work per layer and run, of a system of `k` nodes in `R^d`: its
     tokens (4 k d), then dense attention's `k x k` scores and `k^2 d` work, or, where
     `attention_eval='auto'` takes the expansion of R basis functions, `(1 + d)(2 k + R)`
@@ -369,7 +369,7 @@ def system_line(row: dict[str, Any]) -> str:
 
 def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
               starts: Sequence[str] = DEFAULT_STARTS, runs: int = 100, seed: int = 0, T: float = 40.0,
-              dt: float = 0.02, *, stopping: StoppingRule = TABLE_STOP,
+              dt: float = 0.02, *, stopping: StoppingRule = _TABLE_STOP,
               merge_tol: float | None = MERGE_TOL, execution: Execution = Execution(),
               budget_s: float | None = None, log: Callable[[str], None] | None = None
               ) -> tuple[pd.DataFrame, pd.DataFrame]:

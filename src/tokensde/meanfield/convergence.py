@@ -25,9 +25,9 @@ from .flow import run_coupled
 from .quadrature import circle_rule, sample_initial
 from .statistics import arc_counts, arc_masses, field_at
 
-TEST_POINTS = 64
-ARC_STARTS = np.array([0.0, np.pi / 2, np.pi, 3 * np.pi / 2])  # the four quarter-circles
-ARC = np.pi / 2  # half-circles carry exactly 1/2 from an antipodally symmetric start (docs)
+_TEST_POINTS = 64
+_ARC_STARTS = np.array([0.0, np.pi / 2, np.pi, 3 * np.pi / 2])  # the four quarter-circles
+_ARC = np.pi / 2  # half-circles carry exactly 1/2 from an antipodally symmetric start (docs)
 
 
 MIN_FIT_POINTS = 2  # a slope needs two points at distinct k
@@ -93,20 +93,20 @@ def _states(p: ModelParams, T: float, dt: float, systems: list, seed: int
 
 def field_error_at(state: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.Tensor, torch.Tensor],
                    p: ModelParams) -> float:
-    """Max over `TEST_POINTS` equispaced points of the circle of `|y_state(z) - y_ref(z)|`
+    """Max over `_TEST_POINTS` equispaced points of the circle of `|y_state(z) - y_ref(z)|`
     (`statistics.field_at`; one run each)."""
-    a = 2 * np.pi * np.arange(TEST_POINTS) / TEST_POINTS
+    a = 2 * np.pi * np.arange(_TEST_POINTS) / _TEST_POINTS
     pts = torch.as_tensor(np.stack([np.cos(a), np.sin(a)], -1))
     return float((field_at(pts, *state, p) - field_at(pts, *ref, p)).norm(dim=-1).max())
 
 
 def _errors(state: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.Tensor, torch.Tensor],
             p: ModelParams, ordered: bool) -> dict[str, float]:
-    hm, hr = arc_counts(*state, ARC_STARTS, ARC), arc_masses(*ref, ARC_STARTS, ARC)
+    hm, hr = arc_counts(*state, _ARC_STARTS, _ARC), arc_masses(*ref, _ARC_STARTS, _ARC)
     out = {"field_err": field_error_at(state, ref, p),
            "arc_err_count": float(np.abs(hm - hr).max())}
     if ordered:
-        out["arc_err_interp"] = float(np.abs(arc_masses(*state, ARC_STARTS, ARC) - hr).max())
+        out["arc_err_interp"] = float(np.abs(arc_masses(*state, _ARC_STARTS, _ARC) - hr).max())
     return out
 
 

@@ -38,9 +38,9 @@ from ..sim.rng import RUN_BLOCK, RunStreams
 from ..sim.sde import sde_step
 from .merge import merge_nodes
 
-STEPS = {"network": network_step, "sde": sde_step}
+_STEPS = {"network": network_step, "sde": sde_step}
 MERGE_TOL = 1e-10  # default merge threshold on 1 - <x_i, x_j> (angle about 1.4e-5)
-FLOW_TOL = 1e-6  # default decision tolerance of `run_coupled` (`StoppingRule.decided()`)
+_FLOW_TOL = 1e-6  # default decision tolerance of `run_coupled` (`StoppingRule.decided()`)
 
 
 @dataclass
@@ -189,7 +189,7 @@ def run_coupled(
     Every `stopping.decide_every` layers (default: depth time 0.05, `options.decide_every`)
     nodes are merged (`merge_nodes`, unless `merge_tol` is None) and, with
     `StoppingRule.decided(tol)`, a run leaves once every system is decided (`decided` at `tol`,
-    default `FLOW_TOL`). `execution.batch_size` runs advance together (default all); numbers
+    default `_FLOW_TOL`). `execution.batch_size` runs advance together (default all); numbers
     depend on `seed` and the run's index only, not on the batch or the systems run beside it.
     `shared_path`: every run takes the path of run 0 (runs then differ only by their initial
     states: draws of an initial sample on one common path).
@@ -220,13 +220,13 @@ def run_coupled(
     """
     p = check_flow_params(p)
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
-    if scheme not in STEPS:
-        raise ParameterError(f"scheme must be one of {', '.join(STEPS)}; got {scheme!r}")
+    if scheme not in _STEPS:
+        raise ParameterError(f"scheme must be one of {', '.join(_STEPS)}; got {scheme!r}")
     if not isinstance(stopping, StoppingRule):
         raise TypeError(f"stopping must be a StoppingRule (e.g. StoppingRule.decided(tol=1e-6)); "
                         f"got {type(stopping).__name__}")
     until = stopping.until
-    tol = FLOW_TOL if stopping.tol is None else stopping.tol
+    tol = _FLOW_TOL if stopping.tol is None else stopping.tol
     if merge_tol is not None:
         merge_tol = check_real("merge_tol", merge_tol, 0.0, strict=True)
         if until == "decided" and merge_tol >= tol:
@@ -251,7 +251,7 @@ def run_coupled(
     for lo in range(0, runs, bs):
         hi = min(lo + bs, runs)
         part = [System(s.name, s.x[lo:hi].to(dev), s.w[lo:hi].to(dev)) for s in sy]
-        _advance(p, grid, part, np.arange(lo, hi), seed, STEPS[scheme], until, tol, every,
+        _advance(p, grid, part, np.arange(lo, hi), seed, _STEPS[scheme], until, tol, every,
                  merge_tol, at, final_x, final_w, shared_path, how)
     return FlowResult(
         names=[s.name for s in sy], x=[_pad(fx) for fx in final_x], w=[_pad(fw) for fw in final_w],

@@ -27,12 +27,12 @@ from .absorption import DEFAULT_STARTS, LIMIT, STARTS, absorption_table, parse_m
 KIND = "meanfield"
 # parameters left out of the canonical cell at their defaults, so that the ids and seeds of the
 # cells of earlier sweeps are unchanged
-OPTIONAL: dict[str, Any] = {"path_seed": None, "device": "cpu", "mixture": None}
+_OPTIONAL: dict[str, Any] = {"path_seed": None, "device": "cpu", "mixture": None}
 # the columns of `table_frame` that come from the cell's parameters, in this order
-PARAM_COLUMNS = ("d", "beta", "n", "K", "start", "seed", "tol")
+_PARAM_COLUMNS = ("d", "beta", "n", "K", "start", "seed", "tol")
 
 
-def meanfield_budget(cell: dict[str, Any]) -> Budget:
+def _meanfield_budget(cell: dict[str, Any]) -> Budget:
     """Memory and work of one meanfield cell (`absorption.table_budget`).
 
     Args:
@@ -47,7 +47,7 @@ def meanfield_budget(cell: dict[str, Any]) -> Budget:
                         with_limit=n == LIMIT)
 
 
-def meanfield_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
+def _meanfield_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
     """P(bipolar), the minority-mass law, atoms and time to decision of one system, on the noise
     paths of `path_seed` when the cell gives one (else of `seed`); `minority_runs` is each run's
     minority mass (nan where undecided).
@@ -69,7 +69,7 @@ def meanfield_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
                                     cell["T"], cell["dt"],
                                     stopping=StoppingRule.decided(cell["tol"]),
                                     execution=Execution(device=cell.get("device",
-                                                                        OPTIONAL["device"])),
+                                                                        _OPTIONAL["device"])),
                                     with_limit=n == LIMIT,
                                     mixture=None if mix is None else parse_mixture(mix, cell["d"]))
     params = {*KINDS[KIND].params, "seed"}  # the sweep's table has them as columns already
@@ -78,7 +78,7 @@ def meanfield_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
-    for key, default in OPTIONAL.items():
+    for key, default in _OPTIONAL.items():
         if cell[key] == default:
             del cell[key]
     return cell
@@ -110,7 +110,7 @@ def check_device(name: str, value: Any) -> str:
     return value
 
 
-register(ExperimentKind(KIND, meanfield_cell, {
+register(ExperimentKind(KIND, _meanfield_cell, {
     "d": integer(2, doc="dimension"),
     "beta": real(0.0, doc="attention strength"),
     "n": integer(0, doc="particles; 0 = the limit at K nodes"),
@@ -127,7 +127,7 @@ register(ExperimentKind(KIND, meanfield_cell, {
     "mixture": Param(_mixture, None, "law of start='mixture', MASS:KAPPA:ANGLE[;...] "
                                      "(default 1:1:0: von Mises, kappa 1 about e_1)"),
 }, "P(bipolar), the minority-mass law, atoms and time to decision of one system.",
-    finalize=_finalize, budget=meanfield_budget))
+    finalize=_finalize, budget=_meanfield_budget))
 
 
 def table_config(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
@@ -158,7 +158,7 @@ def table_config(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
     seed = check_int("seed", seed, 0)
     sizes = [LIMIT, *(check_int("n", n, 2) for n in ns)]
     params: dict[str, Any] = {"K": K, "dt": dt, "tol": tol}
-    if device != OPTIONAL["device"]:
+    if device != _OPTIONAL["device"]:
         params["device"] = device
     grid = [{"start": [st], "d": [d], "beta": [b], "n": sizes,
              "path_seed": [derive_seed(seed, check_int("d", d, 2),
@@ -187,7 +187,7 @@ def table_frame(sweep_table: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"d": ok["d"], "beta": ok["beta"], "n": ok["n"],
                         "K": ok["K"].where(ok["n"] == LIMIT, ok["n"]), "start": ok["start"],
                         "seed": ok["path_seed"], "tol": ok["tol"]})
-    skip = {"cell", "index", *PARAM_COLUMNS, "T", "dt", "path_seed", "device", "minority_runs",
+    skip = {"cell", "index", *_PARAM_COLUMNS, "T", "dt", "path_seed", "device", "minority_runs",
             "status", "error", "version"}
     stats = [c for c in ok.columns if c not in skip]
     return pd.concat([out, ok[stats]], axis=1).reset_index(drop=True)

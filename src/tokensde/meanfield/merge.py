@@ -27,9 +27,9 @@ KEY_BITS = 62
 # relative margin of the squared distances in `sphere_leads`' certificates (cube diagonal, box
 # spans and gaps), far above the rounding of unit vectors' inner products at tolerances of at
 # least CERTIFY_ULPS machine epsilons
-CELL_MARGIN = 1e-3
+_CELL_MARGIN = 1e-3
 CERTIFY_ULPS = 1e5
-PAIR_CHUNK = 1 << 18  # node pairs tested at once where boxes do not decide (`_any_close_pair`)
+_PAIR_CHUNK = 1 << 18  # node pairs tested at once where boxes do not decide (`_any_close_pair`)
 
 
 def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
@@ -149,7 +149,7 @@ def sphere_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     runs = x.shape[0]
     certify = tol >= CERTIFY_ULPS * float(torch.finfo(x.dtype).eps)
     h = math.sqrt(2.0 * tol)
-    cell = h * (1.0 - CELL_MARGIN) / math.sqrt(3.0) if certify else (
+    cell = h * (1.0 - _CELL_MARGIN) / math.sqrt(3.0) if certify else (
         h * (1.0 + 1e-6) + 1e-15)  # a margin above rounding of the unit norms
     side = math.ceil(1.0 / cell) + 2  # grid coordinates lie in [-side, side)
     bits = max(1, math.ceil(math.log2(2 * side + 3)))
@@ -195,8 +195,8 @@ def _cell_leads(x: torch.Tensor, w: torch.Tensor, tol: float, cell: float, bits:
         a, b = found.nonzero().flatten(), j[found]
         gap = torch.maximum(box_lo[b] - box_hi[a], box_lo[a] - box_hi[b]).clamp_(min=0.0)
         span = torch.maximum(box_hi[b] - box_lo[a], box_hi[a] - box_lo[b])
-        sure = (span * span).sum(-1) < h2 * (1.0 - CELL_MARGIN)  # every cross pair close
-        maybe = ~sure & ((gap * gap).sum(-1) <= h2 * (1.0 + CELL_MARGIN))
+        sure = (span * span).sum(-1) < h2 * (1.0 - _CELL_MARGIN)  # every cross pair close
+        maybe = ~sure & ((gap * gap).sum(-1) <= h2 * (1.0 + _CELL_MARGIN))
         joined_a.append(a[sure])
         joined_b.append(b[sure])
         maybe_a.append(a[maybe])
@@ -224,8 +224,8 @@ def _any_close_pair(pts: torch.Tensor, perm: torch.Tensor, first: torch.Tensor,
     size = na * nb
     end = torch.cumsum(size, 0)
     total = int(end[-1]) if len(end) else 0
-    for lo in range(0, total, PAIR_CHUNK):
-        f = torch.arange(lo, min(total, lo + PAIR_CHUNK), device=pts.device)
+    for lo in range(0, total, _PAIR_CHUNK):
+        f = torch.arange(lo, min(total, lo + _PAIR_CHUNK), device=pts.device)
         k = torch.searchsorted(end, f, right=True)
         local = f - (end[k] - size[k])
         u = perm[first[ca[k]] + local // nb[k]]

@@ -24,7 +24,7 @@ from scipy import special, stats
 
 from ..model.checks import ParameterError, check_int, check_real, real_array, require
 
-RULES: tuple[str, ...] = ("auto", "circle", "gauss", "fibonacci", "qmc")
+_RULES: tuple[str, ...] = ("auto", "circle", "gauss", "fibonacci", "qmc")
 
 
 def circle_rule(K: int, phase: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -66,7 +66,7 @@ def qmc_rule(K: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return g / np.linalg.norm(g, axis=-1, keepdims=True), np.full(K, 1.0 / K)
 
 
-def default_rule(d: int) -> str:
+def _default_rule(d: int) -> str:
     """The rule `auto` picks: circle (d = 2), gauss (d = 3), qmc (d > 3)."""
     return {2: "circle", 3: "gauss"}.get(d, "qmc")
 
@@ -85,9 +85,9 @@ def sphere_rule(K: int, d: int, rule: str = "auto", seed: int = 0
         `(nodes (K', d), weights (K',))`, weights summing to 1.
     """
     K, d, seed = check_int("K", K, 1), check_int("d", d, 2), check_int("seed", seed, 0)
-    if rule not in RULES:
-        raise ParameterError(f"rule must be one of {', '.join(RULES)}; got {rule!r}")
-    rule = default_rule(d) if rule == "auto" else rule
+    if rule not in _RULES:
+        raise ParameterError(f"rule must be one of {', '.join(_RULES)}; got {rule!r}")
+    rule = _default_rule(d) if rule == "auto" else rule
     if rule == "circle":
         if d != 2:
             raise ParameterError(f"rule='circle' needs d = 2; got d = {d}")

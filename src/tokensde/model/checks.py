@@ -70,10 +70,10 @@ def real_array(name: str, value: Any) -> np.ndarray:
 TOL_MIN = 1e-12
 TOL_MAX = 0.5
 # The smallest tol in machine epsilons of the Gram dtype (float32: 1.2e-4; float64 uses TOL_MIN).
-TOL_EPS = 1000.0
+_TOL_EPS = 1000.0
 
 
-TOL_DTYPES: tuple[str, ...] = ("float64", "float32")  # the dtypes a simulation runs in
+_TOL_DTYPES: tuple[str, ...] = ("float64", "float32")  # the dtypes a simulation runs in
 
 
 def check_tol(tol: float, name: str = "tol", dtype: str = "float64") -> float:
@@ -82,7 +82,7 @@ def check_tol(tol: float, name: str = "tol", dtype: str = "float64") -> float:
     Args:
         tol: the tolerance (two tokens are merged when `<x_i, x_j> > 1 - tol`).
         name: the parameter's name in the error message.
-        dtype: 'float64' or 'float32'; for float32 the floor is `TOL_EPS` times its machine epsilon.
+        dtype: 'float64' or 'float32'; for float32 the floor is `_TOL_EPS` times its machine epsilon.
 
     Returns:
         `tol` as a float.
@@ -90,10 +90,10 @@ def check_tol(tol: float, name: str = "tol", dtype: str = "float64") -> float:
     Raises:
         ParameterError: `tol` is not a finite number in the range.
     """
-    check_choice("dtype", dtype, TOL_DTYPES)
+    check_choice("dtype", dtype, _TOL_DTYPES)
     t = check_real(name, tol, 0.0, strict=True)
     eps = float(np.finfo(dtype).eps)
-    low = max(TOL_MIN, TOL_EPS * eps)
+    low = max(TOL_MIN, _TOL_EPS * eps)
     if not low <= t <= TOL_MAX:
         raise ParameterError(f"{name} must be a number in [{low:g}, {TOL_MAX:g}] ({dtype} Gram "
                              f"entries resolve gaps only down to ~{eps:.0e}); got {tol!r}")

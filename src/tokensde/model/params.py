@@ -27,7 +27,7 @@ Attention = Literal["softmax", "usa"]
 Noise = Literal["matrix", "scalar", "symmetric"]
 Law = Literal["gaussian", "uniform", "rademacher"]
 NORMS: tuple[str, ...] = ("post", "pre", "peri")  # where the layer normalises (docs/variants.md §4)
-MLP_WIDTH_FACTOR = 4  # default hidden width of the MLP block: 4 d, as in most Transformers
+_MLP_WIDTH_FACTOR = 4  # default hidden width of the MLP block: 4 d, as in most Transformers
 
 
 def _matrix(name: str, value: Any, d: int, heads: int = 1) -> np.ndarray | None:
@@ -260,7 +260,7 @@ class ModelParams:
     @property
     def mlp_hidden(self) -> int:
         """Hidden width `m` of the MLP block: `mlp_width`, or `4 d` when not given."""
-        return MLP_WIDTH_FACTOR * self.d if self.mlp_width is None else self.mlp_width
+        return _MLP_WIDTH_FACTOR * self.d if self.mlp_width is None else self.mlp_width
 
     @property
     def has_bias(self) -> bool:

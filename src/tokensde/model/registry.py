@@ -17,13 +17,13 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 from .checks import require
 
 
-class Named(Protocol):
+class _Named(Protocol):
     """A strategy class: its `name` is the value of the parameter that selects it."""
 
     name: ClassVar[str]
 
 
-S = TypeVar("S", bound=Named)
+S = TypeVar("S", bound=_Named)
 
 
 class Registry(Generic[S]):

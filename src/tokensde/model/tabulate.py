@@ -12,13 +12,13 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-POINTS = 4097  # linear interpolation error <= h^2 max|f''| / 8, h = 2/4096: ~1e-8 for smooth f
+_POINTS = 4097  # linear interpolation error <= h^2 max|f''| / 8, h = 2/4096: ~1e-8 for smooth f
 
 
 class Table:
     """`f` on a uniform grid of `points` nodes over [-1, 1], read on tensors by interpolation."""
 
-    def __init__(self, f: Callable[[np.ndarray], np.ndarray], points: int = POINTS) -> None:
+    def __init__(self, f: Callable[[np.ndarray], np.ndarray], points: int = _POINTS) -> None:
         self.grid = np.linspace(-1.0, 1.0, points)
         self.values = np.asarray(f(self.grid), dtype=float)
 

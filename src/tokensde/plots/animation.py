@@ -28,9 +28,9 @@ from .style import check_figure, new_figure, styled, token_color
 
 MOTION_KIND = "tokensde.tokens_in_motion"
 COLUMNS = ("d", "frame", "t", "token", "x", "y", "z")
-ELEVATION = np.radians(20.0)  # of the sphere's view
-TURN = np.pi / 2  # the view turns this far about the vertical axis over the animation
-PLANE = np.eye(3)  # the circle's view: the plane itself
+_ELEVATION = np.radians(20.0)  # of the sphere's view
+_TURN = np.pi / 2  # the view turns this far about the vertical axis over the animation
+_PLANE = np.eye(3)  # the circle's view: the plane itself
 
 
 def read_motion(path: str | os.PathLike) -> pd.DataFrame:
@@ -104,8 +104,8 @@ def _final_colors(labels: np.ndarray) -> list[str]:
 
 def _view(k: int, frames: int) -> np.ndarray:
     """Orthographic projection `(3, 3)`: rows right, up and towards the viewer."""
-    az = np.radians(35.0) + TURN * k / max(frames - 1, 1)
-    ce, se = np.cos(ELEVATION), np.sin(ELEVATION)
+    az = np.radians(35.0) + _TURN * k / max(frames - 1, 1)
+    ce, se = np.cos(_ELEVATION), np.sin(_ELEVATION)
     return np.array([[-np.sin(az), np.cos(az), 0.0],
                      [-se * np.cos(az), -se * np.sin(az), ce],
                      [ce * np.cos(az), ce * np.sin(az), se]])
@@ -203,7 +203,7 @@ def animate_motion(source: str | os.PathLike | pd.DataFrame, path: str | os.Path
                 for k in range(frames):
                     fig.suptitle(f"{head}depth time t = {data[0][2][k]['t']:.2f}", fontsize=10)
                     for panel, (d, _, form) in zip(panels, data, strict=True):
-                        panel.update(k, form[k], _view(k, frames) if d == 3 else PLANE)
+                        panel.update(k, form[k], _view(k, frames) if d == 3 else _PLANE)
                     writer.grab_frame()
             os.replace(gif, tmp)
 

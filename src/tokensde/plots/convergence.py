@@ -16,7 +16,7 @@ from matplotlib.axes import Axes
 from ..analysis.convergence import LEVEL_Z, ConvergenceResult
 from .style import COLORS, new_figure, save, styled
 
-GUIDE = {"weak": 1.0, "strong": 0.5}
+_GUIDE = {"weak": 1.0, "strong": 0.5}
 
 
 def _result(data: ConvergenceResult | dict[str, Any]) -> ConvergenceResult:
@@ -89,7 +89,7 @@ def _guide(ax: Axes, res: ConvergenceResult, problem: str, kind: str, stat: str)
         return
     L0, e0 = rows[0]["L"], abs(rows[0]["error"])
     L = np.array([r["L"] for r in _rows(res, problem, "gaussian", kind, stat)], dtype=float)
-    p = GUIDE[kind]
+    p = _GUIDE[kind]
     ax.plot(L, 1.6 * e0 * (L / L0) ** -p, "--", color="#9a9a9a", lw=0.9,
             label=f"slope -{p:g} guide")
 

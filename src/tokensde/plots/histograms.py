@@ -19,7 +19,7 @@ from .style import COLORS, new_figure, save, styled
 Panel = tuple[str, Any]  # (row title, SimResult with gram recorded)
 
 
-def pick_checkpoints(times: np.ndarray, count: int = 5) -> list[int]:
+def _pick_checkpoints(times: np.ndarray, count: int = 5) -> list[int]:
     """Indices of `count` checkpoints spread over depth: t = 0, the end, and geometric between."""
     K = len(times)
     if K <= count:
@@ -42,7 +42,7 @@ def plot_histograms(panels: Sequence[Panel], path: str | Path, columns: int = 5,
             if res.gram is None:
                 raise ValueError(f"histogram panel {title!r} needs a result with 'gram' recorded")
             rho = upper_pairs(np.asarray(res.gram))  # (runs, K, pairs)
-            idx = pick_checkpoints(res.times, columns)
+            idx = _pick_checkpoints(res.times, columns)
             for c in range(columns):
                 ax = axes[r][c]
                 if c >= len(idx):

@@ -33,7 +33,7 @@ def mlp_rows(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["panel", "arm", "beta", "tol"], ignore_index=True)
 
 
-def theory_curve(row: dict[str, Any], beta: Any, tol: Any) -> np.ndarray:
+def _theory_curve(row: dict[str, Any], beta: Any, tol: Any) -> np.ndarray:
     """Exact P(within tol of -1 before within tol of +1) of the arm of `row` (vectorised)."""
     d, rho0 = float(row["d"]), row["rho0"]
     r0: float | str = rho0 if isinstance(rho0, str) else float(rho0)
@@ -65,14 +65,14 @@ def plot_mlp(df: pd.DataFrame, path: str | Path) -> Path:
             k = color[name]
             _points(ax0, g, "beta", k, name)
             b = np.linspace(max(0.05, 0.9 * g["beta"].min()), 1.05 * g["beta"].max(), 40)
-            ax0.plot(b, theory_curve(g.iloc[0].to_dict(), b, g["tol"].iloc[0]), color=f"C{k}",
+            ax0.plot(b, _theory_curve(g.iloc[0].to_dict(), b, g["tol"].iloc[0]), color=f"C{k}",
                      lw=1)
         ax0.set_xlabel(r"$\beta$")
         for name, g in rows[rows["panel"] == "tol"].groupby("arm", sort=True):
             k = color[name]
             _points(ax1, g, "tol", k, name)
             t = np.geomspace(1e-8, 1.2 * g["tol"].max(), 50)
-            ax1.plot(t, theory_curve(g.iloc[0].to_dict(), g["beta"].iloc[0], t), color=f"C{k}",
+            ax1.plot(t, _theory_curve(g.iloc[0].to_dict(), g["beta"].iloc[0], t), color=f"C{k}",
                      lw=1)
         ax1.set_xscale("log")
         ax1.set_xlabel("tol")

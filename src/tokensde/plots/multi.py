@@ -3,7 +3,7 @@
 - `plot_outcomes`: P(single-cluster / bipolar / other / undecided) vs beta, one panel per (n, d),
   95% Wilson bars, the two-token threshold beta_c(d) = arccosh(d - 2)/2 marked;
 - `plot_hybrid`: the same probabilities vs the noise scale sigma of the hybrid model;
-- `plot_minority`: law of the minority side of bipolar states, with the law it would have if
+- `_plot_minority`: law of the minority side of bipolar states, with the law it would have if
   every token picked its side by a fair coin (reference, not a prediction);
 - `markdown_table`: one statistic with its interval as an (n, d) x beta table for the README;
   `readme_tables`: the tables of every model in the table.
@@ -31,15 +31,15 @@ OUTCOMES = (("single", "#c0392b", "o"), ("bipolar", "#2c7a4b", "s"),
             ("undecided", "#7f8c8d", "x"))
 
 
-NEEDED = ("model", "n", "d", "beta", "runs")  # the columns of a multi_token sweep table we read
+_NEEDED = ("model", "n", "d", "beta", "runs")  # the columns of a multi_token sweep table we read
 
 
-def check_multi_table(df: pd.DataFrame) -> pd.DataFrame:
-    """`df` if it is a `multi_token` sweep table (it has the `NEEDED` columns), else
+def _check_multi_table(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` if it is a `multi_token` sweep table (it has the `_NEEDED` columns), else
     ParameterError saying what it lacks and which sweeps are drawn."""
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"the table must be a pandas DataFrame; got {type(df).__name__}")
-    missing = [c for c in NEEDED if c not in df.columns]
+    missing = [c for c in _NEEDED if c not in df.columns]
     if missing:
         raise ParameterError(
             f"the sweep table lacks the column{'s' if len(missing) > 1 else ''} "
@@ -138,7 +138,7 @@ def coin_minority_law(n: int) -> np.ndarray:
     return w / w.sum()
 
 
-def plot_minority(df: pd.DataFrame, path: str | Path, model: str = "noise", min_bipolar: int = 20
+def _plot_minority(df: pd.DataFrame, path: str | Path, model: str = "noise", min_bipolar: int = 20
                   ) -> Path:
     """Law of the minority side size of bipolar states at the largest beta, one panel per n."""
     df = _ok(df)
@@ -191,8 +191,8 @@ def markdown_table(df: pd.DataFrame, stat: str = "bipolar", model: str = "noise"
 
 def make_all(df: pd.DataFrame, out_dir: str | Path, prefix: str = "multi_token") -> list[Path]:
     """Every multi-token figure the table supports, as `OUT_DIR/<prefix>_<what>.png`; a table of
-    another kind of sweep is refused (`check_multi_table`)."""
-    df = check_multi_table(_ok(df))
+    another kind of sweep is refused (`_check_multi_table`)."""
+    df = _check_multi_table(_ok(df))
     out = Path(out_dir)
     made = []
     for model in ("noise", "flow"):
@@ -201,15 +201,15 @@ def make_all(df: pd.DataFrame, out_dir: str | Path, prefix: str = "multi_token")
     if (df["model"] == "hybrid").any():
         made.append(plot_hybrid(df, out / f"{prefix}_hybrid.png"))
     if ((df["model"] == "noise") & (df["n"] >= 4)).any():
-        made.append(plot_minority(df, out / f"{prefix}_minority.png"))
+        made.append(_plot_minority(df, out / f"{prefix}_minority.png"))
     return made
 
 
 def readme_tables(df: pd.DataFrame) -> str:
     """The README tables of a saved sweep table: `markdown_table` of P(bipolar) for the noise and
     hybrid models and of P(single) for the flow, each under a one-line heading; a table of
-    another kind of sweep is refused (`check_multi_table`)."""
-    df = check_multi_table(_ok(df))
+    another kind of sweep is refused (`_check_multi_table`)."""
+    df = _check_multi_table(_ok(df))
     parts = []
     for model, stat, keys in (("noise", "bipolar", ("n", "d")), ("flow", "single", ("n", "d")),
                               ("hybrid", "bipolar", ("n", "d", "sigma"))):

@@ -31,7 +31,7 @@ def _start_of(df: pd.DataFrame) -> str | float:
     return float(rho0[0])
 
 
-def theory_of(df: pd.DataFrame, beta: np.ndarray, d: float) -> np.ndarray:
+def _theory_of(df: pd.DataFrame, beta: np.ndarray, d: float) -> np.ndarray:
     """Exact `P_anti` at `beta` for dimension `d`, for the initial condition used in `df`."""
     start = _start_of(df)
     if isinstance(start, str):  # 'uniform'
@@ -66,7 +66,7 @@ def _init_label(df: pd.DataFrame) -> str:
     return f"rho0 = {df['rho0'].iloc[0]:g}"
 
 
-def draw_heatmap(ax: Any, df: pd.DataFrame) -> Any:
+def _draw_heatmap(ax: Any, df: pd.DataFrame) -> Any:
     """MC `P_anti` over the (beta, d) grid, the critical curve `beta_c(d)` and theory contours."""
     # dropna=False keeps the cells where no run decided (p_anti nan) on the grid
     table = df.pivot_table(index="d", columns="beta", values="p_anti", dropna=False)
@@ -104,7 +104,7 @@ def draw_heatmap(ax: Any, df: pd.DataFrame) -> Any:
     return mesh
 
 
-def draw_curves(ax: Any, df: pd.DataFrame, ds: Sequence[int] | None = None) -> None:
+def _draw_curves(ax: Any, df: pd.DataFrame, ds: Sequence[int] | None = None) -> None:
     """Theory curves `P_anti(beta)` at fixed d with the Monte Carlo points and Wilson bars."""
     ds = _pick_ds(df) if ds is None else list(ds)
     betas = df["beta"].to_numpy(float)
@@ -112,7 +112,7 @@ def draw_curves(ax: Any, df: pd.DataFrame, ds: Sequence[int] | None = None) -> N
     for i, d in enumerate(ds):
         colour = TOKEN_COLORS[i % len(TOKEN_COLORS)]
         sub = df[df["d"] == d].sort_values("beta")
-        ax.plot(fb, theory_of(df, fb, d), color=colour, lw=1.3, label=f"d = {d}")
+        ax.plot(fb, _theory_of(df, fb, d), color=colour, lw=1.3, label=f"d = {d}")
         yerr = np.vstack([sub["p_anti"] - sub["ci_lo"], sub["ci_hi"] - sub["p_anti"]])
         ax.errorbar(sub["beta"], sub["p_anti"], yerr=yerr, fmt="o", color=colour, ms=3.5,
                     capsize=2, lw=1)
@@ -148,9 +148,9 @@ def plot_phase_diagram(df: pd.DataFrame, path: str | Path, *, ds: Sequence[int] 
     with styled():
         fig = new_figure(11.0, 4.4)
         ax0, ax1 = fig.subplots(1, 2, width_ratios=[1.15, 1])
-        mesh = draw_heatmap(ax0, df)
+        mesh = _draw_heatmap(ax0, df)
         fig.colorbar(mesh, ax=ax0, label=r"$P_{anti}$ (Monte Carlo)")
-        draw_curves(ax1, df, ds)
+        _draw_curves(ax1, df, ds)
         fig.suptitle(caption or _caption(df), fontsize=7.5)
     return save(fig, path)
 
@@ -202,7 +202,7 @@ def plot_theory_vs_mc(df: pd.DataFrame, path: str | Path, ds: Sequence[int] | No
     """The theory-vs-simulation panel alone."""
     with styled():
         fig = new_figure(5.5, 4.0)
-        draw_curves(fig.subplots(), df, ds)
+        _draw_curves(fig.subplots(), df, ds)
     return save(fig, path)
 
 

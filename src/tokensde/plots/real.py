@@ -16,17 +16,17 @@ from matplotlib.axes import Axes
 
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
 
-SIDE_STYLE = {"real": ("real network (95 % over inits)", COLORS["merged"]),
+_SIDE_STYLE = {"real": ("real network (95 % over inits)", COLORS["merged"]),
               "network": ("tokensde network, same depth", COLORS["gaussian"]),
               "sde": ("depth limit (SDE)", COLORS["theory"])}
-PANELS: tuple[tuple[str, str], ...] = (("cos_mean", "mean token cosine"),
+_PANELS: tuple[tuple[str, str], ...] = (("cos_mean", "mean token cosine"),
                                        ("erank", "effective rank"))
 
 
-def draw_sides(ax: Axes, table: pd.DataFrame, stat: str, label: str = "") -> None:
+def _draw_sides(ax: Axes, table: pd.DataFrame, stat: str, label: str = "") -> None:
     """Measured band and marks, the discrete prediction's band and line, the limit's line."""
     t = table[table.stat == stat]
-    for side, (name, color) in SIDE_STYLE.items():
+    for side, (name, color) in _SIDE_STYLE.items():
         s = t[t.side == side].sort_values("frac")
         if s.empty:
             continue
@@ -46,9 +46,9 @@ def plot_real(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -> 
     """Mean token cosine and effective rank against depth fraction: real vs predictions."""
     with styled():
         fig = new_figure(9.0, 3.6)
-        axes = fig.subplots(1, len(PANELS))
-        for ax, (stat, name) in zip(axes, PANELS, strict=True):
-            draw_sides(ax, table, stat)
+        axes = fig.subplots(1, len(_PANELS))
+        for ax, (stat, name) in zip(axes, _PANELS, strict=True):
+            _draw_sides(ax, table, stat)
             ax.set_xlabel("depth fraction k / L")
             ax.set_ylabel(name)
         axes[0].legend(fontsize=7)

@@ -34,9 +34,9 @@ COLORS: dict[str, str] = {
 # qualitative colours for tokens (colour-blind friendly, Okabe-Ito order)
 TOKEN_COLORS: tuple[str, ...] = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9",
                                  "#d55e00", "#f0e442", "#000000")
-SEQUENTIAL = "viridis"
+_SEQUENTIAL = "viridis"
 
-RC: dict[RcKeyType, Any] = {
+_RC: dict[RcKeyType, Any] = {
     "font.family": "DejaVu Sans",
     "font.size": 9.0,
     "axes.titlesize": 10.0,
@@ -57,7 +57,7 @@ RC: dict[RcKeyType, Any] = {
     "figure.dpi": 110,
     "savefig.dpi": 130,
     "savefig.bbox": "standard",  # constrained layout already fits; "tight" redraws
-    "image.cmap": SEQUENTIAL,
+    "image.cmap": _SEQUENTIAL,
 }
 
 
@@ -69,7 +69,7 @@ def token_color(i: int) -> str:
 @contextmanager
 def styled() -> Iterator[None]:
     """Apply the tokensde rcParams inside the block."""
-    with mpl.rc_context(RC):
+    with mpl.rc_context(_RC):
         yield
 
 
@@ -82,14 +82,14 @@ def new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
 
 
 # the formats matplotlib writes (its Agg, PDF, PS, SVG and PGF backends)
-FIGURE_SUFFIXES: tuple[str, ...] = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg",
+_FIGURE_SUFFIXES: tuple[str, ...] = (".png", ".pdf", ".svg", ".svgz", ".eps", ".ps", ".jpg",
                                     ".jpeg", ".tif", ".tiff", ".webp", ".gif", ".pgf")
 
 
 def check_figure(path: str | os.PathLike, name: str) -> Path:
     """`path` if a figure can be written there (`check_output`) in a format that `save` knows
-    (`FIGURE_SUFFIXES`); ParameterError naming `name` otherwise, before anything is drawn."""
-    return check_output(path, name, suffixes=FIGURE_SUFFIXES)
+    (`_FIGURE_SUFFIXES`); ParameterError naming `name` otherwise, before anything is drawn."""
+    return check_output(path, name, suffixes=_FIGURE_SUFFIXES)
 
 
 def save(fig: Figure, path: str | os.PathLike, dpi: int | None = None, tight: bool = False,
@@ -106,5 +106,5 @@ def save(fig: Figure, path: str | os.PathLike, dpi: int | None = None, tight: bo
     bbox = "tight" if tight else None
     with styled() if style else nullcontext():
         return atomic_write(path, lambda tmp: fig.savefig(
-            tmp, format=fmt, dpi=dpi or RC["savefig.dpi"], bbox_inches=bbox))
+            tmp, format=fmt, dpi=dpi or _RC["savefig.dpi"], bbox_inches=bbox))
 

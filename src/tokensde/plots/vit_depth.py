@@ -19,10 +19,10 @@ from matplotlib.ticker import MaxNLocator
 
 from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
 
-BLOCK_ORDER = ("attention-only", "standard")
+_BLOCK_ORDER = ("attention-only", "standard")
 
 
-def arm_color(arm: str, arms: list[str]) -> str:
+def _arm_color(arm: str, arms: list[str]) -> str:
     """A fixed colour per arm within one figure."""
     return TOKEN_COLORS[arms.index(arm) % len(TOKEN_COLORS)]
 
@@ -47,7 +47,7 @@ def _arms(gaps: pd.DataFrame) -> list[str]:
 
 
 def _blocks(gaps: pd.DataFrame) -> list[str]:
-    return [b for b in BLOCK_ORDER if b in set(gaps["block"])]
+    return [b for b in _BLOCK_ORDER if b in set(gaps["block"])]
 
 
 def _panels(frame: pd.DataFrame, width: float = 5.0, height: float = 3.8
@@ -70,7 +70,7 @@ def _seeds_note(gaps: pd.DataFrame) -> str:
     return f"{s.min()}–{s.max()} paired seeds a point" if len(s) else ""
 
 
-def plot_depth_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
+def _plot_depth_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
     """One panel per block: the paired gap to default against depth, one line per arm that was
     run at two depths or more."""
     arms = _arms(gaps)
@@ -82,7 +82,7 @@ def plot_depth_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
                 if rows["depth"].nunique() < 2:
                     continue
                 x = rows["depth"].to_numpy(float) * 1.04 ** (k - len(arms) / 2)
-                _errorbars(ax, x, rows, arm_color(arm, arms), arm)
+                _errorbars(ax, x, rows, _arm_color(arm, arms), arm)
             ax.axhline(0.0, color="k", lw=0.8)
             ax.set_xscale("log", base=2)
             depths = sorted(g["depth"].unique())
@@ -95,7 +95,7 @@ def plot_depth_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
         return save(fig, out)
 
 
-def plot_lambda(gaps: pd.DataFrame, out: str | os.PathLike, block: str = "attention-only",
+def _plot_lambda(gaps: pd.DataFrame, out: str | os.PathLike, block: str = "attention-only",
                 depth: int | None = None) -> Path:
     """At one depth: the gap to default against the noise amplitude LAM, for pure noise
     (`noise:LAM`, default = LAM 1) and for the hybrid arm (`hybrid:LAM`, mean part M = I)."""
@@ -125,7 +125,7 @@ def plot_lambda(gaps: pd.DataFrame, out: str | os.PathLike, block: str = "attent
         return save(fig, out)
 
 
-def plot_collapse(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
+def _plot_collapse(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
     """The gap to default against the collapse of the untrained model: the fraction of token
     pairs within tol of +1 after its last block; one marker per (arm, depth)."""
     arms = _arms(gaps)
@@ -138,7 +138,7 @@ def plot_collapse(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
                 ax.errorbar(rows["init_near_pos"], y,
                             yerr=[y - rows["gap_lo"].to_numpy(float),
                                   rows["gap_hi"].to_numpy(float) - y],
-                            fmt="o", color=arm_color(arm, arms), capsize=2, label=arm)
+                            fmt="o", color=_arm_color(arm, arms), capsize=2, label=arm)
             ax.axhline(0.0, color="k", lw=0.8)
             ax.set(xlabel="merged pairs at initialisation (cos > 1 − tol, last block)",
                    title=f"{block} block")
@@ -147,7 +147,7 @@ def plot_collapse(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
         return save(fig, out)
 
 
-def plot_curves(table: pd.DataFrame, out: str | os.PathLike, arm: str = "default") -> Path:
+def _plot_curves(table: pd.DataFrame, out: str | os.PathLike, arm: str = "default") -> Path:
     """Test accuracy after each epoch of `arm`, mean over seeds, one line per (block, depth):
     whether training had stopped improving fast."""
     t = table[(table["arm"] == arm) & (table["status"] == "ok")]
@@ -168,9 +168,9 @@ def draw_all(gaps: pd.DataFrame, table: pd.DataFrame, out_dir: str | os.PathLike
              ) -> dict[str, Any]:
     """Every figure of the depth sweep into `out_dir`; returns name -> path."""
     d = Path(out_dir)
-    figs = {"depth_gaps": plot_depth_gaps(gaps, d / "depth_gaps.png"),
-            "collapse": plot_collapse(gaps, d / "collapse.png"),
-            "curves": plot_curves(table, d / "curves.png")}
+    figs = {"depth_gaps": _plot_depth_gaps(gaps, d / "depth_gaps.png"),
+            "collapse": _plot_collapse(gaps, d / "collapse.png"),
+            "curves": _plot_curves(table, d / "curves.png")}
     if (gaps["lam"].notna() & ~gaps["arm"].isin(["default"])).sum() >= 2:
-        figs["lambda"] = plot_lambda(gaps, d / "lambda.png")
+        figs["lambda"] = _plot_lambda(gaps, d / "lambda.png")
     return figs

@@ -24,7 +24,7 @@ def _arms(arms: Any) -> list[str]:
     return list(dict.fromkeys(arms))
 
 
-def plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
+def _plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
     """Validation accuracy (mean over seeds) against the learning rate; chosen rates ringed."""
     budgets = sorted(chosen["epochs"].unique())
     arms = _arms(chosen["arm"])
@@ -54,7 +54,7 @@ def plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
         return save(fig, out)
 
 
-def plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
+def _plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
     """Paired gap to default against the budget, per arm at its chosen rate (solid) and with
     both at 2e-3 (dashed)."""
     arms = [a for a in _arms(gaps["arm"]) if a != "default"]
@@ -95,5 +95,5 @@ def draw_fair(doc: dict[str, Any], out: str | os.PathLike) -> dict[str, Path]:
     """Both figures, from the saved report `doc` (the content of `fair.json`), into `out`."""
     chosen, gaps = pd.DataFrame(doc["chosen"]), pd.DataFrame(doc["gaps"])
     out = Path(out)
-    return {"lr_figure": plot_lr(chosen, out / "fair_lr.png"),
-            "gap_figure": plot_gaps(gaps, out / "fair_gaps.png")}
+    return {"lr_figure": _plot_lr(chosen, out / "fair_lr.png"),
+            "gap_figure": _plot_gaps(gaps, out / "fair_gaps.png")}

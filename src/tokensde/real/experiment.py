@@ -30,9 +30,9 @@ from .models import RealSpec, build, hidden_states, make_inputs
 from .predict import SDE_RUNS, SDE_STEPS, predict
 
 KIND = "tokensde-real"
-SIDES: tuple[str, ...] = ("real", "network", "sde")
-AGREE_SE = 3.0  # a layer agrees when |real - network| <= AGREE_SE combined standard errors
-FWER = 0.05  # family-wise false-alarm rate of the verdict "disagrees" when the model is exact
+_SIDES: tuple[str, ...] = ("real", "network", "sde")
+_AGREE_SE = 3.0  # a layer agrees when |real - network| <= AGREE_SE combined standard errors
+_FWER = 0.05  # family-wise false-alarm rate of the verdict "disagrees" when the model is exact
 
 
 @dataclass
@@ -48,7 +48,7 @@ class RealRun:
     embeddings: torch.Tensor | None = None  # (inits * inputs, n, d), what the predictions start from
 
 
-def layer_threshold(layers: int, fwer: float = FWER) -> float:
+def layer_threshold(layers: int, fwer: float = _FWER) -> float:
     """Sidak threshold `c = Phi^-1(1 - a/2)`, `a = 1 - (1 - fwer)^(1/K)`, for K layers' z.
 
     Args:
@@ -66,8 +66,8 @@ def layer_threshold(layers: int, fwer: float = FWER) -> float:
     return float(st.norm.isf(a / 2))
 
 
-def agreement(table: pd.DataFrame, stat: str = "cos_mean", k: float = AGREE_SE,
-              fwer: float = FWER) -> dict[str, Any]:
+def agreement(table: pd.DataFrame, stat: str = "cos_mean", k: float = _AGREE_SE,
+              fwer: float = _FWER) -> dict[str, Any]:
     """Layers 1..L of `stat`, real against the discrete prediction, `z_l = diff_l / se_l`.
 
     Args:
@@ -144,9 +144,9 @@ def measure_real(spec: RealSpec, inits: int, inputs: int, seed: int, tol: float 
     return {k: np.stack(v) for k, v in per.items()}, torch.cat(x0), net
 
 
-QK_DRAW_UNITS = 400  # work units (`sim.budget.estimate_work`) per number of the prediction's
+_QK_DRAW_UNITS = 400  # work units (`sim.budget.estimate_work`) per number of the prediction's
 # random query/key forms: drawing them is most of its time (measured, torch-encoder width 256)
-INIT_STEPS = 1000  # layer steps (`sim.budget.TimeModel.c0`) of building and measuring one init
+_INIT_STEPS = 1000  # layer steps (`sim.budget.TimeModel.c0`) of building and measuring one init
 
 
 def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int = SDE_STEPS,
@@ -167,14 +167,14 @@ def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int
     per_init = 8 * inputs * (n * w + (L + 1) * n * n)
     runs = inits * inputs
     work = (float(runs) * L * n * w * (n + m * w) + estimate_work(runs, L, n, w, spec.heads)
-            + QK_DRAW_UNITS * runs * L * spec.heads * w * w * spec.qk
+            + _QK_DRAW_UNITS * runs * L * spec.heads * w * w * spec.qk
             + estimate_work(min(sde_runs, runs), check_int("sde_steps", sde_steps, 1), n, w))
     return Budget(f"this {spec.arch} run", fixed + per_init * inits, per_init, inits, work,
                   f"{inits} inits x {inputs} inputs, {L} layers, width {w}, {n} tokens, "
                   f"vocabulary {spec.vocabulary}",
                   ("inits", "inputs", "layers", "width", "ctx", "vocab", "sde_runs"),
                   longer=("inits", "inputs", "layers", "width", "ctx", "sde_steps", "sde_runs"),
-                  steps=float(inits * (L + INIT_STEPS) + L + sde_steps))
+                  steps=float(inits * (L + _INIT_STEPS) + L + sde_steps))
 
 
 def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, tol: float = TOL,

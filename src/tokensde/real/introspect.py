@@ -20,7 +20,7 @@ block:
   per seed, with standard error `sqrt((mean(w^4) - mean(w^2)^2) / N)` (N entries, i.i.d.), then
   averaged over seeds (the standard deviation over seeds is kept beside it).
 
-`to_law` checks that every block has one structure and, within `HOMOGENEITY_Z` standard errors, one
+`to_law` checks that every block has one structure and, within `_HOMOGENEITY_Z` standard errors, one
 law (tokensde's model has one set of parameters for all layers), folds the residual scales into the
 branch variances (`a^2 var_O`, `b^2 var_2`, `b^2 var_b2`) and gives the `BlockLaw` that
 `mapping.to_model` turns into `ModelParams`; `map_read` does both, `params_errors` propagates the
@@ -51,14 +51,14 @@ from .measure import TOL, directions_gram, gram_stats, summarise
 from .models import RMSNorm as TokensdeRMSNorm
 from .predict import SDE_RUNS, SDE_STEPS, predict
 
-HOMOGENEITY_Z = 5.0  # a block's variance further than this many standard errors from the pooled one:
+_HOMOGENEITY_Z = 5.0  # a block's variance further than this many standard errors from the pooled one:
 # the blocks do not share one law (refused)
-SAME_TOL = 1e-4  # two probed tensors are the same when max |a - b| <= SAME_TOL max |a| (float32 passes)
-FIT_TOL = 1e-3  # a residual add r = c v is read when |r - c v| <= FIT_TOL |r|
-ACT_TOL = 1e-4  # an activation phi is read when max |g - phi(h)| <= ACT_TOL max |g|
+_SAME_TOL = 1e-4  # two probed tensors are the same when max |a - b| <= SAME_TOL max |a| (float32 passes)
+_FIT_TOL = 1e-3  # a residual add r = c v is read when |r - c v| <= FIT_TOL |r|
+_ACT_TOL = 1e-4  # an activation phi is read when max |g - phi(h)| <= ACT_TOL max |g|
 ATTENTIONS: tuple[str, ...] = ("MultiheadAttention", "GPT2Attention")
-WEIGHTS: tuple[str, ...] = ("q", "k", "v", "o", "bq", "bk", "bv", "bo", "1", "2", "b1", "b2")
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+_WEIGHTS: tuple[str, ...] = ("q", "k", "v", "o", "bq", "bk", "bv", "bo", "1", "2", "b1", "b2")
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu,
     "gelu": nn.functional.gelu,
     "gelu-tanh": lambda h: nn.functional.gelu(h, approximate="tanh"),
@@ -356,7 +356,7 @@ def _hook_all(blocks: Sequence[nn.Module], parts: Sequence[_Parts]) -> tuple[lis
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and float((a - b).abs().max()) <= SAME_TOL * float(a.abs().max()) + 1e-30
+    return a.shape == b.shape and float((a - b).abs().max()) <= _SAME_TOL * float(a.abs().max()) + 1e-30
 
 
 def _fit(r: torch.Tensor, v: torch.Tensor, where: str, what: str) -> float:
@@ -367,7 +367,7 @@ def _fit(r: torch.Tensor, v: torch.Tensor, where: str, what: str) -> float:
             return 1.0
         raise _fail(where, f"{what}: the residual add is not input + a multiple of the branch")
     c = float((r * v).sum()) / vv
-    if float(((r - c * v) ** 2).sum()) > FIT_TOL ** 2 * rr:
+    if float(((r - c * v) ** 2).sum()) > _FIT_TOL ** 2 * rr:
         raise _fail(where, f"{what}: the residual add is not input + a multiple of the branch")
     return float(f"{c:.6g}")
 
@@ -384,10 +384,10 @@ def _one(rec: _Record, m: nn.Module, where: str, block: nn.Module) -> tuple[torc
 
 def _activation(h: torch.Tensor, g: torch.Tensor, where: str) -> str:
     """The activation phi with `g = phi(h)` (the MLP's hidden pre- and post-activations)."""
-    errs = {k: float((g - f(h)).abs().max()) for k, f in ACTIVATIONS.items()}
+    errs = {k: float((g - f(h)).abs().max()) for k, f in _ACTIVATIONS.items()}
     best = min(errs, key=errs.__getitem__)
-    if errs[best] > ACT_TOL * float(g.abs().max()) + 1e-30:
-        raise _fail(where, f"the MLP's activation is none of {', '.join(ACTIVATIONS)} (gated or "
+    if errs[best] > _ACT_TOL * float(g.abs().max()) + 1e-30:
+        raise _fail(where, f"the MLP's activation is none of {', '.join(_ACTIVATIONS)} (gated or "
                     "other activations are not read yet)")
     return best
 
@@ -410,7 +410,7 @@ def _causal(att: nn.Module, args: tuple, kwargs: dict, n: int, where: str) -> bo
     raise _fail(where, "an attention mask other than the causal one is not read")
 
 
-KNOWN_PLACEMENT: dict[str, Callable[[nn.Module], str]] = {
+_KNOWN_PLACEMENT: dict[str, Callable[[nn.Module], str]] = {
     "TransformerEncoderLayer": lambda b: "pre" if b.norm_first else "post",
     "GPT2Block": lambda b: "pre",
 }
@@ -466,7 +466,7 @@ def _layout(block: nn.Module, p: _Parts, rec: _Record, where: str) -> dict[str, 
     if len(used) != len(norms):
         raise _fail(where, f"{len(norms) - len(used)} norm(s) whose place is not read "
                     "(read: one norm per branch, before it or after its residual add)")
-    known = KNOWN_PLACEMENT.get(type(block).__name__)
+    known = _KNOWN_PLACEMENT.get(type(block).__name__)
     if known is not None and known(block) != placement:
         raise _fail(where, f"the probe reads {placement}-norm, the class states {known(block)}-norm")
     args, kwargs = rec.attn_args[0]
@@ -538,7 +538,7 @@ def read_network(make: Callable[[int], nn.Module], sample: torch.Tensor | Callab
         parts = [_parts(b, w) for b, w in zip(bl, where, strict=True)]
         weights = [_block_weights(p, w) for p, w in zip(parts, where, strict=True)]
         _distinct([ws for _, _, ws in weights], where)
-        raw.append([{k: _raw_moment(ws.get(k)) for k in WEIGHTS} for _, _, ws in weights])
+        raw.append([{k: _raw_moment(ws.get(k)) for k in _WEIGHTS} for _, _, ws in weights])
         if j == 0:
             layouts = _probe(model, bl, parts, where, sample)
             for lay, p, w, (d, heads, ws) in zip(layouts, parts, where, weights, strict=True):
@@ -551,7 +551,7 @@ def read_network(make: Callable[[int], nn.Module], sample: torch.Tensor | Callab
                                      f"seed {seeds[0]}")
     out = []
     for i, lay in enumerate(layouts):
-        moments = {k: _moment([r[i][k] for r in raw]) for k in WEIGHTS}
+        moments = {k: _moment([r[i][k] for r in raw]) for k in _WEIGHTS}
         fields_ = {k: v for k, v in lay.items() if k != "tokens"}
         out.append(BlockRead(index=i, moments=moments, **fields_))
     return NetworkRead(cls, tuple(out), layouts[0]["tokens"], seeds)
@@ -616,11 +616,11 @@ def _uniform(read: NetworkRead) -> None:
             if abs(x - y) > 1e-5 * max(abs(x), abs(y)):
                 raise IntrospectionError(f"block {b.index} ({b.cls}): residual scale "
                                          f"{b.residual_scale} differs from block 0's {first.residual_scale}")
-    for k in WEIGHTS:
+    for k in _WEIGHTS:
         pool = read.pooled(k)
         for b in read.blocks:
             m = b.moments[k]
-            tol = HOMOGENEITY_Z * math.hypot(m.se, pool.se) + 1e-6 * pool.value
+            tol = _HOMOGENEITY_Z * math.hypot(m.se, pool.se) + 1e-6 * pool.value
             if abs(m.value - pool.value) > tol:
                 raise IntrospectionError(
                     f"block {b.index} ({b.cls}): entry variance of {k} {m.value:.4g} +- {m.se:.2g} "
@@ -631,7 +631,7 @@ def effective(read: NetworkRead) -> dict[str, Moment]:
     """The pooled moments with the residual scales folded in: `o` times `a^2`; `2`, `b2` times
     `b^2`."""
     a, b = read.blocks[0].residual_scale
-    out = {k: read.pooled(k) for k in WEIGHTS}
+    out = {k: read.pooled(k) for k in _WEIGHTS}
     for k, c in (("o", a * a), ("2", b * b), ("b2", b * b)):
         m = out[k]
         out[k] = replace(m, value=m.value * c, se=m.se * c, sd=m.sd * c)
@@ -698,9 +698,9 @@ def map_read(read: NetworkRead, radius2: float = 1.0, tokens: int | None = None,
     return to_model(to_law(read, radius2, tokens, depth_scaled))
 
 
-LAW_FIELDS: dict[str, str] = {"q": "var_q", "k": "var_k", "v": "var_v", "o": "var_o", "1": "var_1",
+_LAW_FIELDS: dict[str, str] = {"q": "var_q", "k": "var_k", "v": "var_v", "o": "var_o", "1": "var_1",
                               "2": "var_2", "b1": "var_b1", "b2": "var_b2"}
-PARAM_FIELDS: tuple[str, ...] = ("sigma", "qk_scale", "mlp_sigma", "bias_sigma", "mlp_bias")
+_PARAM_FIELDS: tuple[str, ...] = ("sigma", "qk_scale", "mlp_sigma", "bias_sigma", "mlp_bias")
 
 
 def params_errors(read: NetworkRead, radius2: float = 1.0) -> dict[str, float]:
@@ -710,13 +710,13 @@ def params_errors(read: NetworkRead, radius2: float = 1.0) -> dict[str, float]:
     law = to_law(read, radius2)
     base = to_model(law).params
     e = effective(read)
-    acc = dict.fromkeys((*PARAM_FIELDS, "mlp_q"), 0.0)
-    for key, name in LAW_FIELDS.items():
+    acc = dict.fromkeys((*_PARAM_FIELDS, "mlp_q"), 0.0)
+    for key, name in _LAW_FIELDS.items():
         if e[key].se == 0 or getattr(law, name) == 0:
             continue
         moved = replace(law, **{name: getattr(law, name) + e[key].se})
         p = to_model(moved).params
-        for f in PARAM_FIELDS:
+        for f in _PARAM_FIELDS:
             acc[f] += (getattr(p, f) - getattr(base, f)) ** 2
         if key == "1":
             acc["mlp_q"] += (law.d * law.shrink * e[key].se) ** 2
@@ -749,7 +749,7 @@ def block_states(model: nn.Module, blocks: Sequence[nn.Module], x: Any) -> torch
     return h.permute(2, 1, 0, 3) if not getattr(att, "batch_first", True) else h
 
 
-def measure_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch.Tensor],
+def _measure_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch.Tensor],
                 inits: int, per_init: int, seed: int, blocks: str | None = None,
                 tol: float = TOL) -> tuple[dict[str, np.ndarray], torch.Tensor]:
     """Per-init statistics `{stat: (inits, L + 1)}` (each the mean over the init's inputs) and the
@@ -799,7 +799,7 @@ def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch
     seed, read_seeds = check_int("seed", seed, 0), check_int("read_seeds", read_seeds, 1)
     require(0 < tol < 1, "tol", "in (0, 1)", tol)
     t0 = time.perf_counter()
-    per, x0 = measure_own(make, inputs, inits, per_init, seed, blocks, tol)
+    per, x0 = _measure_own(make, inputs, inits, per_init, seed, blocks, tol)
     read = read_network(make, inputs(per_init, derive_seed(seed, 2, 0)),
                         [derive_seed(seed, 1, s) for s in range(min(read_seeds, inits))], blocks)
     t_real = time.perf_counter() - t0

@@ -161,7 +161,7 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
     ]
     if law.activation != "none":
         q = d * s * law.var_1
-        name, width, out2, why = mlp_block_of(law, q)
+        name, width, out2, why = _mlp_block_of(law, q)
         mlp_sigma = math.sqrt(law.width * law.var_2 * out2 / (d * r2) / dt)
         kw.update(mlp=name, mlp_sigma=mlp_sigma, mlp_width=width)
         rows += [("activation", law.activation, f"mlp = {name}",
@@ -185,7 +185,7 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
     return Mapping(ModelParams(**kw), TimeGrid.make(layers=L), law, rows)
 
 
-def mlp_block_of(law: BlockLaw, q: float) -> tuple[str, int, float, str]:
+def _mlp_block_of(law: BlockLaw, q: float) -> tuple[str, int, float, str]:
     """The model's MLP block for `law` at pre-activation variance `q`: its `mlp` name, its
     `mlp_width`, the second moment `E h^2` of one real hidden unit, and the mapping's reason."""
     if law.activation == "swiglu":
@@ -200,7 +200,7 @@ def mlp_block_of(law: BlockLaw, q: float) -> tuple[str, int, float, str]:
                                    "output's second moment per coordinate relative to the stream's")
 
 
-def config_of(net: RealNet) -> Any:
+def _config_of(net: RealNet) -> Any:
     """The HuggingFace configuration object of `net`'s model."""
     cfg: Any = getattr(net.model, "config", None)
     if cfg is None:
@@ -216,7 +216,7 @@ def map_gpt2(net: RealNet) -> Mapping:
     """GPT-2 (pre-LN, causal): every weight N(0, 0.02^2) (`initializer_range`), the residual
     projections (attention's and MLP's c_proj) N(0, 0.02^2 / (2 n_layer)); tokens = wte + wpe,
     r0^2 = 2 * 0.02^2; MLP gelu_new (the tanh form, mapped to the exact GELU)."""
-    spec, cfg = net.spec, config_of(net)
+    spec, cfg = net.spec, _config_of(net)
     v = cfg.initializer_range ** 2
     scaled = v / (2 * cfg.n_layer) if spec.residual_scaling else v
     width = cfg.n_inner or 4 * cfg.n_embd
@@ -232,7 +232,7 @@ def map_gpt2(net: RealNet) -> Mapping:
 def map_bert(net: RealNet) -> Mapping:
     """BERT (post-LN, no residual scaling): every weight N(0, 0.02^2); the embeddings (word +
     position + token type) pass a LayerNorm, r0^2 = 1."""
-    spec, cfg = net.spec, config_of(net)
+    spec, cfg = net.spec, _config_of(net)
     v = cfg.initializer_range ** 2
     law = BlockLaw(cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers, spec.tokens,
                    False, "post", v, v, v * spec.value_scale ** 2, v,
@@ -246,7 +246,7 @@ def map_vit(net: RealNet, radius2: float) -> Mapping:
     """ViT (pre-LN): every weight N(0, 0.02^2) (truncated at +-2, i.e. not at all at this
     scale); `radius2` = r0^2 of the patch + position embeddings of the images, measured (it
     depends on the data)."""
-    spec, cfg = net.spec, config_of(net)
+    spec, cfg = net.spec, _config_of(net)
     v = cfg.initializer_range ** 2
     law = BlockLaw(cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers, spec.tokens,
                    False, "pre", v, v, v * spec.value_scale ** 2, v,
@@ -295,7 +295,7 @@ def map_llama(net: RealNet) -> Mapping:
     `down(silu(gate u) * up u)` of width `intermediate_size` (gate and up N(0, (initializer_range
     mlp_scale)^2)); rotary position embeddings on queries and keys are not modelled
     (docs/real.md, Llama)."""
-    spec, cfg = net.spec, config_of(net)
+    spec, cfg = net.spec, _config_of(net)
     v = cfg.initializer_range ** 2
     v13 = v * spec.mlp_scale ** 2
     law = BlockLaw(cfg.hidden_size, cfg.num_attention_heads, cfg.num_hidden_layers, spec.tokens,

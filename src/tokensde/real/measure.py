@@ -16,9 +16,9 @@ from scipy import stats as st
 
 from ..analysis.clusters import is_antipodal, is_merged, upper_pairs
 
-QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
+_QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
 TOL = 1e-2  # default distance to +1 / -1 for "merged" / "antipodal"
-STATS: tuple[str, ...] = ("cos_mean", *(f"cos_q{int(q * 100):02d}" for q in QUANTILES),
+STATS: tuple[str, ...] = ("cos_mean", *(f"cos_q{int(q * 100):02d}" for q in _QUANTILES),
                           "frac_merged", "frac_anti", "erank")
 
 
@@ -36,8 +36,8 @@ def gram_stats(g: torch.Tensor, tol: float = TOL) -> dict[str, np.ndarray]:
     g = g.to(torch.float64)
     c = upper_pairs(g)
     out = {"cos_mean": c.mean(-1)}
-    qs = torch.quantile(c, torch.tensor(QUANTILES, dtype=c.dtype), dim=-1)
-    for q, v in zip(QUANTILES, qs, strict=True):
+    qs = torch.quantile(c, torch.tensor(_QUANTILES, dtype=c.dtype), dim=-1)
+    for q, v in zip(_QUANTILES, qs, strict=True):
         out[f"cos_q{int(q * 100):02d}"] = v
     out["frac_merged"] = is_merged(c, tol).to(c.dtype).mean(-1)
     out["frac_anti"] = is_antipodal(c, tol).to(c.dtype).mean(-1)

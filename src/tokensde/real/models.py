@@ -26,8 +26,8 @@ from ..model.params import MAX_SIZE
 
 ARCHS: tuple[str, ...] = ("gpt2", "bert", "vit", "torch-encoder", "llama")
 INSTALL_HINT = 'the real-network models need HuggingFace transformers: pip install "tokensde[real]"'
-IMAGE_SIDE = 28  # Fashion-MNIST
-MAX_VALUE_SCALE = 1e3  # value_scale above: the value path's entries overflow LayerNorm's float32
+_IMAGE_SIDE = 28  # Fashion-MNIST
+_MAX_VALUE_SCALE = 1e3  # value_scale above: the value path's entries overflow LayerNorm's float32
 
 
 class MissingExtraError(ImportError):
@@ -110,10 +110,10 @@ class RealSpec:
             check_int("vocab", self.vocab, 2, MAX_SIZE)
         check_int("mlp_ratio", self.mlp_ratio, 1)
         check_int("patch", self.patch, 1)
-        require(IMAGE_SIDE % self.patch == 0, "patch", f"a divisor of {IMAGE_SIDE}", self.patch)
+        require(_IMAGE_SIDE % self.patch == 0, "patch", f"a divisor of {_IMAGE_SIDE}", self.patch)
         check_real("value_scale", self.value_scale, 0.0, strict=True)
-        require(self.value_scale <= MAX_VALUE_SCALE, "value_scale",
-                f"a finite number in (0, {MAX_VALUE_SCALE:g}]", self.value_scale)
+        require(self.value_scale <= _MAX_VALUE_SCALE, "value_scale",
+                f"a finite number in (0, {_MAX_VALUE_SCALE:g}]", self.value_scale)
         require(self.residual_scaling or self.arch == "gpt2", "residual_scaling",
                 "True except for gpt2 (only GPT-2 scales its residual projections)",
                 self.residual_scaling)
@@ -126,9 +126,9 @@ class RealSpec:
         require(self.rope or self.arch == "llama", "rope", "True except for llama (the only "
                 "architecture with rotary position embeddings)", self.rope)
         check_real("mlp_scale", self.mlp_scale, 0.0, strict=True)
-        require(self.mlp_scale <= MAX_VALUE_SCALE and (self.mlp_scale == 1.0
+        require(self.mlp_scale <= _MAX_VALUE_SCALE and (self.mlp_scale == 1.0
                                                        or self.arch == "llama"), "mlp_scale",
-                f"1 except for llama, where a finite number in (0, {MAX_VALUE_SCALE:g}]",
+                f"1 except for llama, where a finite number in (0, {_MAX_VALUE_SCALE:g}]",
                 self.mlp_scale)
         check_choice("value_law", self.value_law, ("product", "gaussian"))
         require(self.value_law == "product" or self.arch == "gpt2", "value_law",
@@ -138,7 +138,7 @@ class RealSpec:
     @property
     def tokens(self) -> int:
         """Tokens per input `n`."""
-        return (IMAGE_SIDE // self.patch) ** 2 + 1 if self.arch == "vit" else self.ctx
+        return (_IMAGE_SIDE // self.patch) ** 2 + 1 if self.arch == "vit" else self.ctx
 
     @property
     def vocabulary(self) -> int:
@@ -180,7 +180,7 @@ class RMSNorm(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-def uncentre(module: nn.Module) -> int:
+def _uncentre(module: nn.Module) -> int:
     """Replace every `nn.LayerNorm` inside `module` by `RMSNorm`; returns how many."""
     count = 0
     for name, child in list(module.named_children()):
@@ -188,7 +188,7 @@ def uncentre(module: nn.Module) -> int:
             setattr(module, name, RMSNorm(child))
             count += 1
         else:
-            count += uncentre(child)
+            count += _uncentre(child)
     return count
 
 
@@ -303,7 +303,7 @@ def gaussian_value_path(attn: Any, g: torch.Tensor, causal: bool) -> Any:
     return attn.register_forward_hook(hook, with_kwargs=True)
 
 
-def encoder_sizes(spec: RealSpec) -> dict[str, Any]:
+def _encoder_sizes(spec: RealSpec) -> dict[str, Any]:
     """The size fields BERT's and ViT's configurations share, dropout off."""
     return {"hidden_size": spec.width, "num_hidden_layers": spec.layers,
             "num_attention_heads": spec.heads, "intermediate_size": spec.mlp_ratio * spec.width,
@@ -313,7 +313,7 @@ def encoder_sizes(spec: RealSpec) -> dict[str, Any]:
 def _bert(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
     tf = require_transformers()
     cfg = tf.BertConfig(max_position_embeddings=spec.ctx, vocab_size=spec.vocabulary,
-                        **encoder_sizes(spec))
+                        **_encoder_sizes(spec))
     model = tf.BertModel(cfg, add_pooling_layer=False).eval()
     blocks = list(model.encoder.layer)
     switch(spec, [(b.attention.self.query.weight, b.attention.self.key.weight,
@@ -323,8 +323,8 @@ def _bert(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.T
 
 def _vit(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
     tf = require_transformers()
-    cfg = tf.ViTConfig(image_size=IMAGE_SIDE, patch_size=spec.patch, num_channels=1,
-                       **encoder_sizes(spec))
+    cfg = tf.ViTConfig(image_size=_IMAGE_SIDE, patch_size=spec.patch, num_channels=1,
+                       **_encoder_sizes(spec))
     model = tf.ViTModel(cfg, add_pooling_layer=False).eval()
     blocks = list(model.layers if hasattr(model, "layers") else model.encoder.layer)
     parts = []
@@ -340,7 +340,7 @@ def _vit(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Te
     return model, blocks, lambda x: model(pixel_values=x)
 
 
-class TorchEncoder(nn.Module):
+class _TorchEncoder(nn.Module):
     """torch's `nn.TransformerEncoderLayer` stack, each layer initialised on its own (torch's
     `nn.TransformerEncoder` deep-copies one layer, so all its layers START EQUAL: docs/real.md),
     read through a token embedding and learned positions, N(0, 1/2) each (per-coordinate
@@ -368,7 +368,7 @@ class TorchEncoder(nn.Module):
 
 def _torch_encoder(spec: RealSpec) -> tuple[nn.Module, list[nn.Module],
                                              Callable[[torch.Tensor], Any]]:
-    model = TorchEncoder(spec).eval()
+    model = _TorchEncoder(spec).eval()
     blocks: list[Any] = list(model.layers)
     switch(spec, [(*b.self_attn.in_proj_weight.split(spec.width, 0), b.linear2.weight)
                   for b in blocks])  # rows q|k|v
@@ -414,7 +414,7 @@ def _llama(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.
     return model, blocks, lambda ids: model(input_ids=ids)
 
 
-BUILDERS = {"gpt2": _gpt2, "bert": _bert, "vit": _vit, "torch-encoder": _torch_encoder,
+_BUILDERS = {"gpt2": _gpt2, "bert": _bert, "vit": _vit, "torch-encoder": _torch_encoder,
             "llama": _llama}
 
 
@@ -435,12 +435,12 @@ def build(spec: RealSpec, seed: int) -> RealNet:
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
-        model, blocks, call = BUILDERS[spec.arch](spec)
+        model, blocks, call = _BUILDERS[spec.arch](spec)
     finally:
         torch.random.set_rng_state(state)
     if not spec.centring:
         for b in blocks:
-            uncentre(b)
+            _uncentre(b)
     model.eval()
     return RealNet(model, blocks, _hooked_run(model, blocks, call), spec, seed)
 
@@ -463,9 +463,9 @@ def make_inputs(spec: RealSpec, batch: int, seed: int, images: torch.Tensor | No
     gen = torch.Generator().manual_seed(check_int("seed", seed, 0))
     if spec.arch != "vit":
         return torch.randint(0, spec.vocabulary, (batch, spec.ctx), generator=gen)
-    if images is None or images.dim() != 4 or tuple(images.shape[1:]) != (1, IMAGE_SIDE,
-                                                                         IMAGE_SIDE):
-        raise ParameterError(f"images must be a tensor (N, 1, {IMAGE_SIDE}, {IMAGE_SIDE}) for "
+    if images is None or images.dim() != 4 or tuple(images.shape[1:]) != (1, _IMAGE_SIDE,
+                                                                         _IMAGE_SIDE):
+        raise ParameterError(f"images must be a tensor (N, 1, {_IMAGE_SIDE}, {_IMAGE_SIDE}) for "
                              f"arch='vit'; got {None if images is None else tuple(images.shape)}")
     require(batch <= len(images), "inputs", f"<= the {len(images)} images given", batch)
     pick = torch.randperm(len(images), generator=gen)[:batch]

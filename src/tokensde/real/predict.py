@@ -26,7 +26,7 @@ from .measure import TOL, directions_gram, gram_stats
 
 SDE_STEPS = 64  # Euler steps of the depth limit on [0, 1] (a default run; docs/benchmarks.md)
 SDE_RUNS = 32  # runs of the depth limit in a default run (the first embeddings)
-SDE_QK_SAMPLES = 2  # draws of the query/key law per head and SDE step (docs/variants.md §3): the
+_SDE_QK_SAMPLES = 2  # draws of the query/key law per head and SDE step (docs/variants.md §3): the
 # logits of a real init are small (standard deviation d s var_QK ~ 0.1), so the average over the
 # law barely moves the attention, and each draw costs a head of noise
 
@@ -61,11 +61,11 @@ def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Statistics of the prediction at every recorded layer: `(fractions (K,), {stat: (runs, K)})`
     from embeddings `x0` `(runs, n, d)` (one run each); `scheme='sde'`: the limit on `steps`
-    Euler steps of [0, 1], the query/key law averaged with `SDE_QK_SAMPLES` draws."""
+    Euler steps of [0, 1], the query/key law averaged with `_SDE_QK_SAMPLES` draws."""
     grid = m.grid if scheme == "network" else TimeGrid(steps, 1.0 / steps)
     p = m.params
     if scheme == "sde" and p.qk_law.random:
-        p = p.with_(qk_samples=SDE_QK_SAMPLES)
+        p = p.with_(qk_samples=_SDE_QK_SAMPLES)
     ck = np.arange(grid.steps + 1)
     x = initial_state(m, x0)
     runs = x.shape[0]

@@ -29,7 +29,7 @@ from .token_noise import add_token_noise, check_token_noise, token_noise_streams
 SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
 # the step of each (scheme, norm) other than post-norm (docs/variants.md §4): the Euler step of the
 # pre-norm limit is the residual update itself
-NORM_SCHEMES: dict[tuple[str, str], Callable[..., torch.Tensor]] = {
+_NORM_SCHEMES: dict[tuple[str, str], Callable[..., torch.Tensor]] = {
     **{("network", k): v for k, v in NORM_STEPS.items()},
     ("sde", "pre"): residual_step, ("sde", "peri"): peri_sde_step}
 
@@ -37,7 +37,7 @@ BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
 CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
 
 
-def pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Two unit vectors with `<x_1, x_2> = rho0`: `e_1` and `rho0 e_1 + sqrt(1 - rho0^2) e_2`."""
     x = torch.zeros(2, d, dtype=dtype, device=device)
     x[0, 0] = 1.0
@@ -63,7 +63,7 @@ def initial_tokens(
         if init == "pair":
             if rho0 is None:
                 raise ParameterError("init='pair' needs rho0 in [-1, 1]")
-            return pair_tokens(float(rho0), d, dtype, rs.device).expand(b, 2, d).clone()
+            return _pair_tokens(float(rho0), d, dtype, rs.device).expand(b, 2, d).clone()
         raise ParameterError(f"init must be 'uniform', 'pair' or an array; got {init!r}")
     a = torch.as_tensor(init, dtype=dtype, device=rs.device)
     a = a[start:start + b] if a.ndim == 3 else a.expand(b, n, d)
@@ -189,7 +189,7 @@ def run_batch(
         raise ParameterError(f"the model draws {', '.join(missing)}: pass draws = "
                              "Draws.of(p, scheme, rs, dtype), which holds their streams")
     q = scheme_params(p, scheme)
-    step = SCHEMES[scheme] if p.norm == "post" else NORM_SCHEMES[scheme, p.norm]
+    step = SCHEMES[scheme] if p.norm == "post" else _NORM_SCHEMES[scheme, p.norm]
     noise = peri_noise if (scheme, p.norm) == ("sde", "peri") else noise_sampler(sampler, q)
     silent = p.noise_scale == 0.0
     inputs = (lambda t: t) if p.norm == "post" else normalize  # what attention sees

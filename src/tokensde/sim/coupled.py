@@ -45,7 +45,7 @@ class CoupledState(NamedTuple):
 
 # drive(j) -> (dw, zm, forms): the Brownian increment, the MLP block's normals and the qk forms of
 # fine step j (1-based)
-Drive = Callable[[int], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]
+_Drive = Callable[[int], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]
 
 
 def check_levels(levels: Sequence[int], ref_steps: int) -> tuple[int, ...]:
@@ -447,7 +447,7 @@ class _Levels:
     step; `half` the one twice as coarse) are stepped here whenever a step of their grid ends."""
 
     def __init__(self, c: _Coupling, x0: torch.Tensor, grids: list[_Grid], laws: tuple[str, ...],
-                 drive: Drive, h: float, root_h: float, mlp_rs: RunStreams | None,
+                 drive: _Drive, h: float, root_h: float, mlp_rs: RunStreams | None,
                  weights: torch.Tensor | None = None, fine: bool = True) -> None:
         self.c, self.grids, self.laws, self.drive = c, grids, laws, drive
         self.step_fine = fine  # False: the state march carries is not stepped (networks only)

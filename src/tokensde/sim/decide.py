@@ -26,7 +26,7 @@ so `|<x_i, x_j>| = cos δ'_ij` for unit tokens and the pair passes iff `δ'_ij <
 Floating point. The dense test computes `g = 1 - |fl(<x_i, x_j>)|`, within `E = (d + 2) u (1 +
 ν)^2 + 2ν + ν^2` of `1 - cos δ'_ij` (u the unit roundoff of the tokens' dtype, ν the largest
 `||x_i| - 1|`). The certificates above are applied with `tol - E` (to say decided) and `tol + E`
-(to say not), and every computed angle carries an error bound (`ANGLE_ERR`), so outside a band of
+(to say not), and every computed angle carries an error bound (`_ANGLE_ERR`), so outside a band of
 width about `1e-14` around `tol` the decision is the dense test's by proof; inside it (or with
 `tol + E > 1/2`) the dense formula is evaluated on the candidate pairs, in row blocks. Either
 way the answer is the dense test's, in `O(n log n)` work and `O(n)` memory except inside that
@@ -45,7 +45,7 @@ import torch
 
 DENSE_MAX = 256  # n at or below which the decided test forms the n x n gaps (the earlier test)
 ROW_BLOCK = 1024  # rows of the dense formula evaluated at once on candidate pairs
-ANGLE_ERR = 1e-13  # bound on the error of a computed angle (radians), float64 atan2 / asin
+_ANGLE_ERR = 1e-13  # bound on the error of a computed angle (radians), float64 atan2 / asin
 
 
 def dense_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
@@ -63,7 +63,7 @@ def dense_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
     return (gap < tol).flatten(1).all(-1)
 
 
-def pairs_pass(x: torch.Tensor, tol: float, rows: int = ROW_BLOCK) -> bool:
+def _pairs_pass(x: torch.Tensor, tol: float, rows: int = ROW_BLOCK) -> bool:
     """`1 - |<x_i, x_j>| < tol` for every pair `i != j` of one run's tokens `x` `(n, d)`: the
     dense formula in blocks of `rows` rows (memory `rows x n`).
 
@@ -132,7 +132,7 @@ def circle_verdict(x: torch.Tensor, tol: float, margin: float) -> torch.Tensor:
     phi = torch.where(theta < 0, theta + math.pi, theta).sort(-1).values  # [0, pi]
     gaps = torch.diff(phi, dim=-1, append=phi[..., :1] + math.pi)
     arc = math.pi - gaps.max(-1).values  # shortest arc of R / pi Z holding every phi
-    err = 4 * ANGLE_ERR
+    err = 4 * _ANGLE_ERR
     yes = arc + err < angle_of_gap(tol - margin)
     no = arc - err >= angle_of_gap(tol + margin)
     if tol + margin > 0.5:  # the lemma needs A(tol + E) <= pi / 3
@@ -179,11 +179,11 @@ def cap_verdict(x: torch.Tensor, tol: float, margin: float
         gap = 1.0 - (u @ far.transpose(-1, -2)).squeeze(-1).abs()
         no |= gap.amax(-1) >= no_at
         k = gap.argmax(-1)
-    yes = 2 * theta.amax(-1) + 2 * ANGLE_ERR < angle_of_gap(tol - margin)
+    yes = 2 * theta.amax(-1) + 2 * _ANGLE_ERR < angle_of_gap(tol - margin)
     return torch.where(yes & ~no, 1, torch.where(no, 0, -1)).to(torch.int8), theta
 
 
-def rim_pass(x: torch.Tensor, theta: torch.Tensor, tol: float, margin: float) -> bool:
+def _rim_pass(x: torch.Tensor, theta: torch.Tensor, tol: float, margin: float) -> bool:
     """The dense formula on the pairs of one run that the cap certificate leaves open: tokens
     with `theta_i + max theta >= A(tol - E)` (every other pair is within tol by the triangle
     inequality).
@@ -197,8 +197,8 @@ def rim_pass(x: torch.Tensor, theta: torch.Tensor, tol: float, margin: float) ->
     Returns:
         True when every candidate pair passes.
     """
-    rim = theta + theta.max() + 2 * ANGLE_ERR >= angle_of_gap(tol - margin)
-    return pairs_pass(x[rim.to(x.device)], tol)
+    rim = theta + theta.max() + 2 * _ANGLE_ERR >= angle_of_gap(tol - margin)
+    return _pairs_pass(x[rim.to(x.device)], tol)
 
 
 def decided_tokens(x: torch.Tensor, tol: float) -> torch.Tensor:
@@ -237,9 +237,9 @@ def geometric_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
         if len(open_):
             v2, theta = cap_verdict(x[open_], tol, margin)
             for j, r in enumerate(open_.tolist()):
-                verdict[r] = v2[j] if v2[j] >= 0 else int(rim_pass(x[r], theta[j], tol, margin))
+                verdict[r] = v2[j] if v2[j] >= 0 else int(_rim_pass(x[r], theta[j], tol, margin))
     else:
         verdict, theta = cap_verdict(x, tol, margin)
         for r in (verdict < 0).nonzero().flatten().tolist():
-            verdict[r] = int(rim_pass(x[r], theta[r], tol, margin))
+            verdict[r] = int(_rim_pass(x[r], theta[r], tol, margin))
     return (verdict > 0).to(x.device)

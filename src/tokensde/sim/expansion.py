@@ -54,14 +54,14 @@ import torch
 from ..model.params import ModelParams, ParameterError
 
 EVALUATORS: tuple[str, ...] = ("auto", "dense", "expansion")
-EXPANSION_DIMS: tuple[int, ...] = (2, 3)
-EXPANSION_KINDS: tuple[str, ...] = ("softmax", "usa")
+_EXPANSION_DIMS: tuple[int, ...] = (2, 3)
+_EXPANSION_KINDS: tuple[str, ...] = ("softmax", "usa")
 # Tokens go in blocks whose largest basis slab (2K + 1 rows) takes about SLAB_BYTES (a core's
 # cache), at least BLOCK_MIN token-runs (fewer cost more in per-slab overhead than they save);
 # with more than one block, each block's basis is computed twice (moments, then outputs)
 SLAB_BYTES = 1 << 20
 BLOCK_MIN = 2048
-MAX_ORDER = 20000  # far above any order a finite beta <= 1e6 and tol >= 1e-300 needs
+_MAX_ORDER = 20000  # far above any order a finite beta <= 1e6 and tol >= 1e-300 needs
 
 # `auto` (simulate's attention_eval='auto') takes the expansion (float64 or float32) when it applies
 # and n >= max(AUTO_MIN_N[d], AUTO_PER_BASIS[d] * R), R the number of basis functions at the run's
@@ -71,13 +71,13 @@ MAX_ORDER = 20000  # far above any order a finite beta <= 1e6 and tol >= 1e-300 
 # R) and n ~ 430-950 on the sphere (0.8-1.5 R): the rule sits at or a little above those
 # crossovers (docs/fast-attention.md has the table). Fixed numbers, never a timing at run time,
 # so one seed gives the same run on every machine.
-AUTO_MIN_N: dict[int, int] = {2: 256, 3: 512}
-AUTO_PER_BASIS: dict[int, float] = {2: 4.0, 3: 1.5}
+_AUTO_MIN_N: dict[int, int] = {2: 256, 3: 512}
+_AUTO_PER_BASIS: dict[int, float] = {2: 4.0, 3: 1.5}
 # `auto` also stays dense when cancellation could cost more than this (relative to the output
 # scale 1): eps(float64) * min(sum w / min w, e^{2 beta}) > AUTO_CANCELLATION
-AUTO_CANCELLATION = 1e-9
+_AUTO_CANCELLATION = 1e-9
 # numbers of one chunk of the dense sums that replace the outputs of light tokens (`_dense_rows`)
-REPAIR_NUMBERS = 1 << 22
+_REPAIR_NUMBERS = 1 << 22
 
 
 def unit_roundoff(dtype: torch.dtype) -> float:
@@ -136,7 +136,7 @@ def default_tol(dtype: torch.dtype, log_s: float) -> float:
 def cancellation_limit() -> float:
     """`AUTO_CANCELLATION / (2 u_64)` (about 4.5e6): the largest cancellation scale S whose float64
     rounding, about `2 u_64 S` in an output, stays within AUTO_CANCELLATION."""
-    return AUTO_CANCELLATION / (2 * unit_roundoff(torch.float64))
+    return _AUTO_CANCELLATION / (2 * unit_roundoff(torch.float64))
 
 
 def kernel_tail(beta: float, order: int, d: int) -> float:
@@ -207,8 +207,8 @@ def truncation_order(beta: float, d: int, tol: float) -> int:
     order = 0
     while error_bound(beta, order, d) > tol:
         order += 1 if order < 64 else max(1, order // 64)
-        if order > MAX_ORDER:
-            raise ParameterError(f"beta={beta!r} with tol={tol!r} needs more than {MAX_ORDER} "
+        if order > _MAX_ORDER:
+            raise ParameterError(f"beta={beta!r} with tol={tol!r} needs more than {_MAX_ORDER} "
                                  "modes: use attention_eval='dense'")
     while order > 0 and error_bound(beta, order - 1, d) <= tol:
         order -= 1
@@ -302,7 +302,7 @@ def _slabs(x: torch.Tensor, order: int) -> Iterator[tuple[int, torch.Tensor]]:
         yield 0, out
         return
     if d != 3:
-        raise ParameterError(f"the harmonic expansion needs d in {EXPANSION_DIMS}; got d = {d}")
+        raise ParameterError(f"the harmonic expansion needs d in {_EXPANSION_DIMS}; got d = {d}")
     yield from _sphere_slabs(x, order)
 
 
@@ -392,10 +392,10 @@ def expansion_refusal(p: ModelParams) -> str | None:
         A message, or None when the expansion applies.
     """
     use = " (use attention_eval='dense')"
-    if p.d not in EXPANSION_DIMS:
-        return f"attention_eval='expansion' needs d in {EXPANSION_DIMS}; got d = {p.d}{use}"
-    if p.attention not in EXPANSION_KINDS:
-        return (f"attention_eval='expansion' covers attention in {EXPANSION_KINDS}; got "
+    if p.d not in _EXPANSION_DIMS:
+        return f"attention_eval='expansion' needs d in {_EXPANSION_DIMS}; got d = {p.d}{use}"
+    if p.attention not in _EXPANSION_KINDS:
+        return (f"attention_eval='expansion' covers attention in {_EXPANSION_KINDS}; got "
                 f"attention={p.attention!r}{use}")
     if p.heads != 1:
         return f"attention_eval='expansion' needs heads = 1; got heads = {p.heads}{use}"
@@ -430,7 +430,7 @@ def qk_scale(p: ModelParams) -> float | None:
     return c
 
 
-def check_expansion(p: ModelParams) -> float:
+def _check_expansion(p: ModelParams) -> float:
     """Raise ParameterError unless the expansion applies to `p`; return the effective beta.
 
     Args:
@@ -463,7 +463,7 @@ def expansion_output(x: torch.Tensor, p: ModelParams, weights: torch.Tensor | No
 
     Args:
         x: `(runs, n, d)` unit tokens, d = 2 or 3.
-        p: the model parameters (`check_expansion` must pass).
+        p: the model parameters (`_check_expansion` must pass).
         weights: token weights `(n,)` or `(runs, n)`, or None.
         tol: the truncation tolerance relative to the cancellation scale (default:
             `default_tol(x.dtype, log S)`, S at most `cancellation_limit()`: float64's unit
@@ -473,7 +473,7 @@ def expansion_output(x: torch.Tensor, p: ModelParams, weights: torch.Tensor | No
     Returns:
         `(runs, n, d)` tensor of x's dtype.
     """
-    beta = check_expansion(p)
+    beta = _check_expansion(p)
     d = x.shape[-1]
     if d != p.d:
         raise ParameterError(f"tokens have d = {d}, the parameters d = {p.d}")
@@ -506,7 +506,7 @@ def _dense_rows(x: torch.Tensor, w: torch.Tensor, beta: float, rows: torch.Tenso
     chunks of REPAIR_NUMBERS numbers."""
     r_all, i_all = rows.nonzero(as_tuple=True)
     n = x.shape[-2]
-    step = max(1, REPAIR_NUMBERS // (n * x.shape[-1]))
+    step = max(1, _REPAIR_NUMBERS // (n * x.shape[-1]))
     for lo in range(0, len(r_all), step):
         r, i = r_all[lo:lo + step], i_all[lo:lo + step]
         xs = x[r]  # (m, n, d)
@@ -568,7 +568,7 @@ def expansion_basis(p: ModelParams, dtype: torch.dtype,
     Returns:
         R.
     """
-    beta = check_expansion(p)
+    beta = _check_expansion(p)
     log_s = log_cancellation(beta, weights, p.n)
     return basis_size(p.d, truncation_order(beta, p.d, default_tol(dtype, log_s)))
 
@@ -591,8 +591,8 @@ def auto_uses_expansion(p: ModelParams, dtype: torch.dtype,
     """
     if dtype not in (torch.float64, torch.float32) or expansion_refusal(p) is not None:
         return False
-    beta = check_expansion(p)
-    if p.n < AUTO_MIN_N[p.d]:
+    beta = _check_expansion(p)
+    if p.n < _AUTO_MIN_N[p.d]:
         return False
     if log_cancellation(beta, weights, p.n) > math.log(cancellation_limit()):
         return False  # tokens whose outputs would need the dense sum
@@ -600,7 +600,7 @@ def auto_uses_expansion(p: ModelParams, dtype: torch.dtype,
         r = expansion_basis(p, dtype, weights)
     except ParameterError:  # more modes than the expansion allows: dense
         return False
-    return p.n >= AUTO_PER_BASIS[p.d] * r
+    return p.n >= _AUTO_PER_BASIS[p.d] * r
 
 
 def choose_evaluator(p: ModelParams, attention_eval: str = "auto", sampler: str = "full",
@@ -631,6 +631,6 @@ def choose_evaluator(p: ModelParams, attention_eval: str = "auto", sampler: str 
             raise ParameterError("attention_eval='expansion' does not apply to sampler='gram' "
                                  "(its tokens live in an n-dimensional frame); use "
                                  "sampler='fast' or 'full', or attention_eval='dense'")
-        check_expansion(p)
+        _check_expansion(p)
         return "expansion"
     return "expansion" if sampler != "gram" and auto_uses_expansion(p, dtype, weights) else "dense"

@@ -59,7 +59,7 @@ from .samplers import gram_factor, mlp_scale, psd_factor, scheme_params, sym_roo
 from .sde import ito_correction
 
 
-def iso_scales(p: ModelParams) -> tuple[float, float]:
+def _iso_scales(p: ModelParams) -> tuple[float, float]:
     """`(a, c)` with `M = a I` (a = 0 for no mean part) and `Q^T K = c I`."""
     a = p.mean_trace
     qk = p.qk_matrix()
@@ -159,7 +159,7 @@ def frame_weights(u: torch.Tensor, p: ModelParams, c: float) -> torch.Tensor:
     return weights_from_logits(bc * (u @ u.transpose(-1, -2)), p, top=bc if bc > 0 else None)
 
 
-def frame_attention(u: torch.Tensor, p: ModelParams, c: float,
+def _frame_attention(u: torch.Tensor, p: ModelParams, c: float,
                     forms: torch.Tensor | None = None) -> torch.Tensor:
     """Attention outputs in frame coordinates: `(runs, n, m)` for the shared form `c I`; with
     drawn forms in the frame (`FrameForms.next`), `beta <u_i, A u_j>`, `(runs, n, m)` for one form
@@ -170,7 +170,7 @@ def frame_attention(u: torch.Tensor, p: ModelParams, c: float,
     return weights_from_logits(p.beta * (us @ forms @ us.transpose(-1, -2)), p) @ us
 
 
-def advance_(x: torch.Tensor, y: torch.Tensor, ybar: torch.Tensor, dn: torch.Tensor,
+def _advance_(x: torch.Tensor, y: torch.Tensor, ybar: torch.Tensor, dn: torch.Tensor,
              p: ModelParams, dt: float, a: float, scheme: str) -> None:
     """Overwrite the noise increment `dn = sqrt(dt) xi` with the un-normalised next tokens, as
     `layers.network_step` / `sde.sde_step` with `M = a I`: `x + dt a ybar + dn`, or
@@ -199,12 +199,12 @@ def frame_layer(u: torch.Tensor, p: ModelParams, dt: float, scheme: str,
     the step acts on the first m coordinates and the rest is `sqrt(dt) sigma T w_i`. With one form
     per head (`forms` `(runs, heads, m, m)`, `p.heads` heads) `w_i` is the stacked
     `[w^1_i; ...; w^H_i] / sqrt(heads)` and `c = heads m`; otherwise `c = m`.
-    `scales` is `iso_scales(p)`, passed in to skip recomputing it. `block` `(C, h_b)`: a further
+    `scales` is `_iso_scales(p)`, passed in to skip recomputing it. `block` `(C, h_b)`: a further
     noise `C h_b^T` `(runs, n, rows)` (`sde_block`) whose first `m + k` coordinates are those of
     the noise above and whose others lie outside both.
     """
-    a, c = iso_scales(p) if scales is None else scales
-    w = frame_attention(u, p, c, forms)
+    a, c = _iso_scales(p) if scales is None else scales
+    w = _frame_attention(u, p, c, forms)
     m = u.shape[-1]
     if h is None:
         z = torch.zeros_like(u)
@@ -213,7 +213,7 @@ def frame_layer(u: torch.Tensor, p: ModelParams, dt: float, scheme: str,
         z = (dt**0.5 * p.sigma * coef) @ h.transpose(-1, -2)
     if block is not None:
         z = pad(z, block[1].shape[-2]).add_(block[0] @ block[1].transpose(-1, -2))
-    advance_(u, w, w if w.dim() == 3 else w.mean(-3), z[..., :m], p, dt, a, scheme)
+    _advance_(u, w, w if w.dim() == 3 else w.mean(-3), z[..., :m], p, dt, a, scheme)
     return recompress(z)
 
 
@@ -232,8 +232,8 @@ def frame_norm_layer(hs: torch.Tensor, p: ModelParams, dt: float, scheme: str,
     noise factor of `n` columns (`noise_factor(rs, m, d - m, n)`), plus the drift `dt
     peri_drift`.
     """
-    a, c = iso_scales(p) if scales is None else scales
-    w = frame_attention(normalize(hs), p, c, forms)
+    a, c = _iso_scales(p) if scales is None else scales
+    w = _frame_attention(normalize(hs), p, c, forms)
     m = hs.shape[-1]
     ybar = w if w.dim() == 3 else w.mean(-3)
     if p.norm == "peri" and scheme == "sde":
@@ -392,7 +392,7 @@ def run_batch_gram(
     # pre/peri: the residual stream h, radii kept (docs/variants.md §4)
     u = recompress(x) if post else recompress_stream(x)
     silent = p.sigma == 0.0
-    scales = iso_scales(q)
+    scales = _iso_scales(q)
     per_head = 1 if forms is None else q.heads  # noise-factor columns per frame axis
     step = frame_layer if post else frame_norm_layer
     kernel = p.norm == "peri" and scheme == "sde"  # the peri limit's noise: n columns

@@ -65,7 +65,7 @@ def attention_logits(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None
     return p.beta * (xq.unflatten(-1, (p.heads, p.d)).transpose(-2, -3) @ xt.unsqueeze(-3))
 
 
-def log_token_weights(weights: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+def _log_token_weights(weights: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     """`log(n w_j / sum_l w_l)` shaped to add to `logits` `(runs, [heads,] n, n)` along `j`, from
     token weights `weights` `(n,)` or `(runs, n)` (non-negative, a positive sum)."""
     w = weights.to(dtype=logits.dtype, device=logits.device)
@@ -84,7 +84,7 @@ def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None 
     if weights is not None:
         if top is not None:
             raise ParameterError("token weights change the rows' largest logits: pass top=None")
-        logits = logits + log_token_weights(weights, logits)
+        logits = logits + _log_token_weights(weights, logits)
     if p.causal:
         n = logits.shape[-1]
         mask = torch.ones(n, n, dtype=torch.bool, device=logits.device).triu(1)

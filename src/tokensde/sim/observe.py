@@ -204,7 +204,7 @@ def random_rotation(w: int, dtype: torch.dtype, device: torch.device | str = "cp
 
 #: how far `fn(x O)` may be from `fn(x)` for an observer declared invariant, in units of the
 #: dtype's epsilon times (1 + the largest output)
-INVARIANCE_EPS = 1e4
+_INVARIANCE_EPS = 1e4
 
 
 def check_invariance(observers: Sequence[Observer], x: Any, layer: int = 0,
@@ -212,7 +212,7 @@ def check_invariance(observers: Sequence[Observer], x: Any, layer: int = 0,
     """ParameterError naming the first user observer declared `invariant=True` whose output
     changes when the state `x` `(runs, n, w)` after layer `layer` (time `t`) is rotated,
     `x -> x O` with a random orthogonal `O` (`random_rotation`), beyond rounding
-    (`INVARIANCE_EPS`); the built-in records are invariant by construction and not tested, nor
+    (`_INVARIANCE_EPS`); the built-in records are invariant by construction and not tested, nor
     is a state that is not a floating-point tensor. One extra call of each such observer."""
     users = [o for o in observers if o.invariant and o.name not in RECORDS]
     if not users or not isinstance(x, torch.Tensor) or not x.is_floating_point():
@@ -228,7 +228,7 @@ def check_invariance(observers: Sequence[Observer], x: Any, layer: int = 0,
             gap = float((a64 - b64).abs().max()) if a64.numel() else 0.0
             eps = torch.finfo(a.dtype if a.is_floating_point() else torch.float64).eps
             scale = 1.0 + float(a64.abs().max()) if a64.numel() else 1.0
-            bad = not gap <= INVARIANCE_EPS * eps * scale
+            bad = not gap <= _INVARIANCE_EPS * eps * scale
         else:
             gap, bad = math.nan, not bool(torch.equal(a, b))
         if bad:
@@ -264,10 +264,10 @@ class Observations:
         return np.unique(np.concatenate(self.layers))
 
     def batch(self, start: int, size: int,
-              guard: Callable[[int, Any], None] | None = None) -> BatchRecorder:
+              guard: Callable[[int, Any], None] | None = None) -> _BatchRecorder:
         """The `loop.Recorder` of the runs `start:start + size`; `guard(k, x)` first sees every
         state recorded (to refuse, say, a non-finite one)."""
-        return BatchRecorder(self, start, size, guard)
+        return _BatchRecorder(self, start, size, guard)
 
     def output(self, i: int, k: int, x: Any, b: int) -> torch.Tensor:
         """Observer `i` at layer `k` on the state `x` of `b` runs, its declaration and the shape
@@ -311,7 +311,7 @@ class Observations:
                 if not np.array_equal(a, default)}
 
 
-class BatchRecorder:
+class _BatchRecorder:
     """The `loop.Recorder` of one batch of runs (`start:start + size`) of `Observations`."""
 
     def __init__(self, book: Observations, start: int, size: int,

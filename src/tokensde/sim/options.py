@@ -24,7 +24,7 @@ from .samplers import SAMPLERS
 # the default record: Gram matrices (n x n per run and checkpoint) up to this many tokens, the
 # tokens (n x d) above (one Gram matrix of 65536 tokens takes 34 GB)
 GRAM_RECORD_MAX = 1024
-DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
+_DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 
 
 def default_record(n: int) -> tuple[str, ...]:
@@ -42,11 +42,11 @@ def default_record(n: int) -> tuple[str, ...]:
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """'float64' / 'float32' (or a torch dtype) to a torch dtype."""
-    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
         return dtype
-    if dtype not in DTYPES:
-        raise ParameterError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
-    return DTYPES[dtype]
+    if dtype not in _DTYPES:
+        raise ParameterError(f"dtype must be one of {', '.join(_DTYPES)}; got {dtype!r}")
+    return _DTYPES[dtype]
 
 
 def resolve_device(device: str | torch.device, name: str = "device") -> torch.device:
@@ -125,13 +125,13 @@ def check_token_weights(weights: Any, n: int, runs: int) -> np.ndarray | None:
     return w
 
 
-UNTIL: tuple[str, ...] = ("horizon", "decided")
-DECIDE_DT = 0.05  # default test interval for until='decided', in depth time
+_UNTIL: tuple[str, ...] = ("horizon", "decided")
+_DECIDE_DT = 0.05  # default test interval for until='decided', in depth time
 
 
 def decide_every(dt: float) -> int:
-    """Layers between two decision tests: the most that stay within depth time `DECIDE_DT`."""
-    return max(1, int(DECIDE_DT / dt + 1e-9))
+    """Layers between two decision tests: the most that stay within depth time `_DECIDE_DT`."""
+    return max(1, int(_DECIDE_DT / dt + 1e-9))
 
 
 # the decision tolerance of every command line tool and study (theory.first_passage.PAIR_TOL):
@@ -208,8 +208,8 @@ class StoppingRule:
     decide_every: int | None = None
 
     def __post_init__(self) -> None:
-        if self.until not in UNTIL:
-            raise ParameterError(f"until must be one of {', '.join(UNTIL)}; got {self.until!r}")
+        if self.until not in _UNTIL:
+            raise ParameterError(f"until must be one of {', '.join(_UNTIL)}; got {self.until!r}")
         if self.until == "horizon" and (self.tol is not None or self.decide_every is not None):
             raise ParameterError("tol and decide_every are only used with until='decided'")
         if self.tol is not None:
@@ -323,7 +323,7 @@ class Execution:
     @property
     def torch_dtype(self) -> torch.dtype:
         """The dtype as a torch dtype."""
-        return DTYPES[str(self.dtype)]
+        return _DTYPES[str(self.dtype)]
 
     @property
     def torch_device(self) -> torch.device:

@@ -14,7 +14,7 @@ import numpy as np
 from .._version import __version__
 from ..model.params import ModelParams, ParameterError, TimeGrid
 
-TIDY_COLUMNS: tuple[str, ...] = ("run", "layer", "t", "i", "j", "value")
+_TIDY_COLUMNS: tuple[str, ...] = ("run", "layer", "t", "i", "j", "value")
 
 
 @dataclass
@@ -134,7 +134,7 @@ class SimResult:
             "i": np.tile(i, runs * k),
             "j": np.tile(j, runs * k),
             "value": values.reshape(-1),
-        }, columns=list(TIDY_COLUMNS))
+        }, columns=list(_TIDY_COLUMNS))
 
     def to_xarray(self) -> Any:
         """The recorded Gram matrices as an `xarray.DataArray` named 'gram' with dims `(run,

@@ -24,7 +24,7 @@ QK_STREAM = 0x514B  # the random query/key forms
 MLP_STREAM = 0x4D4C50  # the MLP blocks' weights
 
 
-def block_seed(seed: int, block: int) -> int:
+def _block_seed(seed: int, block: int) -> int:
     """The 63-bit seed of block `block` under root seed `seed`."""
     state = np.random.SeedSequence([int(seed), int(block)]).generate_state(2, np.uint32)
     return (int(state[0]) << 31 ^ int(state[1])) & (2**63 - 1)
@@ -44,7 +44,7 @@ def derive_seed(seed: int, *keys: int) -> int:
     return (int(state[0]) << 31 ^ int(state[1])) & (2**63 - 1)
 
 
-def n_blocks(runs: int) -> int:
+def _n_blocks(runs: int) -> int:
     """Number of run blocks covering `runs` runs."""
     return math.ceil(runs / RUN_BLOCK)
 
@@ -70,10 +70,10 @@ class RunStreams:
         self.gens: list[torch.Generator] = []
         self.keep: list[torch.Tensor | None] = []
         self.full: list[int] = []
-        for b in range(start // RUN_BLOCK, n_blocks(stop)):
+        for b in range(start // RUN_BLOCK, _n_blocks(stop)):
             lo, hi = b * RUN_BLOCK, min((b + 1) * RUN_BLOCK, stop)
             g = torch.Generator(device=self.device)
-            g.manual_seed(block_seed(seed, b))
+            g.manual_seed(_block_seed(seed, b))
             self.gens.append(g)
             self.sizes.append(hi - lo)
             self.full.append(hi - lo)

@@ -71,7 +71,7 @@ def _pair_root(y: torch.Tensor) -> torch.Tensor:
     return root / torch.where(scale > 0, scale, 1.0)[..., None, None]
 
 
-def psd_root(k: torch.Tensor) -> torch.Tensor:
+def _psd_root(k: torch.Tensor) -> torch.Tensor:
     """The symmetric square root `K^(1/2)` of positive semi-definite `K` `(runs, n, n)`, negative
     rounding eigenvalues set to 0 (continuous in `K`; a zero eigenvalue's root has about half the
     digits of `K`)."""
@@ -143,12 +143,12 @@ def fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
     return gaussian_image(y, p.d, rs).mul_(p.sigma)
 
 
-def fast_applicable(p: ModelParams) -> bool:
+def _fast_applicable(p: ModelParams) -> bool:
     """The fast sampler is exact for Gaussian matrix noise only (the laws that list 'fast')."""
     return "fast" in p.noise_law.samplers and "fast" in p.attention_kind.samplers
 
 
-def gram_applicable(p: ModelParams) -> bool:
+def _gram_applicable(p: ModelParams) -> bool:
     """The Gram-space sampler needs every piece of a layer rotation invariant
     (`ModelParams.rotation_invariant`) and Gaussian matrix noise."""
     return p.rotation_invariant
@@ -179,7 +179,7 @@ def gram_refusal(p: ModelParams) -> str | None:
         return (f"sampler='gram' needs one query/key form Q^T K = c I shared by the heads; got "
                 f"Q/K per head, shape {qk.shape} (fixed forms per head make the Gram matrix "
                 f"alone not Markov){use}")
-    if not gram_applicable(p):
+    if not _gram_applicable(p):
         return ("sampler='gram' needs Gaussian matrix noise and rotation-invariant attention "
                 "(Q^T K = c I, mean none/identity/a I)")
     return None
@@ -213,10 +213,10 @@ def choose_sampler(p: ModelParams, sampler: str = "auto", coordinates: bool = Fa
     if sampler not in SAMPLERS:
         raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
     if sampler == "auto":
-        if not coordinates and gram_applicable(p) and p.norm == "post" and p.d >= 4 * p.n:
+        if not coordinates and _gram_applicable(p) and p.norm == "post" and p.d >= 4 * p.n:
             return "gram"
-        return "fast" if fast_applicable(p) and p.n < p.d else "full"
-    if sampler == "fast" and not fast_applicable(p):
+        return "fast" if _fast_applicable(p) and p.n < p.d else "full"
+    if sampler == "fast" and not _fast_applicable(p):
         raise ParameterError("sampler='fast' needs noise='matrix' with law='gaussian'; got "
                              f"noise={p.noise!r}, law={p.law!r} (use sampler='full')")
     if sampler == "gram":
@@ -235,12 +235,12 @@ def scheme_params(p: ModelParams, scheme: str) -> ModelParams:
     return p
 
 
-NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}
+_NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}
 
 
 def psd_factor(k: torch.Tensor) -> torch.Tensor:
     """`C` with `C C^T = K` for positive semi-definite `K` `(runs, n, n)`: Cholesky for the runs
-    well pivoted by the margin `PIVOT_MARGIN`, the symmetric root `psd_root` for the others.
+    well pivoted by the margin `PIVOT_MARGIN`, the symmetric root `_psd_root` for the others.
 
     Args:
         k: the matrices, `(runs, n, n)`.
@@ -248,7 +248,7 @@ def psd_factor(k: torch.Tensor) -> torch.Tensor:
     Returns:
         The factors, `(runs, n, n)`.
     """
-    return _cholesky_or(k, None, psd_root)
+    return _cholesky_or(k, None, _psd_root)
 
 
 def mlp_scale(p: ModelParams) -> float:
@@ -293,19 +293,19 @@ def mlp_noise_sde(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tens
     return mlp_kernel_noise(x, p, rs.normal(p.n, p.d, dtype=x.dtype))
 
 
-MLP_SAMPLERS: dict[str, Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]] = {
+_MLP_SAMPLERS: dict[str, Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]] = {
     "fast": mlp_noise_fast, "full": mlp_noise_full, "sde": mlp_noise_sde}
 
 
 def mlp_sampler(sampler: str, scheme: str) -> Sampler:
     """The MLP-block noise of `scheme` ('sde': the kernel limit) with `sampler` ('fast', 'full')."""
-    return MLP_SAMPLERS["sde" if scheme == "sde" else sampler]
+    return _MLP_SAMPLERS["sde" if scheme == "sde" else sampler]
 
 
 def noise_sampler(sampler: str, p: ModelParams) -> Sampler:
     """The sampler `sampler` ('fast' or 'full'); with `heads > 1` it draws each head's noise
     independently from outputs `(runs, heads, n, d)` and returns `heads^(-1/2) sum_h V_h y^h`."""
-    one = NOISE_SAMPLERS[sampler]
+    one = _NOISE_SAMPLERS[sampler]
     if p.heads == 1:
         return one
 

@@ -35,7 +35,7 @@ def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Te
 # k = sigma^2 (d - 1) dt: the Ito drift scales a token by about 1 - k/2 per step. At STEP_MAX that
 # factor reaches 0 and the projected Euler step reverses the token (more noise gives less
 # motion); above STEP_WARN the step is visibly biased. Both are warned about.
-STEP_MAX = 2.0
+_STEP_MAX = 2.0
 STEP_WARN = 0.2
 
 
@@ -50,7 +50,7 @@ def check_sde_step(p: ModelParams, dt: float) -> float:
     k = scale2 * (p.d - 1) * dt
     if k > STEP_WARN:
         harm = ("reverses the token (the Ito drift of one step, about -k/2 x, passes through "
-                "0)" if k > STEP_MAX else "is biased (too little motion)")
+                "0)" if k > _STEP_MAX else "is biased (too little motion)")
         warnings.warn(f"scheme='sde' with sigma^2 (d - 1) dt = {k:.3g} (noise scale^2 "
                       f"{scale2:g}, d = {p.d}, dt = {dt:g}) > {STEP_WARN:g}: the Euler step "
                       f"{harm}; choose dt <= {STEP_WARN / scale2 / (p.d - 1):.3g} (--dt: more "

@@ -25,27 +25,27 @@ if TYPE_CHECKING:
 
 NAME = "tokens-in-motion"
 MOTION_TOKENS = 24
-MOTION_BETA = 3.0
+_MOTION_BETA = 3.0
 MOTION_T, MOTION_DT = 8.0, 0.01
 MOTION_DIMS = (2, 3)
 # frames of the animation per study size (evenly spaced layers, the first and the last included)
 MOTION_FRAMES = {"tiny": 6, "quick": 81, "full": 161}
-MOTION_TOL = 1e-3  # merged when 1 - <x_i, x_j> < tol, antipodal when 1 + <x_i, x_j> < tol
+_MOTION_TOL = 1e-3  # merged when 1 - <x_i, x_j> < tol, antipodal when 1 + <x_i, x_j> < tol
 
 
-def motion_settings(seed: int, frames: int) -> dict[str, Any]:
+def _motion_settings(seed: int, frames: int) -> dict[str, Any]:
     """The settings a saved table must carry to be reused: seed, frames, n, beta, T, dt, dims."""
-    p = motion_params(MOTION_DIMS[-1])
+    p = _motion_params(MOTION_DIMS[-1])
     return {"seed": int(seed), "frames": int(frames), "n": p.n, "beta": p.beta, "T": MOTION_T,
             "dt": MOTION_DT, "dims": list(MOTION_DIMS), "sigma": p.noise_scale,
             "mean": p.mean_kind, "noise": f"{p.noise}/{p.law}", "attention": p.attention,
             "initial": "uniform", "sampler": "full"}
 
 
-def motion_params(d: int) -> ModelParams:
-    """The model of the animation in dimension d: `MOTION_TOKENS` tokens, beta = `MOTION_BETA`,
+def _motion_params(d: int) -> ModelParams:
+    """The model of the animation in dimension d: `MOTION_TOKENS` tokens, beta = `_MOTION_BETA`,
     pure-noise values (no mean part, sigma = 1)."""
-    return ModelParams(n=MOTION_TOKENS, d=d, beta=MOTION_BETA, sigma=1.0)
+    return ModelParams(n=MOTION_TOKENS, d=d, beta=_MOTION_BETA, sigma=1.0)
 
 
 def motion_layers(frames: int, layers: int) -> list[int]:
@@ -56,7 +56,7 @@ def motion_layers(frames: int, layers: int) -> list[int]:
 
 def motion_table(seed: int = 0, frames: int = MOTION_FRAMES["quick"]) -> pd.DataFrame:
     """Positions x_i(t_k) of `MOTION_TOKENS` tokens at `frames` depth times t_k in [0, T], one
-    run per d in `MOTION_DIMS` (pure-noise values M = 0, sigma = 1, beta = `MOTION_BETA`,
+    run per d in `MOTION_DIMS` (pure-noise values M = 0, sigma = 1, beta = `_MOTION_BETA`,
     i.i.d. uniform start).
 
     Args:
@@ -77,7 +77,7 @@ def motion_table(seed: int = 0, frames: int = MOTION_FRAMES["quick"]) -> pd.Data
     layers = motion_layers(frames, grid.steps)
     parts = []
     for d in MOTION_DIMS:
-        res = simulate(motion_params(d), grid, runs=1, seed=derive_seed(seed, 15, d),
+        res = simulate(_motion_params(d), grid, runs=1, seed=derive_seed(seed, 15, d),
                        initial=InitialState("uniform"),
                        recording=Recording(checkpoints=layers, record=("tokens",)),
                        execution=Execution(sampler="full"))
@@ -93,7 +93,7 @@ def motion_table(seed: int = 0, frames: int = MOTION_FRAMES["quick"]) -> pd.Data
             "token": np.tile(np.arange(n), K),
             "x": xyz[..., 0].ravel(), "y": xyz[..., 1].ravel(), "z": xyz[..., 2].ravel()}))
     table = pd.concat(parts, ignore_index=True)
-    table.attrs["settings"] = motion_settings(seed, frames)
+    table.attrs["settings"] = _motion_settings(seed, frames)
     return table
 
 
@@ -105,7 +105,7 @@ def motion_data(ctx: Context) -> tuple[pd.DataFrame, bool]:
     from ..plots.animation import MOTION_KIND, read_motion
 
     frames = MOTION_FRAMES[ctx.size]
-    settings = motion_settings(ctx.seed, frames)
+    settings = _motion_settings(ctx.seed, frames)
 
     def save(table: pd.DataFrame, path: Path) -> Path:
         return write_parquet(table, path, header(MOTION_KIND, settings=table.attrs["settings"]))
@@ -120,11 +120,11 @@ def draw_motion(ctx: Context, spec: FigureSpec, table: pd.DataFrame, reused: boo
     from ..plots.animation import animate_motion, formation
 
     gif = animate_motion(ctx.data_path(NAME, ".parquet"), ctx.figures / f"{NAME}.gif",
-                         tol=MOTION_TOL)
+                         tol=_MOTION_TOL)
     s = table.attrs["settings"]
     rows = []
     for d in MOTION_DIMS:
-        form = formation(table, d, MOTION_TOL)
+        form = formation(table, d, _MOTION_TOL)
         K = len(form)
         for k in sorted({0, K // 8, K // 4, K // 2, (3 * K) // 4, K - 1}):
             f = form[k]
@@ -134,13 +134,13 @@ def draw_motion(ctx: Context, spec: FigureSpec, table: pd.DataFrame, reused: boo
                f"sigma = {s['sigma']:g} (no mean part, M = 0), a frame every "
                f"{s['T'] / (s['frames'] - 1):g} of depth time up to T = {s['T']:g}. Colour: "
                "the cluster a token ends in; dashed diameter: two clusters of two or more "
-               f"tokens antipodal within {MOTION_TOL:g}; on the sphere, pale dots lie on the "
+               f"tokens antipodal within {_MOTION_TOL:g}; on the sphere, pale dots lie on the "
                "far side of a slowly turning view.")
     formation_caption = (
         f"The formation across depth: clusters (tokens chained by 1 - <x_i, x_j> < "
-        f"{MOTION_TOL:g}), pairs of antipodal clusters of two or more tokens, the largest "
+        f"{_MOTION_TOL:g}), pairs of antipodal clusters of two or more tokens, the largest "
         f"cluster, and the outcome rule of tokensde.analysis.clusters.analyze at tol = "
-        f"{MOTION_TOL:g} (bipolar: every pair within tol of +1 or -1, some pair antipodal)")
+        f"{_MOTION_TOL:g} (bipolar: every pair within tol of +1 or -1, some pair antipodal)")
     return Section(
         spec.name, spec.title, spec.claim, images=[Image(gif, caption)],
         tables=[Table("motion-settings", "The simulations behind the animation",

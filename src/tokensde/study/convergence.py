@@ -83,7 +83,7 @@ def convergence_data(ctx: Context) -> tuple[Any, bool]:
 
     def save(res: Any, path: Path) -> None:
         write_json(path, res.to_dict())
-        write_points_csv(res, path.with_suffix(".csv"))
+        _write_points_csv(res, path.with_suffix(".csv"))
         shutil.rmtree(parts, ignore_errors=True)
 
     def load(path: Path) -> Any:
@@ -96,7 +96,7 @@ def convergence_data(ctx: Context) -> tuple[Any, bool]:
     return saved_or(ctx.data_path("convergence", ".json"), load, make, save, ctx, fresh)
 
 
-def write_points_csv(res: Any, path: Path) -> Path:
+def _write_points_csv(res: Any, path: Path) -> Path:
     """The error points of a ConvergenceResult as CSV (one row per problem, law, kind, L)."""
     import pandas as pd
 

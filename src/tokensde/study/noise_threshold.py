@@ -4,7 +4,7 @@ The theory (`tokensde.theory.token_noise`) gives the coupling `a / tau^2` at whi
 token law loses stability, `a` the scale of `M = a I` and `tau` each token's own noise. In the
 simulator `a = ModelParams.mean_trace` (1 for `mean='identity'`) and `tau =
 ModelParams.token_noise`, with the common noise off (`sigma = 0`): `critical_token_noise` turns the
-critical coupling into the critical `token_noise`, and `stationary_order` / `order_scan` measure the
+critical coupling into the critical `token_noise`, and `stationary_order` / `_order_scan` measure the
 order parameter `r = |(1/n) sum_i x_i|` at stationarity across it. `threshold_from_scan` and
 `threshold_from_fluctuations` read the threshold off such scans from the ordered and the
 disordered side. `mean_field_order` is the order parameter of the limit's ordered stationary
@@ -114,14 +114,14 @@ def _step_bound(beta: float, d: int, dt: float, attention: str, scheme: str,
     return max(abs(step_error(beta, d, dt, attention, scheme, mean_scale)), abs(first))
 
 
-LADDER_FLOOR = 1e-6  # the smallest step a rule takes
+_LADDER_FLOOR = 1e-6  # the smallest step a rule takes
 
 
 def _ladder(top: float) -> list[float]:
     """The steps `{5, 2, 1} x 10^k` at or below `top`, largest first, down to 1e-6 (none
     where `top` is below it)."""
     out: list[float] = []
-    if not math.isfinite(top) or top < LADDER_FLOOR:
+    if not math.isfinite(top) or top < _LADDER_FLOOR:
         return out
     k = math.floor(math.log10(top)) + 1
     while k > -7:
@@ -156,7 +156,7 @@ def default_step(beta: float, d: int, attention: str = "usa", scheme: str = "net
     top = dt_max if kappa * dt_max <= tol else tol / kappa
     steps = _ladder(top)
     if not steps:
-        raise ParameterError(f"no step of at least {LADDER_FLOOR:g} keeps the {scheme} scheme's "
+        raise ParameterError(f"no step of at least {_LADDER_FLOOR:g} keeps the {scheme} scheme's "
                              f"threshold within {tol:g} of the limit at beta = {beta:g}, d = {d} "
                              f"(the step rule needs dt <= {top:.3g}); allowed: a smaller beta "
                              f"or a larger tol")
@@ -222,11 +222,11 @@ def step_plan(beta: float, d: int, attention: str = "usa", scheme: str = "auto",
     sde_max = dt_max
     if token_noise is not None and check_real("token_noise", token_noise, 0.0) > 0:
         sde_max = min(dt_max, STEP_WARN / token_noise / token_noise / (d - 1))
-        if sde_max < LADDER_FLOOR:
+        if sde_max < _LADDER_FLOOR:
             raise ParameterError(f"token_noise (--taus / --ratios) = {token_noise:g} needs an SDE "
-                                 f"step below {LADDER_FLOOR:g} (tau^2 (d - 1) dt <= {STEP_WARN:g});"
+                                 f"step below {_LADDER_FLOOR:g} (tau^2 (d - 1) dt <= {STEP_WARN:g});"
                                  f" allowed: tau <= "
-                                 f"{math.sqrt(STEP_WARN / (d - 1) / LADDER_FLOOR):.4g}")
+                                 f"{math.sqrt(STEP_WARN / (d - 1) / _LADDER_FLOOR):.4g}")
     advice = {"network": default_step(beta, d, attention, "network", tol, dt_max, mean_scale),
               "sde": default_step(beta, d, attention, "sde", tol, sde_max, mean_scale)}
     if dt is not None:
@@ -466,7 +466,7 @@ def _stationary_order(token_noise: float, n: int, d: int, beta: float, attention
         step_shift=step_error(p.beta, p.d, res.grid.dt, attention, scheme))
 
 
-def order_scan(ratios: Sequence[float], ns: Sequence[int], d: int = 2, beta: float = 1.0,
+def _order_scan(ratios: Sequence[float], ns: Sequence[int], d: int = 2, beta: float = 1.0,
                attention: str = "usa", **kw: Any) -> list[OrderEstimate]:
     """`stationary_order` at `token_noise = ratio * critical_token_noise(beta, d, attention)`
     for every ratio and n (other keywords go to `stationary_order`).
@@ -674,7 +674,7 @@ def ordered_branch_end(beta: float, d: int = 2, attention: str = "usa", hi: floa
     return (lo + hi) / 2
 
 
-def order_params(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
+def _order_params(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
                  attention: str = "usa") -> ModelParams:
     """The model of `stationary_order`: `M = I`, `sigma = 0`, token noise `tau`.
 
@@ -722,7 +722,7 @@ def order_budget(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
     from ..sim.simulate import simulation_budget
 
     count = check_int("count", count, 1)
-    p = order_params(token_noise, n, d, beta, attention)
+    p = _order_params(token_noise, n, d, beta, attention)
     b = simulation_budget(p, TimeGrid.make(T=T, dt=dt), runs,
                           recording=Recording(samples, ("tokens",)))
     return replace(b, what=f"{count} stationary run{'s' * (count > 1)}", work=b.work * count,

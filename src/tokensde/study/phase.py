@@ -36,7 +36,7 @@ def phase_d_data(ctx: Context) -> tuple[SweepRun, bool]:
     return run, run.reused
 
 
-NEAR_BETA_C = 0.3  # cells this close to beta_c(d) relax slowly and are reported apart
+_NEAR_BETA_C = 0.3  # cells this close to beta_c(d) relax slowly and are reported apart
 
 
 def pair_estimate(r: dict[str, Any]) -> Any:
@@ -81,7 +81,7 @@ def agreement(df: Any, level: float = 0.95) -> tuple[str, str]:
     (|beta - beta_c| > NEAR_BETA_C) and for all cells; else 'disagrees'."""
     from ..analysis.stats import chance_excess, chance_explains
 
-    far = (df["beta"] - df["beta_c"]).abs() > NEAR_BETA_C
+    far = (df["beta"] - df["beta_c"]).abs() > _NEAR_BETA_C
     out = outside(df) if len(df) else df.get("outside")
     parts, ok = [], True
     for label, sel in (("away from beta_c", far), ("all cells", far | ~far)):
@@ -103,7 +103,7 @@ def _phase_section(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool,
     df = run.table.sort_values(["d", "beta"], ignore_index=True)
     png = plot(df, ctx.figures / f"{spec.name}.png")
     horizon = ", ".join(f"{t:g}" for t in sorted(df["T"].unique()))
-    far = (df["beta"] - df["beta_c"]).abs() > NEAR_BETA_C
+    far = (df["beta"] - df["beta_c"]).abs() > _NEAR_BETA_C
     und_far = float(df.loc[far, "p_undecided"].max()) if far.any() else 0.0
     und = float(df["p_undecided"].max())
     status, agree = agreement(df)
@@ -151,7 +151,7 @@ def draw_phase_d(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) ->
 # per size: the two-token cases (beta, d), the many-token cases (n, d, beta), runs a case and the
 # maximum depth times; at the quick size 200 runs put the survival curve within a 95% band of
 # half-width at most 0.07 of the exact law at every t
-DECISION_SIZES: dict[str, dict[str, Any]] = {
+_DECISION_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"two": ((1.0, 4),), "many": ((8, 3, 4.0),), "runs": 60, "T2": 40.0, "Tn": 20.0},
     "quick": {"two": ((0.4, 3), (1.0, 4), (2.0, 4), (2.5, 10)),
               "many": ((8, 3, 1.0), (8, 3, 4.0), (16, 3, 2.0), (8, 8, 4.0)), "runs": 200,
@@ -170,7 +170,7 @@ def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]
     from ..sweep.kinds import auto_dt
     from ..theory.two_tokens import default_dt
 
-    cfg = DECISION_SIZES[ctx.size]
+    cfg = _DECISION_SIZES[ctx.size]
     path = ctx.data_path("decision-times", ".npz")
     stamp = json.dumps({"cfg": cfg, "tol": DECISION_TOL, "seed": ctx.seed}, sort_keys=True)
 
@@ -221,7 +221,7 @@ def draw_decisions(ctx: Context, spec: FigureSpec, data: dict[str, dict[str, np.
     from ..plots.phase import plot_decision_times
     from ..theory import decision_time as absorption
 
-    cfg = DECISION_SIZES[ctx.size]
+    cfg = _DECISION_SIZES[ctx.size]
     png = plot_decision_times(data["two"], data["many"], ctx.figures / "decision-times.png",
                               DECISION_TOL["two"], DECISION_TOL["many"], (cfg["T2"], cfg["Tn"]))
     rows = []

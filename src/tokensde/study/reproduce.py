@@ -53,11 +53,11 @@ SECTION_CPU_S: dict[str, dict[str, float]] = {
              "meanfield": 60.0, "token-noise": 120.0, "convergence": 300.0, "vit": 1800.0,
              "vit-depth": 7200.0, "real": 60.0},
 }
-DEFAULT_CPU_S = {"tiny": 2.0, "quick": 10.0, "full": 60.0}
+_DEFAULT_CPU_S = {"tiny": 2.0, "quick": 10.0, "full": 60.0}
 REUSED_CPU_S = 1.5  # a section that only redraws its saved result
 START_S = 4.0  # starting the pool: each process imports torch (CPU seconds, in parallel)
 # sections whose data step runs on `workers` processes itself (a sweep, a training, chunks)
-PARALLEL = frozenset({"phase-diagram", "phase-over-d", "multi-token", "variants", "mlp",
+_PARALLEL = frozenset({"phase-diagram", "phase-over-d", "multi-token", "variants", "mlp",
                       "token-noise", "convergence", "vit", "vit-depth"})
 
 
@@ -107,7 +107,7 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
     seconds, speed = estimate(names, ctx)
     log(f"estimate: about {_minutes(seconds)} for {len(names)} sections on {ctx.workers} "
         f"process{'es' * (ctx.workers > 1)} ({speed})")
-    built = build_sections(names, ctx)
+    built = _build_sections(names, ctx)
     sections = [built[name] for name in names]
     wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     reused = sum(bool(s.provenance.get("reused")) for s in sections)
@@ -167,7 +167,7 @@ def section_cpu(names: Sequence[str], ctx: Context) -> dict[str, float]:
     """CPU seconds each section of `names` takes on the reference machine (`SECTION_CPU_S`;
     REUSED_CPU_S for one an earlier run of this size and seed built)."""
     table, reused = SECTION_CPU_S[ctx.size], _reused(ctx)
-    return {n: REUSED_CPU_S if n in reused else table.get(n, DEFAULT_CPU_S[ctx.size]) for n in names}
+    return {n: REUSED_CPU_S if n in reused else table.get(n, _DEFAULT_CPU_S[ctx.size]) for n in names}
 
 
 def _plan(names: Sequence[str], ctx: Context, cost: dict[str, float]
@@ -179,7 +179,7 @@ def _plan(names: Sequence[str], ctx: Context, cost: dict[str, float]
     groups = _groups(names)
     processes = min(ctx.workers, os.cpu_count() or 1)
     share = sum(cost.values()) / max(processes, 1)
-    solo = [g for g in groups if any(n in PARALLEL and cost[n] > share for n in g)]
+    solo = [g for g in groups if any(n in _PARALLEL and cost[n] > share for n in g)]
     pooled = sorted((g for g in groups if g not in solo), key=lambda g: -sum(cost[n] for n in g))
     processes = min(processes, len(pooled))
     if processes <= 1:
@@ -188,11 +188,11 @@ def _plan(names: Sequence[str], ctx: Context, cost: dict[str, float]
 
 
 # layer steps typical of the study, `(runs, n, d)`: two-token and eight-token sweeps
-TYPICAL_STEPS = ((200, 2, 4), (200, 8, 3))
+_TYPICAL_STEPS = ((200, 2, 4), (200, 8, 3))
 # the calibrated time model over `DEFAULT_TIME_MODEL` on TYPICAL_STEPS, measured on machine A (the
 # 2-vCPU Intel Xeon guest of docs/benchmarks.md, idle), where SECTION_CPU_S was measured: machine
 # A's speed is 1
-REFERENCE_RATIO = 3.16
+_REFERENCE_RATIO = 3.16
 
 
 def machine_speed() -> tuple[float, str]:
@@ -206,10 +206,10 @@ def machine_speed() -> tuple[float, str]:
     model = time_model()
     if model.source != "calibrated on this machine":
         return 1.0, "section times of the reference 2-core machine; this one not calibrated"
-    steps = [(1.0, estimate_work(runs, 1, n, d)) for runs, n, d in TYPICAL_STEPS]
+    steps = [(1.0, estimate_work(runs, 1, n, d)) for runs, n, d in _TYPICAL_STEPS]
     ratio = (sum(model.seconds(*s) for s in steps)
              / sum(DEFAULT_TIME_MODEL.seconds(*s) for s in steps))
-    ratio = min(20.0, max(0.2, ratio / REFERENCE_RATIO))
+    ratio = min(20.0, max(0.2, ratio / _REFERENCE_RATIO))
     return ratio, (f"section times of the reference 2-core machine x {ratio:.2g}, this "
                    "machine's calibrated speed; less when saved results are reused")
 
@@ -221,7 +221,7 @@ def estimate(names: Sequence[str], ctx: Context) -> tuple[float, str]:
     `machine_speed()`."""
     cost = section_cpu(names, ctx)
     solo, pooled, processes = _plan(names, ctx, cost)
-    wall = sum(sum(cost[n] for n in g) / (ctx.workers if any(n in PARALLEL for n in g) else 1)
+    wall = sum(sum(cost[n] for n in g) / (ctx.workers if any(n in _PARALLEL for n in g) else 1)
                for g in solo)
     if pooled:
         free = [START_S] * processes
@@ -263,7 +263,7 @@ def _build_group(names: Sequence[str], out: str, size: str, seed: int, yes: bool
     return done
 
 
-def build_sections(names: Sequence[str], ctx: Context) -> dict[str, Section]:
+def _build_sections(names: Sequence[str], ctx: Context) -> dict[str, Section]:
     """The sections `names` by name (`_plan`): the solo groups here on `ctx.workers`, then the
     other groups on a pool of processes, costliest first; a group whose process fails becomes
     failed sections."""
@@ -282,7 +282,7 @@ def build_sections(names: Sequence[str], ctx: Context) -> dict[str, Section]:
         for group in solo:
             for name in group:
                 ctx.log(f"[{name}] building" + (f" on {ctx.workers} processes"
-                                                if name in PARALLEL and ctx.workers > 1 else ""))
+                                                if name in _PARALLEL and ctx.workers > 1 else ""))
                 done(_timed_build(name, ctx))
     if not pooled:
         return built

@@ -56,7 +56,7 @@ def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
     return cell
 
 
-def token_noise_cell(cell: dict[str, Any], seed: int) -> Stats:
+def _token_noise_cell(cell: dict[str, Any], seed: int) -> Stats:
     """The stationary order parameter of one cell (`study.noise_threshold.stationary_order`):
     `r`, `se` (over runs), `r2`, `r2_se`, `n_r2 = n E r^2`, the degree-2 `q`, `q_se`,
     `n_q2 = n E q^2`, `drift` / `drift_se` (second half of `[burn, T]` minus the first), each
@@ -76,7 +76,7 @@ def token_noise_cell(cell: dict[str, Any], seed: int) -> Stats:
             "attention_eval": e.attention_eval, "sim_wall_s": e.wall_s}
 
 
-def token_noise_budget(cell: dict[str, Any]) -> Any:
+def _token_noise_budget(cell: dict[str, Any]) -> Any:
     """Memory and work of a cell (`study.noise_threshold.order_budget`)."""
     from .noise_threshold import order_budget
 
@@ -86,7 +86,7 @@ def token_noise_budget(cell: dict[str, Any]) -> Any:
 
 register(ExperimentKind(
     KIND,
-    token_noise_cell,
+    _token_noise_cell,
     {
         "d": integer(2, 2, "dimension"),
         "attention": choice(ATTENTIONS, "usa", "usa | softmax"),
@@ -105,5 +105,5 @@ register(ExperimentKind(
     },
     "n tokens under independent token noise (M = I, sigma = 0): stationary order parameter",
     finalize=_finalize,
-    budget=token_noise_budget,
+    budget=_token_noise_budget,
 ))

@@ -17,11 +17,11 @@ from typing import Any
 from ..io.report import Image, Section, Table
 from .context import Context, FigureSpec, SweepRun, run_packaged_sweep
 
-ORDERED_BELOW = 0.8  # ratios at or below: ordered, near the limit's r
-DISORDERED_ABOVE = 1.25  # ratios at or above: disordered
-R2_ORDERED = 0.3  # E r^2 above this: ordered
-NR2_DISORDERED = 8.0  # n E r^2 below this: disordered
-SLACK = 0.03  # finite-n and finite-T allowance on r, beside 3 standard errors
+_ORDERED_BELOW = 0.8  # ratios at or below: ordered, near the limit's r
+_DISORDERED_ABOVE = 1.25  # ratios at or above: disordered
+_R2_ORDERED = 0.3  # E r^2 above this: ordered
+_NR2_DISORDERED = 8.0  # n E r^2 below this: disordered
+_SLACK = 0.03  # finite-n and finite-T allowance on r, beside 3 standard errors
 
 
 def token_noise_data(ctx: Context) -> tuple[SweepRun, bool]:
@@ -52,20 +52,20 @@ def check_rows(recs: list[dict[str, Any]]) -> list[str]:
     out = []
     for r in recs:
         bad = []
-        if r["ratio"] <= ORDERED_BELOW:
-            if not r["r2"] > R2_ORDERED:
-                bad.append(f"E r^2 = {r['r2']:.3g} <= {R2_ORDERED} below 0.8 tau_c")
-            if not abs(r["r"] - r["r_limit"]) < SLACK + 3 * r["se"]:
+        if r["ratio"] <= _ORDERED_BELOW:
+            if not r["r2"] > _R2_ORDERED:
+                bad.append(f"E r^2 = {r['r2']:.3g} <= {_R2_ORDERED} below 0.8 tau_c")
+            if not abs(r["r"] - r["r_limit"]) < _SLACK + 3 * r["se"]:
                 bad.append(f"r off the limit's {r['r_limit']:.4f}")
-        if r["ratio"] >= DISORDERED_ABOVE and not r["n_r2"] < NR2_DISORDERED:
-            bad.append(f"n E r^2 = {r['n_r2']:.3g} >= {NR2_DISORDERED:g} above 1.25 tau_c")
+        if r["ratio"] >= _DISORDERED_ABOVE and not r["n_r2"] < _NR2_DISORDERED:
+            bad.append(f"n E r^2 = {r['n_r2']:.3g} >= {_NR2_DISORDERED:g} above 1.25 tau_c")
         if r["start"] == "ordered" and r["attention"] == "usa" and r["beta"] <= beta_star(
                 int(r["d"])):
             twin = [u for u in recs if u["start"] == "uniform" and u["n"] == r["n"]
                     and math.isclose(u["ratio"], r["ratio"])]
             if twin:
                 u = twin[0]
-                if not abs(u["r"] - r["r"]) < SLACK + 3 * math.hypot(u["se"], r["se"]):
+                if not abs(u["r"] - r["r"]) < _SLACK + 3 * math.hypot(u["se"], r["se"]):
                     bad.append(f"starts differ ({r['r']:.3f} vs uniform {u['r']:.3f})")
         out.append("; ".join(bad))
     return out
@@ -115,9 +115,9 @@ def draw_token_noise(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool
     ok = k == 0
     note = (f"tau_c = {first['tau_c']:.5g} (theory). "
             + ("Every check passes: " if ok else f"{k} of {len(recs)} rows FAIL a check: ")
-            + f"ordered (E r^2 > {R2_ORDERED}, r within {SLACK} + 3 SE of the limit) at or below "
-            f"{ORDERED_BELOW} tau_c, disordered (n E r^2 < {NR2_DISORDERED:g}) at or above "
-            f"{DISORDERED_ABOVE} tau_c, and both starts alike where the transition is "
+            + f"ordered (E r^2 > {_R2_ORDERED}, r within {_SLACK} + 3 SE of the limit) at or below "
+            f"{_ORDERED_BELOW} tau_c, disordered (n E r^2 < {_NR2_DISORDERED:g}) at or above "
+            f"{_DISORDERED_ABOVE} tau_c, and both starts alike where the transition is "
             "continuous. Near tau_c the finite-n order parameter is rounded (r ~ n^(-1/4) at "
             "tau_c) and the runs relax slowly, so those rows are shown, not tested "
             "(docs/token-noise.md).")

@@ -22,7 +22,7 @@ from .context import Context, FigureSpec, saved_or
 Panels = list[tuple[str, Any]]  # (panel title, SimResult)
 
 
-def sim_results(ctx: Context, name: str, setups: list[tuple[str, str, ModelParams, Any]],
+def _sim_results(ctx: Context, name: str, setups: list[tuple[str, str, ModelParams, Any]],
                 run: Callable[[ModelParams, Any, int], Any], settings: dict[str, Any]
                 ) -> tuple[Panels, bool]:
     """Load or simulate (and save) each panel's result; `settings` (horizon, runs, ...) and the
@@ -51,7 +51,7 @@ def _same_spec(spec: Any, res: Any) -> bool:
     return res.extra.get("figure_spec") == spec
 
 
-def sim_table(key: str, caption: str, panels: Panels) -> Table:
+def _sim_table(key: str, caption: str, panels: Panels) -> Table:
     """One row per panel: the parameters, grid, runs, sampler, seed and version behind it."""
     rows = []
     for title, r in panels:
@@ -65,19 +65,19 @@ def sim_table(key: str, caption: str, panels: Panels) -> Table:
 
 # ------------------------------------------------------------------------------ trajectories
 
-TRAJ_TOKENS = 6
+_TRAJ_TOKENS = 6
 TRAJ_T, TRAJ_DT, TRAJ_CHECKPOINTS = 6.0, 0.01, 121
 
 
-def trajectory_setups(seed: int) -> list[tuple[str, str, ModelParams, np.ndarray]]:
+def _trajectory_setups(seed: int) -> list[tuple[str, str, ModelParams, np.ndarray]]:
     """(key, title, params, initial tokens) of the four trajectory panels: d = 2, 3 x noise/flow."""
     out = []
     for d in (2, 3):
         rng = np.random.default_rng(derive_seed(seed, 7, d))
-        x0 = rng.normal(size=(TRAJ_TOKENS, d))
+        x0 = rng.normal(size=(_TRAJ_TOKENS, d))
         x0 /= np.linalg.norm(x0, axis=1, keepdims=True)
-        noise = ModelParams(n=TRAJ_TOKENS, d=d, beta=1.0, sigma=1.0)
-        flow = ModelParams(n=TRAJ_TOKENS, d=d, beta=1.0, mean="identity", sigma=0.0)
+        noise = ModelParams(n=_TRAJ_TOKENS, d=d, beta=1.0, sigma=1.0)
+        flow = ModelParams(n=_TRAJ_TOKENS, d=d, beta=1.0, mean="identity", sigma=0.0)
         out.append((f"d{d}-noise", f"d = {d}: random network (M = 0, sigma = 1)", noise, x0))
         out.append((f"d{d}-flow", f"d = {d}: deterministic flow (M = I, sigma = 0)", flow, x0))
     return out
@@ -94,7 +94,7 @@ def trajectories_data(ctx: Context) -> tuple[Panels, bool]:
                         recording=Recording(checkpoints=TRAJ_CHECKPOINTS, record=("gram", "tokens")),
                         execution=Execution(sampler="full"))
 
-    return sim_results(ctx, "trajectories", trajectory_setups(ctx.seed), run,
+    return _sim_results(ctx, "trajectories", _trajectory_setups(ctx.seed), run,
                        {"T": TRAJ_T, "dt": TRAJ_DT, "checkpoints": TRAJ_CHECKPOINTS})
 
 
@@ -110,20 +110,20 @@ def draw_trajectories(ctx: Context, spec: FigureSpec, panels: Panels, reused: bo
         images=[Image(png, "Whole paths of one run from shared initial tokens; on the circle the "
                            "radius is depth time (inside t = 0, outside t = T)."),
                 Image(gif, "Animation: positions with a short trail, one frame per checkpoint.")],
-        tables=[sim_table("trajectories", "Simulations behind the trajectories", panels)],
+        tables=[_sim_table("trajectories", "Simulations behind the trajectories", panels)],
         provenance={"reused": reused, "data": str(ctx.data_path("trajectories")),
                     "command": f"tokensde figure trajectories --out {ctx.out}" + ctx.size_flag})
 
 
 # -------------------------------------------------------------------------------- histograms
 
-HIST_RUNS = {"tiny": 40, "quick": 400, "full": 2000}
+_HIST_RUNS = {"tiny": 40, "quick": 400, "full": 2000}
 HIST_T, HIST_DT = 8.0, 1.0 / 64
-HIST_CHECKPOINTS = [0, 8, 16, 32, 64, 128, 256, 512]
-HIST_TOL = 1e-3  # merged / antipodal tolerance of the histogram figure and table
+_HIST_CHECKPOINTS = [0, 8, 16, 32, 64, 128, 256, 512]
+_HIST_TOL = 1e-3  # merged / antipodal tolerance of the histogram figure and table
 
 
-def histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
+def _histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
     """(key, title, params, init) of the histogram rows: beta below and above beta_c(d = 4)."""
     from ..theory.two_tokens import beta_c
 
@@ -139,13 +139,13 @@ def histograms_data(ctx: Context) -> tuple[Panels, bool]:
     from ..sim.simulate import simulate
 
     def run(p: ModelParams, init: Any, k: int) -> Any:
-        return simulate(p, TimeGrid.make(T=HIST_T, dt=HIST_DT), runs=HIST_RUNS[ctx.size],
+        return simulate(p, TimeGrid.make(T=HIST_T, dt=HIST_DT), runs=_HIST_RUNS[ctx.size],
                         seed=derive_seed(ctx.seed, 9, k), initial=InitialState(init),
-                        recording=Recording(checkpoints=HIST_CHECKPOINTS))
+                        recording=Recording(checkpoints=_HIST_CHECKPOINTS))
 
-    return sim_results(ctx, "histograms", histogram_setups(), run,
-                       {"T": HIST_T, "dt": HIST_DT, "runs": HIST_RUNS[ctx.size],
-                        "checkpoints": HIST_CHECKPOINTS})
+    return _sim_results(ctx, "histograms", _histogram_setups(), run,
+                       {"T": HIST_T, "dt": HIST_DT, "runs": _HIST_RUNS[ctx.size],
+                        "checkpoints": _HIST_CHECKPOINTS})
 
 
 def draw_histograms(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool) -> Section:
@@ -153,13 +153,13 @@ def draw_histograms(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool
     from ..analysis.clusters import pair_fractions, upper_pairs
     from ..plots.histograms import plot_histograms
 
-    png = plot_histograms(panels, ctx.figures / "histograms.png", columns=5, tol=HIST_TOL)
+    png = plot_histograms(panels, ctx.figures / "histograms.png", columns=5, tol=_HIST_TOL)
     rows = []
     for title, r in panels:
         rho = upper_pairs(np.asarray(r.gram))
         for c, t in enumerate(r.times):
             vals = rho[:, c].ravel()
-            merged, anti = pair_fractions(vals, HIST_TOL)
+            merged, anti = pair_fractions(vals, _HIST_TOL)
             lo_m, hi_m = _wilson(merged, vals.size)
             lo_a, hi_a = _wilson(anti, vals.size)
             rows.append([title, float(t), vals.size, float(vals.mean()), merged,
@@ -167,7 +167,7 @@ def draw_histograms(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool
     return Section(
         spec.name, spec.title, spec.claim,
         images=[Image(png, "Fraction of token pairs per bin (log scale), all runs pooled.")],
-        tables=[sim_table("histogram-sims", "Simulations behind the histograms", panels),
+        tables=[_sim_table("histogram-sims", "Simulations behind the histograms", panels),
                 Table("histogram-fractions", "Pairs merged (> 1 - 1e-3) and antipodal "
                       "(< -1 + 1e-3) across depth; Wilson 95% intervals over pooled pairs "
                       "(pairs of one run are correlated: read them as descriptive)",

@@ -17,7 +17,7 @@ from ..io.report import Image, Section, Table, interval
 from .context import Context, FigureSpec
 
 
-def vit_summary_path(ctx: Context) -> Path:
+def _vit_summary_path(ctx: Context) -> Path:
     """Where a saved ViT comparison of this size lives (its summary.json)."""
     from ..vit.compare import SUMMARY
 
@@ -25,37 +25,37 @@ def vit_summary_path(ctx: Context) -> Path:
 
 
 # Per size: data set, seeds, epochs and the model fields that differ from ViTConfig's defaults.
-VIT_SIZES: dict[str, dict[str, Any]] = {
+_VIT_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"dataset": "digits", "seeds": 2, "epochs": 1, "model": {"depth": 2, "dim": 16}},
     "quick": {"dataset": "digits", "seeds": 2, "epochs": 4, "model": {}},
     "full": {"dataset": "fashion-mnist", "seeds": 4, "epochs": 10, "model": {}},
 }
-VIT_ARMS = "default,noise:0,noise:0.1,identity,shared"
+_VIT_ARMS = "default,noise:0,noise:0.1,identity,shared"
 
 
-def run_vit(ctx: Context, out: Path) -> None:
+def _run_vit(ctx: Context, out: Path) -> None:
     """Train the ViT comparison of this size (standard ViT, arms x seeds) into `out`."""
     from ..vit import DataSpec, TrainConfig, compare, parse_arms
     from ..vit.compare import DATA_DEFAULTS, model_config, save_summary
 
-    size = VIT_SIZES[ctx.size]
+    size = _VIT_SIZES[ctx.size]
     defaults = DATA_DEFAULTS[size["dataset"]]
     spec = DataSpec(size["dataset"], None, defaults["train_subset"] or None, None)
     model_cfg = model_config(spec.load(), **size["model"])
     train_cfg = TrainConfig(epochs=size["epochs"], batch_size=defaults["batch_size"])
     ctx.log(f"training the ViT comparison: {size['dataset']}, {size['seeds']} seeds, "
             f"{size['epochs']} epochs")
-    summary = compare(spec, model_cfg, train_cfg, parse_arms(VIT_ARMS),
+    summary = compare(spec, model_cfg, train_cfg, parse_arms(_VIT_ARMS),
                       list(range(size["seeds"])), out, jobs=ctx.workers)
     save_summary(summary, out)
 
 
 def vit_data(ctx: Context) -> tuple[dict[str, Any], bool]:
     """The saved ViT comparison of this size (trained and saved first if absent)."""
-    path = vit_summary_path(ctx)
+    path = _vit_summary_path(ctx)
     reused = path.exists()
     if not reused:
-        run_vit(ctx, path.parent)
+        _run_vit(ctx, path.parent)
     return json.loads(path.read_text()), reused
 
 
@@ -68,7 +68,7 @@ def draw_vit(ctx: Context, spec: FigureSpec, summary: dict[str, Any], reused: bo
                    images=[Image(png, "Test accuracy per epoch by value initialisation, and the "
                                       "paired gap to the default (95% t-interval).")],
                    tables=[_vit_table(summary)],
-                   provenance={"summary": str(vit_summary_path(ctx)), "reused": reused,
+                   provenance={"summary": str(_vit_summary_path(ctx)), "reused": reused,
                                "model": summary.get("model"),
                                "train": summary.get("train"), "seeds": summary.get("seeds")})
 
@@ -90,7 +90,7 @@ def _vit_table(s: dict[str, Any]) -> Table:
                   "epochs", "dataset", "version"], rows)
 
 
-def vit_depth_dir(ctx: Context) -> Path:
+def _vit_depth_dir(ctx: Context) -> Path:
     """The directory of this size's ViT depth sweep."""
     return ctx.out / "sweeps" / f"vit-depth-{ctx.size}"
 
@@ -99,7 +99,7 @@ def vit_depth_data(ctx: Context) -> tuple[dict[str, Any], bool]:
     """Run (or resume) the ViT depth sweep of this size; its run summary and paired gap table."""
     from ..vit.depth import depth_config, read_gaps, run_depth
 
-    out = vit_depth_dir(ctx)
+    out = _vit_depth_dir(ctx)
     summary = run_depth(depth_config(ctx.size), out, workers=ctx.workers)
     return {"summary": summary, "gaps": read_gaps(out)}, summary["ran"] == 0
 
@@ -107,7 +107,7 @@ def vit_depth_data(ctx: Context) -> tuple[dict[str, Any], bool]:
 def draw_vit_depth(ctx: Context, spec: FigureSpec, run: dict[str, Any], reused: bool
                    ) -> Section:
     """The ViT depth sweep (sweep kind vit_depth) of this size: gaps to default against depth."""
-    summary, gaps, out = run["summary"], run["gaps"], vit_depth_dir(ctx)
+    summary, gaps, out = run["summary"], run["gaps"], _vit_depth_dir(ctx)
     figs = summary["report"]
     images = [Image(Path(figs["depth_gaps"]), "Paired gap to the default initialisation against "
                     "depth, per arm and block (95% t-interval; open markers: the interval "

@@ -26,8 +26,8 @@ from ..sim.budget import available_memory
 from .config import TAIL_COLUMNS, Row, SweepError
 
 BACKENDS = ("local", "ray")
-PRELOAD = ["tokensde.sweep.backends", "tokensde.sweep.kinds"]
-WATCH_S = 0.5  # how often a pool worker checks that the sweep process still runs
+_PRELOAD = ["tokensde.sweep.backends", "tokensde.sweep.kinds"]
+_WATCH_S = 0.5  # how often a pool worker checks that the sweep process still runs
 
 
 # ----------------------------------------------------------------------------- running one cell
@@ -65,7 +65,7 @@ def _tail(cell: Mapping[str, Any], status: str, error: str, wall: float) -> Row:
             "wall_s": wall}
 
 
-def error_row(cell: Mapping[str, Any], message: str, wall: float = 0.0) -> Row:
+def _error_row(cell: Mapping[str, Any], message: str, wall: float = 0.0) -> Row:
     """The row of a cell that failed with `message`."""
     return {**_base_row(cell), **_tail(cell, "error", message, wall)}
 
@@ -88,7 +88,7 @@ def execute_cell(task: Mapping[str, Any]) -> Row:
             raise ValueError(f"statistics {clash} clash with parameter or table column names")
         stats = {str(k): _plain(v) for k, v in stats.items()}
     except Exception as err:
-        return error_row(task, f"{type(err).__name__}: {err}", time.perf_counter() - t0)
+        return _error_row(task, f"{type(err).__name__}: {err}", time.perf_counter() - t0)
     return {**_base_row(task), **stats, **_tail(task, "ok", "", time.perf_counter() - t0)}
 
 
@@ -124,7 +124,7 @@ def _worker_init(parent: int) -> None:
 
     def watch() -> None:
         while _alive(parent):
-            time.sleep(WATCH_S)
+            time.sleep(_WATCH_S)
         os._exit(1)
 
     threading.Thread(target=watch, name="tokensde-parent-watch", daemon=True).start()
@@ -137,7 +137,7 @@ def _forkserver() -> Any:
     from multiprocessing import forkserver
 
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx.set_forkserver_preload(_PRELOAD)
     main = threading.current_thread() is threading.main_thread()
     old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
@@ -206,7 +206,7 @@ def run_local(tasks: list[Row], workers: int) -> Generator[Row, None, None]:
                         yield fut.result()
                     except BrokenProcessPool as err:
                         broken = True
-                        yield error_row(task, f"worker process died with this cell in flight: "
+                        yield _error_row(task, f"worker process died with this cell in flight: "
                                               f"{err}")
         except BaseException:
             _stop(pool)
@@ -253,7 +253,7 @@ def run_ray(tasks: list[Row], workers: int, address: str | None = None
             try:
                 yield ray.get(ref)
             except ray.exceptions.RayError as err:
-                yield error_row(task, f"Ray task failed: {type(err).__name__}: {err}")
+                yield _error_row(task, f"Ray task failed: {type(err).__name__}: {err}")
     finally:
         if started:
             ray.shutdown()

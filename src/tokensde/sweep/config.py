@@ -37,7 +37,7 @@ from typing import Any
 from ..model.params import ParameterError, check_int
 from ..sim.rng import derive_seed
 
-TOP_KEYS = ("name", "description", "kind", "module", "runs", "T", "seed", "params", "grid")
+_TOP_KEYS = ("name", "description", "kind", "module", "runs", "T", "seed", "params", "grid")
 HEAD_COLUMNS = ("cell", "index")
 TAIL_COLUMNS = ("status", "error", "seed", "version", "wall_s")
 # Columns that legitimately differ between two runs of the same sweep.
@@ -108,10 +108,10 @@ class SweepConfig:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "sweep config") -> SweepConfig:
         """Build from parsed TOML; unknown or conflicting keys are an error."""
-        extra = sorted(set(data) - set(TOP_KEYS))
+        extra = sorted(set(data) - set(_TOP_KEYS))
         if extra:
             raise SweepError(f"{where}: unknown key(s) {', '.join(extra)} (allowed: "
-                             f"{', '.join(TOP_KEYS)})")
+                             f"{', '.join(_TOP_KEYS)})")
         for key in ("kind", "seed", "grid"):
             if key not in data:
                 raise SweepError(f"{where}: missing required key {key!r}")

@@ -36,7 +36,7 @@ from ..model.params import NORMS, ParameterError, check_choice, check_int, check
 from ..model.qk import QK_LAWS, QK_REDRAWS
 
 Stats = dict[str, Any]
-RunFn = Callable[[dict[str, Any], int], Stats]
+_RunFn = Callable[[dict[str, Any], int], Stats]
 _REQUIRED = object()
 
 
@@ -80,7 +80,7 @@ def fraction(default: float, doc: str = "") -> Param:
     return Param(check, default, doc)
 
 
-def real_or_auto(default: Any = "auto", doc: str = "") -> Param:
+def _real_or_auto(default: Any = "auto", doc: str = "") -> Param:
     """'auto' or a finite real > 0."""
     def check(k: str, v: Any) -> float | str:
         return "auto" if v == "auto" else check_real(k, v, 0.0, strict=True)
@@ -94,7 +94,7 @@ class ExperimentKind:
     runs, for the sweep's worker cap and checks."""
 
     name: str
-    run: RunFn
+    run: _RunFn
     params: Mapping[str, Param]
     doc: str = ""
     finalize: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None
@@ -146,7 +146,7 @@ def register(kind: ExperimentKind) -> ExperimentKind:
     return kind
 
 
-def experiment(name: str, doc: str = "", **params: Param) -> Callable[[RunFn], RunFn]:
+def experiment(name: str, doc: str = "", **params: Param) -> Callable[[_RunFn], _RunFn]:
     """Decorator: register `fn(cell, seed) -> stats` as kind `name` with these parameters.
 
     Args:
@@ -157,7 +157,7 @@ def experiment(name: str, doc: str = "", **params: Param) -> Callable[[RunFn], R
     Returns:
         A decorator that registers the function and returns it unchanged.
     """
-    def deco(fn: RunFn) -> RunFn:
+    def deco(fn: _RunFn) -> _RunFn:
         register(ExperimentKind(name, fn, dict(params), doc or (fn.__doc__ or "").strip()))
         return fn
     return deco
@@ -168,7 +168,7 @@ LEGACY_MODULES = frozenset({"tokensde.experiments", "tokensde.phase_grid", "toke
                             "tokensde.vit.depth", "tokensde.sweep.kinds", "tokensde.sweep.two_token"})
 # Kinds outside this module, tokensde's own included (pyproject.toml), register through this
 # entry-point group: name = "package.module" (the module registers the kind when imported).
-ENTRY_POINTS = "tokensde.kinds"
+_ENTRY_POINTS = "tokensde.kinds"
 # The kinds tokensde itself provides; a missing one means the package metadata is stale.
 OWN_KINDS = ("meanfield", "multi_token", "null", "token_noise", "two_token", "vit_depth",
              "vit_fair")
@@ -176,7 +176,7 @@ OWN_KINDS = ("meanfield", "multi_token", "null", "token_noise", "two_token", "vi
 
 def _plugin_kinds() -> dict[str, str]:
     from importlib.metadata import entry_points
-    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINTS)}
+    return {ep.name: ep.value for ep in entry_points(group=_ENTRY_POINTS)}
 
 
 def kind_names() -> list[str]:
@@ -207,7 +207,7 @@ def get_kind(name: str, module: str | None = None) -> ExperimentKind:
     if module and module not in LEGACY_MODULES:
         raise ParameterError(f"module {module!r} (for experiment kind {name!r}) is not read: kinds are "
                              f"found by name ({', '.join(kind_names())}); a package adds one through "
-                             f"the entry-point group {ENTRY_POINTS!r}")
+                             f"the entry-point group {_ENTRY_POINTS!r}")
     if name not in KINDS:
         target = _plugin_kinds().get(name)
         if target is not None:
@@ -225,15 +225,15 @@ def get_kind(name: str, module: str | None = None) -> ExperimentKind:
 DT_MAX = 0.02
 # Auto step: dt = min(DT_MAX, DT_KICK / d) keeps the per-layer noise kick sqrt(dt d) sigma
 # and the Ito term (d - 1) dt sigma^2 / 2 of the discrete network small for every d.
-DT_KICK = 0.2
+_DT_KICK = 0.2
 
 
 def auto_dt(d: int, dt: float | str) -> float:
     """Layer step of a cell: `dt` itself, or `min(DT_MAX, DT_KICK / d)` for 'auto'."""
-    return min(DT_MAX, DT_KICK / d) if dt == "auto" else float(dt)
+    return min(DT_MAX, _DT_KICK / d) if dt == "auto" else float(dt)
 
 
-def outcome_stats(report: clusters.ClusterReport, n: int) -> Stats:
+def _outcome_stats(report: clusters.ClusterReport, n: int) -> Stats:
     """Counts, probabilities and 95% Wilson intervals of each outcome; minority-side law."""
     runs = report.outcome.shape[0]
     out: Stats = {}
@@ -248,7 +248,7 @@ def outcome_stats(report: clusters.ClusterReport, n: int) -> Stats:
     return out
 
 
-def summary_stats(report: clusters.ClusterReport) -> Stats:
+def _summary_stats(report: clusters.ClusterReport) -> Stats:
     """Run averages of the cluster descriptors."""
     return {
         "mean_clusters": float(report.n_clusters.mean()),
@@ -258,7 +258,7 @@ def summary_stats(report: clusters.ClusterReport) -> Stats:
     }
 
 
-def model_params(cell: dict[str, Any]) -> Any:
+def _model_params(cell: dict[str, Any]) -> Any:
     """`ModelParams` of a multi-token cell: M = 0 for model 'noise', M = I otherwise."""
     from ..model.params import ModelParams
 
@@ -281,7 +281,7 @@ def decision_stats(decided_at: np.ndarray | None, steps: int, dt: float, runs: i
             "t_decided_max": float(np.nanmax(t)) if done.any() else math.nan}
 
 
-def hovering_stats(report: clusters.ClusterReport, g_end: np.ndarray, g_before: np.ndarray,
+def _hovering_stats(report: clusters.ClusterReport, g_end: np.ndarray, g_before: np.ndarray,
                    loose_tol: float) -> Stats:
     """Runs not decided at `tol` that are bipolar at `loose_tol` at both checkpoints (the start
     and the end of the motion window): formations whose antipodal gaps hover between the two
@@ -306,14 +306,14 @@ def _multi_token_grid(cell: dict[str, Any]) -> tuple[Any, list[int]]:
     return grid, [min(grid.steps - 1, round(grid.steps * (1.0 - cell["window"]))), grid.steps]
 
 
-def multi_token_budget(cell: dict[str, Any]) -> Any:
+def _multi_token_budget(cell: dict[str, Any]) -> Any:
     """Memory and work of a multi-token cell (`sim.simulate.simulation_budget`)."""
     from ..sim.options import Execution, Recording, StepControl, StoppingRule
     from ..sim.simulate import simulation_budget
 
     grid, ck = _multi_token_grid(cell)
     coupled = cell.get("step_runs", 0)
-    b = simulation_budget(model_params(cell), grid, cell["runs"],
+    b = simulation_budget(_model_params(cell), grid, cell["runs"],
                           stopping=StoppingRule(until=cell["until"]),
                           recording=Recording(checkpoints=ck),
                           execution=Execution(sampler=cell["sampler"]),
@@ -322,14 +322,14 @@ def multi_token_budget(cell: dict[str, Any]) -> Any:
     return replace(b, lower=("runs", "n", "d"), longer=("runs", "T", "n", "d"))
 
 
-def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
+def _multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     """Simulate `runs` systems of n uniform tokens, each until decided (every pair within `tol`
     of +-1) or to the horizon T (`until='horizon'`: every run to T), and classify the outcomes
     at `tol`; a run still undecided at T gets the motion test over the last `window * T`."""
     from ..sim.options import Execution, Recording, StoppingRule
     from ..sim.simulate import simulate
 
-    p = model_params(cell)
+    p = _model_params(cell)
     grid, (before, _) = _multi_token_grid(cell)
     tol = cell["tol"]
     stop = StoppingRule.decided(tol) if cell["until"] == "decided" else StoppingRule()
@@ -343,20 +343,20 @@ def multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     robust = clusters.tolerance_report(g_end, tol, before=g_before)
     return {
         "horizon": grid.T, "steps": grid.steps, "layer_dt": grid.dt, "sampler_used": res.sampler,
-        **outcome_stats(report, p.n), **summary_stats(report),
-        **hovering_stats(report, g_end, g_before, cell["loose_tol"]),
+        **_outcome_stats(report, p.n), **_summary_stats(report),
+        **_hovering_stats(report, g_end, g_before, cell["loose_tol"]),
         **decision_stats(res.decided_at, grid.steps, grid.dt, cell["runs"]),
         # a run stopped at tol is by construction not yet within tol / 10: not measurable
         "tol_changed_down": robust["changed_down"] if cell["until"] == "horizon" else math.nan,
         "tol_changed_up": robust["changed_up"],
-        **step_stats(cell, p, grid, seed),
+        **_step_stats(cell, p, grid, seed),
     }
 
 
-STEP_KEYS = ("p_bipolar", "p_one_cluster")
+_STEP_KEYS = ("p_bipolar", "p_one_cluster")
 
 
-def step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> Stats:
+def _step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> Stats:
     """With `step_runs > 0`: the step error of P(bipolar) and P(one cluster) at the cell's step,
     measured on `min(step_runs, runs)` runs coupled at dt, 2 dt and 4 dt (`analysis.measure_step_error`, on
     streams of their own), with its error and the order check; nothing otherwise."""
@@ -372,14 +372,14 @@ def step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> Stats:
     est = measure_step_error(p, grid.T, grid.dt, runs, coupled_seed(seed), tol=cell["tol"],
                              until=cell["until"], scheme=cell["scheme"])
     out: Stats = {"step_runs": runs}
-    for key in STEP_KEYS:
+    for key in _STEP_KEYS:
         b, se = est[key].estimate()
         out[f"step_{key}"], out[f"step_{key}_se"] = b, se
         out[f"step_{key}_first_order"] = est[key].first_order()
     return out
 
 
-MODELS = ("noise", "flow", "hybrid")
+_MODELS = ("noise", "flow", "hybrid")
 
 
 # the model variants of docs/variants.md: in a canonical cell only when not at their defaults,
@@ -415,16 +415,16 @@ def _check_model(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
 
 register(ExperimentKind(
     "multi_token",
-    multi_token_cell,
+    _multi_token_cell,
     {
-        "model": choice(MODELS, "noise", "noise: M = 0; flow: sigma = 0, M = I; hybrid: M = I"),
+        "model": choice(_MODELS, "noise", "noise: M = 0; flow: sigma = 0, M = I; hybrid: M = I"),
         "n": integer(2, doc="number of tokens"),
         "d": integer(2, doc="dimension"),
         "beta": real(0.0, doc="attention strength"),
         "sigma": real(0.0, 1.0, doc="matrix-noise scale (0 for the flow)"),
         "runs": integer(1, doc="independent systems"),
         "T": real(0.0, strict=True, doc="horizon in depth time"),
-        "dt": real_or_auto(doc="layer step alpha^2 ('auto': min(0.02, 0.2/d))"),
+        "dt": _real_or_auto(doc="layer step alpha^2 ('auto': min(0.02, 0.2/d))"),
         "tol": Param(lambda k, v: check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
         "window": fraction(0.1, "motion test over the last window*T"),
         "loose_tol": Param(lambda k, v: check_tol(v, k), 1e-3,
@@ -442,7 +442,7 @@ register(ExperimentKind(
     },
     "n tokens from uniform positions: outcome law at absorption (spec §7)",
     finalize=_check_model,
-    budget=multi_token_budget,
+    budget=_multi_token_budget,
 ))
 
 

@@ -25,21 +25,21 @@ from ..io.store import StoreError, atomic_write, check_meta, check_output, heade
 from ..model.params import check_choice
 from .config import HEAD_COLUMNS, TAIL_COLUMNS, Cell, Row, SweepConfig, SweepError, fingerprint
 
-KIND_SWEEP = "tokensde.sweep"
-KIND_CELL = "tokensde.sweep-cell"
+_KIND_SWEEP = "tokensde.sweep"
+_KIND_CELL = "tokensde.sweep-cell"
 KIND_TABLE = "tokensde.sweep-table"
 MANIFEST, CELLS, TABLE, LOCK = "sweep.json", "cells", "table.parquet", ".lock"
-FORMATS = ("parquet", "csv", "json")
+_FORMATS = ("parquet", "csv", "json")
 
 
-class ManifestReadError(StoreError):
+class _ManifestReadError(StoreError):
     """DIR/sweep.json exists but is not JSON (truncated or corrupt)."""
 
 
-REBUILD = ("its finished cells in cells/ are kept: run `tokensde sweep run CONFIG --out {dir}` "
+_REBUILD = ("its finished cells in cells/ are kept: run `tokensde sweep run CONFIG --out {dir}` "
            "with the sweep's TOML file to rebuild the manifest (the cells are checked against "
            "it and skipped)")
-TABLE_REMEDY = ("delete it: `tokensde sweep table {dir}` rebuilds it from the cells (cells/), "
+_TABLE_REMEDY = ("delete it: `tokensde sweep table {dir}` rebuilds it from the cells (cells/), "
                 "which are kept")
 
 
@@ -88,7 +88,7 @@ class SweepDir:
         return self.cells_dir.is_dir() and any(not _is_tmp(p) for p in self.cells_dir.iterdir())
 
     def _hint(self) -> str:
-        return "; " + REBUILD.format(dir=self.path) if self._has_cells() else ""
+        return "; " + _REBUILD.format(dir=self.path) if self._has_cells() else ""
 
     def manifest(self) -> dict[str, Any]:
         """The manifest; StoreError if unreadable or foreign (saying how to rebuild it when
@@ -101,9 +101,9 @@ class SweepDir:
         try:
             meta = json.loads(self.manifest_path.read_text())
         except (ValueError, UnicodeDecodeError) as err:
-            raise ManifestReadError(f"{self.manifest_path} is not a readable sweep manifest "
+            raise _ManifestReadError(f"{self.manifest_path} is not a readable sweep manifest "
                                      f"(truncated or corrupt?): {err}{self._hint()}") from err
-        meta = check_meta(meta, KIND_SWEEP, str(self.manifest_path))
+        meta = check_meta(meta, _KIND_SWEEP, str(self.manifest_path))
         if not isinstance(meta.get("cells"), list) or "fingerprint" not in meta:
             raise StoreError(f"{self.manifest_path} lacks the cell list or fingerprint")
         return meta
@@ -140,7 +140,7 @@ class SweepDir:
             if p.suffix != ".parquet":
                 return False
             try:
-                _, head = read_parquet(p, KIND_CELL)
+                _, head = read_parquet(p, _KIND_CELL)
             except StoreError as err:
                 raise StoreError(f"{err}; delete {p} to recompute that cell") from err
             if head.get("fingerprint") != fp or head.get("cell") != p.stem:
@@ -171,7 +171,7 @@ class SweepDir:
         meta = self.check_same(config, cells)
         if meta is not None:
             return meta
-        meta = header(KIND_SWEEP, fingerprint=fingerprint(config, cells),
+        meta = header(_KIND_SWEEP, fingerprint=fingerprint(config, cells),
                       config=config.to_dict(), cells=[c.to_dict() for c in cells])
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(self.manifest_path, lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
@@ -187,7 +187,7 @@ class SweepDir:
         if self.exists():
             try:
                 meta = self.manifest()
-            except ManifestReadError:
+            except _ManifestReadError:
                 if not self.orphans_of(fp):
                     raise
         if meta is not None and meta["fingerprint"] != fp:
@@ -256,7 +256,7 @@ class SweepDir:
 
     def _read_part(self, p: Path, meta: dict[str, Any]) -> Any:
         try:
-            table, head = read_parquet(p, KIND_CELL)
+            table, head = read_parquet(p, _KIND_CELL)
         except StoreError as err:
             raise StoreError(f"{err}; delete {p} to recompute that cell") from err
         if head.get("fingerprint") != meta["fingerprint"] or head.get("cell") != p.stem:
@@ -270,7 +270,7 @@ class SweepDir:
         """Write one finished cell atomically."""
         import pyarrow as pa
 
-        head = header(KIND_CELL, fingerprint=meta["fingerprint"], cell=row["cell"])
+        head = header(_KIND_CELL, fingerprint=meta["fingerprint"], cell=row["cell"])
         return write_parquet(pa.Table.from_pylist([row]), self.part_path(row["cell"]), head)
 
     def consolidate(self, meta: dict[str, Any], parts: dict[str, Any] | None = None) -> Any:
@@ -293,7 +293,7 @@ class SweepDir:
         try:
             return read_parquet(self.table_path, KIND_TABLE)
         except StoreError as err:
-            raise StoreError(f"{err}; {TABLE_REMEDY.format(dir=self.path)}") from err
+            raise StoreError(f"{err}; {_TABLE_REMEDY.format(dir=self.path)}") from err
 
     def write_table(self, meta: dict[str, Any], parts: dict[str, Any] | None = None) -> Path:
         """Rebuild DIR/table.parquet from the parts (refusing to replace a foreign file there)."""
@@ -335,7 +335,7 @@ def read_table(path: str | os.PathLike) -> Any:
     try:
         table, _ = read_parquet(p, KIND_TABLE)
     except StoreError as err:
-        raise StoreError(f"{err}; {TABLE_REMEDY.format(dir=p.parent)}") from err
+        raise StoreError(f"{err}; {_TABLE_REMEDY.format(dir=p.parent)}") from err
     return table.to_pandas()
 
 
@@ -367,7 +367,7 @@ def export_table(out: str | os.PathLike, fmt: str = "parquet",
     Returns:
         `path`, `format`, `rows` and `cells` of the table written.
     """
-    fmt = check_choice("format", fmt, FORMATS)
+    fmt = check_choice("format", fmt, _FORMATS)
     if path is not None:
         check_output(path, "path")
     sd = SweepDir(out)

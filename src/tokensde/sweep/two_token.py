@@ -35,8 +35,8 @@ COLUMNS: tuple[str, ...] = (
     "p_merged", "p_undecided",
     "theory", "theory_tol", "outside", "until", "t_decided_median", "t_decided_q90",
     "decision_rate", "beta_c", "wall_s", "version")
-DECISION_RATE_MAX_D = 64  # the survival eigenproblem is solved for d up to this
-MLP_DEFAULTS: dict[str, Any] = {"mlp": "none", "mlp_sigma": 1.0}
+_DECISION_RATE_MAX_D = 64  # the survival eigenproblem is solved for d up to this
+_MLP_DEFAULTS: dict[str, Any] = {"mlp": "none", "mlp_sigma": 1.0}
 
 
 def _optional_real(minimum: float, doc: str) -> Param:
@@ -65,20 +65,20 @@ def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
                              f"beta_offset={off!r}")
     if cell["dt"] == "auto":
         cell["dt"] = cell["dt_scale"] / cell["d"]
-    if cell["mlp"] == "none" and cell["mlp_sigma"] != MLP_DEFAULTS["mlp_sigma"]:
+    if cell["mlp"] == "none" and cell["mlp_sigma"] != _MLP_DEFAULTS["mlp_sigma"]:
         raise ParameterError(f"mlp_sigma is used only with an MLP block (mlp = relu, gelu); got "
                              f"mlp_sigma={cell['mlp_sigma']!r} with mlp='none'")
-    for key, default in MLP_DEFAULTS.items():  # out of the canonical cell at their defaults, so
+    for key, default in _MLP_DEFAULTS.items():  # out of the canonical cell at their defaults, so
         if cell[key] == default:               # the ids and seeds of earlier cells are unchanged
             del cell[key]
     return cell
 
 
-def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
+def _two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     """`P_anti` of two tokens at (beta, d) by Monte Carlo (`two_token_mc.monte_carlo`), each run
     until decided (`1 - |rho| < tol`) or the maximum horizon T, with the exact theory."""
     beta, d, tol = cell["beta"], cell["d"], cell["tol"]
-    mlp = {k: cell.get(k, v) for k, v in MLP_DEFAULTS.items()}
+    mlp = {k: cell.get(k, v) for k, v in _MLP_DEFAULTS.items()}
     stop, outcome_tol = pair_stopping(cell["until"], tol)
     out = monte_carlo(beta, d, cell["rho0"], runs=cell["runs"], T=cell["T"], dt=cell["dt"],
                       seed=seed, stopping=stop, outcome_tol=outcome_tol, engine=cell["engine"],
@@ -97,14 +97,14 @@ def two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
         "t_decided_median": r.get("t_decided_median", math.nan),
         "t_decided_q90": r.get("t_decided_q90", math.nan),
         "decision_rate": (absorption.principal_rate(model, tol)
-                          if d <= DECISION_RATE_MAX_D and model.bounded_z else math.nan),
+                          if d <= _DECISION_RATE_MAX_D and model.bounded_z else math.nan),
         "beta_c": tt.beta_c(d),
     }
 
 
-def two_token_budget(cell: dict[str, Any]) -> Budget:
+def _two_token_budget(cell: dict[str, Any]) -> Budget:
     """Memory and work of a two-token cell (`pair_monte_carlo.pair_budget`)."""
-    mlp = {k: cell.get(k, v) for k, v in MLP_DEFAULTS.items()}
+    mlp = {k: cell.get(k, v) for k, v in _MLP_DEFAULTS.items()}
     p = spec_params(cell["beta"], cell["d"], **mlp)
     return pair_budget(p, cell["rho0"], TimeGrid.make(T=cell["T"], dt=cell["dt"]), cell["runs"],
                        cell["engine"], pair_stopping(cell["until"], cell["tol"])[0],
@@ -113,7 +113,7 @@ def two_token_budget(cell: dict[str, Any]) -> Budget:
 
 register(ExperimentKind(
     KIND,
-    two_token_cell,
+    _two_token_cell,
     {
         "beta": _optional_real(0.0, "attention strength (or give beta_offset)"),
         "beta_offset": _optional_real(-math.inf, "beta = beta_c(d) + beta_offset"),
@@ -135,7 +135,7 @@ register(ExperimentKind(
     },
     "two tokens: P(antipodal) at (beta, d) against the exact theory (spec §5)",
     finalize=_finalize,
-    budget=two_token_budget,
+    budget=_two_token_budget,
 ))
 
 

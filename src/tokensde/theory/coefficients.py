@@ -35,7 +35,7 @@ from scipy import special
 from ..model.checks import ParameterError, check_real, require
 from ..model.mlp import MLPS
 
-E_END = 1e-30  # distance to an endpoint at which a numerical boundary power is read off
+_E_END = 1e-30  # distance to an endpoint at which a numerical boundary power is read off
 
 
 def sech(x: np.ndarray) -> np.ndarray:
@@ -150,8 +150,8 @@ class RhoDiffusion(ABC):
         return 2.0 * b / (other * c) if side < 0 else -2.0 * b / (other * c)
 
     def boundaries(self) -> Boundaries:
-        """The powers of `S'` at the endpoints, read off at the distance `E_END`."""
-        e = np.array([E_END])
+        """The powers of `S'` at the endpoints, read off at the distance `_E_END`."""
+        e = np.array([_E_END])
         return Boundaries.of(float(self.scale_slope(e, -1)[0]), float(self.scale_slope(e, 1)[0]))
 
     def noise_bound(self) -> tuple[float, float]:
@@ -252,16 +252,16 @@ class HybridPair(RhoDiffusion):
                              1.0 - math.exp(-2.0 * self.beta) * gap)
 
 
-U_SPAN = 9.5  # the U integral is a trapezoid rule on [-U_SPAN, U_SPAN] (Gaussian weight)
-U_STEP = 0.2  # ... with m moving by at most this much between nodes (the logistic's scale is 1)
-U_NODES = 4001  # at most this many U nodes ...
-BETA_SCALE_MAX = (U_NODES - 1) * U_STEP / (2 * U_SPAN * 2 * math.sqrt(2.0))  # ... so beta s <= 14.9
-E_NODES = 40  # Gauss-Hermite nodes in E (delta has a spread of at most beta s)
-COARSE = 401  # z nodes where the forms' coefficients are computed (then interpolated, cubic),
-Z_SPAN = 20.0  # ... on [-Z_SPAN, Z_SPAN] (beyond, 1 -+ rho < 1e-17: constant to rounding),
-Z_BEND = 3.0  # ... at z = Z_SPAN sinh(Z_BEND u) / sinh(Z_BEND), u uniform: dense near z = 0
+_U_SPAN = 9.5  # the U integral is a trapezoid rule on [-U_SPAN, U_SPAN] (Gaussian weight)
+_U_STEP = 0.2  # ... with m moving by at most this much between nodes (the logistic's scale is 1)
+_U_NODES = 4001  # at most this many U nodes ...
+_BETA_SCALE_MAX = (_U_NODES - 1) * _U_STEP / (2 * _U_SPAN * 2 * math.sqrt(2.0))  # ... so beta s <= 14.9
+_E_NODES = 40  # Gauss-Hermite nodes in E (delta has a spread of at most beta s)
+_COARSE = 401  # z nodes where the forms' coefficients are computed (then interpolated, cubic),
+_Z_SPAN = 20.0  # ... on [-Z_SPAN, Z_SPAN] (beyond, 1 -+ rho < 1e-17: constant to rounding),
+_Z_BEND = 3.0  # ... at z = Z_SPAN sinh(Z_BEND u) / sinh(Z_BEND), u uniform: dense near z = 0
 CHUNK = 64  # z values per block of the quadrature
-_HX, _HW = np.polynomial.hermite_e.hermegauss(E_NODES)
+_HX, _HW = np.polynomial.hermite_e.hermegauss(_E_NODES)
 _HW = _HW / _HW.sum()
 
 
@@ -270,8 +270,8 @@ def _u_rule(beta: float, scale: float) -> tuple[np.ndarray, np.ndarray]:
     `w <= 2`: a logistic of m is a near-step in U when `beta s` is large, which Gauss-Hermite
     resolves badly."""
     slope = 2.0 * beta * scale * math.sqrt(2.0)
-    n = int(min(U_NODES, max(129, math.ceil(2 * U_SPAN * slope / U_STEP) + 1)))
-    u = np.linspace(-U_SPAN, U_SPAN, n)
+    n = int(min(_U_NODES, max(129, math.ceil(2 * _U_SPAN * slope / _U_STEP) + 1)))
+    u = np.linspace(-_U_SPAN, _U_SPAN, n)
     wt = np.exp(-0.5 * u * u)
     return u, wt / wt.sum()
 
@@ -306,7 +306,7 @@ def forms_z_coefficients(z: np.ndarray, beta: float, d: float, scale: float,
 @dataclass(frozen=True)
 class RedrawnForms(RhoDiffusion):
     """GOE query/key forms `I + s R` redrawn every layer (`tokensde.theory.redrawn_forms`):
-    the averaged coefficients, computed on `COARSE` nodes of `z` and interpolated by cubic
+    the averaged coefficients, computed on `_COARSE` nodes of `z` and interpolated by cubic
     splines (smooth, bounded, and constant far from 0)."""
 
     beta: float
@@ -319,20 +319,20 @@ class RedrawnForms(RhoDiffusion):
         _check_beta_d(self.beta, self.d)
         check_real("qk_scale", self.scale, 0.0)
         check_real("sigma", self.sigma, 0.0, strict=True)
-        if self.beta * self.scale > BETA_SCALE_MAX:
+        if self.beta * self.scale > _BETA_SCALE_MAX:
             raise ParameterError(
-                f"qk_scale must be at most {BETA_SCALE_MAX / self.beta:.6g} at beta={self.beta:g} "
-                f"(beta * qk_scale <= {BETA_SCALE_MAX:.4g}, where the average over the forms "
+                f"qk_scale must be at most {_BETA_SCALE_MAX / self.beta:.6g} at beta={self.beta:g} "
+                f"(beta * qk_scale <= {_BETA_SCALE_MAX:.4g}, where the average over the forms "
                 f"resolves the attention's step); got {self.scale!r}")
 
     def z_coefficients(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self._splines:
             from scipy.interpolate import CubicSpline  # here: it imports in ~0.4 s
 
-            grid = Z_SPAN * np.sinh(Z_BEND * np.linspace(-1.0, 1.0, COARSE)) / math.sinh(Z_BEND)
+            grid = _Z_SPAN * np.sinh(_Z_BEND * np.linspace(-1.0, 1.0, _COARSE)) / math.sinh(_Z_BEND)
             a, b = forms_z_coefficients(grid, self.beta, self.d, self.scale, self.sigma)
             self._splines.extend([CubicSpline(grid, a), CubicSpline(grid, b)])
-        zc = np.clip(np.asarray(z, dtype=float), -Z_SPAN, Z_SPAN)
+        zc = np.clip(np.asarray(z, dtype=float), -_Z_SPAN, _Z_SPAN)
         return self._splines[0](zc), self._splines[1](zc)
 
     def rho_coefficients(self, v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -45,22 +45,22 @@ def boundary_rates(beta: float, d: float, sigma: float = 1.0) -> dict[str, float
             "antipodal": lam * lam / (2.0 * s_anti) if lam < 0 else math.nan}
 
 
-MAX_NODES = 200_000  # finite-difference nodes beyond which the law is refused (memory, time)
-MAX_WORK = 3e8  # time steps x nodes beyond which `survival` is refused (tens of seconds)
+_MAX_NODES = 200_000  # finite-difference nodes beyond which the law is refused (memory, time)
+_MAX_WORK = 3e8  # time steps x nodes beyond which `survival` is refused (tens of seconds)
 
 
 def _node_count(model: RhoDiffusion, tol: float, nodes: int) -> int:
     """Nodes for central differences with positive off-diagonals (`h < b^2 / |a|`); refused by
-    name when more than `MAX_NODES` (large `d`)."""
+    name when more than `_MAX_NODES` (large `d`)."""
     if not model.bounded_z:
         raise ParameterError("mlp_sigma must be 0 for the decision-time law: with MLP noise the "
                              "z coefficients are unbounded")
     edge = math.atanh(1.0 - tol)
     a_max, b2_min = model.noise_bound()
     n = max(nodes, int(2.0 * edge * a_max / (0.5 * b2_min)) + 1)
-    if n > MAX_NODES:
+    if n > _MAX_NODES:
         raise ParameterError(f"d must be small enough for the decision-time grid (it needs {n} "
-                             f"nodes at d={model.d:g}, tol={tol:g}; at most {MAX_NODES})")
+                             f"nodes at d={model.d:g}, tol={tol:g}; at most {_MAX_NODES})")
     return n
 
 
@@ -179,9 +179,9 @@ def survival_law(model: RhoDiffusion, times: Any, rho0: float | str = "uniform",
     now, first = 0.0, True
     h_max = 0.02 / max(1.0, model.noise_bound()[0] / 4.0)
     work = math.ceil(float(tt.max(initial=0.0)) / h_max) * len(z)
-    if work > MAX_WORK:
-        raise ParameterError(f"times must end by {MAX_WORK * h_max / len(z):.4g} at d={model.d:g}"
-                             f", tol={tol:g} (time steps x nodes <= {MAX_WORK:g}); got "
+    if work > _MAX_WORK:
+        raise ParameterError(f"times must end by {_MAX_WORK * h_max / len(z):.4g} at d={model.d:g}"
+                             f", tol={tol:g} (time steps x nodes <= {_MAX_WORK:g}); got "
                              f"{float(tt.max()):g}")
     for k in order:
         span = tt[k] - now

@@ -16,7 +16,7 @@ same objects. numpy and scipy only.
 Quadrature. The hitting probability is a ratio of integrals of the scale density `S' = exp(L)`,
 `L(rho) = -int_0^rho 2b/a`. Each half of [-1, 1] is mapped to `t = log e`, `e` the distance to
 its endpoint, over `[log tol, 0]`; there `dL/dt` (`scale_slope`) is bounded (it tends to the
-endpoint's power `alpha`) and smooth. It is interpolated on Chebyshev panels of width `PANEL` and
+endpoint's power `alpha`) and smooth. It is interpolated on Chebyshev panels of width `_PANEL` and
 integrated exactly, so `L` is a polynomial on each panel; `exp(L + t)` (times a weight: the
 distribution function of `rho_0` for a uniform start) is then summed by Gauss rules on sub-panels
 as narrow as `1/|d(L + t)/dt|`, only where it is within `e^-MARGIN` of its maximum. For
@@ -47,7 +47,7 @@ E_LIMIT = 1e-16  # tol = 0: panels down to this distance, the rest of each end i
 D_MAX = 1e9  # largest d of the quadrature: rounding in L grows like d (relative error ~ d 1e-15)
 
 _N = 16  # Chebyshev-Lobatto degree on each panel
-PANEL = 0.5  # panel width in t
+_PANEL = 0.5  # panel width in t
 _X = -np.cos(np.pi * np.arange(_N + 1) / _N)  # ascending on [-1, 1]
 _TO_COEF = np.linalg.inv(cheb.chebvander(_X, _N))
 _ANTI = np.stack([cheb.chebint(col, lbnd=-1) for col in np.eye(_N + 1)], axis=1)
@@ -55,11 +55,11 @@ _VALUES_TO_ANTI = _ANTI @ _TO_COEF  # node values -> coefficients of int_{-1}^x
 _AT_NODES = cheb.chebvander(_X, _N + 1)
 _GX, _GW = np.polynomial.legendre.leggauss(10)
 _LOG_GW = np.log(_GW)
-MARGIN = 60.0  # panels whose log-integrand stays this far below the maximum are left out
-CAP = 256  # most sub-panels on one panel; a steeper panel is cut to its window (`_window`)
-WINDOW_POINTS = 1025  # samples of a steep panel per refinement of its window
+_MARGIN = 60.0  # panels whose log-integrand stays this far below the maximum are left out
+_CAP = 256  # most sub-panels on one panel; a steeper panel is cut to its window (`_window`)
+_WINDOW_POINTS = 1025  # samples of a steep panel per refinement of its window
 
-LogWeight = Callable[[np.ndarray], np.ndarray]
+_LogWeight = Callable[[np.ndarray], np.ndarray]
 
 
 def check_start(rho0: Any) -> float | str:
@@ -107,7 +107,7 @@ class _Side:
 
 
 def _side(log_lo: float, t0: float | None) -> _Side:
-    n = max(1, math.ceil(-log_lo / PANEL))
+    n = max(1, math.ceil(-log_lo / _PANEL))
     edges = np.linspace(log_lo, 0.0, n + 1)
     split = n
     if t0 is not None:
@@ -136,7 +136,7 @@ def _clenshaw(c: np.ndarray, x: np.ndarray) -> np.ndarray:
     return c[:, 0, None] + x * b1 - b2
 
 
-def _log_pieces(side: _Side, grad: np.ndarray, log_w: LogWeight | None = None,
+def _log_pieces(side: _Side, grad: np.ndarray, log_w: _LogWeight | None = None,
                 tail: float | None = None) -> tuple[float, float]:
     """`log int exp(L + t) W dt` below and above `t0`, given `grad = -dL/dt` at the nodes.
 
@@ -171,9 +171,9 @@ def _log_pieces(side: _Side, grad: np.ndarray, log_w: LogWeight | None = None,
             out.append(-math.inf)
             continue
         reach = phi[lo:hi].max(axis=1) + slope[lo:hi] * half[lo:hi] * (math.pi / _N)
-        act = lo + np.nonzero(reach > top - MARGIN)[0]
+        act = lo + np.nonzero(reach > top - _MARGIN)[0]
         xa, xb = np.full(act.size, -1.0), np.ones(act.size)
-        for k in np.nonzero(2.0 * half[act] * slope[act] > CAP)[0]:
+        for k in np.nonzero(2.0 * half[act] * slope[act] > _CAP)[0]:
             xa[k], xb[k] = _window(c[act[k]], mid[act[k]], half[act[k]], slope[act[k]], log_w)
         pieces = np.maximum(1, np.ceil((xb - xa) * half[act] * slope[act])).astype(int)
         idx = np.repeat(np.arange(act.size), pieces)
@@ -194,27 +194,27 @@ def _log_pieces(side: _Side, grad: np.ndarray, log_w: LogWeight | None = None,
     return out[0], out[1]
 
 
-def _window(c: np.ndarray, mid: float, half: float, slope: float, log_w: LogWeight | None
+def _window(c: np.ndarray, mid: float, half: float, slope: float, log_w: _LogWeight | None
             ) -> tuple[float, float]:
-    """The part `[xa, xb]` of a steep panel where `phi` is within `MARGIN` of its maximum: the
-    polynomial is sampled on `WINDOW_POINTS` points, cut to the samples above the margin (and
-    one more on each side), and sampled again until the window needs at most `CAP` sub-panels
+    """The part `[xa, xb]` of a steep panel where `phi` is within `_MARGIN` of its maximum: the
+    polynomial is sampled on `_WINDOW_POINTS` points, cut to the samples above the margin (and
+    one more on each side), and sampled again until the window needs at most `_CAP` sub-panels
     (large `d` puts the whole mass in a layer of width `~1/d` next to a panel edge)."""
     xa, xb = -1.0, 1.0
     for _ in range(12):
-        if (xb - xa) * half * slope <= CAP:
+        if (xb - xa) * half * slope <= _CAP:
             break
-        x = np.linspace(xa, xb, WINDOW_POINTS)
+        x = np.linspace(xa, xb, _WINDOW_POINTS)
         ph = _clenshaw(c[None], x[None])[0]
         if log_w is not None:
             with np.errstate(divide="ignore"):
                 ph = ph + log_w(np.exp(mid + half * x))
-        keep = np.nonzero(ph > ph.max() - MARGIN)[0]
-        xa, xb = x[max(keep[0] - 1, 0)], x[min(keep[-1] + 1, WINDOW_POINTS - 1)]
+        keep = np.nonzero(ph > ph.max() - _MARGIN)[0]
+        xa, xb = x[max(keep[0] - 1, 0)], x[min(keep[-1] + 1, _WINDOW_POINTS - 1)]
     return float(xa), float(xb)
 
 
-def _uniform_weights(d: float) -> tuple[LogWeight, LogWeight, float]:
+def _uniform_weights(d: float) -> tuple[_LogWeight, _LogWeight, float]:
     """Log of the distribution function `F` of `rho_0` for a uniform pair, at the distance `e`
     from -1 (`I_{e/2}(a, a)`) and from +1 (`I_{1-e/2}(a, a)`), `a = (d-1)/2`; `F ~ e^a` at -1."""
     a = 0.5 * (d - 1.0)

@@ -32,7 +32,7 @@ from .coefficients import HybridPair, SpecPair, beta_critical, sech, supercritic
 from .first_passage import RhoPaths, check_start
 
 ArrayLike = float | np.ndarray
-LOG2 = math.log(2.0)
+_LOG2 = math.log(2.0)
 __all__ = ["RhoPaths", "antipodal_attracts", "beta_c", "check_rho0", "classify_pair", "default_dt",
            "hybrid_drift_diffusion", "hybrid_eps2_c", "hybrid_lyapunov", "hybrid_p_anti",
            "lyapunov_antipodal", "lyapunov_merged", "p_anti", "p_anti_reference",
@@ -201,7 +201,7 @@ def uniform_pair_density(rho: ArrayLike, d: ArrayLike) -> ArrayLike:
     with np.errstate(divide="ignore", invalid="ignore"):
         # (a - 1) log(1 - rho^2) is 0 * -inf at d = 3, rho = +-1: its limit there is 0
         power = np.where(a == 1.0, 0.0, (a - 1.0) * np.log1p(-r * r))
-        log_dens = -special.betaln(a, a) - (2 * a - 1) * LOG2 + power
+        log_dens = -special.betaln(a, a) - (2 * a - 1) * _LOG2 + power
     return _unwrap(np.exp(log_dens))
 
 

@@ -28,7 +28,7 @@ from .init import Arm, parse_arms
 from .model import ViTConfig
 from .train import TrainConfig, steps_per_epoch, train_run
 
-KIND_COMPARE = "tokensde.vit.compare"
+_KIND_COMPARE = "tokensde.vit.compare"
 SUMMARY, TABLE = "summary.json", "table.md"
 BASELINE = "default"
 # The defaults per data set: patch size, training subset (0 = all) and batch size.
@@ -69,7 +69,7 @@ def _job(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arm: Arm,
     return train_run(data.load(), model_cfg, train_cfg, arm, where, threads)
 
 
-def run_all(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[Arm],
+def _run_all(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[Arm],
             seeds: list[int], out: Path, threads: int = 1, jobs: int = 1,
             progress: Progress | None = None) -> dict[str, dict[int, dict[str, Any]]]:
     """Train all runs; return `{arm: {seed: result}}`. Finished runs are read back, others resume.
@@ -154,8 +154,8 @@ def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: 
         curves per arm), `paired` (gap to `default` with its t-interval, per epoch too) and `seeds`.
     """
     out = Path(out)
-    results = run_all(data, model_cfg, train_cfg, arms, seeds, out, threads, jobs, progress)
-    meta = header(KIND_COMPARE, dataset=data.name, data=data.load().info, data_spec=asdict(data),
+    results = _run_all(data, model_cfg, train_cfg, arms, seeds, out, threads, jobs, progress)
+    meta = header(_KIND_COMPARE, dataset=data.name, data=data.load().info, data_spec=asdict(data),
                   model=model_cfg.to_dict(), train={**train_cfg.to_dict(), "seed": None},
                   epochs=train_cfg.epochs, arm_names=[a.name for a in arms], threads=threads,
                   jobs=jobs)
@@ -220,7 +220,7 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def subset_size(value: int | None, default: int) -> int | None:
+def _subset_size(value: int | None, default: int) -> int | None:
     """A subset size as the loaders take it: `value` (or `default` when None), 0 meaning all.
 
     Args:
@@ -298,8 +298,8 @@ def compare_plan(arms: str, seeds: int, dataset: str = "fashion-mnist",
         raise ParameterError(f"seeds must be an integer >= 1; got {seeds!r}")
     defaults = DATA_DEFAULTS[check_choice("dataset", dataset, DATASETS)]
     spec = DataSpec(dataset, None if data_dir is None else str(data_dir),
-                    subset_size(train_subset, defaults["train_subset"]),
-                    subset_size(test_subset, 0))
+                    _subset_size(train_subset, defaults["train_subset"]),
+                    _subset_size(test_subset, 0))
     batch = defaults["batch_size"] if batch_size is None else batch_size
     train_cfg = TrainConfig(**{"batch_size": batch,
                                **(train or {}), "seed": seed0})

@@ -35,23 +35,23 @@ from ..model.params import ParameterError, check_choice, check_int
 
 DATASETS: tuple[str, ...] = ("fashion-mnist", "cifar10", "digits")
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
-FASHION_FILES = {
+_FASHION_FILES = {
     "x_train": "train-images-idx3-ubyte.gz", "y_train": "train-labels-idx1-ubyte.gz",
     "x_test": "t10k-images-idx3-ubyte.gz", "y_test": "t10k-labels-idx1-ubyte.gz",
 }
-CIFAR_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
-CIFAR_TEST = "test_batch"
-IDX_MAGIC = {3: 2051, 1: 2049}  # IDX magic number by number of dimensions (images, labels)
-DIGITS_TEST = 360
+_CIFAR_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
+_CIFAR_TEST = "test_batch"
+_IDX_MAGIC = {3: 2051, 1: 2049}  # IDX magic number by number of dimensions (images, labels)
+_DIGITS_TEST = 360
 # Light augmentation per data set: random shift of up to `shift` pixels, random horizontal flip.
 # None for the 8x8 digits, where a one-pixel shift already costs a third of one-epoch accuracy.
-AUGMENT: dict[str, tuple[int, bool]] = {"fashion-mnist": (2, False), "cifar10": (2, True),
+_AUGMENT: dict[str, tuple[int, bool]] = {"fashion-mnist": (2, False), "cifar10": (2, True),
                                         "digits": (0, False)}
 
-HOW_TO_GET = {
+_HOW_TO_GET = {
     "fashion-mnist": "install it with `sudo apt-get install dataset-fashion-mnist` "
                      f"(Debian/Ubuntu), which puts the files in {FASHION_DIR}, or pass "
-                     "--data-dir to a directory holding " + ", ".join(FASHION_FILES.values()),
+                     "--data-dir to a directory holding " + ", ".join(_FASHION_FILES.values()),
     "cifar10": "download 'CIFAR-10 python version' (cifar-10-python.tar.gz) from "
                "https://www.cs.toronto.edu/~kriz/cifar.html on a machine with network access, "
                "unpack it and pass --data-dir to the cifar-10-batches-py directory",
@@ -95,7 +95,7 @@ class ImageData:
 
 def _missing(name: str, path: Path) -> MissingDatasetError:
     return MissingDatasetError(f"{name} data set not found: {path} does not exist; "
-                               f"{HOW_TO_GET[name]}")
+                               f"{_HOW_TO_GET[name]}")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -107,16 +107,16 @@ def read_idx(path: Path) -> np.ndarray:
     ndim = raw[3]
     dims = np.frombuffer(raw, dtype=">u4", count=ndim, offset=4).astype(int)
     start = 4 + 4 * ndim
-    if int.from_bytes(raw[:4], "big") != IDX_MAGIC.get(ndim) or len(raw) != start + dims.prod():
+    if int.from_bytes(raw[:4], "big") != _IDX_MAGIC.get(ndim) or len(raw) != start + dims.prod():
         raise DatasetError(f"{path} has a bad IDX header or length (dims {dims.tolist()})")
     return np.frombuffer(raw, dtype=np.uint8, offset=start).reshape(dims)
 
 
-def read_fashion_mnist(data_dir: str | Path | None = None) -> dict[str, np.ndarray]:
+def _read_fashion_mnist(data_dir: str | Path | None = None) -> dict[str, np.ndarray]:
     """The four Fashion-MNIST arrays: uint8 images `(N, 28, 28)` and labels `(N,)`."""
     root = Path(data_dir) if data_dir is not None else FASHION_DIR
     out = {}
-    for key, fname in FASHION_FILES.items():
+    for key, fname in _FASHION_FILES.items():
         path = root / fname
         if not path.is_file():
             raise _missing("fashion-mnist", path)
@@ -140,7 +140,7 @@ class _ArrayUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """One CIFAR-10 python batch: uint8 images `(N, 3, 32, 32)` and int64 labels `(N,)`."""
     try:
         with open(path, "rb") as fh:
@@ -155,26 +155,26 @@ def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return data.reshape(-1, 3, 32, 32), labels
 
 
-def read_cifar10(data_dir: str | Path | None) -> dict[str, np.ndarray]:
+def _read_cifar10(data_dir: str | Path | None) -> dict[str, np.ndarray]:
     """CIFAR-10 from `data_dir` (or its `cifar-10-batches-py` sub-directory)."""
     if data_dir is None:
-        raise MissingDatasetError(f"cifar10 needs --data-dir; {HOW_TO_GET['cifar10']}")
+        raise MissingDatasetError(f"cifar10 needs --data-dir; {_HOW_TO_GET['cifar10']}")
     root = Path(data_dir)
-    if not (root / CIFAR_TEST).is_file() and (root / "cifar-10-batches-py").is_dir():
+    if not (root / _CIFAR_TEST).is_file() and (root / "cifar-10-batches-py").is_dir():
         root = root / "cifar-10-batches-py"
-    for fname in (*CIFAR_TRAIN, CIFAR_TEST):
+    for fname in (*_CIFAR_TRAIN, _CIFAR_TEST):
         if not (root / fname).is_file():
             raise _missing("cifar10", root / fname)
-    train = [read_cifar_batch(root / f) for f in CIFAR_TRAIN]
-    x_test, y_test = read_cifar_batch(root / CIFAR_TEST)
+    train = [_read_cifar_batch(root / f) for f in _CIFAR_TRAIN]
+    x_test, y_test = _read_cifar_batch(root / _CIFAR_TEST)
     return {"x_train": np.concatenate([x for x, _ in train]),
             "y_train": np.concatenate([y for _, y in train]), "x_test": x_test, "y_test": y_test}
 
 
-NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+_NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
 
 
-def read_npz(path: str | Path, name: str) -> dict[str, np.ndarray]:
+def _read_npz(path: str | Path, name: str) -> dict[str, np.ndarray]:
     """The four arrays of a file written by `export_npz`, checked to hold data set `name`."""
     path = Path(path)
     if not path.is_file():
@@ -183,7 +183,7 @@ def read_npz(path: str | Path, name: str) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as z:
             found = str(z["dataset"])
-            arrays = {k: np.asarray(z[k]) for k in NPZ_KEYS}
+            arrays = {k: np.asarray(z[k]) for k in _NPZ_KEYS}
     except (OSError, KeyError, ValueError) as err:
         raise DatasetError(f"{path} is not a data file written by export_npz: {err}") from err
     if found != name:
@@ -217,12 +217,12 @@ def read_arrays(name: str, data_dir: str | Path | None = None) -> tuple[dict[str
                              f"scikit-learn), or be an .npz file written by export-data; got "
                              f"{str(data_dir)!r}")
     if data_dir is not None and str(data_dir).endswith(".npz"):
-        return read_npz(data_dir, name), str(data_dir)
+        return _read_npz(data_dir, name), str(data_dir)
     if name == "fashion-mnist":
-        return read_fashion_mnist(data_dir), str(data_dir or FASHION_DIR)
+        return _read_fashion_mnist(data_dir), str(data_dir or FASHION_DIR)
     if name == "cifar10":
-        return read_cifar10(data_dir), str(data_dir)
-    return read_digits(), (f"sklearn.datasets.load_digits, {DIGITS_TEST} test images by "
+        return _read_cifar10(data_dir), str(data_dir)
+    return _read_digits(), (f"sklearn.datasets.load_digits, {_DIGITS_TEST} test images by "
                            "permutation seed 0")
 
 
@@ -252,12 +252,12 @@ def export_npz(name: str, path: str | Path, train: int, test: int,
             "bytes": Path(path).stat().st_size}
 
 
-def read_digits() -> dict[str, np.ndarray]:
+def _read_digits() -> dict[str, np.ndarray]:
     """scikit-learn's digits, 0..16 grey levels `(N, 8, 8)`, split by a fixed permutation.
 
     Returns:
         `x_train`, `y_train`, `x_test`, `y_test`: images `(N, 8, 8)` and labels, the first
-        `DIGITS_TEST` images of a fixed permutation (seed 0) for testing.
+        `_DIGITS_TEST` images of a fixed permutation (seed 0) for testing.
 
     Raises:
         MissingDatasetError: scikit-learn is not installed (it comes with the `vit` extra).
@@ -271,12 +271,12 @@ def read_digits() -> dict[str, np.ndarray]:
 
     bunch = load_digits()
     order = np.random.default_rng(0).permutation(len(bunch.target))
-    test, train = order[:DIGITS_TEST], order[DIGITS_TEST:]
+    test, train = order[:_DIGITS_TEST], order[_DIGITS_TEST:]
     x, y = bunch.images.astype(np.float32), bunch.target.astype(np.int64)
     return {"x_train": x[train], "y_train": y[train], "x_test": x[test], "y_test": y[test]}
 
 
-def standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, dict]:
+def _standardise(x_train: np.ndarray, x_test: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """`(x - mean_c) / std_c` with the training images' per-channel statistics, as (N, C, H, W)."""
     def nchw(x: np.ndarray) -> np.ndarray:
         return (x[:, None] if x.ndim == 3 else x).astype(np.float32)
@@ -329,14 +329,14 @@ def load_dataset(name: str, data_dir: str | Path | None = None, train_subset: in
         for key in (f"x_{part}", f"y_{part}"):
             arrays[key] = arrays[key][:keep]
         sizes[part] = f"first {keep} of {total}"
-    x_train, x_test, stats = standardise(arrays["x_train"], arrays["x_test"])
-    shift, flip = AUGMENT[name]
+    x_train, x_test, stats = _standardise(arrays["x_train"], arrays["x_test"])
+    shift, flip = _AUGMENT[name]
     info = {"dataset": name, "source": source, "train": sizes["train"], "test": sizes["test"],
             "normalisation": stats, "augment": {"shift": shift, "flip": flip}}
     labels = {k: torch.from_numpy(arrays[k].astype(np.int64)) for k in ("y_train", "y_test")}
     x_val = y_val = None
     if val and train_subset is not None:
-        _, x_val, _ = standardise(arrays["x_train"], arrays["x_val"])
+        _, x_val, _ = _standardise(arrays["x_train"], arrays["x_val"])
         y_val = torch.from_numpy(arrays["y_val"].astype(np.int64))
         info["val"] = f"training images {train_subset}..{train_subset + val - 1} of {total_train}"
     return ImageData(name, x_train, labels["y_train"], x_test, labels["y_test"], 10, info,

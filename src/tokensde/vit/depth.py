@@ -51,7 +51,7 @@ DEVICE_ENV = "TOKENSDE_VIT_DEVICE"  # torch device of the training runs (default
 SWEEPS = Path(__file__).parent / "sweeps"
 DEPTH_SWEEPS = ("tiny", "quick", "full", "long")
 PATCH = {"fashion-mnist": 7, "cifar10": 4, "digits": 4}
-NORM = {"attention-only": "rms", "standard": "layer"}
+_NORM = {"attention-only": "rms", "standard": "layer"}
 # Columns that identify a training set-up: rows that agree on all of them (and on train_seed) are
 # paired across arms.
 SETUP = ("block", "depth", "dataset", "data_dir", "train_subset", "test_subset", "epochs", "dim",
@@ -99,7 +99,7 @@ def cell_config(cell: dict[str, Any], image_size: int, channels: int,
     patch = cell["patch"] or PATCH[cell["dataset"]]
     return ViTConfig(image_size=image_size, channels=channels, patch=patch, dim=cell["dim"],
                      depth=cell["depth"], heads=cell["heads"], classes=classes,
-                     norm=NORM[cell["block"]], residual_scale=True, block=cell["block"])
+                     norm=_NORM[cell["block"]], residual_scale=True, block=cell["block"])
 
 
 def data_spec(cell: dict[str, Any]) -> DataSpec:
@@ -126,7 +126,7 @@ def geometry_at_init(model: ViT, images: torch.Tensor, tol: float) -> dict[str, 
     return token_geometry(model.tokens(images)[-1], tol)
 
 
-def depth_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
+def _depth_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
     """Train one (block, arm, depth, train_seed) model; geometry at init, accuracy per epoch."""
     del seed  # the training seed is the grid parameter train_seed (see the module docstring)
     device = check_choice(DEVICE_ENV, os.environ.get(DEVICE_ENV, "cpu"), ("cpu", "cuda"))
@@ -147,7 +147,7 @@ def depth_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
             **{f"init_{k}": v for k, v in geo.items()}}
 
 
-register(ExperimentKind(KIND, depth_cell, PARAMS,
+register(ExperimentKind(KIND, _depth_cell, PARAMS,
                         "train a ViT arm at one depth; token geometry at init, test accuracy"))
 
 
@@ -219,7 +219,7 @@ def _gap_row(g: pd.DataFrame, base: pd.Series, key: list[str], baseline: str) ->
             "half_width": (hi - lo) / 2, **init}
 
 
-KIND_GAPS = "tokensde.vit.depth-gaps"
+_KIND_GAPS = "tokensde.vit.depth-gaps"
 GAPS, TABLE_MD = "gaps.json", "gaps.md"
 
 
@@ -231,7 +231,7 @@ def _pts(x: float) -> str:
     return "n/a" if not np.isfinite(x) else f"{x:+.1f}"
 
 
-def gap_table(gaps: pd.DataFrame, block: str = "attention-only") -> str:
+def _gap_table(gaps: pd.DataFrame, block: str = "attention-only") -> str:
     """Markdown: arms x depths, each cell `gap [lo, hi]` in points (paired over seeds); first
     row the default's accuracy; last column the model of the theory the arm is."""
     g = gaps[gaps["block"] == block]
@@ -262,7 +262,7 @@ def _ordered(gaps: pd.DataFrame) -> pd.DataFrame:
         ["block", "_o", "depth"]).drop(columns="_o").reset_index(drop=True)
 
 
-def pooled_table(out: str | os.PathLike, also: Sequence[str | os.PathLike] = ()) -> pd.DataFrame:
+def _pooled_table(out: str | os.PathLike, also: Sequence[str | os.PathLike] = ()) -> pd.DataFrame:
     """The finished cells of the depth sweep in `out` and of the sweeps in `also`, one row per
     cell id (a cell's numbers depend on its parameters only, so any sweep may have run it)."""
     from ..sweep.store import SweepDir
@@ -285,14 +285,14 @@ def depth_report(out: str | os.PathLike, figures: bool = True,
     from ..sweep.store import SweepDir
 
     out = Path(out)
-    table = pooled_table(out, also)
+    table = _pooled_table(out, also)
     gaps = _ordered(paired_gaps(table))
     sweeps = [SweepDir(d).manifest()["config"] for d in (out, *also)]
-    doc = header(KIND_GAPS, sweep=sweeps[0], also=[str(d) for d in also], sweeps=sweeps,
+    doc = header(_KIND_GAPS, sweep=sweeps[0], also=[str(d) for d in also], sweeps=sweeps,
                  rows=json_rows(gaps))
     files = {"gaps": atomic_write(out / GAPS, lambda tmp: tmp.write_text(
         json.dumps(doc, indent=1) + "\n"))}
-    md = "\n".join(gap_table(gaps, b) for b in ("attention-only", "standard")
+    md = "\n".join(_gap_table(gaps, b) for b in ("attention-only", "standard")
                    if b in set(gaps["block"]))
     files["table"] = atomic_write(out / TABLE_MD, lambda tmp: tmp.write_text(md))
     if figures:
@@ -313,5 +313,5 @@ def read_gaps(path: str | os.PathLike) -> pd.DataFrame:
 
     p = Path(path)
     p = p / GAPS if p.is_dir() else p
-    doc = read_json(p, KIND_GAPS, f"rebuild it with `tokensde vit depth-report {p.parent}`")
+    doc = read_json(p, _KIND_GAPS, f"rebuild it with `tokensde vit depth-report {p.parent}`")
     return pd.DataFrame(doc["rows"])

@@ -41,7 +41,7 @@ __all__ = ["TIMED_STEPS", "StepTime", "depth_budget", "fair_budget", "time_stack
            "time_steps", "vit_budget", "vit_memory"]
 
 TIMED_STEPS = 2  # optimiser steps timed after the warm-up one
-FLOAT_BYTES = 4  # the ViTs train in float32
+_FLOAT_BYTES = 4  # the ViTs train in float32
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def vit_memory(cfg: ViTConfig, batch_size: int) -> int:
     d, n = cfg.dim, cfg.n_tokens
     params = sum(p.numel() for p in ViT(cfg).parameters())
     per_token = (8 + 3 * cfg.mlp_ratio) * d + 3 * cfg.heads * n
-    return FLOAT_BYTES * (4 * params + batch_size * n * cfg.depth * per_token)
+    return _FLOAT_BYTES * (4 * params + batch_size * n * cfg.depth * per_token)
 
 
 def vit_budget(plan: ComparePlan, out: Path, threads: int, jobs: int

@@ -45,7 +45,7 @@ from .train import TrainConfig
 
 KIND = "vit_fair"
 FAIR_SWEEPS = ("fair", "fair-wide", "fair-tiny", "fair-pilot", "fair-cifar")
-POISON_SEED = 20261204
+_POISON_SEED = 20261204
 
 
 def _flag(key: str, value: Any) -> bool:
@@ -85,7 +85,7 @@ def cell_data(cell: dict[str, Any]) -> ImageData:
                  cell["test_subset"])
     if not cell["poison_test"]:
         return data
-    gen = torch.Generator().manual_seed(POISON_SEED)
+    gen = torch.Generator().manual_seed(_POISON_SEED)
     y = data.y_test[torch.randperm(len(data.y_test), generator=gen)]
     return dataclasses.replace(data, y_test=y)
 
@@ -98,7 +98,7 @@ def cell_config(cell: dict[str, Any], data: ImageData) -> ViTConfig:
                      residual_scale=True, block="attention-only")
 
 
-def fair_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
+def _fair_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
     """Train the cell's `seeds` models; validation and test accuracy after every epoch.
 
     Lists are per training seed; the curves are flattened seed-major (`seeds x epochs`)."""
@@ -124,7 +124,7 @@ def fair_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
             "train_s": time.perf_counter() - t0, "device": device, "tokens": cfg.n_tokens}
 
 
-register(ExperimentKind(KIND, fair_cell, PARAMS,
+register(ExperimentKind(KIND, _fair_cell, PARAMS,
                         "train one arm at one learning rate and budget over seeds (stacked); "
                         "validation and test accuracy per epoch"))
 

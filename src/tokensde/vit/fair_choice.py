@@ -1,7 +1,7 @@
 """The fair protocol's choice of learning rate: per-seed rows, each arm's best rate on the
 validation split, and the planned cells of the sweeps read together.
 
-The choice reads the set-up columns and `VAL_COLUMNS` only: nothing about the test images.
+The choice reads the set-up columns and `_VAL_COLUMNS` only: nothing about the test images.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..sweep.store import SweepDir
 SETUP = ("depth", "dataset", "data_dir", "train_subset", "val_subset", "test_subset", "dim",
          "heads", "patch", "batch_size", "seeds", "seed0", "poison_test")
 # What the learning-rate choice may read: nothing about the test images.
-VAL_COLUMNS = ("arm", "epochs", "lr", "train_seed", "val_acc")
+_VAL_COLUMNS = ("arm", "epochs", "lr", "train_seed", "val_acc")
 
 
 def setup_columns(df: pd.DataFrame) -> list[str]:
@@ -53,7 +53,7 @@ def choose_lr(seeds: pd.DataFrame, planned: pd.DataFrame | None = None) -> pd.Da
     of the budget's grid has not finished yet. The grid of a budget is its rates in `planned`
     (the cells of the sweeps, `planned_cells`), or without it every rate of `seeds` at any
     budget. Reads the set-up and VAL_COLUMNS only."""
-    val = seeds[[*setup_columns(seeds), *VAL_COLUMNS]]
+    val = seeds[[*setup_columns(seeds), *_VAL_COLUMNS]]
     budget = [*setup_columns(seeds), "epochs"]
     every = sorted(float(x) for x in val["lr"].unique())
     grids = None if planned is None else {

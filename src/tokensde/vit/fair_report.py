@@ -21,7 +21,7 @@ from .fair_choice import check_merge, choose_lr, per_seed, planned_cells
 from .fair_stats import fair_gaps, plateau
 from .init import arm_order
 
-KIND_FAIR = "tokensde.vit.fair-report"
+_KIND_FAIR = "tokensde.vit.fair-report"
 REPORT, TABLE_MD = "fair.json", "fair.md"
 
 
@@ -135,7 +135,7 @@ def fair_report(out: str | os.PathLike, figures: bool = True,
     chosen = choose_lr(seeds, plan)
     gaps = fair_gaps(seeds, chosen)
     level = plateau(seeds, chosen)
-    doc = header(KIND_FAIR, sweep=configs[0], more=[{"path": str(m), "config": c} for m, c in
+    doc = header(_KIND_FAIR, sweep=configs[0], more=[{"path": str(m), "config": c} for m, c in
                                                     zip(more, configs[1:], strict=True)],
                  chosen=json_rows(_by_arm(chosen)), gaps=json_rows(_by_arm(gaps)), plateau=level)
     files = {"report": atomic_write(out / REPORT, lambda tmp: tmp.write_text(

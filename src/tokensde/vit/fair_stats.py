@@ -13,7 +13,7 @@ from ..analysis.stats import t_interval
 from .compare import BASELINE
 from .fair_choice import setup_columns
 
-LAST_THIRD = 1 / 3
+_LAST_THIRD = 1 / 3
 
 
 def _gap(x: np.ndarray, base: pd.Series, seeds: np.ndarray) -> tuple[float, float, float, int]:
@@ -78,7 +78,7 @@ def plateau(seeds: pd.DataFrame, chosen: pd.DataFrame, arm: str = BASELINE) -> d
     if (arm, E) not in pick.index:
         return {}
     last = mine[(mine["epochs"] == E) & (mine["lr"] == pick[(arm, E)])]
-    back = max(1, round(E * LAST_THIRD))
+    back = max(1, round(E * _LAST_THIRD))
     out: dict[str, Any] = {"arm": arm, "epochs": E, "lr": float(pick[(arm, E)]), "window": back,
                            "complete": bool(ch.loc[(arm, E), "complete"])}
     if E > back:

@@ -21,7 +21,7 @@ from ..model.params import ParameterError, check_int, check_real
 from .init import Arm, make_model
 from .model import ViTConfig
 
-KIND_GEOMETRY = "tokensde.vit.geometry"
+_KIND_GEOMETRY = "tokensde.vit.geometry"
 
 
 def pair_cosines(x: torch.Tensor) -> torch.Tensor:
@@ -117,7 +117,7 @@ def geometry_study(arms: list[Arm], dataset: str = "fashion-mnist",
     data = load_dataset(dataset, data_dir, test_subset=images)
     cfg = model_config(data, patch, **(model or {}))
     result = geometry(cfg, arms, data.x_test, list(range(seeds)), bins, tol)
-    doc = {**header(KIND_GEOMETRY, dataset=dataset, data=data.info, model=cfg.to_dict()),
+    doc = {**header(_KIND_GEOMETRY, dataset=dataset, data=data.info, model=cfg.to_dict()),
            **result}
     if out is not None:
         text = json.dumps(doc, indent=1) + "\n"

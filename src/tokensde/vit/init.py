@@ -3,7 +3,7 @@
 PyTorch's default `nn.Linear` init draws `V_ab ~ U(-b, b)`, `b = 1/sqrt(D)`: a centred random
 matrix of entry variance `1/(3D)`, the "intrinsic noise" of spec §2. A block adds `r V_k y` to its
 residual stream (`y = A(x) x`, `r` the branch scale, 1/sqrt(L) with residual scaling). The arms,
-each with the model of the theory it is (`ARM_MODELS`):
+each with the model of the theory it is (`_ARM_MODELS`):
 
 - `default`: that draw, untouched (= `noise:1`);
 - `noise:LAM`: the default draw times `LAM` (`noise:0` gives V = 0); `suppressed:LAM` is read as
@@ -30,12 +30,12 @@ from .model import ViT, ViTConfig, build_vit
 
 ARM_KINDS: tuple[str, ...] = ("default", "noise", "hybrid", "gaussian", "identity", "shared")
 _WITH_VALUE = ("noise", "hybrid", "gaussian")
-ALIASES = {"suppressed": "noise"}
-VALUE_STREAM = 7  # child-seed key of the random draws an arm adds (gaussian)
-ARM_FORMS = ("default, noise:LAM, hybrid:LAM, gaussian:VAR, identity or shared (LAM, VAR >= 0; "
+_ALIASES = {"suppressed": "noise"}
+_VALUE_STREAM = 7  # child-seed key of the random draws an arm adds (gaussian)
+_ARM_FORMS = ("default, noise:LAM, hybrid:LAM, gaussian:VAR, identity or shared (LAM, VAR >= 0; "
              "suppressed:LAM = noise:LAM)")
 # Which model of the theory (spec §2) each arm is, in one line: "short name: detail".
-ARM_MODELS: dict[str, str] = {
+_ARM_MODELS: dict[str, str] = {
     "default": "pure noise: M = 0, PyTorch's random V (entry variance 1/(3D))",
     "noise": "pure noise: M = 0, LAM times the default draw (LAM = 0: V = 0, no value signal)",
     "hybrid": "hybrid: mean part M = I at the drift scale r^2 plus LAM times the default noise",
@@ -48,7 +48,7 @@ ARM_MODELS: dict[str, str] = {
 def arm_order(arms: Iterable[str]) -> list[str]:
     """The distinct arm labels in display order: by kind as in ARM_KINDS, then by label."""
     rank = {kind: i for i, kind in enumerate(ARM_KINDS)}
-    rank.update({alias: rank[kind] for alias, kind in ALIASES.items()})
+    rank.update({alias: rank[kind] for alias, kind in _ALIASES.items()})
 
     def key(arm: str) -> tuple[int, str]:
         return (rank.get(arm.partition(":")[0], len(ARM_KINDS)), arm)
@@ -68,9 +68,9 @@ class Arm:
     def parse(cls, text: str) -> Arm:
         """Read one arm of ARM_FORMS, e.g. `noise:0.5` or `hybrid:0`."""
         kind, sep, num = str(text).strip().partition(":")
-        kind = ALIASES.get(kind, kind)
+        kind = _ALIASES.get(kind, kind)
         if kind not in ARM_KINDS or bool(sep) != (kind in _WITH_VALUE):
-            raise ParameterError(f"arm must be one of {ARM_FORMS}; got {text!r}")
+            raise ParameterError(f"arm must be one of {_ARM_FORMS}; got {text!r}")
         if kind not in _WITH_VALUE:
             return cls(kind)
         name = "gaussian variance VAR" if kind == "gaussian" else "noise factor LAM"
@@ -84,7 +84,7 @@ class Arm:
     @property
     def model(self) -> str:
         """The model of the theory this arm is, in one line."""
-        return ARM_MODELS[self.kind]
+        return _ARM_MODELS[self.kind]
 
     @property
     def noise_factor(self) -> float | None:
@@ -109,7 +109,7 @@ def parse_arms(text: str | list[str]) -> list[Arm]:
     arms = [Arm.parse(t) for t in items if str(t).strip()]
     names = [a.name for a in arms]
     if not arms or len(set(names)) != len(names):
-        raise ParameterError(f"arms must be a non-empty list of distinct arms ({ARM_FORMS}); "
+        raise ParameterError(f"arms must be a non-empty list of distinct arms ({_ARM_FORMS}); "
                              f"got {text!r}")
     return arms
 
@@ -140,7 +140,7 @@ def apply_value_init(model: ViT, arm: Arm | str, seed: int) -> ViT:
     """
     arm = arm if isinstance(arm, Arm) else Arm.parse(arm)
     weights = value_weights(model)
-    gen = torch.Generator().manual_seed(derive_seed(seed, VALUE_STREAM))
+    gen = torch.Generator().manual_seed(derive_seed(seed, _VALUE_STREAM))
     r = model.cfg.branch_scale
     lam = 0.0 if arm.value is None else arm.value
     with torch.no_grad():

@@ -84,12 +84,12 @@ class ViTConfig:
         return cls(**data)
 
 
-def make_norm(kind: str, dim: int) -> nn.Module:
+def _make_norm(kind: str, dim: int) -> nn.Module:
     """LayerNorm or RMSNorm (both with a learned gain) over the last axis."""
     return nn.LayerNorm(dim) if kind == "layer" else nn.RMSNorm(dim, eps=1e-6)
 
 
-def sphere_norm(dim: int) -> nn.Module:
+def _sphere_norm(dim: int) -> nn.Module:
     """`z -> z / sqrt(|z|^2 / D)`: tokens onto the sphere of radius sqrt(D) (spec §1), no gain."""
     return nn.RMSNorm(dim, eps=1e-12, elementwise_affine=False)
 
@@ -137,9 +137,9 @@ class Block(nn.Module):
     def __init__(self, cfg: ViTConfig) -> None:
         super().__init__()
         self.r = cfg.branch_scale
-        self.norm1 = make_norm(cfg.norm, cfg.dim)
+        self.norm1 = _make_norm(cfg.norm, cfg.dim)
         self.attn = Attention(cfg.dim, cfg.heads)
-        self.norm2 = make_norm(cfg.norm, cfg.dim)
+        self.norm2 = _make_norm(cfg.norm, cfg.dim)
         self.mlp = MLP(cfg.dim, cfg.mlp_ratio)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -147,14 +147,14 @@ class Block(nn.Module):
         return x + self.r * self.mlp(self.norm2(x))
 
 
-class AttentionOnlyBlock(nn.Module):
+class _AttentionOnlyBlock(nn.Module):
     """Spec layer with M = 0: `x <- N(x + r V A(x) x)` on the sphere of radius sqrt(D)."""
 
     def __init__(self, cfg: ViTConfig) -> None:
         super().__init__()
         self.r = cfg.branch_scale
         self.attn = Attention(cfg.dim, cfg.heads, out_proj=False)
-        self.norm = sphere_norm(cfg.dim)
+        self.norm = _sphere_norm(cfg.dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.norm(x + self.r * self.attn(x))
@@ -172,10 +172,10 @@ class ViT(nn.Module):
         self.pos = nn.Parameter(0.02 * torch.randn(1, cfg.n_tokens, D))
         only = cfg.block == "attention-only"
         # Attention-only tokens start on the sphere, as in the spec; standard blocks need nothing.
-        self.embed_norm: nn.Module = sphere_norm(D) if only else nn.Identity()
+        self.embed_norm: nn.Module = _sphere_norm(D) if only else nn.Identity()
         self.blocks = nn.ModuleList(
-            (AttentionOnlyBlock if only else Block)(cfg) for _ in range(cfg.depth))
-        self.norm = make_norm(cfg.norm, D)
+            (_AttentionOnlyBlock if only else Block)(cfg) for _ in range(cfg.depth))
+        self.norm = _make_norm(cfg.norm, D)
         self.head = nn.Linear(D, cfg.classes)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:

@@ -29,10 +29,10 @@ from .init import make_model
 from .model import ViTConfig
 from .train import EPOCH_STREAM, TrainConfig, draw_augment, lr_at, shift_flip
 
-BETAS = (0.9, 0.999)  # torch.optim.AdamW defaults, as train.make_optimizer uses
-EPS = 1e-8
-EVAL_CHUNK = 500
-NO_DECAY = ("pos", "cls_token")
+_BETAS = (0.9, 0.999)  # torch.optim.AdamW defaults, as train.make_optimizer uses
+_EPS = 1e-8
+_EVAL_CHUNK = 500
+_NO_DECAY = ("pos", "cls_token")
 
 # the gradient views share the flat gradient's storage on purpose (see `StackedViT`)
 LAYOUT_WARNING = "grad and param do not obey the gradient layout"
@@ -78,7 +78,7 @@ class StackedViT:
         self.grad = torch.zeros_like(self.flat)
         decay = torch.zeros(start, dtype=self.flat.dtype)
         for n, p in named:
-            if p.ndim >= 2 and n not in NO_DECAY:
+            if p.ndim >= 2 and n not in _NO_DECAY:
                 a, b = self.offsets[n]
                 decay[a:b] = 1.0
         self.decay = decay.to(device)
@@ -140,14 +140,14 @@ class StackedViT:
     def adamw_step(self, factor: float, weight_decay: float) -> None:
         """One AdamW step of every model at rate `factor * lr_r` (torch.optim.AdamW's update)."""
         self.steps += 1
-        b1, b2 = BETAS
+        b1, b2 = _BETAS
         lr = self.lr * factor
         g = self.grad
         self.flat.mul_(1.0 - lr * weight_decay * self.decay)
         self.exp_avg.lerp_(g, 1.0 - b1)
         self.exp_avg_sq.mul_(b2).addcmul_(g, g, value=1.0 - b2)
         bc1, bc2 = 1.0 - b1 ** self.steps, 1.0 - b2 ** self.steps
-        denom = (self.exp_avg_sq.sqrt() / math.sqrt(bc2)).add_(EPS)
+        denom = (self.exp_avg_sq.sqrt() / math.sqrt(bc2)).add_(_EPS)
         self.flat.sub_((lr / bc1) * self.exp_avg / denom)
 
     @torch.no_grad()
@@ -155,9 +155,9 @@ class StackedViT:
         """Accuracy `(R,)` of every model on the same images `x (N, C, H, W)`, labels `y (N,)`."""
         R = len(self)
         correct = torch.zeros(R, device=self.device)
-        for i in range(0, len(y), EVAL_CHUNK):
-            xb = x[i:i + EVAL_CHUNK].to(self.device)
-            yb = y[i:i + EVAL_CHUNK].to(self.device)
+        for i in range(0, len(y), _EVAL_CHUNK):
+            xb = x[i:i + _EVAL_CHUNK].to(self.device)
+            yb = y[i:i + _EVAL_CHUNK].to(self.device)
             logits = self.forward(xb.expand(R, *xb.shape))
             correct += (logits.argmax(-1) == yb).sum(-1)
         return correct.cpu() / len(y)
@@ -168,17 +168,17 @@ class StackedViT:
                 "exp_avg_sq": self.exp_avg_sq.cpu(), "steps": torch.tensor(self.steps)}
 
 
-def check_members(members: Sequence[Member]) -> list[Member]:
+def _check_members(members: Sequence[Member]) -> list[Member]:
     """Members with checked seeds and rates."""
     return [Member(m.arm, check_int("seed", m.seed, 0), check_real("lr", m.lr, 0.0, strict=True))
             for m in members]
 
 
-OnEpoch = Callable[[StackedViT, int], None]
+_OnEpoch = Callable[[StackedViT, int], None]
 
 
 def train_stack(data: ImageData, cfg: ViTConfig, members: Sequence[Member], train: TrainConfig,
-                device: str = "cpu", on_epoch: OnEpoch | None = None
+                device: str = "cpu", on_epoch: _OnEpoch | None = None
                 ) -> tuple[StackedViT, dict[str, list]]:
     """Train every member for `train.epochs` epochs (TrainConfig's batch, warm-up, weight decay,
     smoothing and augmentation; its `lr` and `seed` are the members'). Returns the trained stack
@@ -188,7 +188,7 @@ def train_stack(data: ImageData, cfg: ViTConfig, members: Sequence[Member], trai
 
     The test images are never read here: a choice made from `val` cannot depend on them.
     """
-    members = check_members(members)
+    members = _check_members(members)
     if data.x_val is None or data.y_val is None:
         raise ParameterError("data must have a validation split (load it with val_subset)")
     stack = StackedViT(cfg, members, device)

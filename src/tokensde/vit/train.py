@@ -29,11 +29,11 @@ from .data import ImageData
 from .init import Arm, make_model
 from .model import ViT, ViTConfig
 
-KIND_CHECKPOINT = "tokensde.vit.checkpoint"
+_KIND_CHECKPOINT = "tokensde.vit.checkpoint"
 KIND_RUN = "tokensde.vit.run"
 CHECKPOINT, LOG, RESULT = "checkpoint.pt", "log.jsonl", "result.json"
 EPOCH_STREAM = 1  # child-seed key of an epoch's data order and augmentation
-EVAL_BATCH = 1000
+_EVAL_BATCH = 1000
 
 
 
@@ -124,8 +124,8 @@ def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor, device: str = "cpu"
     labels `y`."""
     model.eval()
     loss, correct = 0.0, 0
-    for i in range(0, len(y), EVAL_BATCH):
-        xb, yb = x[i:i + EVAL_BATCH].to(device), y[i:i + EVAL_BATCH].to(device)
+    for i in range(0, len(y), _EVAL_BATCH):
+        xb, yb = x[i:i + _EVAL_BATCH].to(device), y[i:i + _EVAL_BATCH].to(device)
         logits = model(xb)
         loss += F.cross_entropy(logits, yb, reduction="sum").item()
         correct += int((logits.argmax(-1) == yb).sum())
@@ -190,7 +190,7 @@ def train_epoch(model: ViT, opt: torch.optim.Optimizer, data: ImageData, cfg: Tr
     return {"train_loss": loss_sum / n, "train_acc": correct / n, "lr": lr}
 
 
-def run_spec(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
+def _run_spec(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
              arm: Arm) -> dict[str, Any]:
     """Everything that defines a run (a checkpoint resumes only the same run)."""
     return {"arm": arm.name, "model": model_cfg.to_dict(), "train": train_cfg.to_dict(),
@@ -210,7 +210,7 @@ def _write_log(path: Path, history: list[dict[str, Any]]) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-def check_same_run(found: dict[str, Any], spec: dict[str, Any], path: Path) -> None:
+def _check_same_run(found: dict[str, Any], spec: dict[str, Any], path: Path) -> None:
     """Raise ParameterError if the run stored in `path` (`found`) is not the run `spec`."""
     want = json.loads(json.dumps(spec))
     if found != want:
@@ -219,16 +219,16 @@ def check_same_run(found: dict[str, Any], spec: dict[str, Any], path: Path) -> N
                              "use another output directory or delete it")
 
 
-def load_checkpoint(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
+def _load_checkpoint(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
     """Read a checkpoint and check it belongs to the run `spec`."""
     try:
         state = torch.load(path, weights_only=True)
     except Exception as err:  # torch raises several types for a damaged file
         raise StoreError(f"{path} is not a readable checkpoint ({err}); delete it to start over"
                          ) from err
-    meta = check_meta(state.get("meta") if isinstance(state, dict) else None, KIND_CHECKPOINT,
+    meta = check_meta(state.get("meta") if isinstance(state, dict) else None, _KIND_CHECKPOINT,
                       str(path))
-    check_same_run(meta["run"], spec, path)
+    _check_same_run(meta["run"], spec, path)
     return state
 
 
@@ -252,11 +252,11 @@ def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
     arm = arm if isinstance(arm, Arm) else Arm.parse(arm)
     torch.set_num_threads(check_int("threads", threads, 1))
     run_dir = Path(run_dir)
-    spec = run_spec(data, model_cfg, train_cfg, arm)
+    spec = _run_spec(data, model_cfg, train_cfg, arm)
     result_path, ckpt_path = run_dir / RESULT, run_dir / CHECKPOINT
     if result_path.is_file():
         result = check_meta(json.loads(result_path.read_text()), KIND_RUN, str(result_path))
-        check_same_run(result["run"], spec, result_path)
+        _check_same_run(result["run"], spec, result_path)
         if progress is not None:
             progress(steps_per_epoch(data, train_cfg) * train_cfg.epochs)
         return result
@@ -264,7 +264,7 @@ def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
     opt = make_optimizer(model, train_cfg)
     history: list[dict[str, Any]] = []
     if ckpt_path.is_file():
-        state = load_checkpoint(ckpt_path, spec)
+        state = _load_checkpoint(ckpt_path, spec)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         history = list(state["history"])
@@ -278,7 +278,7 @@ def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
         history.append({"arm": arm.name, "seed": train_cfg.seed, "epoch": epoch + 1, **rec,
                         "test_loss": test["loss"], "test_acc": test["acc"],
                         "seconds": time.perf_counter() - start})
-        state = {"meta": header(KIND_CHECKPOINT, run=spec), "model": model.state_dict(),
+        state = {"meta": header(_KIND_CHECKPOINT, run=spec), "model": model.state_dict(),
                  "optimizer": opt.state_dict(), "history": history}
         atomic_write(ckpt_path, functools.partial(_save_state, state))
         _write_log(run_dir / LOG, history)

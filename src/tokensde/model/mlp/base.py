@@ -72,7 +72,7 @@ class Activation(ABC):
         return f"{type(self).__name__}()"
 
 
-class NoMLP(Activation):
+class _NoMLP(Activation):
     """No MLP block (the model of spec §2)."""
 
     name = "none"
@@ -89,4 +89,4 @@ class NoMLP(Activation):
 
 
 MLPS: Registry[Activation] = Registry("mlp")
-MLPS.register(NoMLP)
+MLPS.register(_NoMLP)

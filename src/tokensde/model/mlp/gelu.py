@@ -53,11 +53,11 @@ def _derivative(n: int, z: np.ndarray) -> np.ndarray:
 
 @cache
 def _taylor_at_one() -> tuple[float, ...]:
-    second = float(dual_kernel(np.array(1.0)))
+    second = float(_dual_kernel(np.array(1.0)))
     return tuple(float((_W * _derivative(n, _U) ** 2).sum()) / second for n in range(1, 6))
 
 
-def dual_kernel(rho: np.ndarray) -> np.ndarray:
+def _dual_kernel(rho: np.ndarray) -> np.ndarray:
     """`kappa(rho) = E[phi(u) phi(v)]` (not normalised)."""
     r = np.clip(np.asarray(rho, dtype=float), -1.0, 1.0)[..., None]
     return (_W * _gelu(_U) * _smoothed(r * _U, 1.0 - r * r)).sum(-1)
@@ -68,7 +68,7 @@ class GELU(Activation):
     """Gaussian error linear unit (the exact form, not the tanh approximation)."""
 
     name = "gelu"
-    second_moment = float(dual_kernel(np.array(1.0)))
+    second_moment = float(_dual_kernel(np.array(1.0)))
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         """`z Phi(z) = z (1 + erf(z / sqrt 2)) / 2`."""
@@ -76,7 +76,7 @@ class GELU(Activation):
 
     def kernel(self, rho: np.ndarray) -> np.ndarray:
         """`kappa(rho) / kappa(1)` by the quadrature above."""
-        return dual_kernel(rho) / self.second_moment
+        return _dual_kernel(rho) / self.second_moment
 
     def taylor_at_one(self) -> tuple[float, ...]:
         """`khat^(n)(1) = E[phi^(n)(u)^2] / E[phi(u)^2]`, n = 1..5 (Price's theorem)."""
@@ -107,14 +107,14 @@ def dual_kernel_at(rho: np.ndarray, q: float) -> np.ndarray:
     return (_W * _gelu(s * _U) * _smoothed(s * r * _U, q * (1.0 - r * r))).sum(-1)
 
 
-class ScaledGELU(Activation):
+class _ScaledGELU(Activation):
     """GELU of pre-activations of variance `q` (`phi(z) = gelu(sqrt(q) z)`, z standard): a real
     block whose first MLP layer has entry variance `q/d` on inputs of radius sqrt(d). A subclass
-    per q is resolved from the name `gelu(q=<q>)` (`scaled_gelu`, `gelu_at`)."""
+    per q is resolved from the name `gelu(q=<q>)` (`_scaled_gelu`, `gelu_at`)."""
 
     name = "gelu(q)"
     q: ClassVar[float] = 1.0
-    second_moment = float(dual_kernel(np.array(1.0)))
+    second_moment = float(_dual_kernel(np.array(1.0)))
 
     def __call__(self, z: torch.Tensor) -> torch.Tensor:
         """`gelu(sqrt(q) z)`."""
@@ -133,14 +133,14 @@ FORM = re.compile(r"gelu\(q=([^()]+)\)")
 
 
 @cache
-def _scaled_class(q: float) -> type[ScaledGELU]:
-    return type(f"ScaledGELU_{q:.6g}", (ScaledGELU,), {
+def _scaled_class(q: float) -> type[_ScaledGELU]:
+    return type(f"ScaledGELU_{q:.6g}", (_ScaledGELU,), {
         "name": f"gelu(q={q:.6g})", "q": q,
         "second_moment": float(dual_kernel_at(np.array(1.0), q))})
 
 
-def scaled_gelu(name: str) -> type[ScaledGELU] | None:
-    """The `ScaledGELU` class of `name` = 'gelu(q=<q>)' (q a finite number > 0; made once per q,
+def _scaled_gelu(name: str) -> type[_ScaledGELU] | None:
+    """The `_ScaledGELU` class of `name` = 'gelu(q=<q>)' (q a finite number > 0; made once per q,
     not registered), or None when `name` is not of that form."""
     match = FORM.fullmatch(name)
     if match is None:
@@ -152,10 +152,10 @@ def scaled_gelu(name: str) -> type[ScaledGELU] | None:
     return _scaled_class(q) if math.isfinite(q) and q > 0 else None
 
 
-MLPS.add_family("gelu(q=<q>) with q > 0", scaled_gelu)
+MLPS.add_family("gelu(q=<q>) with q > 0", _scaled_gelu)
 
 
-def _scaled_instance(q: float) -> ScaledGELU:
+def _scaled_instance(q: float) -> _ScaledGELU:
     return _scaled_class(q)()
 
 

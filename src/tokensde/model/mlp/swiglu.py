@@ -75,7 +75,7 @@ def _sigmoid_derivatives(n: int) -> list[np.polynomial.Polynomial]:
     return polys
 
 
-def silu_derivative(n: int, z: np.ndarray) -> np.ndarray:
+def _silu_derivative(n: int, z: np.ndarray) -> np.ndarray:
     """`silu^(n)(z) = z sigma^(n)(z) + n sigma^(n-1)(z)` (Leibniz; `sigma` the logistic)."""
     sig = 0.5 * (1.0 + np.tanh(0.5 * np.asarray(z, dtype=float)))
     polys = _sigmoid_derivatives(n)
@@ -93,7 +93,7 @@ def taylor_ratios(q: float) -> tuple[float, ...]:
     n = 1..5 (Price's theorem)."""
     s = math.sqrt(q)
     second = float((_W1 * _silu(s * _U1) ** 2).sum())
-    return tuple(q ** n * float((_W1 * silu_derivative(n, s * _U1) ** 2).sum()) / second
+    return tuple(q ** n * float((_W1 * _silu_derivative(n, s * _U1) ** 2).sum()) / second
                  for n in range(1, 6))
 
 
@@ -167,7 +167,7 @@ def _gated_instance(q: float) -> SwiGLU:
     return _gated_class(q)()
 
 
-def scaled_swiglu(name: str) -> type[SwiGLU] | None:
+def _scaled_swiglu(name: str) -> type[SwiGLU] | None:
     """The class of `name` = 'swiglu(q=<q>)' (q finite, > 0; made once per q, not registered),
     or None when `name` is not of that form."""
     match = FORM.fullmatch(name)
@@ -180,7 +180,7 @@ def scaled_swiglu(name: str) -> type[SwiGLU] | None:
     return _gated_class(q) if math.isfinite(q) and q > 0 else None
 
 
-MLPS.add_family("swiglu(q=<q>) with q > 0", scaled_swiglu)
+MLPS.add_family("swiglu(q=<q>) with q > 0", _scaled_swiglu)
 
 
 def swiglu_at(q: float) -> str:

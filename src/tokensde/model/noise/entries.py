@@ -13,13 +13,13 @@ from .base import Streams
 if TYPE_CHECKING:
     import torch
 
-EntryLaw = Callable[[Streams, tuple[int, ...], float, "torch.dtype"], "torch.Tensor"]
-ENTRY_LAWS: dict[str, EntryLaw] = {}
+_EntryLaw = Callable[[Streams, tuple[int, ...], float, "torch.dtype"], "torch.Tensor"]
+ENTRY_LAWS: dict[str, _EntryLaw] = {}
 
 
-def entry_law(name: str) -> Callable[[EntryLaw], EntryLaw]:
+def entry_law(name: str) -> Callable[[_EntryLaw], _EntryLaw]:
     """Decorator: register an entry law as `name`."""
-    def add(fn: EntryLaw) -> EntryLaw:
+    def add(fn: _EntryLaw) -> _EntryLaw:
         ENTRY_LAWS[name] = fn
         return fn
     return add

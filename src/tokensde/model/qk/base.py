@@ -94,7 +94,7 @@ class QKLaw(ABC):
         return r
 
 
-class IdentityQK(QKLaw):
+class _IdentityQK(QKLaw):
     """No random form: `Q^T K` of the given `Q`, `K` (identity by default); draws nothing."""
 
     name = "identity"
@@ -118,10 +118,10 @@ class IdentityQK(QKLaw):
 
 
 QK_LAWS: Registry[QKLaw] = Registry("qk")
-QK_LAWS.register(IdentityQK)
+QK_LAWS.register(_IdentityQK)
 
 
-class BatchStreams(Streams, Protocol):
+class _BatchStreams(Streams, Protocol):
     """Streams that can drop runs (`tokensde.sim.rng.RunStreams` is one)."""
 
     def retain(self, mask: torch.Tensor) -> None:
@@ -133,7 +133,7 @@ class QKDraws:
     """The random forms of one batch of runs: drawn once (redraw='run') or at every call of `next`
     (redraw='layer'), `heads` per run, from their own streams `rs`."""
 
-    def __init__(self, law: QKLaw, heads: int, rs: BatchStreams, dtype: torch.dtype) -> None:
+    def __init__(self, law: QKLaw, heads: int, rs: _BatchStreams, dtype: torch.dtype) -> None:
         self.law, self.heads, self.rs, self.dtype = law, heads, rs, dtype
         self.fixed = law.draw(rs, heads, dtype) if law.redraw == "run" else None
 
