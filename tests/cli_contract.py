@@ -167,8 +167,13 @@ BASES: dict[tuple[str, ...], list[str]] = {
     ("real", "torch-encoder"): ["--layers", "2", "--width", "8", "--heads", "2", "--ctx", "3",
                                 "--inits", "2", "--inputs", "1", "--sde-steps", "4",
                                 "--sde-runs", "2"],
+    # absolute: the fuzz test runs in a folder of its own
+    ("real", "module"): [str(Path(__file__).resolve().parent / "data" / "own_block.py"),
+                         "--inits", "2",
+                         "--inputs", "1"],
 }
-NEEDS_OUT = {("real", "torch-encoder")}  # a fresh --out folder per call
+NEEDS_OUT = {("real", "torch-encoder"), ("real", "module")}  # a fresh --out folder per call
+REPO = Path(__file__).resolve().parent.parent  # messages name the factory file relative to it
 LIMIT = "TOKENSDE_MAX_HOURS"
 # options whose value is not checked by a range (paths, formats, help, flags)
 SKIP = {"help", "out", "output", "plot", "force", "json_out", "yes", "config"}
@@ -247,7 +252,8 @@ def rows(where: Path) -> list[str]:
             value = bad_value(opt)
             res = invoke(path, opt.opts[0], value, where)
             said = "accepted" if res.exit_code == 0 else error_line(res.output)
-            said = said.replace(str(where), "DIR").replace("|", "\\|")
+            said = said.replace(str(where), "DIR").replace(str(REPO) + "/", "")
+            said = said.replace("|", "\\|")
             out.append(f"| `tokensde {' '.join(path)}` | `{opt.opts[0]}` | `{value}` | {said} |")
     return out
 

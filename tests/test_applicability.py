@@ -172,7 +172,8 @@ def test_the_modes_are_the_library_choices():
     library = {"scheme": tuple(SCHEMES), "qk": QK_LAWS.names(), "qk_redraw": QK_REDRAWS,
                "noise": NOISE_LAWS.names(), "mlp": MLPS.names(), "engine": ENGINES,
                "block": BLOCKS, "backend": BACKENDS, "start": STARTS, "arch": ARCHS,
-               "init": ("uniform", "pair"), "list_": (False, True)}
+               "init": ("uniform", "pair"), "list_": (False, True),
+               "depth_scaled": (False, True)}
     assert set(library) == set(MODES)
     for name, values in library.items():
         assert set(MODES[name]) == set(values), name

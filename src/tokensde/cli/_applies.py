@@ -88,7 +88,7 @@ MODES: dict[str, tuple[Any, ...]] = {
     "mlp": ("none", "relu", "gelu", "swiglu"), "init": ("uniform", "pair"),
     "engine": ("network", "reduced"), "block": ("standard", "attention-only"),
     "backend": ("local", "ray"), "start": ("iid", "quasi", "mixture"), "list_": (False, True),
-    "arch": ARCHS,
+    "arch": ARCHS, "depth_scaled": (False, True),
 }
 
 _SIMULATE = command(
@@ -162,6 +162,9 @@ COMMANDS: dict[str, Command] = {
     "vit fair-report": command("figures"),
     "vit export-data": command("out dataset data_dir train test force"),
     **{f"real {a}": _real(a) for a in ARCHS},
+    "real module": command("ctx inits inputs out seed blocks depth_scaled read_seeds threads force "
+                           "as_json yes",
+                           **dict.fromkeys(("sde_steps", "sde_runs"), only("depth_scaled", True))),
     "meanfield table": command("d beta n start K runs T until dt tol device out seed json_out yes",
                                mixture=only("start", "mixture"), force=given("out")),
     "meanfield convergence": command("beta K time K_ref dt seed json_out"),
@@ -191,8 +194,8 @@ def _words(w: When, flags: Mapping[str, str], fixed: Mapping[str, str]) -> tuple
                 ("with", " or ".join(_spell(flags, g) for g in w.given)))
     if w.param in fixed:
         return "for", ", ".join(map(str, w.values))
-    if w.values == (False,):
-        return "without", _spell(flags, w.param)
+    if w.values in ((False,), (True,)):  # a flag: with or without it
+        return "with" if w.values[0] else "without", _spell(flags, w.param)
     other = "other than " if w.exclude else ""
     return "with", f"{_spell(flags, w.param)} {other}" + " | ".join(map(str, w.values))
 

@@ -73,6 +73,10 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
                             "--norm-last --out real-enc", "post-LN encoder"),),
     "real llama": (("tokensde real llama --layers 12 --width 64 --heads 4 --inits 32 "
                     "--out real-llama", "Llama (RMSNorm, SwiGLU, RoPE) at init"),),
+    "real module": (("tokensde real module tests/data/own_block.py:make --inits 32 --out real-own",
+                      "your own torch network, read from the file"),
+                     ("tokensde real module net.py:make --ctx 16 --depth-scaled --out real-own",
+                      "Gaussian inputs of 16 tokens; branches scaled as 1/L: the limit too")),
     "meanfield": (("tokensde meanfield table --d 2 --beta 3 --n 16 --runs 8", "a small table"),),
     "meanfield table": (
         ("tokensde meanfield table --d 2 --beta 3 --n 16 --n 64 --runs 32 --time 40 --out mf",

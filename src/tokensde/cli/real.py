@@ -1,13 +1,15 @@
 """`tokensde real ARCH`: a real Transformer at init, measured at every layer over independent
 inits, against tokensde's discrete network at the same depth and its depth limit (docs/real.md).
 It prints each layer's z and exits 1 when the largest |z| passes the Sidak threshold for the
-number of layers (family-wise false-alarm rate 5 % when the model is exact)."""
+number of layers (family-wise false-alarm rate 5 % when the model is exact). `tokensde real module
+FILE.py:FUNC` does the same for a torch network of the user's (tokensde.real.introspect)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -23,7 +25,6 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
          as_json: bool, value_law: str = "product", sde_runs: int = 32, threads: int = 1,
          force: bool = False, yes: bool = False) -> None:
     from ..io.outputs import guard_output
-    from ..io.store import atomic_write
     from ..real.models import INSTALL_HINT, MissingExtraError, RealSpec, has_transformers
 
     if arch != "torch-encoder" and not has_transformers():
@@ -39,8 +40,7 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
         from ..model.checks import check_int
 
         torch.set_num_threads(check_int("--threads", threads, 1, MAX_THREADS))
-        from ..plots.real import plot_real
-        from ..real.experiment import real_budget, run_real, save_run
+        from ..real.experiment import real_budget, run_real
 
         check_run(real_budget(spec, inits, inputs, sde_steps, sde_runs), yes=yes)
 
@@ -55,13 +55,26 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
                                progress=bar, images=images)
         except MissingExtraError:
             fail(INSTALL_HINT)
+        head = (f"{arch}, L={layers}, d={width}, {heads} heads, n={spec.tokens}, {inits} inits x "
+                f"{inputs} inputs ({run.meta['init_note']})")
+        limit = ("yes (branches scaled by 1/sqrt(L)): SDE drawn" if run.mapping.has_limit else
+                 "none (no residual scaling: collapse by layer count)")
+        _report(run, out, head, limit, as_json)
+
+
+def _report(run: Any, out: Path, head: str, limit: str, as_json: bool) -> None:
+    """Write the run's table (real.parquet), figure (real.png) and mapping (mapping.json) into
+    `out`, print the summary (or JSON) and the verdict, and exit 1 when it disagrees."""
+    from ..io.store import atomic_write
+    from ..plots.real import plot_real
+    from ..real.experiment import save_run
+
+    with user_errors():
         out.mkdir(parents=True, exist_ok=True)
         table = save_run(run, out / "real.parquet")
         a = run.agreement
-        title = (f"{arch}, L={layers}, d={width}, {heads} heads, n={spec.tokens}, {inits} inits x "
-                 f"{inputs} inputs ({run.meta['init_note']}): max |z| {a['max_abs_z']:.2f} "
-                 f"{'<=' if a['agrees'] else '>'} {a['threshold']:.2f}"
-                 f"{'' if a['agrees'] else ' DISAGREES'}")
+        title = (f"{head}: max |z| {a['max_abs_z']:.2f} {'<=' if a['agrees'] else '>'} "
+                 f"{a['threshold']:.2f}{'' if a['agrees'] else ' DISAGREES'}")
         fig = plot_real(run.table, out / "real.png", title)
         mapping = json.dumps({"rows": [list(map(str, r)) for r in run.mapping.rows],
                               **run.meta}, indent=1, default=str)
@@ -74,16 +87,14 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
         return
     c = run.table[run.table.stat == "cos_mean"]
     final = {s: float(c[c.side == s]["mean"].iloc[-1]) for s in c.side.unique()}
-    typer.echo(f"mean token cosine at layer {layers}: " + ", ".join(
+    typer.echo(f"mean token cosine at layer {run.mapping.law.layers}: " + ", ".join(
         f"{s} {v:.4f}" for s, v in final.items()))
     typer.echo(f"agreement: {a['within']}/{a['layers']} layers within 3 combined SE "
                f"({a['fraction_within']:.0%}); largest |real - tokensde| = "
                f"{a['max_abs_diff']:.4f} at layer {a['at_layer']}")
     for line in verdict_lines(a):
         typer.echo(line)
-    typer.echo("depth limit: " + ("yes (branches scaled by 1/sqrt(L)): SDE drawn" if
-                                  run.mapping.has_limit else
-                                  "none (no residual scaling: collapse by layer count)"))
+    typer.echo(f"depth limit: {limit}")
     typer.echo(f"wrote {table}, {fig}, {out / 'mapping.json'}")
     _verdict_exit(a)
 
@@ -165,12 +176,92 @@ def make_command(arch: str) -> Callable[..., None]:
     return command
 
 
+def _run_module(factory: str, ctx: int | None, inits: int, inputs: int, out: Path, seed: int,
+                blocks: str | None, depth_scaled: bool, read_seeds: int, sde_steps: int,
+                sde_runs: int, threads: int, force: bool, as_json: bool, yes: bool) -> None:
+    """`tokensde real module FILE:FUNC`: `introspect.run_own` on the user's factory, checked
+    (file, function, network, inputs) and estimated before the run, written and judged as the
+    family runs are."""
+    from ..io.outputs import guard_output
+
+    with user_errors():
+        guard_output(out, "--out", directory=True, force=force)
+        import torch
+
+        from ..model.checks import check_int
+
+        torch.set_num_threads(check_int("--threads", threads, 1, MAX_THREADS))
+        from ..real.introspect import IntrospectionError, own_budget, prepare_own, run_own
+
+        where = f"FACTORY {factory}"
+        try:
+            make, feed, read, size = prepare_own(factory, ctx, inputs, seed, blocks,
+                                                 ("FACTORY", "--ctx"))
+            check_run(own_budget(read, size, inits, inputs, sde_steps, sde_runs), yes=yes)
+            with progress_bar(inits, f"real module {read.cls}: inits") as bar:
+                run = run_own(make, feed, inits, inputs, seed, blocks, depth_scaled, read_seeds,
+                              sde_steps=sde_steps, sde_runs=sde_runs, progress=bar)
+        except IntrospectionError as err:
+            msg = str(err)
+            fail(msg if msg.startswith(("FACTORY", "--")) else f"{where}: {msg}")
+        run.meta["factory"] = factory
+        b = read.blocks[0]
+        head = (f"{read.cls} ({Path(factory).name}), L={read.layers}, d={b.d}, {b.heads} heads, "
+                f"n={read.tokens}, {inits} inits x {inputs} inputs")
+        limit = ("stated (--depth-scaled): SDE drawn" if run.meta["sde"] else
+                 "stated (--depth-scaled), not drawn: the MLP's hidden bias has no limit"
+                 if depth_scaled else "not stated (--depth-scaled when the branches' variances "
+                 "scale as 1/L)")
+        _report(run, out, head, limit, as_json)
+
+
+def module_command(
+    factory: str = typer.Argument(
+        ..., metavar="FACTORY",
+        help="FILE.py:FUNC, a function FUNC(seed) -> torch.nn.Module in FILE (FILE alone: make). "
+             "The file is imported from its path: its code runs, as any import's does (give "
+             "only files you trust). "
+             "It may define inputs(batch, seed) -> the network's input; else give --ctx."),
+    ctx: int = typer.Option(None, "--ctx", show_default="the file's inputs()",
+                            help="Tokens of Gaussian inputs (batch, ctx, d), entries N(0, 1), for a "
+                                 "network whose forward takes embeddings and a file without "
+                                 "inputs()."),
+    inits: int = typer.Option(32, "--inits", help="Independent inits S (the unit)."),
+    inputs: int = typer.Option(2, "--inputs", help="Inputs per init B."),
+    out: Path = typer.Option(..., "--out", help="Output directory."),
+    seed: int = SEED,
+    blocks: str = typer.Option(None, "--blocks", show_default="the one list found",
+                               help="Attribute path of the list of residual blocks (e.g. "
+                                    "encoder.layer)."),
+    depth_scaled: bool = typer.Option(
+        False, "--depth-scaled",
+        help="The branches' variances scale as 1/L (as GPT-2's init): the curve has a depth "
+             "limit, drawn too. One network at one depth cannot show it: you state it."),
+    read_seeds: int = typer.Option(3, "--read-seeds", help="Inits the weights' variances are "
+                                   "read from."),
+    sde_steps: int = typer.Option(64, "--sde-steps", help="Euler steps of the limit."),
+    sde_runs: int = typer.Option(32, "--sde-runs", help="Runs of the limit."),
+    threads: int = typer.Option(1, "--threads", help="torch threads (1: fastest on a shared "
+                                "machine; docs/benchmarks.md)."),
+    force: bool = typer.Option(False, "--force", help="Replace the results in an existing "
+                               "--out folder."),
+    as_json: bool = JSON,
+    yes: bool = YES,
+) -> None:
+    """Your own torch Transformer at init (docs/own-transformer.md): its blocks read, mapped and
+    predicted, token cosines at every layer over independent inits against tokensde's network."""
+    _run_module(factory, ctx, inits, inputs, out, seed, blocks, depth_scaled, read_seeds,
+                sde_steps, sde_runs, threads, force, as_json, yes)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the `real` sub-app (one command per architecture of `_applies.ARCHS`) to `app`."""
+    """Add the `real` sub-app (one command per architecture of `_applies.ARCHS`, and `module`)
+    to `app`."""
     sub = typer.Typer(no_args_is_help=True,
                       # the backslash keeps Rich from reading `[real]` as a markup tag (it printed "(extra )")
                       help="Real Transformers at init against tokensde (needs the extra: "
                            "pip install 'tokensde\\[real]').")
     for arch in ARCH_COMMANDS:
         sub.command(arch)(make_command(arch))
+    sub.command("module")(module_command)
     app.add_typer(sub, name="real")

@@ -6,14 +6,18 @@ one `nn.ModuleList` / `nn.Sequential` whose entries each hold an attention modul
 block:
 
 - its parts from the modules themselves: the attention (`nn.MultiheadAttention`, HuggingFace's
-  `GPT2Attention`), the norms (`nn.LayerNorm`: centred; `nn.RMSNorm` and tokensde's `RMSNorm`:
-  not), the MLP (two `nn.Linear` or HuggingFace `Conv1D` outside the attention);
+  `GPT2Attention` and `LlamaAttention`, whose rotary embedding is not modelled), the norms
+  (`nn.LayerNorm`: centred; `nn.RMSNorm`, HuggingFace's `LlamaRMSNorm` and tokensde's `RMSNorm`:
+  not), the MLP (two `nn.Linear` or HuggingFace `Conv1D` outside the attention, or three: a gated
+  MLP, gate and input projections then the output layer);
 - its wiring from one forward pass of `sample` with hooks on those parts: which norm's output the
   attention and the MLP read (pre-norm) or whether a norm follows each residual add (post-norm),
   the residual scales `a`, `b` of `x + a attn(.)` and `h + b mlp(.)` (least squares, checked
-  exact), the activation between the MLP's layers (matched against ReLU and both GELUs) and the
-  attention mask (none, or the causal one); for a class that states its norm placement
-  (`nn.TransformerEncoderLayer.norm_first`, GPT-2's pre-norm) the probe must agree with it;
+  exact), the activation between the MLP's layers (matched against ReLU and both GELUs; a gated
+  MLP's output layer reading `silu(gate) * input`, SwiGLU, which also tells the gate from the
+  input projection) and the attention mask (none, or the causal one); for a class that states
+  its norm placement (`nn.TransformerEncoderLayer.norm_first`, GPT-2's and Llama's pre-norm) the
+  probe must agree with it;
 - blocks that start as copies of one block (torch's `nn.TransformerEncoder`) are refused: their
   weights are not independent over depth;
 - the laws of its weights and biases from the drawn tensors: each entry's second moment `mean(w^2)`
@@ -27,7 +31,9 @@ branch variances (`a^2 var_O`, `b^2 var_2`, `b^2 var_b2`) and gives the `BlockLa
 standard errors of the variances to the mapped parameters. A block that cannot be read raises
 `IntrospectionError` naming the block, its class and the missing or unsupported part.
 `run_own` is `experiment.run_real` for such a network (its inits measured, its law read and
-predicted from the same embeddings).
+predicted from the same embeddings); `prepare_own` loads one from a file `FILE.py:FUNC`
+(`load_factory`) and checks it before a run, `own_budget` estimates the run (`tokensde real
+module`).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import torch
 from torch import nn
 
 from ..model.checks import ParameterError, check_int, require
+from ..sim.budget import Budget, estimate_work
 from ..sim.rng import derive_seed
 from .experiment import RealRun, agreement
 from .mapping import BlockLaw, Mapping, to_model
@@ -51,13 +58,22 @@ from .measure import TOL, directions_gram, gram_stats, summarise
 from .models import RMSNorm as TokensdeRMSNorm
 from .predict import SDE_RUNS, SDE_STEPS, predict
 
+__all__ = ["ATTENTIONS", "BlockRead", "IntrospectionError", "Moment", "NetworkRead", "block_states",
+           "draw", "effective", "find_blocks", "gaussian_inputs", "load_factory", "map_read",
+           "network_width", "own_budget", "params_errors", "prepare_own", "read_network", "run_own",
+           "to_law"]
+
+_QK_DRAW_UNITS, _INIT_STEPS = 400, 1000  # experiment.real_budget's constants (measured there): work
+# units per number of the prediction's query/key forms, layer steps of building and measuring an init
 _HOMOGENEITY_Z = 5.0  # a block's variance further than this many standard errors from the pooled one:
 # the blocks do not share one law (refused)
 _SAME_TOL = 1e-4  # two probed tensors are the same when max |a - b| <= SAME_TOL max |a| (float32 passes)
 _FIT_TOL = 1e-3  # a residual add r = c v is read when |r - c v| <= FIT_TOL |r|
 _ACT_TOL = 1e-4  # an activation phi is read when max |g - phi(h)| <= ACT_TOL max |g|
-ATTENTIONS: tuple[str, ...] = ("MultiheadAttention", "GPT2Attention")
-_WEIGHTS: tuple[str, ...] = ("q", "k", "v", "o", "bq", "bk", "bv", "bo", "1", "2", "b1", "b2")
+ATTENTIONS: tuple[str, ...] = ("MultiheadAttention", "GPT2Attention", "LlamaAttention")
+_RMS_NORMS: tuple[str, ...] = ("RMSNorm", "LlamaRMSNorm")  # by class name: HuggingFace's, tokensde's
+_WEIGHTS: tuple[str, ...] = ("q", "k", "v", "o", "bq", "bk", "bv", "bo", "1", "2", "b1", "b2", "3",
+                             "b3")
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.relu,
     "gelu": nn.functional.gelu,
@@ -89,10 +105,12 @@ class Moment:
 class BlockRead:
     """One residual block as read: `index`, `cls` (its class name), width `d`, `heads`, `causal`,
     `attention` (class name), `norm` ('pre' | 'post'), `norm_kind` (class name), `centred`
-    (LayerNorm subtracts the mean), `eps`, `activation` ('relu' | 'gelu' | 'gelu-tanh' | 'none'),
-    `width` (MLP hidden width, 0 without an MLP), `residual_scale` (attention branch, MLP branch),
-    `moments` (WEIGHTS -> `Moment`: q, k, v, o the attention's projections, bq, bk, bv, bo their
-    biases, 1, 2 the MLP's layers, b1, b2 their biases; absent parts are zero)."""
+    (LayerNorm subtracts the mean), `eps`, `activation` ('relu' | 'gelu' | 'gelu-tanh' | 'swiglu'
+    | 'none'), `width` (MLP hidden width, the gated width for 'swiglu', 0 without an MLP),
+    `residual_scale` (attention branch, MLP branch), `moments` (WEIGHTS -> `Moment`: q, k, v, o
+    the attention's projections, bq, bk, bv, bo their biases, 1, 2 the MLP's layers (the gate and
+    the output layer of a gated MLP), 3 a gated MLP's input projection, b1, b2, b3 their biases;
+    absent parts are zero)."""
 
     index: int
     cls: str
@@ -175,7 +193,8 @@ def find_blocks(model: nn.Module, path: str | None = None) -> list[nn.Module]:
         obj: Any = model
         for part in path.split("."):
             if not hasattr(obj, part):
-                raise IntrospectionError(f"{type(model).__name__} has no attribute path '{path}'")
+                raise IntrospectionError(f"blocks '{path}': {type(model).__name__} has no such "
+                                         "attribute")
             obj = getattr(obj, part)
         if not isinstance(obj, nn.ModuleList | nn.Sequential):
             raise IntrospectionError(f"'{path}' of {type(model).__name__} is a "
@@ -238,18 +257,17 @@ def _parts(block: nn.Module, where: str) -> _Parts:
     for name, m in block.named_modules():
         if m in inside:
             continue
-        if isinstance(m, nn.LayerNorm | nn.RMSNorm | TokensdeRMSNorm):
+        if isinstance(m, nn.LayerNorm | nn.RMSNorm | TokensdeRMSNorm) or type(m).__name__ in _RMS_NORMS:
             norms.append(m)
         elif _linear(m) is not None:
             linears.append((name, m))
         elif m is not block and any(True for _ in m.parameters(recurse=False)):
             raise _fail(where, f"module '{name}' ({type(m).__name__}) holds parameters that are "
                         "not read (read: attention, LayerNorm / RMSNorm, the MLP's two Linear layers)")
-    if len(linears) not in (0, 2):
+    if len(linears) not in (0, 2, 3):
         owner = _owner(block, [n for n, _ in linears])
-        what = ("gated MLPs (three Linear layers) are not read yet" if len(linears) == 3 else
-                f"{len(linears)} Linear layers outside the attention; an MLP of two is read")
-        raise _fail(f"{where}, {owner}" if owner else where, what)
+        raise _fail(f"{where}, {owner}" if owner else where, f"{len(linears)} Linear layers "
+                    "outside the attention; an MLP of two, or a gated MLP of three, is read")
     return _Parts(att, norms, [m for _, m in linears])
 
 
@@ -283,6 +301,8 @@ def _attention_weights(att: nn.Module, where: str) -> tuple[int, int, dict[str, 
             bq, bk, bv = att.in_proj_bias.split(d, 0)
         return d, att.num_heads, {"q": q, "k": k, "v": v, "o": att.out_proj.weight, "bq": bq,
                                   "bk": bk, "bv": bv, "bo": att.out_proj.bias}
+    if type(att).__name__ == "LlamaAttention":
+        return _llama_attention(att, where)
     # GPT2Attention: c_attn Conv1D (d, 3d) columns q | k | v, c_proj Conv1D
     if getattr(att, "is_cross_attention", False):
         raise _fail(where, "GPT-2 cross-attention is not read")
@@ -295,6 +315,23 @@ def _attention_weights(att: nn.Module, where: str) -> tuple[int, int, dict[str, 
     bq, bk, bv = b.split(d, 0)
     return d, att.num_heads, {"q": q, "k": k, "v": v, "o": att.c_proj.weight.T, "bq": bq, "bk": bk,
                               "bv": bv, "bo": att.c_proj.bias}
+
+
+def _llama_attention(att: Any, where: str) -> tuple[int, int, dict[str, torch.Tensor | None]]:
+    """(width d, heads, weights) of HuggingFace's `LlamaAttention` (q_proj, k_proj, v_proj,
+    o_proj); its rotary embedding of queries and keys is read as absent (noted by `to_law`)."""
+    cfg = att.config
+    heads, kv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, att.head_dim
+    d = att.q_proj.in_features
+    if kv != heads:
+        raise _fail(where, f"grouped-query attention ({kv} key/value heads for {heads} query "
+                    "heads) is not read")
+    if heads * hd != d or abs(att.scaling - hd ** -0.5) > 1e-12 * hd ** -0.5:
+        raise _fail(where, "LlamaAttention with head_dim other than d / heads or a logit scale "
+                    "other than 1/sqrt(d_head) is not read")
+    lin = {k: getattr(att, f"{k}_proj") for k in "qkvo"}
+    return d, heads, {**{k: m.weight for k, m in lin.items()},
+                      **{f"b{k}": m.bias for k, m in lin.items()}}
 
 
 def _raw_moment(w: torch.Tensor | None) -> tuple[float, float, int, float]:
@@ -310,18 +347,30 @@ def _block_weights(parts: _Parts, where: str) -> tuple[int, int, dict[str, torch
     """(width d, heads, the block's weights by WEIGHTS key); orders the MLP's layers (d -> m
     first) when their shapes tell."""
     d, heads, ws = _attention_weights(parts.attention, where)
-    if parts.linears:
-        first, second = (_linear(m)[0].shape for m in parts.linears)  # type: ignore[index]
-        if first[0] == d != second[0]:  # registered in the other order
-            parts.linears.reverse()
-        (w1, b1), (w2, b2) = (_linear(m) for m in parts.linears)  # type: ignore[misc]
-        if w1.shape[1] != d or w2.shape != (d, w1.shape[0]):
-            raise _fail(where, f"MLP layers of shapes {tuple(w1.shape)}, {tuple(w2.shape)} are not "
-                        f"(m, {d}) then ({d}, m)")
-        ws.update({"1": w1, "2": w2, "b1": b1, "b2": b2})
-    else:
-        ws.update({"1": None, "2": None, "b1": None, "b2": None})
+    ws.update(_mlp_weights(parts.linears, d, where))
     return d, heads, ws
+
+
+def _mlp_weights(linears: list[nn.Module], d: int, where: str) -> dict[str, torch.Tensor | None]:
+    """The MLP's weights by WEIGHTS key ('1', 'b1' the first layer or the gated MLP's first
+    projection d -> m, '3', 'b3' its second, '2', 'b2' the output layer m -> d); `linears` is
+    reordered in place so that the output layer, told by its shape when m != d, comes last."""
+    if not linears:
+        return dict.fromkeys(("1", "2", "b1", "b2", "3", "b3"))
+    layers = [_linear(m) or (torch.empty(0, 0), None) for m in linears]  # every one a layer (_parts)
+    outs = [i for i, (w, _) in enumerate(layers) if w.shape[0] == d != w.shape[1]]
+    if len(outs) == 1:  # registered before the layer(s) it reads
+        linears.append(linears.pop(outs[0]))
+        layers.append(layers.pop(outs[0]))
+    *ins, (w2, b2) = layers
+    m = w2.shape[1]
+    if w2.shape[0] != d or any(w.shape != (m, d) for w, _ in ins):
+        got = ", ".join(str(tuple(w.shape)) for w, _ in (*ins, (w2, b2)))
+        first = f"(m, {d})" + (" twice" if len(ins) == 2 else "")
+        raise _fail(where, f"MLP layers of shapes {got} are not {first} then ({d}, m)")
+    w1, b1 = ins[0]
+    w3, b3 = ins[1] if len(ins) == 2 else (None, None)
+    return {"1": w1, "2": w2, "b1": b1, "b2": b2, "3": w3, "b3": b3}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,14 +436,28 @@ def _activation(h: torch.Tensor, g: torch.Tensor, where: str) -> str:
     errs = {k: float((g - f(h)).abs().max()) for k, f in _ACTIVATIONS.items()}
     best = min(errs, key=errs.__getitem__)
     if errs[best] > _ACT_TOL * float(g.abs().max()) + 1e-30:
-        raise _fail(where, f"the MLP's activation is none of {', '.join(_ACTIVATIONS)} (gated or "
-                    "other activations are not read yet)")
+        raise _fail(where, f"the MLP's activation is none of {', '.join(_ACTIVATIONS)} (other "
+                    "activations are not read yet)")
     return best
+
+
+def _gated(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor],
+           g: torch.Tensor, where: str) -> tuple[str, bool]:
+    """('swiglu', whether the second projection is the gate) of a gated MLP whose projections
+    mapped `a[0] -> a[1]` and `b[0] -> b[1]` and whose output layer read `g = silu(gate) * input`."""
+    if not _same(a[0], b[0]):
+        raise _fail(where, "the gated MLP's two projections read different inputs")
+    tol = _ACT_TOL * float(g.abs().max()) + 1e-30
+    for swap, (gate, up) in ((False, (a[1], b[1])), (True, (b[1], a[1]))):
+        if float((g - nn.functional.silu(gate) * up).abs().max()) <= tol:
+            return "swiglu", swap
+    raise _fail(where, "the gated MLP is not silu(gate) * input (SwiGLU; other gates are not "
+                "read yet)")
 
 
 def _causal(att: nn.Module, args: tuple, kwargs: dict, n: int, where: str) -> bool:
     """Whether the attention was called with the causal mask (None, or refused if another)."""
-    if type(att).__name__ == "GPT2Attention":
+    if type(att).__name__ in ("GPT2Attention", "LlamaAttention"):  # their masks: built inside
         return bool(getattr(att, "is_causal", True))
     if kwargs.get("key_padding_mask") is not None:
         raise _fail(where, "a key_padding_mask is not read")
@@ -413,6 +476,7 @@ def _causal(att: nn.Module, args: tuple, kwargs: dict, n: int, where: str) -> bo
 _KNOWN_PLACEMENT: dict[str, Callable[[nn.Module], str]] = {
     "TransformerEncoderLayer": lambda b: "pre" if b.norm_first else "post",
     "GPT2Block": lambda b: "pre",
+    "LlamaDecoderLayer": lambda b: "pre",
 }
 
 
@@ -422,9 +486,12 @@ def _layout(block: nn.Module, p: _Parts, rec: _Record, where: str) -> dict[str, 
     a_in, a_out = _one(rec, p.attention, where, block)
     norms = [(m, *_one(rec, m, where, block)) for m in p.norms]
     has_mlp = bool(p.linears)
+    swap = False
     if has_mlp:
-        (l1_in, h1), (g, m_out) = (_one(rec, m, where, block) for m in p.linears)
-        act = _activation(h1, g, where)
+        calls = [_one(rec, m, where, block) for m in p.linears]
+        (l1_in, h1), (g, m_out) = calls[0], calls[-1]
+        act, swap = (_gated(calls[0], calls[1], g, where) if len(calls) == 3 else
+                     (_activation(h1, g, where), False))
     else:
         act, l1_in, m_out = "none", None, None
 
@@ -473,7 +540,8 @@ def _layout(block: nn.Module, p: _Parts, rec: _Record, where: str) -> dict[str, 
     _self_attention(p.attention, args, kwargs, where)
     n = int(x.shape[0] if not getattr(p.attention, "batch_first", True) else x.shape[-2])
     return {"norm": placement, "residual_scale": (a, b), "activation": act,
-            "causal": _causal(p.attention, args, kwargs, n, where), "tokens": n}
+            "causal": _causal(p.attention, args, kwargs, n, where), "tokens": n,
+            "gate_second": swap}
 
 
 def _self_attention(att: nn.Module, args: tuple, kwargs: dict, where: str) -> None:
@@ -499,12 +567,17 @@ def _norm_fields(norms: Sequence[nn.Module], where: str) -> dict[str, Any]:
         if (w is not None and not bool((w == 1).all())) or (b is not None and bool((b != 0).any())):
             raise _fail(where, f"{type(n).__name__} with a weight other than 1 or a bias other than "
                         "0 at init is not read")
-    eps = getattr(m, "eps", None)
+    eps = _eps(m)
     if eps is None:  # nn.RMSNorm's default
         eps = torch.finfo(torch.get_default_dtype()).eps
-    if len({getattr(n, "eps", None) for n in norms}) != 1:
+    if len({_eps(n) for n in norms}) != 1:
         raise _fail(where, "norms with different eps are not read")
     return {"norm_kind": type(m).__name__, "centred": isinstance(m, nn.LayerNorm), "eps": float(eps)}
+
+
+def _eps(norm: nn.Module) -> float | None:
+    """A norm's eps (`variance_epsilon` for HuggingFace's RMS norms; None: the dtype's)."""
+    return getattr(norm, "eps", getattr(norm, "variance_epsilon", None))
 
 
 def read_network(make: Callable[[int], nn.Module], sample: torch.Tensor | Callable[[nn.Module], Any],
@@ -551,8 +624,12 @@ def read_network(make: Callable[[int], nn.Module], sample: torch.Tensor | Callab
                                      f"seed {seeds[0]}")
     out = []
     for i, lay in enumerate(layouts):
+        if lay["gate_second"]:  # the gate is the gated MLP's second projection: '1' is the gate's
+            for r in raw:
+                r[i]["1"], r[i]["3"], r[i]["b1"], r[i]["b3"] = (r[i]["3"], r[i]["1"], r[i]["b3"],
+                                                                r[i]["b1"])
         moments = {k: _moment([r[i][k] for r in raw]) for k in _WEIGHTS}
-        fields_ = {k: v for k, v in lay.items() if k != "tokens"}
+        fields_ = {k: v for k, v in lay.items() if k not in ("tokens", "gate_second")}
         out.append(BlockRead(index=i, moments=moments, **fields_))
     return NetworkRead(cls, tuple(out), layouts[0]["tokens"], seeds)
 
@@ -664,7 +741,12 @@ def to_law(read: NetworkRead, radius2: float = 1.0, tokens: int | None = None,
                                  "mapped yet")
     act = b0.activation
     mlp_on = act != "none" and e["2"].value > 0  # a zero output weight leaves the output bias alone
+    if act == "swiglu" and mlp_on and (e["b1"].value > 0 or e["b3"].value > 0):
+        raise IntrospectionError(f"block 0 ({b0.cls}): biases of a gated MLP's gate or input "
+                                 "projection nonzero at init are not mapped yet")
     notes = ["W_O W_V product as Gaussian"]
+    if b0.attention == "LlamaAttention":
+        notes.append("rotary position embeddings not modelled")
     if act == "gelu-tanh" and mlp_on:
         notes.append("tanh GELU as exact GELU")
     if b0.centred:
@@ -679,7 +761,8 @@ def to_law(read: NetworkRead, radius2: float = 1.0, tokens: int | None = None,
                     ("gelu" if act.startswith("gelu") else act) if mlp_on else "none", b0.width,
                     e["1"].value, e["2"].value, b0.eps, radius2, notes=tuple(notes),
                     depth_scaled=depth_scaled, var_b1=e["b1"].value if mlp_on else 0.0,
-                    var_b2=e["b2"].value, centred=b0.centred)
+                    var_b2=e["b2"].value, centred=b0.centred,
+                    var_3=e["3"].value if mlp_on and act == "swiglu" else 0.0)
 
 
 def map_read(read: NetworkRead, radius2: float = 1.0, tokens: int | None = None,
@@ -699,7 +782,7 @@ def map_read(read: NetworkRead, radius2: float = 1.0, tokens: int | None = None,
 
 
 _LAW_FIELDS: dict[str, str] = {"q": "var_q", "k": "var_k", "v": "var_v", "o": "var_o", "1": "var_1",
-                              "2": "var_2", "b1": "var_b1", "b2": "var_b2"}
+                              "2": "var_2", "b1": "var_b1", "b2": "var_b2", "3": "var_3"}
 _PARAM_FIELDS: tuple[str, ...] = ("sigma", "qk_scale", "mlp_sigma", "bias_sigma", "mlp_bias")
 
 
@@ -751,7 +834,8 @@ def block_states(model: nn.Module, blocks: Sequence[nn.Module], x: Any) -> torch
 
 def _measure_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch.Tensor],
                 inits: int, per_init: int, seed: int, blocks: str | None = None,
-                tol: float = TOL) -> tuple[dict[str, np.ndarray], torch.Tensor]:
+                tol: float = TOL, progress: Callable[[int], None] | None = None
+                ) -> tuple[dict[str, np.ndarray], torch.Tensor]:
     """Per-init statistics `{stat: (inits, L + 1)}` (each the mean over the init's inputs) and the
     embeddings `(inits * per_init, n, d)`, as `experiment.measure_real`: init s is `make` drawn
     under `derive_seed(seed, 1, s)` reading `inputs(per_init, derive_seed(seed, 2, s))` (a batch
@@ -766,13 +850,16 @@ def _measure_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], 
         for k, v in gram_stats(directions_gram(h), tol).items():
             per.setdefault(k, []).append(v.mean(0))
         x0.append(h[:, 0].to(torch.float64))
+        if progress is not None:
+            progress(1)
     return {k: np.stack(v) for k, v in per.items()}, torch.cat(x0)
 
 
 def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch.Tensor],
             inits: int = 32, per_init: int = 2, seed: int = 0, blocks: str | None = None,
             depth_scaled: bool = False, read_seeds: int = 3, tol: float = TOL,
-            sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = SDE_RUNS) -> RealRun:
+            sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = SDE_RUNS,
+            progress: Callable[[int], None] | None = None) -> RealRun:
     """`experiment.run_real` for a user's network: measure `inits` x `per_init` runs of `make`,
     read its law from its first `read_seeds` inits (`read_network`), map it with the measured r0^2
     (`map_read`) and predict it from the same embeddings.
@@ -791,6 +878,7 @@ def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch
             bias, which the limit does not carry).
         sde_steps: Euler steps of the depth limit.
         sde_runs: embeddings the depth limit starts from.
+        progress: called with the number of inits measured, or None.
 
     Returns:
         A `RealRun` (its meta names the network class and the read law instead of a RealSpec).
@@ -799,7 +887,8 @@ def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch
     seed, read_seeds = check_int("seed", seed, 0), check_int("read_seeds", read_seeds, 1)
     require(0 < tol < 1, "tol", "in (0, 1)", tol)
     t0 = time.perf_counter()
-    per, x0 = _measure_own(make, inputs, inits, per_init, seed, blocks, tol)
+    sde_steps, sde_runs = check_int("sde_steps", sde_steps, 1), check_int("sde_runs", sde_runs, 2)
+    per, x0 = _measure_own(make, inputs, inits, per_init, seed, blocks, tol, progress)
     read = read_network(make, inputs(per_init, derive_seed(seed, 2, 0)),
                         [derive_seed(seed, 1, s) for s in range(min(read_seeds, inits))], blocks)
     t_real = time.perf_counter() - t0
@@ -822,6 +911,7 @@ def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch
         ["side", "layer", "frac", "stat", "mean", "se", "lo", "hi", "units"]]
     meta = {"network": read.cls, "block": read.blocks[0].cls, "layers": L, "inits": inits,
             "inputs": per_init, "seed": seed, "tol": tol, "sde": bool(use_sde),
+            "sde_steps": sde_steps, "sde_runs": min(sde_runs, len(x0)),
             "has_limit": m.has_limit, "params": m.params.to_dict(), "radius2": radius2,
             "approximated": list(m.law.notes), "read_seeds": list(read.seeds),
             "residual_scale": list(read.blocks[0].residual_scale),
@@ -830,3 +920,152 @@ def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch
     run.agreement = agreement(table)
     run.meta["agreement"] = run.agreement
     return run
+
+
+# ---------------------------------------------------------------------------------------------
+# a network given as a file (tokensde real module FILE:FUNC)
+
+
+def load_factory(target: str, name: str = "factory"
+                 ) -> tuple[Callable[[int], nn.Module], Callable[[int, int], torch.Tensor] | None]:
+    """The factory `FUNC` of `FILE:FUNC` (`FILE` alone: `make`) and the file's
+    `inputs(batch, seed)`, or None where it defines none. The file is imported from its path:
+    its code runs, as any import does.
+
+    Args:
+        target: `path/to/file.py:make`.
+        name: what the errors call `target` (the command line's argument or option).
+
+    Returns:
+        (make, inputs or None).
+
+    Raises:
+        IntrospectionError: no such file, not a .py file, an import that fails, a missing or
+            uncallable function; the message starts with `name` and `target`.
+    """
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path_s, sep, func = target.rpartition(":")
+    if not sep or not func.isidentifier():  # no ':FUNC' (or a Windows drive's ':')
+        path_s, func = target, "make"
+    path = Path(path_s).expanduser()
+    where = f"{name} {target}"
+    if path.suffix != ".py":
+        raise IntrospectionError(f"{where}: give a Python file and the function in it, FILE.py:FUNC")
+    if not path.is_file():
+        raise IntrospectionError(f"{where}: no file {path}")
+    mod_name = f"_tokensde_own_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise IntrospectionError(f"{where}: {path} cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module  # for the dataclasses and pickles the file defines
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # the user's code: any error it raises is reported, not a traceback
+        sys.modules.pop(mod_name, None)
+        raise IntrospectionError(f"{where}: importing {path} raised {type(err).__name__}: "
+                                 f"{err}") from err
+    make = getattr(module, func, None)
+    if not callable(make):
+        have = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                      and getattr(v, "__module__", None) == mod_name)
+        raise IntrospectionError(f"{where}: {path} defines no function {func}(seed) (it defines "
+                                 f"{', '.join(have) or 'none'})")
+    inputs = getattr(module, "inputs", None)
+    if inputs is not None and not callable(inputs):
+        raise IntrospectionError(f"{where}: 'inputs' in {path} is not a function inputs(batch, seed)")
+    return make, inputs
+
+
+def gaussian_inputs(tokens: int, width: int) -> Callable[[int, int], torch.Tensor]:
+    """`(batch, seed) -> ` tokens `(batch, tokens, width)` with i.i.d. standard normal entries
+    (per-coordinate variance 1), drawn by a generator seeded with `seed`: the input of a network
+    whose forward takes embeddings."""
+    tokens, width = check_int("tokens", tokens, 1), check_int("width", width, 1)
+
+    def inputs(batch: int, seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(batch, tokens, width, generator=g)
+
+    return inputs
+
+
+def network_width(model: nn.Module, blocks: str | None = None) -> int:
+    """The width d of the first residual block's attention of `model`."""
+    first = find_blocks(model, blocks)[0]
+    where = f"block 0 ({type(first).__name__})"
+    return _attention_weights(_parts(first, where).attention, where)[0]
+
+
+def own_budget(read: NetworkRead, parameters: int, inits: int, per_init: int,
+               sde_steps: int = SDE_STEPS, sde_runs: int = SDE_RUNS) -> Budget:
+    """Memory and work of `run_own` on the network `read` (`parameters` numbers), as
+    `experiment.real_budget` for a family: one model's float32 parameters and one init's hidden
+    states, per init its inputs' float64 tokens and Gram matrices; the forward passes `inits x
+    per_init x L x n x d x (n + 4 d + k m)` (k = 2 MLP matrices, 3 gated), the prediction's and
+    the depth limit's work and layer steps."""
+    inits, per_init = check_int("inits", inits, 2), check_int("inputs", per_init, 1)
+    b, L, n = read.blocks[0], read.layers, read.tokens
+    d, heads, m = b.d, b.heads, b.width
+    mats = 3 if b.activation == "swiglu" else 2 if m else 0
+    fixed = 4 * (parameters + per_init * (L + 1) * n * d)
+    per = 8 * per_init * (n * d + (L + 1) * n * n)
+    runs = inits * per_init
+    work = (float(runs) * L * n * d * (n + 4 * d + mats * m) + estimate_work(runs, L, n, d, heads)
+            + _QK_DRAW_UNITS * runs * L * heads * d * d
+            + estimate_work(min(sde_runs, runs), check_int("sde_steps", sde_steps, 1), n, d))
+    return Budget(f"this {read.cls} run", fixed + per * inits, per, inits, work,
+                  f"{inits} inits x {per_init} inputs, {L} layers, width {d}, {n} tokens, "
+                  f"{parameters} parameters", ("inits", "inputs"),
+                  longer=("inits", "inputs", "sde_steps", "sde_runs"),
+                  steps=float(inits * (L + _INIT_STEPS) + L + sde_steps))
+
+
+def prepare_own(target: str, tokens: int | None, per_init: int, seed: int,
+                blocks: str | None = None, names: tuple[str, str] = ("factory", "tokens")
+                ) -> tuple[Callable[[int], nn.Module], Callable[[int, int], torch.Tensor],
+                           NetworkRead, int]:
+    """A network given as `FILE.py:FUNC`, checked before a run: its factory (`load_factory`), its
+    inputs (the file's `inputs(batch, seed)`, or `gaussian_inputs` of `tokens` tokens at the
+    network's width: one of the two), its read at the first init of `run_own(..., seed)` and its
+    number of parameters.
+
+    Args:
+        target: `path/to/file.py:make`.
+        tokens: tokens of the Gaussian inputs, None where the file defines `inputs`.
+        per_init: inputs per init (the batch the read's forward pass takes).
+        seed: the root seed of the run (`run_own`'s).
+        blocks: attribute path of the blocks' list, or None to find it.
+        names: what the errors call `target` and `tokens` (the command line's names).
+
+    Returns:
+        (make, inputs, the `NetworkRead` of one init, the number of parameters).
+
+    Raises:
+        IntrospectionError: a bad file or function, inputs given twice or not at all, a network
+            that is not read; any error of the user's code while it is drawn and run, in one
+            line naming `names[0]`.
+    """
+    what, tok = names
+    make, feed = load_factory(target, what)
+    if (feed is None) == (tokens is None):
+        raise IntrospectionError(
+            f"{tok}: {target} defines inputs(batch, seed), which sets the tokens; drop {tok}"
+            if feed is not None else f"{tok}: {target} defines no inputs(batch, seed); give "
+            f"{tok}, the tokens of the Gaussian inputs")
+    s0 = derive_seed(check_int("seed", seed, 0), 1, 0)
+    try:
+        model = draw(make, s0)
+        if feed is None:
+            feed = gaussian_inputs(check_int(tok, tokens, 1), network_width(model, blocks))
+        read = read_network(make, feed(check_int("inputs", per_init, 1), derive_seed(seed, 2, 0)),
+                            (s0,), blocks)
+    except ParameterError:
+        raise
+    except Exception as err:  # the user's code: reported in one line, not as a traceback
+        raise IntrospectionError(f"{what} {target}: reading the network raised "
+                                 f"{type(err).__name__}: {err}") from err
+    return make, feed, read, sum(p.numel() for p in model.parameters())

@@ -158,8 +158,8 @@ def default_step(beta: float, d: int, attention: str = "usa", scheme: str = "net
     if not steps:
         raise ParameterError(f"no step of at least {_LADDER_FLOOR:g} keeps the {scheme} scheme's "
                              f"threshold within {tol:g} of the limit at beta = {beta:g}, d = {d} "
-                             f"(the step rule needs dt <= {top:.3g}); allowed: a smaller beta "
-                             f"or a larger tol")
+                             f"(the step rule needs dt <= {top:.3g}); allowed: a smaller beta, "
+                             f"a smaller mean_scale (here {mean_scale:g}) or a larger tol")
     for dt in steps:
         if _step_bound(beta, d, dt, attention, scheme, mean_scale) <= tol:
             return dt
