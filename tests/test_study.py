@@ -167,13 +167,16 @@ def test_variants_section_labels_every_arm_and_checks_the_spec_model(tmp_path):
     assert {"spec model (Q = K = I), H = 1", "goe forms (s = 0.5) fixed per run, H = 8",
             "goe forms (s = 0.5) redrawn every layer, H = 1", "pre-norm", "peri-norm",
             "post-norm"} == arms - {f"goe forms (s = 0.5) fixed per run, H = {h}" for h in (1, 2, 4)}
+    th = table.columns.index("theory")
     spec = [r for r in table.rows if r[0].startswith("spec model")]
     for r in spec:  # theory at the tolerance, beside the Monte Carlo
-        assert r[8] == pytest.approx(absorption.p_anti_at_tol(r[1], 4, "uniform", 1e-8))
+        assert r[th] == pytest.approx(absorption.p_anti_at_tol(r[1], 4, "uniform", 1e-8))
     redrawn = [r for r in table.rows if "redrawn every layer" in r[0]]
     for r in redrawn:  # the exact curve of GOE forms redrawn every layer
-        assert r[8] == pytest.approx(p_first_forms(r[1], 4, "uniform", 1e-8, 0.5))
-    assert all(r[8] is None for r in table.rows if r not in spec and r not in redrawn)
+        assert r[th] == pytest.approx(p_first_forms(r[1], 4, "uniform", 1e-8, 0.5))
+    assert all(r[th] is None for r in table.rows if r not in spec and r not in redrawn)
+    # the tiny sweep asks for no step error: the column beside P(antipodal) says so
+    assert {r[table.columns.index("step error ± se")] for r in table.rows} == {"not measured"}
     assert arm({"until": "decided", "heads": float("nan"), "qk": None}) == (
         "spec model (Q = K = I), H = 1")
     assert (tmp_path / "figures" / "variants.png").stat().st_size > 20_000
@@ -190,11 +193,13 @@ def test_mlp_section_checks_every_cell_against_the_first_passage_theory(tmp_path
     assert sec.status == "ok", sec.note
     (table,) = sec.tables
     assert len(table.rows) == 6  # beta panel: 2 arms at beta 2; tol panel: 2 arms x 2 tols
+    at_tol, limit = table.columns.index("theory at tol"), table.columns.index("tol -> 0")
     for name, beta, tol, *_, r in [(r[0], r[1], r[2], r) for r in table.rows]:
         want = (p_first(beta, 4, -0.5, tol, mlp="relu", mlp_sigma=0.3) if name.startswith("relu")
                 else absorption.p_anti_at_tol(beta, 4, -0.5, tol))
-        assert r[9] == pytest.approx(want, rel=1e-6)  # r[6:9]: estimate, interval, bounds
-        assert r[10] == (0.0 if name.startswith("relu") else pytest.approx(0.5, abs=0.1))
+        assert r[at_tol] == pytest.approx(want, rel=1e-6)
+        assert r[limit] == (0.0 if name.startswith("relu") else pytest.approx(0.5, abs=0.1))
+        assert r[table.columns.index("step error ± se")] == "not measured"  # tiny: none asked
         assert r[4] == 60.0  # the maximum horizon is in the table
     assert arm({"mlp": float("nan")}) == "spec model (no MLP)"
     assert set(mlp_rows(sec_table_frame(table)).panel) == {"beta", "tol"}

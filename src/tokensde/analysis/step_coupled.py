@@ -551,9 +551,9 @@ def step_summary(pairs: dict[str, Any], res: Any, choice: StepChoice | None,
 
 
 def pair_step(p: ModelParams, rho0: float | str, result: dict[str, Any], engine: str,
-              tol: float, until: str, seed: int) -> StepError:
+              tol: float, until: str, seed: int, coupled: int = _COUPLED_RUNS) -> StepError:
     """The step error of P_anti of a two-token run (`pair_monte_carlo.monte_carlo`'s `result`),
-    measured on `min(runs, COUPLED_RUNS)` coupled runs (`coupled_seed(seed)`); none for the
+    measured on `min(runs, coupled)` coupled runs (`coupled_seed(seed)`); none for the
     reduced engine or where step doubling cannot run (`why_not_coupled`)."""
     dt, steps = result["dt"], result["steps"]
     if engine != "network":
@@ -565,7 +565,7 @@ def pair_step(p: ModelParams, rho0: float | str, result: dict[str, Any], engine:
     init, r0 = ("uniform", None) if isinstance(rho0, str) else ("pair", rho0)
     every = 1 if p.mlp_block.active else None  # a first passage, as the run tests it
     e = measure_step_error(p, result["T"], result["T"] / steps,
-                           min(result["counts"]["runs"], _COUPLED_RUNS), coupled_seed(seed),
+                           min(result["counts"]["runs"], coupled), coupled_seed(seed),
                            init=init, rho0=r0, tol=tol, until=until, every=every)["p_bipolar"]
     return e.step_error(result["T"] / steps)
 

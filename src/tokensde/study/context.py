@@ -8,9 +8,10 @@ the size) and computes and saves it only when it is absent or was made with othe
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -178,6 +179,37 @@ class SweepRun:
         the command that resumes it."""
         return {"reused": reused, "sweep": str(self.config), "dir": str(self.dir),
                 "sweep_wall_s": round(self.wall_s, 1), "command": self.command(workers)}
+
+
+#: a report table's column of the step error beside a probability (`step_text`)
+STEP_COLUMN = "step error ± se"
+NOT_MEASURED = "not measured"
+#: what a table with `STEP_COLUMN` says about it (ends its caption)
+STEP_CAPTION = ("; 'step error ± se': the step error P(dt) - P(0) of the probability beside it at "
+                "the cell's layer step dt, measured on the cell's step_runs runs coupled at dt, "
+                "2 dt and 4 dt, with its paired standard error ('not measured': the sweep file "
+                "did not ask for it, docs/report.md)")
+
+
+def _finite(value: Any) -> bool:
+    """A finite real number (not None, NaN or a missing value of a table)."""
+    try:
+        return value is not None and math.isfinite(value)
+    except TypeError:
+        return False
+
+
+def step_text(row: Mapping[str, Any], key: str) -> str:
+    """The report cell of the step error P(dt) - P(0) of probability `key` of a sweep row: 'b ±
+    se' measured on the row's `step_runs` coupled runs (`step_<key>`, `step_<key>_se`), 'not
+    measured' where the cell was run without `step_runs`, 'no coupled run decided' where its
+    coupled runs decided none at every step."""
+    if not _finite(row.get("step_runs")):
+        return NOT_MEASURED
+    b, se = row.get(f"step_{key}"), row.get(f"step_{key}_se")
+    if not _finite(b):
+        return "no coupled run decided"
+    return f"{b:+.4f} ± {se:.4f}"
 
 
 def _estimate(ctx: Context) -> Callable[[float, str, bool], None]:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..io.report import Image, Section, Table
-from .context import Context, FigureSpec, SweepRun, run_packaged_sweep
-from .phase import pair_estimate
+from .context import STEP_CAPTION, STEP_COLUMN, Context, FigureSpec, SweepRun, run_packaged_sweep
+from .phase import pair_estimate, pair_parts
 
 
 def mlp_data(ctx: Context) -> tuple[SweepRun, bool]:
@@ -27,7 +27,7 @@ def draw_mlp(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Sec
     recs = df.to_dict("records")
     ests = [pair_estimate(r) for r in recs]
     rows: list[list[Any]] = [
-        [r["arm"], r["beta"], r["tol"], r["dt"], r["T"], int(r["runs"]), *e.parts(),
+        [r["arm"], r["beta"], r["tol"], r["dt"], r["T"], int(r["runs"]), *pair_parts(r, e),
          r["theory_tol"], r["theory"], e.undecided,
          "" if e.contains(r["theory_tol"]) else "outside", int(r["seed"])]
         for r, e in zip(recs, ests, strict=True)]
@@ -40,10 +40,11 @@ def draw_mlp(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Sec
                   "-1 or +1, at most to depth time T (over the decided runs, 95 % Wilson; "
                   "'undecided at T': neither yet; 'with undecided': the bounds those runs allow, "
                   "docs/reporting.md), against the exact first-passage probability ('theory at tol') and its "
-                  "tol -> 0 limit (0 with the block: -1 is never reached for d >= 3)",
+                  "tol -> 0 limit (0 with the block: -1 is never reached for d >= 3)"
+                  + STEP_CAPTION,
                   ["model", "beta", "tol", "dt", "max T", "runs", "P(antipodal first)", "95%",
-                   "with undecided", "theory at tol", "tol -> 0", "undecided at T", "interval", "seed"], rows,
-                  flagged=flagged)
+                   STEP_COLUMN, "with undecided", "theory at tol", "tol -> 0", "undecided at T",
+                   "interval", "seed"], rows, flagged=flagged)
     note = (f"{k} of {n} intervals exclude the theory (chance alone gives {k} or more with "
             f"probability {chance_excess(k, n):.3g}; "
             f"{'explained by chance' if ok else 'MORE THAN CHANCE EXPLAINS'}). With the block the "

@@ -14,8 +14,19 @@ from typing import Any
 import numpy as np
 
 from ..io.report import Image, Section, Table, interval
-from .context import Context, FigureSpec, SweepRun, run_packaged_sweep, sweep_file
+from .context import (
+    STEP_CAPTION,
+    STEP_COLUMN,
+    Context,
+    FigureSpec,
+    SweepRun,
+    run_packaged_sweep,
+    step_text,
+    sweep_file,
+)
 
+# the outcomes whose step error a multi_token cell measures, by the key of its step columns
+_STEP_KEYS = {"single": "p_one_cluster", "bipolar": "p_bipolar"}
 # sweep files tried for each size, in order
 SWEEPS: dict[str, tuple[str, ...]] = {
     "tiny": ("smoke",),
@@ -67,7 +78,7 @@ def _multi_table(df: Any) -> Table:
              if f"p_{s}" in df.columns]
     cols = [*keys, "runs"]
     for s in stats:
-        cols += [f"P({s})", "95%"]
+        cols += [f"P({s})", "95%", *([STEP_COLUMN] if s in _STEP_KEYS else [])]
     times = [c for c in ("t_decided_median", "t_decided_q90") if c in df.columns]
     tail = [c for c in ("horizon", "tol", "dt", "seed", "version") if c in df.columns]
     cols += [{"t_decided_median": "median t_decided",
@@ -77,6 +88,7 @@ def _multi_table(df: Any) -> Table:
         row = [r[k] for k in keys] + [r.get("runs")]
         for s in stats:
             row += [r[f"p_{s}"], interval(r.get(f"p_{s}_lo"), r.get(f"p_{s}_hi"))]
+            row += [step_text(r, _STEP_KEYS[s])] if s in _STEP_KEYS else []
         row += [r[c] for c in times + tail]
         rows.append([_plain(v) for v in row])
     return Table("multi-token", "Outcome probabilities per sweep cell (95% Wilson). Each run stops "
@@ -84,7 +96,7 @@ def _multi_table(df: Any) -> Table:
                  "'undecided' runs were still moving there ('hovering': those of them that stay "
                  "bipolar at the looser tolerance over the last window, antipodal gaps that "
                  "hover instead of closing), and the decision-time quantiles count them as "
-                 "later than the horizon (blank when past it)", cols, rows)
+                 "later than the horizon (blank when past it)" + STEP_CAPTION, cols, rows)
 
 
 def _plain(v: Any) -> Any:

@@ -20,7 +20,17 @@ from ..io.report import Image, Section, Table
 from ..model.params import ModelParams, TimeGrid
 from ..sim.rng import derive_seed
 from ..theory.first_passage import PAIR_TOL
-from .context import Context, FigureSpec, SweepRun, one_thread, run_packaged_sweep, saved_or
+from .context import (
+    STEP_CAPTION,
+    STEP_COLUMN,
+    Context,
+    FigureSpec,
+    SweepRun,
+    one_thread,
+    run_packaged_sweep,
+    saved_or,
+    step_text,
+)
 
 
 def phase_data(ctx: Context) -> tuple[SweepRun, bool]:
@@ -47,6 +57,13 @@ def pair_estimate(r: dict[str, Any]) -> Any:
     return estimate_with_undecided(int(r["antipodal"]), int(r["merged"]), int(r["runs"]))
 
 
+def pair_parts(r: dict[str, Any], e: Any) -> tuple[str, str, str, str]:
+    """A two_token row's estimate and 95 % interval (`pair_estimate(r).parts()`), the step error
+    of P_anti beside them (`context.step_text`), and the bounds the undecided runs allow."""
+    p, ci, bounds = e.parts()
+    return p, ci, step_text(r, "p_anti"), bounds
+
+
 def outside(df: Any, theory: str = "theory_tol") -> Any:
     """Per row: the theory lies outside the bounds that the row's undecided runs allow."""
     return df.apply(lambda r: not pair_estimate(r).contains(r[theory]), axis=1).astype(bool)
@@ -55,7 +72,7 @@ def outside(df: Any, theory: str = "theory_tol") -> Any:
 def _phase_table(df: Any) -> Table:
     recs = df.to_dict("records")
     ests = [pair_estimate(r) for r in recs]
-    rows = [[r["beta"], int(r["d"]), r["beta_c"], int(r["runs"]), r["T"], r["dt"], *e.parts(),
+    rows = [[r["beta"], int(r["d"]), r["beta_c"], int(r["runs"]), r["T"], r["dt"], *pair_parts(r, e),
              r["theory_tol"], r["theory"], "" if e.contains(r["theory_tol"]) else "outside",
              e.undecided, r["t_decided_median"], r["t_decided_q90"], int(r["seed"]),
              r["version"]] for r, e in zip(recs, ests, strict=True)]
@@ -64,9 +81,10 @@ def _phase_table(df: Any) -> Table:
                  "(1 - |rho| < tol) or at the maximum horizon T, with the bounds that the runs "
                  "still undecided at T allow (all of them merged .. all antipodal), against the "
                  "exact probability of reaching the antipodal tolerance first ('theory at tol', "
-                 "what the runs measure) and its tol -> 0 limit P_anti (docs/reporting.md)",
+                 "what the runs measure) and its tol -> 0 limit P_anti (docs/reporting.md)"
+                 + STEP_CAPTION,
                  ["beta", "d", "beta_c(d)", "runs", "max T", "dt", "P_anti (decided)", "95%",
-                  "with undecided", "theory at tol", "P_anti (tol -> 0)", "theory",
+                  STEP_COLUMN, "with undecided", "theory at tol", "P_anti (tol -> 0)", "theory",
                   "undecided at T", "median t_decided", "90% t_decided", "seed", "version"],
                  rows,
                  note="Rows marked 'outside' have theory at tol outside the bounds that the "

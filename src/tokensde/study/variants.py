@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..io.report import Image, Section, Table, interval
-from .context import Context, FigureSpec, SweepRun, run_packaged_sweep
+from .context import STEP_CAPTION, STEP_COLUMN, Context, FigureSpec, SweepRun, run_packaged_sweep, step_text
 
 
 def variants_data(ctx: Context) -> tuple[SweepRun, bool]:
@@ -48,14 +48,17 @@ def draw_variants(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -
         if out:
             flagged.append(len(rows))
         rows.append([r["arm"], r["beta"], int(r["runs"]), r["T"], r["tol"], r["p_bipolar"],
-                     interval(r["p_bipolar_lo"], r["p_bipolar_hi"]), r["p_undecided"], th,
+                     interval(r["p_bipolar_lo"], r["p_bipolar_hi"]), step_text(r, "p_bipolar"),
+                     r["p_undecided"], th,
                      "outside" if out else "", int(r["seed"])])
     ok = chance_explains(len(flagged), checked) if checked else True
     table = Table("variants", "Two tokens per variant: P(antipodal) (95 % Wilson) at absorption "
                   "(tol 1e-8, until decided) or, for the norm placements, within tol of "
                   "antipodal at the fixed horizon T; the spec model's and the GOE-redrawn cells "
-                  "against the exact probability at the tolerance (two_token_forms)",
-                  ["variant", "beta", "runs", "T", "tol", "P(antipodal)", "95%", "undecided",
+                  "against the exact probability at the tolerance (two_token_forms)"
+                  + STEP_CAPTION,
+                  ["variant", "beta", "runs", "T", "tol", "P(antipodal)", "95%", STEP_COLUMN,
+                   "undecided",
                    "theory", "interval", "seed"], rows, flagged=flagged)
     note = (f"{len(flagged)} of {checked} intervals with an exact theory (the spec model, GOE "
             f"forms redrawn every layer) exclude it "

@@ -15,8 +15,10 @@ A sweep is a TOML file::
 
 Each cell is normalised by its kind (defaults filled in, values validated) and serialised to a
 canonical JSON string; its id is the SHA-256 of that string and its seed is
-`derive_seed(seed, *four 32-bit words of the hash)`. Nothing else enters a cell's numbers, so a
-table does not depend on worker count, order or backend (cells run with one torch thread).
+`derive_seed(seed, *four 32-bit words of the hash)` of the same string without the parameters
+its kind declares measurement-only (`ExperimentKind.seed_free`, e.g. `step_runs`: they add
+columns, not other numbers). Nothing else enters a cell's numbers, so a table does not depend on
+worker count, order or backend (cells run with one torch thread).
 
 A cell's row in the table is `HEAD_COLUMNS`, the cell's parameters, its statistics, then
 `TAIL_COLUMNS`.
@@ -170,12 +172,16 @@ class SweepConfig:
                     norm = kind.normalize({**self.params, **point})
                 except ParameterError as err:
                     raise ParameterError(f"cell {point}: {err}") from err
-                text = canonical(self.kind, norm)
-                digest = hashlib.sha256(text.encode()).hexdigest()
+                digest = _digest(self.kind, norm)
                 if digest[:16] not in seen:
-                    seen[digest[:16]] = Cell(len(seen), digest[:16], norm,
-                                             cell_seed(self.seed, digest))
+                    seed = cell_seed(self.seed, _digest(self.kind, kind.seed_params(norm)))
+                    seen[digest[:16]] = Cell(len(seen), digest[:16], norm, seed)
         return list(seen.values())
+
+
+def _digest(kind: str, params: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the canonical JSON string of a normalised cell."""
+    return hashlib.sha256(canonical(kind, params).encode()).hexdigest()
 
 
 def fingerprint(config: SweepConfig, cells: list[Cell]) -> str:

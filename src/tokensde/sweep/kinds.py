@@ -91,7 +91,9 @@ def _real_or_auto(default: Any = "auto", doc: str = "") -> Param:
 class ExperimentKind:
     """A named experiment: its parameters and the pure function that runs one cell; `budget`,
     when given, estimates a canonical cell's memory and work (`sim.budget.Budget`) before it
-    runs, for the sweep's worker cap and checks."""
+    runs, for the sweep's worker cap and checks. `seed_free` names the measurement-only
+    parameters: they add columns to a cell's row (and so change its id) but leave its seed, and
+    so its other numbers, as they are (`seed_params`)."""
 
     name: str
     run: _RunFn
@@ -99,6 +101,12 @@ class ExperimentKind:
     doc: str = ""
     finalize: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None
     budget: Callable[[dict[str, Any]], Any] | None = None  # canonical cell -> sim.budget.Budget
+    seed_free: tuple[str, ...] = ()
+
+    def seed_params(self, canonical: Mapping[str, Any]) -> dict[str, Any]:
+        """The canonical cell without its `seed_free` parameters: what a cell's seed is
+        derived from (`sweep.config.SweepConfig.cells`)."""
+        return {k: v for k, v in canonical.items() if k not in self.seed_free}
 
     def normalize(self, cell: Mapping[str, Any]) -> dict[str, Any]:
         """The canonical cell: keys sorted, defaults filled in, values validated and coerced."""
@@ -331,6 +339,7 @@ def _multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
 
     p = _model_params(cell)
     grid, (before, _) = _multi_token_grid(cell)
+    check_coupled(cell, p, grid.steps)
     tol = cell["tol"]
     stop = StoppingRule.decided(tol) if cell["until"] == "decided" else StoppingRule()
     res = simulate(p, grid, runs=cell["runs"], seed=seed, scheme=cell["scheme"], stopping=stop,
@@ -356,6 +365,18 @@ def _multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
 _STEP_KEYS = ("p_bipolar", "p_one_cluster")
 
 
+def check_coupled(cell: dict[str, Any], p: Any, steps: int) -> None:
+    """ParameterError, before any run, where a cell with `step_runs` cannot be coupled at dt,
+    2 dt and 4 dt over `steps` layers of model `p` (`sim.coupled.why_not_coupled`; the cell's
+    scheme, 'network' where it has none)."""
+    if cell.get("step_runs"):
+        from ..sim.coupled import why_not_coupled
+
+        why = why_not_coupled(p, steps, cell.get("scheme", "network"))
+        if why is not None:
+            raise ParameterError(f"step_runs: the step error cannot be measured here: {why}")
+
+
 def _step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> Stats:
     """With `step_runs > 0`: the step error of P(bipolar) and P(one cluster) at the cell's step,
     measured on `min(step_runs, runs)` runs coupled at dt, 2 dt and 4 dt (`analysis.measure_step_error`, on
@@ -364,11 +385,7 @@ def _step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> Stats:
     if not runs:
         return {}
     from ..analysis.step_coupled import coupled_seed, measure_step_error
-    from ..sim.coupled import why_not_coupled
 
-    why = why_not_coupled(p, grid.steps, cell["scheme"])
-    if why is not None:
-        raise ParameterError(f"step_runs: the step error cannot be measured here: {why}")
     est = measure_step_error(p, grid.T, grid.dt, runs, coupled_seed(seed), tol=cell["tol"],
                              until=cell["until"], scheme=cell["scheme"])
     out: Stats = {"step_runs": runs}
@@ -380,6 +397,22 @@ def _step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> Stats:
 
 
 _MODELS = ("noise", "flow", "hybrid")
+
+
+def step_runs_param(what: str) -> Param:
+    """The opt-in `step_runs` of a kind: runs coupled at dt, 2 dt and 4 dt that measure the
+    step error of `what` (0: none); measurement-only (`ExperimentKind.seed_free`)."""
+    return integer(0, 0, f"runs coupled at dt, 2 dt and 4 dt that measure the step error of "
+                         f"{what} (0: none; the cell's seed is the same either way)")
+
+
+def check_step_runs(cell: dict[str, Any]) -> None:
+    """Refuse `step_runs = 1` (no paired error); drop `step_runs = 0` from the canonical cell, so
+    that the cells (ids, seeds) of earlier sweeps are unchanged."""
+    if cell["step_runs"] == 1:
+        raise ParameterError("step_runs must be 0 (none) or at least 2 (a paired error); got 1")
+    if cell["step_runs"] == 0:
+        del cell["step_runs"]
 
 
 # the model variants of docs/variants.md: in a canonical cell only when not at their defaults,
@@ -406,10 +439,7 @@ def _check_model(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
     for key, spec in VARIANTS.items():
         if cell[key] == spec.default:
             del cell[key]
-    if cell["step_runs"] == 1:
-        raise ParameterError("step_runs must be 0 (none) or at least 2 (a paired error); got 1")
-    if cell["step_runs"] == 0:  # canonical cells (ids, seeds) of earlier sweeps are unchanged
-        del cell["step_runs"]
+    check_step_runs(cell)
     return cell  # an invalid combination (qk_scale without a random qk) fails as its cell runs
 
 
@@ -437,12 +467,12 @@ register(ExperimentKind(
         "until": choice(("decided", "horizon"), "decided",
                         "decided: each run stops once decided, T is the maximum; horizon: all to T"),
         **VARIANTS,
-        "step_runs": integer(0, 0, "runs coupled at dt, 2 dt and 4 dt that measure the step "
-                             "error of p_bipolar and p_one_cluster (0: none)"),
+        "step_runs": step_runs_param("p_bipolar and p_one_cluster"),
     },
     "n tokens from uniform positions: outcome law at absorption (spec §7)",
     finalize=_check_model,
     budget=_multi_token_budget,
+    seed_free=("step_runs",),
 ))
 
 

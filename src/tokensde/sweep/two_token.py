@@ -7,25 +7,42 @@ tolerance first, which is what runs stopped at `tol` measure. A grid is a sweep 
 are `tokensde/study/sweeps/phase-*.toml`) run by `tokensde.sweep.engine.run_sweep` or `tokensde sweep
 run`: resumable cell by cell, on a local pool or Ray, and seeded like every sweep (a cell's seed
 comes from the hash of its parameters). `beta_offset` places a cell relative to the boundary,
-`beta = beta_c(d) + beta_offset`; `dt = 'auto'` is `dt_scale / d`.
+`beta = beta_c(d) + beta_offset`; `dt = 'auto'` is `dt_scale / d`. With `step_runs > 0` a cell
+also measures the step error of `P_anti` at its step on `min(step_runs, runs)` runs coupled at
+dt, 2 dt and 4 dt (`analysis.step_coupled.pair_step`, on streams of their own; its seed, and so
+its other numbers, are those of the cell without it).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from ..analysis.pair_monte_carlo import ENGINES, monte_carlo, pair_budget, pair_stopping, spec_params
+from ..analysis.step_coupled import pair_step
 from ..model.mlp import MLPS
-from ..model.params import ParameterError, TimeGrid, check_real
+from ..model.params import ModelParams, ParameterError, TimeGrid, check_real
 from ..sim.budget import Budget
+from ..sim.coupled import levels_of
 from ..sim.options import Execution
 from ..theory import decision_time as absorption
 from ..theory import two_tokens as tt
 from ..theory.coefficients import pair_model
 from ..theory.first_passage import hitting_probability
 from .config import SweepConfig
-from .kinds import ExperimentKind, Param, Stats, choice, integer, real, register
+from .kinds import (
+    ExperimentKind,
+    Param,
+    Stats,
+    check_coupled,
+    check_step_runs,
+    choice,
+    integer,
+    real,
+    register,
+    step_runs_param,
+)
 
 KIND = "two_token"
 # the study tabulates these columns of a two_token sweep table, in this order
@@ -71,7 +88,29 @@ def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
     for key, default in _MLP_DEFAULTS.items():  # out of the canonical cell at their defaults, so
         if cell[key] == default:               # the ids and seeds of earlier cells are unchanged
             del cell[key]
+    if cell["step_runs"] and cell["engine"] != "network":
+        raise ParameterError("step_runs: the step error is measured for engine 'network' only "
+                             f"(the coupled runs are of the network); got engine={cell['engine']!r}")
+    check_step_runs(cell)
     return cell
+
+
+def _params(cell: dict[str, Any]) -> ModelParams:
+    """The `ModelParams` of a two-token cell (`spec_params`, with its MLP block)."""
+    return spec_params(cell["beta"], cell["d"],
+                       **{k: cell.get(k, v) for k, v in _MLP_DEFAULTS.items()})
+
+
+def _step_stats(cell: dict[str, Any], result: dict[str, Any], seed: int) -> Stats:
+    """With `step_runs > 0`: the step error of `P_anti` at the cell's step and its paired error
+    (`pair_step` on `min(step_runs, runs)` coupled runs; nan where no coupled run decided at
+    every step); nothing otherwise."""
+    if not cell.get("step_runs"):
+        return {}
+    e = pair_step(_params(cell), cell["rho0"], result, cell["engine"], cell["tol"],
+                  cell["until"], seed, coupled=cell["step_runs"])
+    return {"step_runs": min(cell["step_runs"], cell["runs"]),
+            "step_p_anti": math.nan if e.bias is None else e.bias, "step_p_anti_se": e.se}
 
 
 def _two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
@@ -79,6 +118,7 @@ def _two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     until decided (`1 - |rho| < tol`) or the maximum horizon T, with the exact theory."""
     beta, d, tol = cell["beta"], cell["d"], cell["tol"]
     mlp = {k: cell.get(k, v) for k, v in _MLP_DEFAULTS.items()}
+    check_coupled(cell, _params(cell), TimeGrid.make(T=cell["T"], dt=cell["dt"]).steps)
     stop, outcome_tol = pair_stopping(cell["until"], tol)
     out = monte_carlo(beta, d, cell["rho0"], runs=cell["runs"], T=cell["T"], dt=cell["dt"],
                       seed=seed, stopping=stop, outcome_tol=outcome_tol, engine=cell["engine"],
@@ -99,16 +139,24 @@ def _two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
         "decision_rate": (absorption.principal_rate(model, tol)
                           if d <= _DECISION_RATE_MAX_D and model.bounded_z else math.nan),
         "beta_c": tt.beta_c(d),
+        **_step_stats(cell, r, seed),
     }
 
 
 def _two_token_budget(cell: dict[str, Any]) -> Budget:
-    """Memory and work of a two-token cell (`pair_monte_carlo.pair_budget`)."""
-    mlp = {k: cell.get(k, v) for k, v in _MLP_DEFAULTS.items()}
-    p = spec_params(cell["beta"], cell["d"], **mlp)
-    return pair_budget(p, cell["rho0"], TimeGrid.make(T=cell["T"], dt=cell["dt"]), cell["runs"],
-                       cell["engine"], pair_stopping(cell["until"], cell["tol"])[0],
-                       Execution(sampler=cell["sampler"]))
+    """Memory and work of a two-token cell (`pair_monte_carlo.pair_budget`); with `step_runs`,
+    plus 1.5 (two steps) or 1.75 (three) times the work of its coupled runs, dense in R^d."""
+    p, grid = _params(cell), TimeGrid.make(T=cell["T"], dt=cell["dt"])
+    stop = pair_stopping(cell["until"], cell["tol"])[0]
+    b = pair_budget(p, cell["rho0"], grid, cell["runs"], cell["engine"], stop,
+                    Execution(sampler=cell["sampler"]))
+    coupled = min(cell.get("step_runs", 0), cell["runs"])
+    if not coupled:
+        return b
+    per = 1.75 if levels_of(grid.steps) == 3 else 1.5
+    c = pair_budget(p, cell["rho0"], grid, coupled, "network", stop, Execution(sampler="full"))
+    return replace(b, work=b.work + per * c.work, steps=b.steps + per * c.steps,
+                   detail=f"{b.detail}, plus {coupled} runs coupled for the step error")
 
 
 register(ExperimentKind(
@@ -132,10 +180,12 @@ register(ExperimentKind(
         "mlp": Param(lambda k, v: MLPS.check(v, k), "none",
                      "random MLP block none | relu | gelu (docs/variants.md §5)"),
         "mlp_sigma": real(0.0, 1.0, doc="output scale of the MLP block"),
+        "step_runs": step_runs_param("p_anti"),
     },
     "two tokens: P(antipodal) at (beta, d) against the exact theory (spec §5)",
     finalize=_finalize,
     budget=_two_token_budget,
+    seed_free=("step_runs",),
 ))
 
 
