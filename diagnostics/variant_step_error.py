@@ -1,4 +1,4 @@
-r"""The step error of the variant and MLP numbers that README and docs/results.md quote.
+r"""The step error of the variant, MLP and multi-token numbers that README and the docs quote.
 
     OMP_NUM_THREADS=1 nice -n 10 python diagnostics/variant_step_error.py \
         --out diagnostics/variant_step_error.jsonl
@@ -6,7 +6,9 @@ r"""The step error of the variant and MLP numbers that README and docs/results.m
 Each cell is one quoted probability, at the step and horizon of the sweep that made it
 (`variants-guide.toml`: n = 2, d = 4, uniform start, dt = 0.02, until decided at 1e-8 or T = 100;
 `mlp-full.toml`: a pair at rho0 = -0.5, d = 4, first passage within tol, dt = 0.00025, T = 60,
-tested every 4 fine layers, the coarsest step, where the sweep tests every layer).
+tested every 4 fine layers, the coarsest step, where the sweep tests every layer;
+`multi_token_step.toml`: n = 32, d = 3 and n = 8, d = 8 at beta = 4, uniform start, dt = 0.02,
+until decided at 1e-8 or T = 100).
 `analysis.measure_step_error` runs it coupled at dt, 2 dt and 4 dt on one path per run and gives
 the step error of P at dt (second-order form, its paired standard error and the order check).
 One JSON line per cell; a cell already in `--out` is skipped (resumable).
