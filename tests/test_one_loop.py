@@ -9,6 +9,13 @@ to be folded into the core, `NOT_LAYER_LOOPS` the loops the scan finds that step
 systems or batches once. A new loop fails `test_no_new_layer_loop`; a listed one that is gone
 fails `test_every_listed_loop_still_exists`, so that the lists shrink as the debt is paid (the
 last, the mean-field flow's `_advance`, now runs through `march`: `DEBT` is empty).
+
+Wider than layers: a *step loop* is a `for` loop over a `range` whose bounds name a number of
+steps (`steps`, `grid.steps`, `ref_steps`, ...) or any loop whose own body draws Gaussian
+increments (`randn`, `standard_normal`, `normal`): a time-stepping loop of any state, tokens or
+not. Those outside `march` are listed in `STEP_LOOPS` with their reason. And one batch driver:
+run streams (`RunStreams(...)`) are made only by `sim.rng` and the driver `sim.driver.run_blocks`,
+or at the places listed in `STREAMS`.
 """
 
 from __future__ import annotations
@@ -46,7 +53,34 @@ NOT_LAYER_LOOPS: dict[str, str] = {
         "one layer of each value-noise law's network, called by _Levels' fine step",
     "meanfield/flow.py::_Layer.__call__":
         "one layer (the layer march applies) of each weighted system of the mean-field flow",
-    "meanfield/flow.py::run_coupled": "one _advance (one march) per batch of runs",
+}
+
+# step loops outside `march`, each with its reason (`step_loops`)
+STEP_LOOPS: dict[str, str] = {
+    "theory/first_passage.py::z_paths":
+        "debt: Euler paths of the scalar z = artanh rho (numpy, one variable per run, not "
+        "tokens), with its own rounding of the checkpoints to steps",
+    "theory/first_passage.py::angle_first_exit":
+        "debt: Euler paths of theta to absorption, each with its own adaptive step and "
+        "Brownian-bridge crossings (no common layer grid)",
+    "theory/decision_time.py::survival_law":
+        "implicit steps of a PDE (the survival function), not random paths",
+    "vit/estimate.py::time_steps": "training steps of a ViT being timed",
+    "vit/estimate.py::time_stack_steps": "training steps of stacked ViTs being timed",
+    "real/models.py::_gpt2": "draws the initial weights of each block",
+    "vit/init.py::apply_value_init": "draws the value weights of each block",
+    "study/trajectories.py::_trajectory_setups": "draws the initial tokens of each panel",
+}
+
+# where run streams are made outside `sim.rng` and the batch driver, each with its reason
+STREAMS: dict[str, str] = {
+    "meanfield/flow.py::path_streams":
+        "the streams of runs [lo, hi) not on a block boundary: run_blocks' `streams` in the "
+        "flow (and noise_path)",
+    "analysis/level_samples.py::coupled_samples.advance":
+        "the initial tokens' own streams (a derived seed) beside the driver's",
+    "analysis/step_coupled.py::_coupled_outcomes":
+        "debt: the coupled step-error runs batch their runs themselves (coupled_steps)",
 }
 
 
@@ -209,12 +243,13 @@ def test_the_scan_finds_a_planted_layer_loop():
 
 def test_the_meanfield_flow_goes_through_march():
     # the coupled weighted systems (meanfield/flow.py) have no layer loop of their own but
-    # march's: `_Layer` is the layer, `_Absorb` the stopping rule (merging, decisions)
+    # march's: `_Layer` is the layer, `_Absorb` the stopping rule (merging, decisions), and no
+    # loop over batches but the driver's
     source = (ROOT / "meanfield" / "flow.py").read_text()
     found = layer_loops(source)
-    assert set(found) == {"_Layer.__call__", "run_coupled"}
+    assert set(found) == {"_Layer.__call__"}
     assert {"apply_matrices", "attention_output"} <= set(found["_Layer.__call__"])
-    assert "march(" in source and "_advance" not in found
+    assert "march(" in source and "run_blocks(" in source
 
 
 def test_the_coupled_levels_go_through_march():
@@ -225,3 +260,123 @@ def test_the_coupled_levels_go_through_march():
     assert "march(" in (ROOT / "sim" / "coupled.py").read_text()
     for module in ("sim/sde.py", "analysis/convergence.py"):
         assert layer_loops((ROOT / module).read_text()) == {}, module
+
+
+DRAWS: frozenset[str] = frozenset({"randn", "standard_normal", "normal", "normal_"})
+
+
+def _names_steps(node: ast.AST) -> bool:
+    """`node` names a number of steps: a name or attribute with 'steps' in it."""
+    for n in ast.walk(node):
+        name = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) \
+            else ""
+        if "steps" in name.lower():
+            return True
+    return False
+
+
+def _is_step_loop(loop: ast.AST) -> bool:
+    """A `for` over `range(...)` of a number of steps, or a loop drawing Gaussians itself."""
+    if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and isinstance(
+            loop.iter.func, ast.Name) and loop.iter.func.id == "range" and any(
+            _names_steps(a) for a in loop.iter.args):
+        return True
+    for c in _own_calls(loop):
+        f = c.func
+        if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute)
+                else None) in DRAWS:
+            return True
+    return False
+
+
+def _where(tree: ast.Module, found: type[ast.AST] | tuple[type[ast.AST], ...],
+           keep) -> set[str]:
+    """Qualified names of the functions (or '<module>') holding a node of type `found` for
+    which `keep(node)` holds."""
+    out: set[str] = set()
+
+    def visit(node: ast.AST, where: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                visit(child, [*where, child.name])
+                continue
+            if isinstance(child, found) and keep(child):
+                out.add(".".join(where) or "<module>")
+            visit(child, where)
+
+    visit(tree, [])
+    return out
+
+
+def step_loops(source: str) -> set[str]:
+    """Where a module's source has a step loop (see the module's docstring)."""
+    return _where(ast.parse(source), (ast.For, ast.AsyncFor, ast.While), _is_step_loop)
+
+
+def stream_makers(source: str) -> set[str]:
+    """Where a module's source calls `RunStreams(...)`."""
+    return _where(ast.parse(source), ast.Call, lambda c: (
+        c.func.id if isinstance(c.func, ast.Name) else getattr(c.func, "attr", None))
+        == "RunStreams")
+
+
+def _scan_all(find) -> set[str]:
+    return {f"{rel}::{where}" for path in sorted(ROOT.rglob("*.py"))
+            if (rel := path.relative_to(ROOT).as_posix()) not in CORE
+            for where in find(path.read_text())}
+
+
+def test_no_step_loop_outside_the_driver():
+    found = _scan_all(step_loops)
+    assert found - set(STEP_LOOPS) == set(), (
+        "a loop steps a state through time outside tokensde.sim.loop.march; run it through "
+        f"march (and sim.driver.run_blocks), or list it in STEP_LOOPS with its reason: "
+        f"{sorted(found - set(STEP_LOOPS))}")
+    assert set(STEP_LOOPS) - found == set(), (
+        f"no longer a step loop (remove from STEP_LOOPS): {sorted(set(STEP_LOOPS) - found)}")
+
+
+def test_run_streams_are_made_by_the_driver():
+    found = _scan_all(stream_makers) - {f"sim/rng.py::{w}" for w in (
+        "RunStreams.derived",)} - {"sim/driver.py::run_blocks"}
+    assert found == set(STREAMS), (
+        f"run streams made outside sim.driver.run_blocks (batch runs through it, or list the "
+        f"place in STREAMS with its reason): new {sorted(found - set(STREAMS))}, gone "
+        f"{sorted(set(STREAMS) - found)}")
+
+
+PLANTED_STEPS = '''
+import numpy as np
+
+
+def euler(z, grid, rng):
+    for k in range(1, grid.steps + 1):
+        z = z + rng.standard_normal(z.shape)
+    return z
+
+
+def absorb(theta, rng):
+    while theta.size:
+        theta = theta[theta + rng.standard_normal(theta.size) > 0]
+    return theta
+
+
+def harmless(items, n_layers):
+    for k in range(n_layers):
+        items.append(k)
+    for x in items:
+        f = lambda: np.random.randn()  # defined, not called, in the loop  # noqa: E731
+    return f
+
+
+def streams(seed, runs):
+    return RunStreams(seed, runs)
+'''
+
+
+def test_the_scans_find_planted_step_loops_and_streams():
+    assert step_loops(PLANTED_STEPS) == {"euler", "absorb"}
+    assert stream_makers(PLANTED_STEPS) == {"streams"}
+    # the driver itself makes the streams, and march is the one step loop of sim/loop.py
+    assert stream_makers((ROOT / "sim" / "driver.py").read_text()) == {"run_blocks"}
+    assert step_loops((ROOT / "sim" / "loop.py").read_text()) == {"march"}

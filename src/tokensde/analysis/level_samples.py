@@ -20,6 +20,7 @@ import torch
 
 from ..model.params import ModelParams, ParameterError, check_int
 from ..sim.coupled import LAWS, CoupledState, check_levels, coupled_states
+from ..sim.driver import Block, run_blocks
 from ..sim.layers import normalize
 from ..sim.loop import Progress
 from ..sim.observe import Observations, Observer
@@ -136,10 +137,10 @@ def coupled_samples(
     Brownian paths, reduced to per-run statistics (strong errors at the times `strong_at * T`,
     fractions in (0, 1] that put a layer boundary of every level on the time).
 
-    Runs are cut into batches of whole `RUN_BLOCK`s, so the numbers depend only on `seed` and the
-    run index, never on `start`, `stop` or the batch size. The strong errors are kept by an
-    observer (`sim.observe.Observer`) of the coupled states with its own checkpoints, the fine
-    steps of `strong_at`. Pre-norm: the statistics and the strong
+    Runs are cut into batches of whole `RUN_BLOCK`s (`sim.driver.run_blocks`), so the numbers
+    depend only on `seed` and the run index, never on `start`, `stop` or the batch size. The
+    strong errors are kept by an observer (`sim.observe.Observer`) of the coupled states with
+    its own checkpoints, the fine steps of `strong_at`. Pre-norm: the statistics and the strong
     errors read the token directions `x / |x|` of the residual stream (what attention reads).
 
     Args:
@@ -196,17 +197,17 @@ def coupled_samples(
             for law in laws], -2)
 
     steps = np.array(sorted(at))
-    book = Observations([Observer("sq_err", strong, checkpoints=steps)], m, [steps],
+    book = Observations([Observer("sq_err", strong, checkpoints=steps.tolist())], m, [steps],
                         problem.T / ref_steps)
-    for lo in range(start, stop, bs):
-        hi = min(lo + bs, stop)
+    def advance(block: Block) -> None:
+        lo, hi = block.start, block.stop
         rs_init = RunStreams(derive_seed(seed, 1), runs, lo, hi)
         x0 = initial_tokens(problem.init, p, rs_init, lo, torch.float64, problem.rho0)
         cols = slice(lo - start, hi - start)
-        rs = RunStreams(seed, runs, lo, hi)
+        rs = block.streams
         nets, fine, half = coupled_states(x0, p, problem.T, lv, ref_steps, rs, laws, progress,
                                           rs.derived(QK_STREAM), rs.derived(MLP_STREAM),
-                                          recorder=book.batch(lo - start, hi - lo))
+                                          recorder=block.recorder)
         u0 = view(x0)
         for s, f in enumerate(fns):
             ref_f[s, cols] = f(view(fine), u0).numpy()
@@ -216,6 +217,8 @@ def coupled_samples(
                 x = view(nets[law, L])
                 for s, f in enumerate(fns):
                     net[a, b, s, cols] = f(x, u0).numpy()
+
+    run_blocks(runs, bs, advance, seed=seed, first=start, last=stop, book=book)
     kept = book.arrays()["sq_err"]  # (runs, steps, laws, levels), steps sorted
     column = {int(j): c for c, j in enumerate(steps)}
     sq = np.stack([kept[:, column[j]] for j in _steps_in_order(strong_at, ref_steps)])

@@ -13,8 +13,10 @@ SAME noise path: the value matrix `V_k` `(d, d)` of each run and layer is drawn 
 own stream (`noise_path`, independent of every system's size and of batching) and applied to all.
 Nodes closer than `merge_tol` (`1 - <x_i, x_j> < merge_tol`) are merged (weights summed, position
 their weighted mean), so a measure that concentrates into atoms costs what its atoms cost.
-The layers run through the one layer loop `tokensde.sim.loop.march`: `_Layer` steps every system,
-the stopping rule `_Absorb` merges, decides and takes decided runs out of the batch.
+The batches of runs go through the one batch driver `tokensde.sim.driver.run_blocks` (their
+streams: `path_streams`) and the layers through the one layer loop `tokensde.sim.loop.march`:
+`_Layer` steps every system, the stopping rule `_Absorb` merges, decides and takes decided runs
+out of the batch.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..model.checks import ParameterError, check_int, check_real
 from ..model.noise import apply_matrices
 from ..model.params import ModelParams, TimeGrid
 from ..sim.decide import DENSE_MAX, geometric_decided
+from ..sim.driver import Block, run_blocks
 from ..sim.expansion import choose_evaluator
 from ..sim.layers import attention_output, network_step, normalize
 from ..sim.loop import march
@@ -248,11 +251,16 @@ def run_coupled(
     at = np.full((len(sy), runs), -1, dtype=np.int64)
     final_x: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
     final_w: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
-    for lo in range(0, runs, bs):
-        hi = min(lo + bs, runs)
+
+    def advance(block: Block) -> None:
+        lo, hi = block.start, block.stop
         part = [System(s.name, s.x[lo:hi].to(dev), s.w[lo:hi].to(dev)) for s in sy]
-        _advance(p, grid, part, np.arange(lo, hi), seed, _STEPS[scheme], until, tol, every,
-                 merge_tol, at, final_x, final_w, shared_path, how)
+        _advance(p, grid, part, block, _STEPS[scheme], until, tol, every, merge_tol, at,
+                 final_x, final_w, shared_path, how)
+
+    # the value matrices of run r come from its run stream (`path_streams`, as `noise_path`)
+    run_blocks(runs, bs, advance, streams=lambda lo, hi: path_streams(
+        seed, 0, 1, dev) if shared_path else path_streams(seed, lo, hi, dev))
     return FlowResult(
         names=[s.name for s in sy], x=[_pad(fx) for fx in final_x], w=[_pad(fw) for fw in final_w],
         decided_at=at, grid=grid, tol=tol, merge_tol=merge_tol)
@@ -270,20 +278,20 @@ def _merge_every(stopping: StoppingRule, merge_every: int | None, dt: float) -> 
     return every
 
 
-def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], run_ids: np.ndarray, seed: int,
+def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], block: Block,
              step: Callable[..., torch.Tensor], until: str, tol: float, every: int,
              merge_tol: float | None, at: np.ndarray, final_x: list[list[torch.Tensor | None]],
              final_w: list[list[torch.Tensor | None]], shared_path: bool = False,
              how: str = "auto") -> None:
-    """One batch of `run_coupled` through the one layer loop `sim.loop.march`: `_Layer` applies
-    a layer to every system, `_Absorb` (the stopping rule) merges, decides and keeps; fills `at`,
-    `final_x`, `final_w` at the runs `run_ids`."""
-    # the value matrices of run r come from its run stream (`path_streams`, as `noise_path`)
-    lo = 0 if shared_path else int(run_ids[0])
-    rs = path_streams(seed, lo, lo + (1 if shared_path else len(run_ids)), sy[0].x.device)
+    """One batch of `run_coupled` (`sim.driver.run_blocks`: the runs of `block`, their streams)
+    through the one layer loop `sim.loop.march`: `_Layer` applies a layer to every system,
+    `_Absorb` (the stopping rule) merges, decides and keeps; fills `at`, `final_x`, `final_w`
+    at the block's runs."""
+    rs = block.streams
     batch = _Batch(sy, [_evaluator(p, s, how) for s in sy])
-    rule = _Absorb(p, run_ids, until, tol, every, merge_tol, at, final_x, final_w,
-                   None if shared_path else rs.retain)
+    rule = block.use(_Absorb(p, np.arange(block.start, block.stop), until, tol, every,
+                             merge_tol, at, final_x, final_w,
+                             None if shared_path else rs.retain))
     march(batch, grid.steps, _Layer(p, grid, rs, step, shared_path), stop=rule)
 
 

@@ -2,25 +2,28 @@
 the real depth (`scheme='network'`, L layers of dt = 1/L) and its depth limit (`scheme='sde'`, a
 fine grid on [0, 1]), both by the exact Gram-space sampler (docs/gram.md: the law of the Gram
 matrix, at a cost that does not grow with d), or, when the mapped model has biases (which that
-sampler does not carry), by the exact fast sampler in R^d (`batch.run_batch`, sampler 'fast').
+sampler does not carry), by the exact fast sampler in R^d (sampler 'fast'): `simulate`'s runs,
+in batches of `RUN_BLOCK`, every layer observed.
 
 Initial tokens: the real embeddings, divided by `sqrt(d r0^2)` (pre-norm: the residual stream keeps
 its radii) or normalised (post-norm; with LayerNorm's centring, centred and written in the d - 1
-coordinates of the model). Each run is an independent unit.
+coordinates of the model), handed to `simulate` as they are (`InitialState.as_is`). Each run is an
+independent unit.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from ..model.params import TimeGrid
-from ..sim.batch import Draws, run_batch
-from ..sim.gram import frame_forms, run_batch_gram
-from ..sim.loop import OnLayers
-from ..sim.rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams
+from ..sim.observe import Observer
+from ..sim.options import Execution, InitialState, Recording
+from ..sim.rng import RUN_BLOCK
+from ..sim.simulate import simulate
 from .mapping import Mapping
 from .measure import TOL, directions_gram, gram_stats
 
@@ -61,33 +64,35 @@ def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Statistics of the prediction at every recorded layer: `(fractions (K,), {stat: (runs, K)})`
     from embeddings `x0` `(runs, n, d)` (one run each); `scheme='sde'`: the limit on `steps`
-    Euler steps of [0, 1], the query/key law averaged with `_SDE_QK_SAMPLES` draws."""
+    Euler steps of [0, 1], the query/key law averaged with `_SDE_QK_SAMPLES` draws. The runs
+    are `simulate`'s from `initial_state` (`InitialState.as_is`), every layer observed."""
     grid = m.grid if scheme == "network" else TimeGrid(steps, 1.0 / steps)
     p = m.params
     if scheme == "sde" and p.qk_law.random:
         p = p.with_(qk_samples=_SDE_QK_SAMPLES)
-    ck = np.arange(grid.steps + 1)
     x = initial_state(m, x0)
-    runs = x.shape[0]
-    out: dict[str, np.ndarray] = {}
-    for start in range(0, runs, RUN_BLOCK):
-        stop = min(start + RUN_BLOCK, runs)
-        rs = RunStreams(seed, runs, start, stop)
-        mlp_rs = rs.derived(MLP_STREAM) if p.mlp_block.active else None
+    names: list[str] = []  # the statistics, in gram_stats' order (set at the first call)
 
-        def record(k: int, xc: torch.Tensor, rows: torch.Tensor, lo: int = start,
-                   hi: int = stop) -> None:
-            for key, v in gram_stats(directions_gram(xc), tol).items():
-                if key not in out:
-                    out[key] = np.empty((runs, len(ck)))
-                out[key][lo:hi, k] = v  # every layer is recorded: column k is layer k
+    def stats(xc: torch.Tensor) -> torch.Tensor:
+        got = gram_stats(directions_gram(xc), tol)
+        names[:] = list(got)
+        return torch.stack([torch.as_tensor(v, dtype=torch.float64) for v in got.values()], -1)
 
-        at = OnLayers(ck, record)
-        if p.has_bias:
-            run_batch(x[start:stop], p, grid, Draws.of(p, scheme, rs, torch.float64), "fast",
-                      scheme, at, progress)
-        else:
-            forms = frame_forms(p, scheme, rs.derived(QK_STREAM), torch.float64)
-            run_batch_gram(x[start:stop], p, grid, rs, scheme, at, progress,
-                           forms=forms, mlp_rs=mlp_rs)
-    return ck / grid.steps, out
+    with warnings.catch_warnings():
+        # the caller chooses the limit's step (`steps`) and judges it, as before predict went
+        # through simulate: simulate's warning on a coarse Euler step is kept out
+        warnings.filterwarnings("ignore", "scheme='sde' with sigma", RuntimeWarning)
+        res = simulate(p, grid, runs=x.shape[0], seed=seed, scheme=scheme,
+                       initial=InitialState.as_is(x),
+                       # invariant, but the effective rank magnifies the rounding of a
+                       # rotated rank-deficient state (sqrt of ~0 eigenvalues): not checked
+                       recording=Recording(range(grid.steps + 1), (),
+                                           Observer("stats", stats, invariant=True,
+                                                    check=False)),
+                       execution=Execution(sampler="fast" if p.has_bias else "gram",
+                                           attention_eval="dense", dtype="float64",
+                                           batch_size=RUN_BLOCK),
+                       progress=progress)
+    kept = res.observed["stats"]  # (runs, K, stats)
+    return np.arange(grid.steps + 1) / grid.steps, {
+        k: np.ascontiguousarray(kept[..., i]) for i, k in enumerate(names)}

@@ -53,9 +53,11 @@ def initial_tokens(
     start: int,
     dtype: torch.dtype,
     rho0: float | None = None,
+    as_is: bool = False,
 ) -> torch.Tensor:
     """Initial tokens `(runs, n, d)` for this batch: 'uniform' on the sphere, 'pair' at `rho0`, or
-    a given array `(n, d)` or `(runs_total, n, d)` (rows are normalised)."""
+    a given array `(n, d)` or `(runs_total, n, d)` (rows normalised, or kept as they are with
+    `as_is`: a residual stream, `InitialState.as_is`)."""
     b, n, d = rs.runs, p.n, p.d
     if isinstance(init, str):
         if init == "uniform":
@@ -67,7 +69,7 @@ def initial_tokens(
         raise ParameterError(f"init must be 'uniform', 'pair' or an array; got {init!r}")
     a = torch.as_tensor(init, dtype=dtype, device=rs.device)
     a = a[start:start + b] if a.ndim == 3 else a.expand(b, n, d)
-    return normalize(a.clone())
+    return a.clone() if as_is else normalize(a.clone())
 
 
 def mlp_width(p: ModelParams, sampler: str) -> int:

@@ -150,17 +150,30 @@ class InitialState:
     repeated tokens; None: the unweighted model, bit for bit). Checked when made, as far as it
     can be without the model; it compares by identity, since it may hold arrays.
 
+    `normalize=False` (`InitialState.as_is`) starts a pre- or peri-norm residual stream from the
+    given array as it is, radii kept (`x_i`, not `x_i / |x_i|`); with post-norm, whose state
+    lies on the unit sphere, `simulate` takes it only for unit tokens (norms within 1e-9 of 1:
+    given as they are, not rounded again) and refuses others.
+
     Args:
         init: 'uniform', 'pair' or the initial tokens.
         rho0: the initial inner product of `init='pair'`, in [-1, 1].
         weights: token weights, or None.
+        normalize: divide each given token by its norm (True), or keep it as it is (False: an
+            array `init` only).
     """
 
     init: str | np.ndarray | torch.Tensor = "uniform"
     rho0: float | None = None
     weights: np.ndarray | torch.Tensor | None = None
+    normalize: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.normalize, bool):
+            raise ParameterError(f"normalize must be True or False; got {self.normalize!r}")
+        if not self.normalize and isinstance(self.init, str):
+            raise ParameterError(f"normalize=False keeps given tokens as they are: it needs an "
+                                 f"array init, not init={self.init!r} (on the sphere already)")
         if isinstance(self.init, str):
             if self.init not in ("uniform", "pair"):
                 raise ParameterError(f"init must be 'uniform', 'pair' or an array; got {self.init!r}")
@@ -194,6 +207,13 @@ class InitialState:
                weights: np.ndarray | torch.Tensor | None = None) -> InitialState:
         """The given tokens `(n, d)` or `(runs, n, d)`, with optional weights."""
         return cls(x, None, weights)
+
+    @classmethod
+    def as_is(cls, x: np.ndarray | torch.Tensor,
+              weights: np.ndarray | torch.Tensor | None = None) -> InitialState:
+        """The given residual stream `(n, d)` or `(runs, n, d)` as it is, not normalised (norm
+        'pre' or 'peri'), with optional weights."""
+        return cls(x, None, weights, normalize=False)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@
 or the Euler-Maruyama-projected SDE of spec §3 (scheme="sde"), and keeps Gram matrices, tokens
 or the user's statistics at chosen checkpoints. Its options are four objects (`sim.options`):
 `InitialState`, `StoppingRule`, `Recording` and `Execution`. Numbers depend only on `seed`,
-never on the batch size.
+never on the batch size: the batches of runs, their streams, recorders and stopping rules are
+the batch driver's (`driver.run_blocks`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +37,10 @@ from .batch import (  # re-exported: the batch protocol of the real architecture
 from .bias import check_bias
 from .budget import SAMPLER_STEPS, Budget, check_budget, estimate_memory, estimate_work
 from .coupled import levels_of, why_not_coupled
+from .driver import Block, Decision, run_blocks
 from .expansion import choose_evaluator, expansion_basis
 from .gram import frame_forms, run_batch_gram, uniform_frame
-from .loop import Progress, Stop
+from .loop import Progress
 from .norm_sde import check_peri_sde
 from .observe import Observations, Observer, builtin_observers, coordinate_outputs
 from .options import (
@@ -53,7 +56,7 @@ from .options import (
     resolve_checkpoints,
 )
 from .result import SimResult
-from .rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams  # the stream keys: re-exported
+from .rng import MLP_STREAM, QK_STREAM, RUN_BLOCK  # the stream keys: re-exported
 from .samplers import choose_sampler
 from .sde import check_sde_step
 from .token_noise import check_token_noise
@@ -227,10 +230,11 @@ def resolve_sampler(params: ModelParams, execution: Execution, recording: Record
     return used
 
 
-def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str:
+def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None,
+                normalize: bool = True) -> str:
     if isinstance(init, str) and init == "pair" and p.n != 2:
         raise ParameterError(f"init='pair' needs n = 2; got n = {p.n}")
-    InitialState(init, rho0)  # what can be checked without the model
+    InitialState(init, rho0, normalize=normalize)  # what can be checked without the model
     if isinstance(init, str):
         return init
     a = np.asarray(init.cpu() if isinstance(init, torch.Tensor) else init, dtype=float)
@@ -241,7 +245,17 @@ def _check_init(init: Any, p: ModelParams, runs: int, rho0: float | None) -> str
     norms = np.linalg.norm(a, axis=-1)
     if not np.all(np.isfinite(a)) or np.any(norms == 0):
         raise ParameterError("init array must hold finite, non-zero token vectors")
+    if not normalize and p.norm == "post" and not np.allclose(norms, 1.0, rtol=0.0,
+                                                              atol=_ON_SPHERE):
+        raise ParameterError(
+            f"InitialState.as_is (normalize=False) keeps the tokens as given, but post-norm "
+            f"tokens lie on the unit sphere: got norms from {norms.min():.6g} to "
+            f"{norms.max():.6g}; give unit tokens, use InitialState.tokens (which normalises "
+            f"them) or norm='pre' / 'peri' (a residual stream off the sphere)")
     return "array"
+
+
+_ON_SPHERE = 1e-9  # how far from 1 the norm of a post-norm token given as is may be
 
 
 
@@ -293,7 +307,7 @@ def _plan(params: ModelParams, grid: TimeGrid, runs: int, scheme: str, initial: 
     _check_model(params, grid, scheme, used)
     _check_memory(params, grid, runs, initial, recording, execution)
     decide = _decision(stopping, grid.dt, str(execution.dtype))
-    init_kind = _check_init(initial.init, params, runs, initial.rho0)
+    init_kind = _check_init(initial.init, params, runs, initial.rho0, initial.normalize)
     w_all = check_token_weights(initial.weights, params.n, runs)
     if w_all is not None and used == "gram":
         raise ParameterError("weights (token weights) are not carried by sampler='gram'; use "
@@ -373,9 +387,13 @@ def simulate(
     book = Observations(_observers(params, recording), runs, plan.observed_at, grid.dt)
     layer_of = np.full(runs, -1, dtype=np.int64)
     t0 = time.perf_counter()
-    finals = [_run_block(params, grid, runs, seed, scheme, initial, execution, plan, book,
-                         layer_of, progress, start, min(start + plan.batch, runs))
-              for start in range(0, runs, plan.batch)]
+    decision = None if plan.decide is None else Decision(*plan.decide, params.norm != "post")
+    finals = run_blocks(
+        runs, plan.batch, lambda b: _run_block(params, grid, scheme, initial, execution, plan, b,
+                                               progress),
+        seed=seed, device=execution.torch_device, book=book,
+        guard=_finite_guard(params, execution.torch_dtype), decision=decision,
+        decided_at=layer_of, steps=grid.steps, progress=progress)
     seen = book.arrays()  # 'gram' and 'tokens' go to their own fields
     extra: dict[str, Any] = {"attention_eval": plan.evaluator}
     own = book.own_layers(plan.checkpoints)
@@ -393,19 +411,8 @@ def simulate(
     )
 
 
-def _run_block(params: ModelParams, grid: TimeGrid, runs: int, seed: int, scheme: str,
-               initial: InitialState, execution: Execution, plan: _Plan, book: Observations,
-               layer_of: np.ndarray, progress: Progress | None, start: int, stop: int
-               ) -> torch.Tensor:
-    """Runs `start:stop` of `simulate`: their streams, their start, their march; the final
-    state on the CPU."""
-    tdtype, dev = execution.torch_dtype, execution.torch_device
-    rs = RunStreams(seed, runs, start, stop, dev)
-    init = initial.init
-    if plan.sampler == "gram" and isinstance(init, str) and init == "uniform":
-        x = uniform_frame(rs, params.n, params.d, tdtype)
-    else:
-        x = initial_tokens(init, params, rs, start, tdtype, initial.rho0)
+def _finite_guard(params: ModelParams, tdtype: torch.dtype) -> Callable[[int, Any], None]:
+    """The recorders' guard: FloatingPointError at the first non-finite state recorded."""
 
     def finite(k: int, xc: torch.Tensor) -> None:
         if not bool(torch.isfinite(xc).all()):
@@ -413,40 +420,37 @@ def _run_block(params: ModelParams, grid: TimeGrid, runs: int, seed: int, scheme
             raise FloatingPointError(
                 f"non-finite tokens at layer {k} (beta={params.beta}, sigma="
                 f"{params.noise_scale}, dtype={tdtype}): the step overflowed; {hint}")
+    return finite
 
-    rec = book.batch(start, stop - start, finite)
+
+def _run_block(params: ModelParams, grid: TimeGrid, scheme: str, initial: InitialState,
+               execution: Execution, plan: _Plan, block: Block, progress: Progress | None
+               ) -> torch.Tensor:
+    """One batch of `simulate` (`driver.run_blocks`): its start and its sampler's march, with
+    the batch's streams, recorder and stopping rule; the final state on the CPU."""
+    tdtype, dev = execution.torch_dtype, execution.torch_device
+    rs, rec, start = block.streams, block.recorder, block.start
+    init = initial.init
+    if plan.sampler == "gram" and isinstance(init, str) and init == "uniform":
+        x = uniform_frame(rs, params.n, params.d, tdtype)
+    else:
+        x = initial_tokens(init, params, rs, start, tdtype, initial.rho0,
+                           as_is=not initial.normalize)
 
     if plan.sampler == "gram":
         # the Gram sampler draws the forms' compressions to its frame, from the same streams
         framed = frame_forms(params, scheme, rs.derived(QK_STREAM), tdtype) if \
             params.qk_law.random else None
         mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
-        retain = [s.retain for s in (rs, framed, mlp_rs) if s is not None]
-        halt = _halt(plan, stop - start, retain, params)
+        halt = block.stopping(*(s.retain for s in (rs, framed, mlp_rs) if s is not None))
         xf = run_batch_gram(x, params, grid, rs, scheme, rec, progress,
                             stop=halt, forms=framed, mlp_rs=mlp_rs)
     else:
         draws = Draws.of(params, scheme, rs, tdtype)
-        halt = _halt(plan, stop - start, [draws.retain], params)
+        halt = block.stopping(draws.retain)
         w = plan.weights
-        wb = None if w is None else torch.as_tensor(w if w.ndim == 1 else w[start:stop],
+        wb = None if w is None else torch.as_tensor(w if w.ndim == 1 else w[start:block.stop],
                                                     dtype=tdtype, device=dev)
         xf = run_batch(x, params, grid, draws, plan.sampler, scheme, rec, progress, stop=halt,
                        weights=wb, attention_eval=plan.evaluator)
-    if halt is not None:
-        layer_of[start:stop] = halt.layer
-        if progress is not None:  # the layers that decided runs did not need
-            progress(int(np.where(halt.layer >= 0, grid.steps - halt.layer, 0).sum()))
     return xf.cpu()
-
-
-def _halt(plan: _Plan, size: int, retain: list[Any], params: ModelParams) -> Stop | None:
-    """The stopping rule of a batch of `size` runs (None: the horizon); `retain` keeps the
-    streams of the runs still going."""
-    if plan.decide is None:
-        return None
-
-    def keep(mask: torch.Tensor) -> None:
-        for f in retain:
-            f(mask)
-    return Stop(*plan.decide, size, keep, directions=params.norm != "post")
