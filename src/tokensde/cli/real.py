@@ -18,6 +18,13 @@ from ._common import JSON, SEED, YES, check_run, emit_json, fail, progress_bar, 
 
 MAX_THREADS = 1024
 
+# options shared by the family runs and `real module`
+SDE_STEPS_OPT = typer.Option(64, "--sde-steps", help="Euler steps of the limit.")
+SDE_RUNS_OPT = typer.Option(32, "--sde-runs", help="Runs of the limit.")
+THREADS = typer.Option(1, "--threads", help="torch threads (1: fastest on a shared machine; "
+                       "docs/benchmarks.md).")
+FORCE = typer.Option(False, "--force", help="Replace the results in an existing --out folder.")
+
 
 def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, inputs: int,
          out: Path, seed: int, vocab: int | None, norm_first: bool, residual_scaling: bool,
@@ -158,12 +165,8 @@ def make_command(arch: str) -> Callable[..., None]:
             "product", "--value-law",
             help="gpt2: each head's value path W_O W_V as built (product) or a Gaussian matrix "
                  "of the same entry variance (gaussian, the mapping's law)."),
-        sde_steps: int = typer.Option(64, "--sde-steps", help="Euler steps of the limit."),
-        sde_runs: int = typer.Option(32, "--sde-runs", help="Runs of the limit."),
-        threads: int = typer.Option(1, "--threads", help="torch threads (1: fastest on a shared "
-                                    "machine; docs/benchmarks.md)."),
-        force: bool = typer.Option(False, "--force", help="Replace the results in an existing "
-                                   "--out folder."),
+        sde_steps: int = SDE_STEPS_OPT, sde_runs: int = SDE_RUNS_OPT,
+        threads: int = THREADS, force: bool = FORCE,
         as_json: bool = JSON,
         yes: bool = YES,
     ) -> None:
@@ -239,12 +242,8 @@ def module_command(
              "limit, drawn too. One network at one depth cannot show it: you state it."),
     read_seeds: int = typer.Option(3, "--read-seeds", help="Inits the weights' variances are "
                                    "read from."),
-    sde_steps: int = typer.Option(64, "--sde-steps", help="Euler steps of the limit."),
-    sde_runs: int = typer.Option(32, "--sde-runs", help="Runs of the limit."),
-    threads: int = typer.Option(1, "--threads", help="torch threads (1: fastest on a shared "
-                                "machine; docs/benchmarks.md)."),
-    force: bool = typer.Option(False, "--force", help="Replace the results in an existing "
-                               "--out folder."),
+    sde_steps: int = SDE_STEPS_OPT, sde_runs: int = SDE_RUNS_OPT,
+    threads: int = THREADS, force: bool = FORCE,
     as_json: bool = JSON,
     yes: bool = YES,
 ) -> None:

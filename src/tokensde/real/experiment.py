@@ -210,13 +210,27 @@ def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, to
     t_real = time.perf_counter() - t0
     radius2 = float((x0 ** 2).sum(-1).mean()) / spec.width
     m = map_network(net, radius2)
-    L = spec.layers
-    frames = [summarise(per).assign(side="real", frac=lambda f: f.layer / L)]
+    use_sde = m.has_limit if sde is None else sde
+    meta = {"spec": spec.to_dict(), "inits": inits, "inputs": inputs, "seed": seed,
+            "init_note": spec_law_note(spec),
+            "seeds": {"init s": "derive_seed(seed, 1, s)", "inputs s": "derive_seed(seed, 2, s)",
+                      "network": derive_seed(seed, 3), "sde": derive_seed(seed, 4)}}
+    return predicted_run(per, x0, m, spec.layers, seed, tol, use_sde, sde_steps, sde_runs,
+                         t_real, meta)
+
+
+def predicted_run(per: pd.DataFrame, x0: torch.Tensor, m: Mapping, layers: int, seed: int,
+                  tol: float, use_sde: bool, sde_steps: int, sde_runs: int, t_real: float,
+                  meta: dict[str, Any]) -> RealRun:
+    """The `RealRun` of measured real statistics `per` (`measure_real`'s per-init rows) and the
+    predictions of `m` from the embeddings `x0`: the network at `derive_seed(seed, 3)` and, with
+    `use_sde`, the depth limit at `derive_seed(seed, 4)` from the first `sde_runs` embeddings;
+    `meta` gains the run's common fields and its verdict (`agreement`)."""
+    frames = [summarise(per).assign(side="real", frac=lambda f: f.layer / layers)]
     t1 = time.perf_counter()
     _, pred = predict(m, x0, derive_seed(seed, 3), "network", tol=tol)
-    frames.append(summarise(pred).assign(side="network", frac=lambda f: f.layer / L))
+    frames.append(summarise(pred).assign(side="network", frac=lambda f: f.layer / layers))
     t_net = time.perf_counter() - t1
-    use_sde = m.has_limit if sde is None else sde
     t_sde = 0.0
     if use_sde:
         t2 = time.perf_counter()
@@ -225,12 +239,10 @@ def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, to
         t_sde = time.perf_counter() - t2
     table = pd.concat(frames, ignore_index=True)[
         ["side", "layer", "frac", "stat", "mean", "se", "lo", "hi", "units"]]
-    meta = {"spec": spec.to_dict(), "inits": inits, "inputs": inputs, "seed": seed, "tol": tol,
-            "sde": bool(use_sde), "sde_steps": sde_steps, "sde_runs": min(sde_runs, len(x0)),
-            "has_limit": m.has_limit, "params": m.params.to_dict(), "radius2": radius2,
-            "approximated": list(m.law.notes), "init_note": spec_law_note(spec),
-            "seeds": {"init s": "derive_seed(seed, 1, s)", "inputs s": "derive_seed(seed, 2, s)",
-                      "network": derive_seed(seed, 3), "sde": derive_seed(seed, 4)},
+    meta = {**meta, "tol": tol, "sde": bool(use_sde), "sde_steps": sde_steps,
+            "sde_runs": min(sde_runs, len(x0)), "has_limit": m.has_limit,
+            "params": m.params.to_dict(), "radius2": m.radius2,
+            "approximated": list(m.law.notes),
             "wall_s": {"real": round(t_real, 2), "network": round(t_net, 2),
                        "sde": round(t_sde, 2)}}
     run = RealRun(table, m, meta, embeddings=x0)

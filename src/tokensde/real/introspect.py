@@ -45,18 +45,17 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 from torch import nn
 
 from ..model.checks import ParameterError, check_int, require
 from ..sim.budget import Budget, estimate_work
 from ..sim.rng import derive_seed
-from .experiment import RealRun, agreement
+from .experiment import RealRun, predicted_run
 from .mapping import BlockLaw, Mapping, to_model
-from .measure import TOL, directions_gram, gram_stats, summarise
+from .measure import TOL, directions_gram, gram_stats
 from .models import RMSNorm as TokensdeRMSNorm
-from .predict import SDE_RUNS, SDE_STEPS, predict
+from .predict import SDE_RUNS, SDE_STEPS
 
 __all__ = ["ATTENTIONS", "BlockRead", "IntrospectionError", "Moment", "NetworkRead", "block_states",
            "draw", "effective", "find_blocks", "gaussian_inputs", "load_factory", "map_read",
@@ -894,32 +893,12 @@ def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch
     t_real = time.perf_counter() - t0
     radius2 = float((x0 ** 2).sum(-1).mean()) / x0.shape[-1]
     m = map_read(read, radius2, depth_scaled=depth_scaled)
-    L = read.layers
-    frames = [summarise(per).assign(side="real", frac=lambda f: f.layer / L)]
-    t1 = time.perf_counter()
-    _, pred = predict(m, x0, derive_seed(seed, 3), "network", tol=tol)
-    frames.append(summarise(pred).assign(side="network", frac=lambda f: f.layer / L))
-    t_net = time.perf_counter() - t1
     use_sde = depth_scaled and m.params.mlp_bias == 0 if sde is None else sde
-    t_sde = 0.0
-    if use_sde:
-        t2 = time.perf_counter()
-        _, lim = predict(m, x0[:sde_runs], derive_seed(seed, 4), "sde", steps=sde_steps, tol=tol)
-        frames.append(summarise(lim).assign(side="sde", frac=lambda f: f.layer / sde_steps))
-        t_sde = time.perf_counter() - t2
-    table = pd.concat(frames, ignore_index=True)[
-        ["side", "layer", "frac", "stat", "mean", "se", "lo", "hi", "units"]]
-    meta = {"network": read.cls, "block": read.blocks[0].cls, "layers": L, "inits": inits,
-            "inputs": per_init, "seed": seed, "tol": tol, "sde": bool(use_sde),
-            "sde_steps": sde_steps, "sde_runs": min(sde_runs, len(x0)),
-            "has_limit": m.has_limit, "params": m.params.to_dict(), "radius2": radius2,
-            "approximated": list(m.law.notes), "read_seeds": list(read.seeds),
-            "residual_scale": list(read.blocks[0].residual_scale),
-            "wall_s": {"real": round(t_real, 2), "network": round(t_net, 2), "sde": round(t_sde, 2)}}
-    run = RealRun(table, m, meta, embeddings=x0)
-    run.agreement = agreement(table)
-    run.meta["agreement"] = run.agreement
-    return run
+    meta = {"network": read.cls, "block": read.blocks[0].cls, "layers": read.layers,
+            "inits": inits, "inputs": per_init, "seed": seed, "read_seeds": list(read.seeds),
+            "residual_scale": list(read.blocks[0].residual_scale)}
+    return predicted_run(per, x0, m, read.layers, seed, tol, use_sde, sde_steps, sde_runs,
+                         t_real, meta)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,8 +15,11 @@ the dual kernel of `phi`. Nothing here imports torch at run time.
 
 from __future__ import annotations
 
+import math
+import re
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -90,3 +93,21 @@ class _NoMLP(Activation):
 
 MLPS: Registry[Activation] = Registry("mlp")
 MLPS.register(_NoMLP)
+
+
+def add_scaled_family(base: str, make: Callable[[float], Any]) -> None:
+    """Register the names `<base>(q=<q>)` (q finite, > 0) in `MLPS`, each resolved to the class
+    `make(q)` (made once per q by `make`, not registered)."""
+    form = re.compile(re.escape(base) + r"\(q=([^()]+)\)")
+
+    def resolve(name: str) -> Any:
+        match = form.fullmatch(name)
+        if match is None:
+            return None
+        try:
+            q = float(match.group(1))
+        except ValueError:
+            return None
+        return make(q) if math.isfinite(q) and q > 0 else None
+
+    MLPS.add_family(f"{base}(q=<q>) with q > 0", resolve)

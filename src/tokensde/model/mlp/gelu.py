@@ -9,7 +9,6 @@ s^2 phi_N(a/c)/c` with `c^2 = 1 + s^2` (`phi_N` the normal density), so that
 from __future__ import annotations
 
 import math
-import re
 from functools import cache
 from typing import TYPE_CHECKING, ClassVar
 
@@ -17,7 +16,7 @@ import numpy as np
 from scipy import special
 
 from ..checks import check_real
-from .base import MLPS, Activation
+from .base import MLPS, Activation, add_scaled_family
 
 if TYPE_CHECKING:
     import torch
@@ -110,7 +109,7 @@ def dual_kernel_at(rho: np.ndarray, q: float) -> np.ndarray:
 class _ScaledGELU(Activation):
     """GELU of pre-activations of variance `q` (`phi(z) = gelu(sqrt(q) z)`, z standard): a real
     block whose first MLP layer has entry variance `q/d` on inputs of radius sqrt(d). A subclass
-    per q is resolved from the name `gelu(q=<q>)` (`_scaled_gelu`, `gelu_at`)."""
+    per q is resolved from the name `gelu(q=<q>)` (`base.add_scaled_family`, `gelu_at`)."""
 
     name = "gelu(q)"
     q: ClassVar[float] = 1.0
@@ -129,9 +128,6 @@ class _ScaledGELU(Activation):
         return _scaled_instance, (self.q,)
 
 
-FORM = re.compile(r"gelu\(q=([^()]+)\)")
-
-
 @cache
 def _scaled_class(q: float) -> type[_ScaledGELU]:
     return type(f"ScaledGELU_{q:.6g}", (_ScaledGELU,), {
@@ -139,20 +135,7 @@ def _scaled_class(q: float) -> type[_ScaledGELU]:
         "second_moment": float(dual_kernel_at(np.array(1.0), q))})
 
 
-def _scaled_gelu(name: str) -> type[_ScaledGELU] | None:
-    """The `_ScaledGELU` class of `name` = 'gelu(q=<q>)' (q a finite number > 0; made once per q,
-    not registered), or None when `name` is not of that form."""
-    match = FORM.fullmatch(name)
-    if match is None:
-        return None
-    try:
-        q = float(match.group(1))
-    except ValueError:
-        return None
-    return _scaled_class(q) if math.isfinite(q) and q > 0 else None
-
-
-MLPS.add_family("gelu(q=<q>) with q > 0", _scaled_gelu)
+add_scaled_family("gelu", _scaled_class)
 
 
 def _scaled_instance(q: float) -> _ScaledGELU:

@@ -25,14 +25,13 @@ the output `W_2 h` has exactly the law of the gated block with `m/2` independent
 from __future__ import annotations
 
 import math
-import re
 from functools import cache
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from ..checks import ParameterError, check_real
-from .base import MLPS, Activation
+from .base import MLPS, Activation, add_scaled_family
 
 if TYPE_CHECKING:
     import torch
@@ -151,9 +150,6 @@ class SwiGLU(Activation):
 
 MLPS.register(SwiGLU)
 
-FORM = re.compile(r"swiglu\(q=([^()]+)\)")
-
-
 @cache
 def _gated_class(q: float) -> type[SwiGLU]:
     if q == 1.0:
@@ -167,20 +163,7 @@ def _gated_instance(q: float) -> SwiGLU:
     return _gated_class(q)()
 
 
-def _scaled_swiglu(name: str) -> type[SwiGLU] | None:
-    """The class of `name` = 'swiglu(q=<q>)' (q finite, > 0; made once per q, not registered),
-    or None when `name` is not of that form."""
-    match = FORM.fullmatch(name)
-    if match is None:
-        return None
-    try:
-        q = float(match.group(1))
-    except ValueError:
-        return None
-    return _gated_class(q) if math.isfinite(q) and q > 0 else None
-
-
-MLPS.add_family("swiglu(q=<q>) with q > 0", _scaled_swiglu)
+add_scaled_family("swiglu", _gated_class)
 
 
 def swiglu_at(q: float) -> str:
