@@ -80,6 +80,7 @@ def test_lazy_exports_are_their_type_checking_imports(layer):
     assert not (lazy - {"theory"}) & subs
 
 
+@pytest.mark.slow  # fresh interpreters: about 3 s of CPU
 def test_import_stays_torch_free_until_the_simulator_is_asked_for():
     code = ("import sys, tokensde, tokensde.analysis.stats; "
             "from tokensde import theory, ModelParams, VALUE_INIT_PRESETS; "

@@ -25,6 +25,7 @@ def _run(*args: str) -> object:
     return CliRunner().invoke(app, ["real", "module", *args])
 
 
+@pytest.mark.slow  # a full run of the CLI: about 2.5 s of CPU
 def test_own_network_run_written_and_judged_as_the_family_runs(tmp_path):
     out = tmp_path / "own"
     res = _run(BLOCK, *SMALL, "--seed", "5", "--out", str(out))

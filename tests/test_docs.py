@@ -47,6 +47,7 @@ def test_every_public_name_of_a_layer_is_in_its_reference_page(site, layer):
     assert not missing, f"{prefix}: not in docs/api/{layer}.md: {missing}"
 
 
+@pytest.mark.slow  # the site build, about 11 s of CPU; the slow set builds it for the layer pages anyway
 def test_every_root_name_is_in_the_reference(site):
     import tokensde
 

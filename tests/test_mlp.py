@@ -236,6 +236,7 @@ def test_two_token_cells_keep_their_ids_without_a_block():
     assert {c.params.get("mlp", "none") for c in mlp_cells} == {"none", "relu"}
 
 
+@pytest.mark.slow  # the CLI runs Monte Carlo with its coupled step error: about 3 s of CPU
 def test_two_token_mc_cli_with_a_block():
     import json
 

@@ -21,6 +21,7 @@ or at the places listed in `STREAMS`.
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import tokensde
@@ -129,10 +130,16 @@ def _applies(call: ast.Call, local: set[str], package: set[str]) -> str | None:
     return None
 
 
+@cache
+def _tree(source: str) -> ast.Module:
+    """The parsed source (each module is read by several checks; the trees are not changed)."""
+    return ast.parse(source)
+
+
 def layer_loops(source: str) -> dict[str, list[str]]:
     """The layer loops of a module's source: qualified name of the enclosing function (or
     '<module>') -> the layer functions its loops call."""
-    tree = ast.parse(source)
+    tree = _tree(source)
     package = _package_names(tree)
     defs = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
     local: set[str] = set()
@@ -159,6 +166,7 @@ def layer_loops(source: str) -> dict[str, list[str]]:
     return out
 
 
+@cache
 def _scan() -> dict[str, list[str]]:
     found = {}
     for path in sorted(ROOT.rglob("*.py")):
@@ -310,12 +318,12 @@ def _where(tree: ast.Module, found: type[ast.AST] | tuple[type[ast.AST], ...],
 
 def step_loops(source: str) -> set[str]:
     """Where a module's source has a step loop (see the module's docstring)."""
-    return _where(ast.parse(source), (ast.For, ast.AsyncFor, ast.While), _is_step_loop)
+    return _where(_tree(source), (ast.For, ast.AsyncFor, ast.While), _is_step_loop)
 
 
 def stream_makers(source: str) -> set[str]:
     """Where a module's source calls `RunStreams(...)`."""
-    return _where(ast.parse(source), ast.Call, lambda c: (
+    return _where(_tree(source), ast.Call, lambda c: (
         c.func.id if isinstance(c.func, ast.Name) else getattr(c.func, "attr", None))
         == "RunStreams")
 

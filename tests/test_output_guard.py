@@ -103,6 +103,7 @@ def test_vit_geometry_and_export_refuse_finished_results(tmp_path):
     assert res.exit_code == 2 and "--force" in res.output and npz.read_bytes() == b"keep"
 
 
+@pytest.mark.slow  # a sweep runs first: about 2 s of CPU
 def test_a_sweep_of_another_kind_is_refused_and_left_untouched(tmp_path):
     """`vit fair`, `vit depth` and `meanfield table` pointed at another kind's sweep: one line
     naming --out, and not a byte (not even a lock file) added to it."""

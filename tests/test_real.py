@@ -39,7 +39,9 @@ def _images(count: int = 8) -> torch.Tensor:
     return torch.randn(count, 1, 28, 28, generator=torch.Generator().manual_seed(0))
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "bert", "vit", "torch-encoder"])
+# the HuggingFace builds take 1-2 s of CPU each: slow, but for the torch encoder
+@pytest.mark.parametrize("arch", [pytest.param(a, marks=pytest.mark.slow) for a in ("gpt2", "bert", "vit")]
+                         + ["torch-encoder"])
 def test_built_offline_in_eval_mode_and_seeded(arch):
     if arch != "torch-encoder" and not has_transformers():
         pytest.skip("needs the [real] extra")

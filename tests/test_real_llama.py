@@ -22,7 +22,9 @@ from tokensde.real.measure import summarise
 from tokensde.real.models import has_transformers
 from tokensde.real.predict import predict
 
-pytestmark = pytest.mark.skipif(not has_transformers(), reason="needs the [real] extra")
+# transformers' Llama import alone is about 2.5 s of CPU
+pytestmark = [pytest.mark.skipif(not has_transformers(), reason="needs the [real] extra"),
+              pytest.mark.slow]
 TINY = {"arch": "llama", "width": 32, "heads": 4, "ctx": 16, "layers": 4, "vocab": 512}
 
 

@@ -348,6 +348,7 @@ def test_sweep_summary_rows_are_the_table_rows(tmp_path):
     assert s["rows"] == s["done"] == 3 == len(pd.read_parquet(s["table"]))
 
 
+@pytest.mark.slow  # worker processes start: about 3 s of CPU
 def test_workers_are_capped_by_cells_and_cpus_and_reported(tmp_path):
     cfg = tmp_path / "s.toml"
     cfg.write_text(SMALL)

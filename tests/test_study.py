@@ -99,6 +99,7 @@ def test_interrupted_phase_grid_resumes_from_its_saved_cells(tmp_path, monkeypat
             straight.table.sort_values(order, ignore_index=True)[cols])
 
 
+@pytest.mark.slow  # the study loads: about 2 s of CPU
 def test_reproduce_rejects_unknown_figures(tmp_path):
     with pytest.raises(ParameterError, match="only must name figures"):
         study.reproduce(tmp_path, "tiny", only=["nope"])

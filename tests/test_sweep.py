@@ -122,6 +122,7 @@ def test_unknown_kind_lists_the_known_ones():
 
 # ----------------------------------------------------------------------------- equal tables
 
+@pytest.mark.slow  # worker processes start: about 3 s of CPU
 def test_two_workers_give_the_same_table(reference, tmp_path):
     cfg, ref = reference
     run_sweep(cfg, tmp_path / "w2", workers=2)

@@ -224,8 +224,25 @@ def predicted_run(per: pd.DataFrame, x0: torch.Tensor, m: Mapping, layers: int, 
                   meta: dict[str, Any]) -> RealRun:
     """The `RealRun` of measured real statistics `per` (`measure_real`'s per-init rows) and the
     predictions of `m` from the embeddings `x0`: the network at `derive_seed(seed, 3)` and, with
-    `use_sde`, the depth limit at `derive_seed(seed, 4)` from the first `sde_runs` embeddings;
-    `meta` gains the run's common fields and its verdict (`agreement`)."""
+    `use_sde`, the depth limit at `derive_seed(seed, 4)` from the first `sde_runs` embeddings.
+
+    Args:
+        per: the real side's per-init statistics (`measure_real`).
+        x0: the embeddings the predictions start from.
+        m: the mapped model.
+        layers: the network's depth.
+        seed: the root seed.
+        tol: the clustering tolerance of the statistics.
+        use_sde: also draw the depth limit.
+        sde_steps: Euler steps of the depth limit.
+        sde_runs: embeddings the depth limit starts from.
+        t_real: the real side's wall time, in seconds.
+        meta: the caller's fields of the run's header.
+
+    Returns:
+        The `RealRun`, its `meta` completed with the common fields and its verdict
+        (`agreement`).
+    """
     frames = [summarise(per).assign(side="real", frac=lambda f: f.layer / layers)]
     t1 = time.perf_counter()
     _, pred = predict(m, x0, derive_seed(seed, 3), "network", tol=tol)

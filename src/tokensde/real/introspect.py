@@ -221,7 +221,8 @@ def _linear(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | Non
     if isinstance(module, nn.Linear):
         return module.weight, module.bias
     if type(module).__name__ == "Conv1D" and hasattr(module, "nf"):
-        return module.weight.T, module.bias
+        conv: Any = module  # a HuggingFace class, read by its attributes
+        return conv.weight.T, conv.bias
     return None
 
 
@@ -308,12 +309,13 @@ def _attention_weights(att: nn.Module, where: str) -> tuple[int, int, dict[str, 
     if not getattr(att, "scale_attn_weights", True) or getattr(att, "scale_attn_by_inverse_layer_idx",
                                                                False):
         raise _fail(where, "GPT2Attention with a logit scale other than 1/sqrt(d_head) is not read")
-    d = att.embed_dim
-    w, b = att.c_attn.weight, att.c_attn.bias
+    gpt2: Any = att  # a HuggingFace class, read by its attributes
+    d = gpt2.embed_dim
+    w, b = gpt2.c_attn.weight, gpt2.c_attn.bias
     q, k, v = w.T.split(d, 0)
     bq, bk, bv = b.split(d, 0)
-    return d, att.num_heads, {"q": q, "k": k, "v": v, "o": att.c_proj.weight.T, "bq": bq, "bk": bk,
-                              "bv": bv, "bo": att.c_proj.bias}
+    return d, gpt2.num_heads, {"q": q, "k": k, "v": v, "o": gpt2.c_proj.weight.T, "bq": bq,
+                               "bk": bk, "bv": bv, "bo": gpt2.c_proj.bias}
 
 
 def _llama_attention(att: Any, where: str) -> tuple[int, int, dict[str, torch.Tensor | None]]:
@@ -407,8 +409,10 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and float((a - b).abs().max()) <= _SAME_TOL * float(a.abs().max()) + 1e-30
 
 
-def _fit(r: torch.Tensor, v: torch.Tensor, where: str, what: str) -> float:
+def _fit(r: torch.Tensor, v: torch.Tensor | None, where: str, what: str) -> float:
     """The scale c of `r = c v` (least squares), checked to be exact; 1.0 when r = v = 0."""
+    if v is None:
+        raise _fail(where, f"{what}: the probe recorded no output")
     vv, rr = float((v * v).sum()), float((r * r).sum())
     if vv == 0.0:
         if rr == 0.0:
@@ -824,8 +828,8 @@ def block_states(model: nn.Module, blocks: Sequence[nn.Module], x: Any) -> torch
         with torch.no_grad():
             model(x)
     finally:
-        for h in handles:
-            h.remove()
+        for handle in handles:
+            handle.remove()
     h = torch.stack(states, 1)
     att = _parts(blocks[0], f"block 0 ({type(blocks[0]).__name__})").attention
     return h.permute(2, 1, 0, 3) if not getattr(att, "batch_first", True) else h

@@ -33,6 +33,7 @@ class Rows(Protocol):
 
 
 S = TypeVar("S", bound=Rows)
+_V = TypeVar("_V", contravariant=True)  # what a recorder is handed: a state or its view
 
 
 class Rule(Protocol[S]):
@@ -89,7 +90,7 @@ class Stop:
         self.final[rows] = x
 
 
-class Recorder(Protocol[S]):
+class Recorder(Protocol[_V]):
     """What `march` records through, one object with a fixed signature: `layers`, the sorted
     layer indices (0 = the start) at which it wants the state; `at(k, x, rows)` with the state
     `x` (`view`ed) of batch rows `rows` (a tensor of row indices) after layer `k`; `left(k, x,
@@ -98,9 +99,9 @@ class Recorder(Protocol[S]):
 
     layers: np.ndarray
 
-    def at(self, k: int, x: S, rows: torch.Tensor) -> None: ...
+    def at(self, k: int, x: _V, rows: torch.Tensor) -> None: ...
 
-    def left(self, k: int, x: S, rows: torch.Tensor) -> None: ...
+    def left(self, k: int, x: _V, rows: torch.Tensor) -> None: ...
 
 
 class OnLayers:

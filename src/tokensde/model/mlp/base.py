@@ -97,7 +97,12 @@ MLPS.register(_NoMLP)
 
 def add_scaled_family(base: str, make: Callable[[float], Any]) -> None:
     """Register the names `<base>(q=<q>)` (q finite, > 0) in `MLPS`, each resolved to the class
-    `make(q)` (made once per q by `make`, not registered)."""
+    `make(q)` (made once per q by `make`, not registered).
+
+    Args:
+        base: the family's name, e.g. 'gelu'.
+        make: the class of the activation at pre-activation variance q.
+    """
     form = re.compile(re.escape(base) + r"\(q=([^()]+)\)")
 
     def resolve(name: str) -> Any:
