@@ -24,6 +24,8 @@ import ast
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 import tokensde
 
 ROOT = Path(tokensde.__file__).resolve().parent
@@ -178,6 +180,7 @@ def _scan() -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.xdist_group("source-scan")  # one worker parses each module once
 def test_no_new_layer_loop():
     found = _scan()
     new = {k: v for k, v in found.items() if k not in DEBT and k not in NOT_LAYER_LOOPS}
@@ -187,6 +190,7 @@ def test_no_new_layer_loop():
         f"observer): {new}")
 
 
+@pytest.mark.xdist_group("source-scan")  # one worker parses each module once
 def test_every_listed_loop_still_exists():
     found = _scan()
     gone = sorted(k for k in (*DEBT, *NOT_LAYER_LOOPS) if k not in found)
@@ -334,6 +338,7 @@ def _scan_all(find) -> set[str]:
             for where in find(path.read_text())}
 
 
+@pytest.mark.xdist_group("source-scan")  # one worker parses each module once
 def test_no_step_loop_outside_the_driver():
     found = _scan_all(step_loops)
     assert found - set(STEP_LOOPS) == set(), (
@@ -344,6 +349,7 @@ def test_no_step_loop_outside_the_driver():
         f"no longer a step loop (remove from STEP_LOOPS): {sorted(set(STEP_LOOPS) - found)}")
 
 
+@pytest.mark.xdist_group("source-scan")  # one worker parses each module once
 def test_run_streams_are_made_by_the_driver():
     found = _scan_all(stream_makers) - {f"sim/rng.py::{w}" for w in (
         "RunStreams.derived",)} - {"sim/driver.py::run_blocks"}

@@ -61,6 +61,7 @@ def test_torch_encoder_layers_are_initialised_independently():
     assert not torch.equal(w[0], w[1])  # nn.TransformerEncoder would clone one layer
 
 
+@pytest.mark.slow  # the GPT-2 build: about 2.5 s of CPU
 @needs_tf
 def test_gpt2_mapping_equals_configuration_and_weights():
     spec = RealSpec(arch="gpt2", **TINY)

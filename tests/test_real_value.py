@@ -56,6 +56,7 @@ def test_value_moments_refuse_bad_values():
         value_moments(0, 32, V, V)
 
 
+@pytest.mark.slow  # the GPT-2 build: about 1.5 s of CPU
 @needs_tf
 def test_gpt2_heads_follow_the_product_law_and_the_gaussian_switch():
     spec = RealSpec(arch="gpt2", width=32, heads=4, ctx=16, layers=4)

@@ -68,7 +68,7 @@ def test_a_failing_figure_becomes_a_failed_section_and_the_report_is_still_writt
     assert record["sections"]["trajectories"]["status"] == "failed"
     assert 'data-status="failed"' in path.read_text()
 
-
+@pytest.mark.slow  # a sweep run twice: about 1.6 s of CPU
 def test_interrupted_phase_grid_resumes_from_its_saved_cells(tmp_path, monkeypatch):
     from tokensde.study.phase import phase_data
     from tokensde.sweep import two_token as phase_grid

@@ -129,7 +129,7 @@ def test_two_workers_give_the_same_table(reference, tmp_path):
     pd.testing.assert_frame_equal(comparable(load_table(tmp_path / "w2")), comparable(ref))
     assert (ref["status"] == "ok").all() and ref["p_single"].notna().all()
 
-
+@pytest.mark.slow  # a sweep run twice: about 1.5 s of CPU
 def test_order_changes_which_cells_run_first_not_the_table(reference, tmp_path):
     """`order` reverses the cells to run: they finish in that order, the table is the same (in
     grid order); an order that drops a cell is refused before any cell runs."""

@@ -139,7 +139,8 @@ def test_uniform_tokens_stay_uniform_without_drift():
         overlap.size)
 
 
-@pytest.mark.parametrize("scheme", ["network", "sde"])
+# the sde scheme of each check runs in the slow set (about 1.5 s of CPU each)
+@pytest.mark.parametrize("scheme", ["network", pytest.param("sde", marks=pytest.mark.slow)])
 def test_free_diffusion_law(scheme):
     """No drift, no common noise: each token is a Brownian motion on S^{d-1} with generator
     `tau^2/2` Laplace-Beltrami, so `E <x(0), x(t)> = exp(-(d-1) tau^2 t / 2)`; two tokens from
@@ -182,7 +183,7 @@ def test_critical_token_noise_is_the_theorys_threshold():
     assert critical_token_noise(1e-6, 3, "usa") == pytest.approx(math.sqrt(2 / 3), rel=1e-6)
 
 
-@pytest.mark.parametrize("scheme", ["network", "sde"])
+@pytest.mark.parametrize("scheme", ["network", pytest.param("sde", marks=pytest.mark.slow)])
 def test_order_appears_below_the_threshold_only(scheme):
     """d = 2, USA, beta = 1, M = I, sigma = 0, n = 256: the stationary order parameter (time
     average over depth [20, 40], 4 runs) at 0.8 tau_c and 1.25 tau_c. Ordered side: `E r^2 >
@@ -229,7 +230,7 @@ def test_mean_field_order_vanishes_exactly_at_the_linear_threshold(d, attention)
     assert min(slopes) > 0 and slopes[0] == pytest.approx(slopes[1], rel=0.1)
 
 
-@pytest.mark.parametrize("scheme", ["network", "sde"])
+@pytest.mark.parametrize("scheme", ["network", pytest.param("sde", marks=pytest.mark.slow)])
 def test_simulated_order_matches_the_limit(scheme):
     """d = 2, USA, beta = 1, tau = 0.6 tau_c, n = 512, dt = 0.025, 4 runs averaged over depth
     [20, 40]: `r` within 0.006 of the limit's `r_MV = 0.9461`. Measured: network 0.9487, sde

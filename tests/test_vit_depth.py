@@ -164,7 +164,7 @@ def _null_sweep(out: Path) -> Path:
     run_sweep(SweepConfig.from_dict({"kind": "null", "seed": 1, "grid": {"x": [1.0]}}), out)
     return out
 
-
+@pytest.mark.slow  # a ViT sweep: about 2 s of CPU
 def test_the_same_sweep_runs_on_cifar10(tmp_path: Path) -> None:
     """`--dataset cifar10 --data-dir DIR` on a generated CIFAR-format pickle set."""
     _write_cifar(tmp_path / "cifar", per_batch=8)
