@@ -31,7 +31,7 @@ from tokensde.vit import (
     compact,
     load_dataset,
     lr_at,
-    summarize,
+    summarise,
     train_run,
 )
 from tokensde.vit.data import FASHION_DIR, read_idx
@@ -207,7 +207,7 @@ def test_summary_pairs_arms_with_default() -> None:
 
     results = {"default": {0: run([0.5, 0.8]), 1: run([0.6, 0.7])},
                "identity": {0: run([0.4, 0.6]), 1: run([0.6, 0.6])}}
-    s = summarize(results, [0, 1])
+    s = summarise(results, [0, 1])
     assert s["arms"]["default"]["runs"] == [0.8, 0.7]
     assert s["arms"]["default"]["sd"] == pytest.approx(math.sqrt(0.005))
     p = s["paired"]["identity"]

@@ -186,14 +186,14 @@ def mc_cmd(
         dt = tt.default_dt(check_int("d", d, 2, MAX_SIZE)) if dt is None else dt
         grid = depth_grid(time, dt)
         stopping, outcome_tol = mc.pair_stopping(until, tol)
-        how = Execution(sampler=sampler)
+        execution = Execution(sampler=sampler)
         check_run(mc.pair_budget(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
-                                 tt.check_rho0(rho0), grid, runs, engine, stopping, how),
+                                 tt.check_rho0(rho0), grid, runs, engine, stopping, execution),
                   yes=yes)
         result = _run(mc.monte_carlo, grid.steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
                       sigma=sigma, stopping=stopping, outcome_tol=outcome_tol, engine=engine,
-                      execution=how, mlp=mlp, mlp_sigma=mlp_sigma)
+                      execution=execution, mlp=mlp, mlp_sigma=mlp_sigma)
         model = pair_model(beta, d, sigma=sigma, mlp=mlp, mlp_sigma=mlp_sigma)
         result["theory_at_tol"] = hitting_probability(model, tt.check_rho0(rho0), tol)
         _step_error(result, pair_step(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),

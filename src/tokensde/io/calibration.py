@@ -87,12 +87,12 @@ def calibration_samples(repeats: int = 2) -> list[tuple[float, float, float]]:
     for n, d, layers, runs, sampler in CASES:
         p, parts = ModelParams(n=n, d=d), []
         for grid in (TimeGrid.make(layers), TimeGrid.make(3 * layers)):
-            how = Execution(sampler=sampler)
-            b = simulation_budget(p, grid, runs, recording=two, execution=how)
+            execution = Execution(sampler=sampler)
+            b = simulation_budget(p, grid, runs, recording=two, execution=execution)
             best = math.inf
             for _ in range(repeats):
                 t0 = time.process_time()  # this process's CPU time: not another's load
-                simulate(p, grid, runs=runs, recording=two, execution=how)
+                simulate(p, grid, runs=runs, recording=two, execution=execution)
                 best = min(best, time.process_time() - t0)
             parts.append((b.steps, b.work, best))
         (s1, w1, t1), (s3, w3, t3) = parts

@@ -12,7 +12,7 @@
 - `estimate`: the time of training runs, from a few timed steps of the model (`vit_budget`).
 """
 
-from .compare import DataSpec, compact, compare, compare_plan, format_table, summarize, t_interval
+from .compare import DataSpec, compact, compare, compare_plan, format_table, summarise, t_interval
 from .data import DATASETS, DatasetError, ImageData, MissingDatasetError, load_dataset
 from .estimate import StepTime, time_steps, vit_budget
 from .geometry import geometry, pair_cosines
@@ -49,7 +49,7 @@ __all__ = [
     "make_optimizer",
     "pair_cosines",
     "parse_arms",
-    "summarize",
+    "summarise",
     "t_interval",
     "time_steps",
     "train_run",

@@ -106,7 +106,7 @@ def _sd(x: np.ndarray) -> float:
     return float(np.std(x, ddof=1)) if len(x) > 1 else math.nan
 
 
-def summarize(results: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
+def summarise(results: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -> dict[str, Any]:
     """Table of final test accuracy per arm and paired differences to `default`, also per epoch.
 
     Args:
@@ -159,7 +159,7 @@ def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: 
                   model=model_cfg.to_dict(), train={**train_cfg.to_dict(), "seed": None},
                   epochs=train_cfg.epochs, arm_names=[a.name for a in arms], threads=threads,
                   jobs=jobs)
-    return {**meta, **summarize(results, seeds)}
+    return {**meta, **summarise(results, seeds)}
 
 
 def model_config(data: ImageData, patch: int | None = None, **fields: Any) -> ViTConfig:
