@@ -82,8 +82,6 @@ STREAMS: dict[str, str] = {
         "flow (and noise_path)",
     "analysis/level_samples.py::coupled_samples.advance":
         "the initial tokens' own streams (a derived seed) beside the driver's",
-    "analysis/step_coupled.py::_coupled_outcomes":
-        "debt: the coupled step-error runs batch their runs themselves (coupled_steps)",
 }
 
 
