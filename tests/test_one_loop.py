@@ -60,9 +60,6 @@ NOT_LAYER_LOOPS: dict[str, str] = {
 
 # step loops outside `march`, each with its reason (`step_loops`)
 STEP_LOOPS: dict[str, str] = {
-    "theory/first_passage.py::z_paths":
-        "debt: Euler paths of the scalar z = artanh rho (numpy, one variable per run, not "
-        "tokens), with its own rounding of the checkpoints to steps",
     "theory/first_passage.py::angle_first_exit":
         "debt: Euler paths of theta to absorption, each with its own adaptive step and "
         "Brownian-bridge crossings (no common layer grid)",
@@ -392,3 +389,11 @@ def test_the_scans_find_planted_step_loops_and_streams():
     # the driver itself makes the streams, and march is the one step loop of sim/loop.py
     assert stream_makers((ROOT / "sim" / "driver.py").read_text()) == {"run_blocks"}
     assert step_loops((ROOT / "sim" / "loop.py").read_text()) == {"march"}
+
+
+def test_the_reduced_paths_go_through_march():
+    # the Euler paths of z = artanh rho (sim/reduced.py) are stepped by march, a state of one z
+    # per run, and theory/ keeps no path loop of z
+    source = (ROOT / "sim" / "reduced.py").read_text()
+    assert step_loops(source) == set() and "march(" in source
+    assert "z_paths" not in step_loops((ROOT / "theory" / "first_passage.py").read_text())
