@@ -10,10 +10,15 @@ systems or batches once. A new loop fails `test_no_new_layer_loop`; a listed one
 fails `test_every_listed_loop_still_exists`, so that the lists shrink as the debt is paid (the
 last, the mean-field flow's `_advance`, now runs through `march`: `DEBT` is empty).
 
-Wider than layers: a *step loop* is a `for` loop over a `range` whose bounds name a number of
-steps (`steps`, `grid.steps`, `ref_steps`, ...) or any loop whose own body draws Gaussian
-increments (`randn`, `standard_normal`, `normal`): a time-stepping loop of any state, tokens or
-not. Those outside `march` are listed in `STEP_LOOPS` with their reason. And one batch driver:
+Wider than layers: a *step loop* is any loop over steps, of any state, tokens or not: a `for`
+loop or a comprehension over a `range` whose bounds name a number of steps (`steps`,
+`grid.steps`, `ref_steps`, ...); a `for`, comprehension or `while` over any count (a `range`, a
+condition) whose own body calls a step function (a layer function, or a name ending in 'step':
+`step`, `sde_step`, `opt.step`); a `while` loop that advances a clock its condition reads (`t +=
+dt`, `clock = clock + h`, `k += 1` in `while k < steps`: a time variable, a step size, or a
+number of steps); and any loop or comprehension whose own body draws Gaussian increments
+(`randn`, `standard_normal`, `normal`). Those outside `march` are listed in `STEP_LOOPS` with
+their reason. And one batch driver:
 run streams (`RunStreams(...)`) are made only by `sim.rng` and the driver `sim.driver.run_blocks`,
 or at the places listed in `STREAMS`.
 """
@@ -60,15 +65,21 @@ NOT_LAYER_LOOPS: dict[str, str] = {
 
 # step loops outside `march`, each with its reason (`step_loops`)
 STEP_LOOPS: dict[str, str] = {
-    "theory/first_passage.py::z_paths":
-        "debt: Euler paths of the scalar z = artanh rho (numpy, one variable per run, not "
-        "tokens), with its own rounding of the checkpoints to steps",
     "theory/first_passage.py::angle_first_exit":
-        "debt: Euler paths of theta to absorption, each with its own adaptive step and "
-        "Brownian-bridge crossings (no common layer grid)",
+        "not a march on a layer grid: each path of theta takes its own step h = min(dt, kappa "
+        "g^2 / c) and keeps its own clock, so iteration k is a different time on each path, the "
+        "number of iterations is not known before (march applies a layer a fixed `steps` "
+        "times), and a path leaves when a Brownian-bridge crossing drawn inside the step (from "
+        "the step's start and end) hits a barrier or its clock passes t_max, not on a test of "
+        "the state every `every` layers; an event-driven first-exit sampler of numpy paths",
     "theory/decision_time.py::survival_law":
         "implicit steps of a PDE (the survival function), not random paths",
+    "meanfield/flow.py::noise_path":
+        "draws the value matrices V_1..V_steps of one run (its noise path, as the flow draws "
+        "them), no state stepped",
     "vit/estimate.py::time_steps": "training steps of a ViT being timed",
+    "vit/train.py::train_epoch": "optimizer steps of one training epoch of a ViT",
+    "vit/stack.py::train_stack": "optimizer steps of the epochs of stacked ViTs trained together",
     "vit/estimate.py::time_stack_steps": "training steps of stacked ViTs being timed",
     "real/models.py::_gpt2": "draws the initial weights of each block",
     "vit/init.py::apply_value_init": "draws the value weights of each block",
@@ -82,13 +93,12 @@ STREAMS: dict[str, str] = {
         "flow (and noise_path)",
     "analysis/level_samples.py::coupled_samples.advance":
         "the initial tokens' own streams (a derived seed) beside the driver's",
-    "analysis/step_coupled.py::_coupled_outcomes":
-        "debt: the coupled step-error runs batch their runs themselves (coupled_steps)",
 }
 
 
-def _own_calls(node: ast.AST) -> list[ast.Call]:
-    """The calls in `node`'s body, not inside a function, lambda or class defined there."""
+def _own_nodes(node: ast.AST) -> list[ast.AST]:
+    """The nodes of `node`'s body (of a loop: its body and `else`), not inside a function,
+    lambda or class defined there."""
     if isinstance(node, ast.For | ast.AsyncFor | ast.While):
         stack: list[ast.AST] = [*node.body, *node.orelse]
     else:
@@ -98,10 +108,14 @@ def _own_calls(node: ast.AST) -> list[ast.Call]:
         n = stack.pop()
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
             continue
-        if isinstance(n, ast.Call):
-            found.append(n)
+        found.append(n)
         stack.extend(ast.iter_child_nodes(n))
     return found
+
+
+def _own_calls(node: ast.AST) -> list[ast.Call]:
+    """The calls in `node`'s body, not inside a function, lambda or class defined there."""
+    return [n for n in _own_nodes(node) if isinstance(n, ast.Call)]
 
 
 def _package_names(tree: ast.Module) -> set[str]:
@@ -287,18 +301,85 @@ def _names_steps(node: ast.AST) -> bool:
     return False
 
 
-def _is_step_loop(loop: ast.AST) -> bool:
-    """A `for` over `range(...)` of a number of steps, or a loop drawing Gaussians itself."""
-    if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and isinstance(
-            loop.iter.func, ast.Name) and loop.iter.func.id == "range" and any(
-            _names_steps(a) for a in loop.iter.args):
-        return True
-    for c in _own_calls(loop):
-        f = c.func
-        if (f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute)
-                else None) in DRAWS:
+def _called(c: ast.Call) -> str | None:
+    """The name a call calls: `f` of `f(...)` and of `a.b.f(...)`."""
+    f = c.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+def _steps_range(it: ast.AST) -> bool:
+    """`it` is `range(...)` of a number of steps."""
+    return isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" \
+        and any(_names_steps(a) for a in it.args)
+
+
+def _is_step_function(name: str | None) -> bool:
+    """A function that advances a state one step: a layer function or a name ending in
+    'step' (`step`, `sde_step`, `self._step`, ...)."""
+    return name is not None and (name in LAYER_FUNCTIONS or name.lower().endswith("step"))
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """'t' of a name `t`, 'self.t' of an attribute `self.t` (else None)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and (head := _dotted(node.value)) is not None:
+        return f"{head}.{node.attr}"
+    return None
+
+
+def _is_clock(name: str | None) -> bool:
+    """A time variable by its name: `t`, `tau`, or one naming a time or a clock."""
+    last = (name or "").rsplit(".", 1)[-1].lower()
+    return last in ("t", "tau") or "time" in last or "clock" in last
+
+
+def _is_step_size(node: ast.AST) -> bool:
+    """`node` names a step size: `dt`, `h`, `grid.dt`, `step_size`, ..."""
+    return any((last := d.rsplit(".", 1)[-1].lower()) == "h" or "dt" in last or "step" in last
+               for n in ast.walk(node) if (d := _dotted(n)) is not None)
+
+
+def _advances(loop: ast.While) -> bool:
+    """The `while` loop advances a clock its condition reads: it adds to (or takes from) a
+    variable of the condition (`t += dt`, `t = t + h`, `k += 1`) that is a time (`_is_clock`),
+    by a step size (`_is_step_size`), or against a number of steps (`while k < steps`)."""
+    read = {d for n in ast.walk(loop.test) if (d := _dotted(n)) is not None}
+    against_steps = _names_steps(loop.test)
+    for n in _own_nodes(loop):
+        if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add | ast.Sub):
+            var, amount = _dotted(n.target), n.value
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(
+                n.value, ast.BinOp) and isinstance(n.value.op, ast.Add | ast.Sub) and (
+                _dotted(n.value.left) == _dotted(n.targets[0])):
+            var, amount = _dotted(n.targets[0]), n.value.right
+        else:
+            continue
+        if var in read and (against_steps or _is_clock(var) or _is_step_size(amount)):
             return True
     return False
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+def _is_step_loop(loop: ast.AST) -> bool:
+    """A loop over steps (module docstring): a `for` or comprehension over `range(...)` of a
+    number of steps, or over any `range(...)` calling a step function; a `while` advancing a
+    clock (`_advances`) or calling a step function; any loop or comprehension drawing
+    Gaussians itself."""
+    iters = ([loop.iter] if isinstance(loop, ast.For | ast.AsyncFor) else
+             [g.iter for g in loop.generators] if isinstance(loop, _COMPREHENSIONS) else [])
+    if any(_steps_range(it) for it in iters):
+        return True
+    names = {_called(c) for c in _own_calls(loop)}
+    if names & DRAWS:
+        return True
+    counted = isinstance(loop, ast.While) or any(
+        isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+        for it in iters)
+    stepping = any(_is_step_function(n) for n in names)
+    return (counted and stepping) or (isinstance(loop, ast.While) and _advances(loop))
 
 
 def _where(tree: ast.Module, found: type[ast.AST] | tuple[type[ast.AST], ...],
@@ -322,7 +403,8 @@ def _where(tree: ast.Module, found: type[ast.AST] | tuple[type[ast.AST], ...],
 
 def step_loops(source: str) -> set[str]:
     """Where a module's source has a step loop (see the module's docstring)."""
-    return _where(_tree(source), (ast.For, ast.AsyncFor, ast.While), _is_step_loop)
+    return _where(_tree(source), (ast.For, ast.AsyncFor, ast.While, *_COMPREHENSIONS),
+                  _is_step_loop)
 
 
 def stream_makers(source: str) -> set[str]:
@@ -375,12 +457,60 @@ def absorb(theta, rng):
     return theta
 
 
-def harmless(items, n_layers):
+def clock(x, T, dt, f):
+    t = 0.0
+    while t < T:  # a time variable advanced by the step
+        x = x + f(x) * dt
+        t += dt
+    return x
+
+
+def counted(x, steps, f):
+    k = 0
+    while k < steps:  # a counter against a number of steps
+        x = f(x)
+        k = k + 1
+    return x
+
+
+def by_depth(x, depth, model):
+    for _ in range(depth):  # any count, calling a step function
+        x = model.sde_step(x)
+    return x
+
+
+def listed(x, steps, f):
+    return [f(x) for _ in range(steps)]  # a comprehension over the steps
+
+
+def drawn(rng, n):
+    return {k: rng.standard_normal(3) for k in range(n)}  # a comprehension drawing
+
+
+def advanced(theta, h, cap):
+    elapsed = 0.0
+    while theta.size and elapsed < cap:
+        theta = theta[theta > 0.1]
+        elapsed = elapsed + h
+    return theta
+
+
+def harmless(items, n_layers, systems, schemes, top):
     for k in range(n_layers):
         items.append(k)
     for x in items:
         f = lambda: np.random.randn()  # defined, not called, in the loop  # noqa: E731
-    return f
+    for s in systems:  # each system stepped once: not a loop over steps
+        s.x = s.step(s.x)
+    chosen = {s: choose_step(s) for s in schemes}  # over a collection
+    m, order = 1, 0
+    while m < top:  # doubling, not a clock
+        m += m
+    while order < top:  # a search over orders, not a clock
+        order += 1
+    while m > 0:
+        m = m - 1  # a countdown not against steps, nothing stepped
+    return f, chosen, order
 
 
 def streams(seed, runs):
@@ -389,8 +519,17 @@ def streams(seed, runs):
 
 
 def test_the_scans_find_planted_step_loops_and_streams():
-    assert step_loops(PLANTED_STEPS) == {"euler", "absorb"}
+    assert step_loops(PLANTED_STEPS) == {"euler", "absorb", "clock", "counted", "by_depth",
+                                         "listed", "drawn", "advanced"}
     assert stream_makers(PLANTED_STEPS) == {"streams"}
     # the driver itself makes the streams, and march is the one step loop of sim/loop.py
     assert stream_makers((ROOT / "sim" / "driver.py").read_text()) == {"run_blocks"}
     assert step_loops((ROOT / "sim" / "loop.py").read_text()) == {"march"}
+
+
+def test_the_reduced_paths_go_through_march():
+    # the Euler paths of z = artanh rho (sim/reduced.py) are stepped by march, a state of one z
+    # per run, and theory/ keeps no path loop of z
+    source = (ROOT / "sim" / "reduced.py").read_text()
+    assert step_loops(source) == set() and "march(" in source
+    assert "z_paths" not in step_loops((ROOT / "theory" / "first_passage.py").read_text())

@@ -16,6 +16,7 @@ from tokensde import ModelParams, ParameterError, StoppingRule
 from tokensde.analysis import pair_monte_carlo as mc
 from tokensde.analysis.stats import wilson
 from tokensde.sim.layers import attention_weights, network_step
+from tokensde.sim.reduced import reduced_diffusion
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import full_noise
 from tokensde.sweep import two_token as phase_grid
@@ -208,7 +209,7 @@ def test_lyapunov_exponents_are_the_endpoint_limits_of_the_drift():
                             outcome_tol=1.0), "tol"),
     (lambda: mc.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, outcome_tol=1e-6), "outcome_tol"),
     (lambda: mc.monte_carlo(1.0, 3, 0.0, runs=4, T=1, dt=0.1, engine="sde"), "engine"),
-    (lambda: tt.reduced_diffusion(1.0, 3, 0.0, T=1.0, dt=2.0, runs=3), "dt"),
+    (lambda: reduced_diffusion(1.0, 3, 0.0, T=1.0, dt=2.0, runs=3), "dt"),
 ])
 def test_bad_input_names_the_parameter(call, name):
     with pytest.raises(ParameterError, match=name):
@@ -221,7 +222,7 @@ def test_bad_input_names_the_parameter(call, name):
 
 
 def _one_step_moments(dt, runs, **kwargs):
-    paths = tt.reduced_diffusion(T=dt, dt=dt, runs=runs, seed=11, **kwargs)
+    paths = reduced_diffusion(T=dt, dt=dt, runs=runs, seed=11, **kwargs)
     step = paths.rho[:, -1] - paths.rho[:, 0]
     mean, second = step.mean() / dt, (step * step).mean() / dt
     return mean, second, step.std() / math.sqrt(runs) / dt
@@ -281,7 +282,7 @@ def test_hybrid_threshold_and_exponents():
 @pytest.mark.slow
 def test_reduced_diffusion_is_seeded_and_ends_match_theory():
     kw = {"beta": 2.0, "d": 4, "rho0": -0.5, "T": 40.0, "dt": 0.02, "runs": 20_000}
-    a, b = tt.reduced_diffusion(seed=1, **kw), tt.reduced_diffusion(seed=1, **kw)
+    a, b = reduced_diffusion(seed=1, **kw), reduced_diffusion(seed=1, **kw)
     assert np.array_equal(a.z, b.z)
     anti, merged = tt.classify_pair(*(g[:, -1] for g in a.log_gaps()), 1e-8)
     assert (anti | merged).mean() > 0.995

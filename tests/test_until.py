@@ -14,6 +14,7 @@ from tokensde import Execution, ModelParams, Recording, StoppingRule, TimeGrid, 
 from tokensde.analysis import pair_monte_carlo as mc
 from tokensde.analysis.stats import censored_quantiles, chance_excess, chance_explains
 from tokensde.model.params import ParameterError
+from tokensde.sim.reduced import reduced_diffusion
 from tokensde.sim.rng import RunStreams
 from tokensde.theory import decision_time as ab
 from tokensde.theory import two_tokens as tt
@@ -125,7 +126,7 @@ def test_survival_matches_the_reduced_diffusion():
     beta, d, tol = 1.0, 4, 1e-8
     times = np.array([2.0, 4.0, 8.0, 16.0])
     theory = ab.survival(times, beta, d, "uniform", tol)
-    paths = tt.reduced_diffusion(beta, d, "uniform", T=16.0, dt=2e-3, runs=4000, seed=5,
+    paths = reduced_diffusion(beta, d, "uniform", T=16.0, dt=2e-3, runs=4000, seed=5,
                                  checkpoints=161)
     lp, lm = paths.log_gaps()
     hit = np.minimum(lp, lm) < math.log(tol)

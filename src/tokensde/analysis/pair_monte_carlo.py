@@ -20,6 +20,7 @@ from .._version import __version__
 from ..model.params import Law, ModelParams, ParameterError, TimeGrid, check_int, check_real
 from ..sim.budget import Budget
 from ..sim.options import DECIDE_TOL, Execution, InitialState, StoppingRule
+from ..sim.reduced import reduced_diffusion
 from ..sim.simulate import simulate, simulation_budget
 from ..theory.coefficients import pair_model
 from ..theory.first_passage import hitting_probability
@@ -31,7 +32,6 @@ from ..theory.two_tokens import (
     hybrid_eps2_c,
     hybrid_lyapunov,
     hybrid_p_anti,
-    reduced_diffusion,
 )
 from .stats import Estimate, censored_quantiles, estimate_with_undecided, wilson
 

@@ -46,6 +46,7 @@ import torch
 
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_int
 from ..sim.coupled import levels_of, why_not_coupled
+from ..sim.driver import Block, run_blocks
 from ..sim.loop import Progress
 from ..sim.options import (
     DECIDE_TOL,
@@ -285,7 +286,7 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
     from ..sim.batch import initial_tokens
     from ..sim.coupled import check_step_coupling, coupled_steps
     from ..sim.options import decide_every
-    from ..sim.rng import RUN_BLOCK, RunStreams
+    from ..sim.rng import RUN_BLOCK
 
     check_step_coupling(p)
     runs = check_int("runs", runs, 1)
@@ -299,15 +300,14 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
     batch = max(RUN_BLOCK, batch // RUN_BLOCK * RUN_BLOCK)
     wt = None if weights is None else torch.as_tensor(np.asarray(weights), dtype=dtype,
                                                       device=device)
-    codes = []
-    for start in range(0, runs, batch):
-        stop = min(start + batch, runs)
-        rs = RunStreams(seed, runs, start, stop, torch.device(device))
-        x0 = initial_tokens(init, p, rs, start, dtype, rho0)
-        w = wt if wt is None or wt.ndim == 1 else wt[start:stop]
-        codes.append(_codes(coupled_steps(x0, p, steps, dt, rs, scheme, decide, w, levels), p,
-                            tol))
-    return np.concatenate(codes)
+
+    def advance(block: Block) -> np.ndarray:
+        rs = block.streams
+        x0 = initial_tokens(init, p, rs, block.start, dtype, rho0)
+        w = wt if wt is None or wt.ndim == 1 else wt[block.start:block.stop]
+        return _codes(coupled_steps(x0, p, steps, dt, rs, scheme, decide, w, levels), p, tol)
+
+    return np.concatenate(run_blocks(runs, batch, advance, seed=seed, device=device))
 
 
 def _codes(both: torch.Tensor, p: ModelParams, tol: float) -> np.ndarray:

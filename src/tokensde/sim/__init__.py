@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .loop import OnLayers
     from .observe import Observer
     from .options import Execution, InitialState, Recording, StepControl, StoppingRule
+    from .reduced import reduced_diffusion
     from .result import SimResult
     from .rng import RunStreams, derive_seed
     from .samplers import choose_sampler
@@ -41,6 +42,7 @@ __all__ = [
     "coupled_paths",
     "coupled_states",
     "derive_seed",
+    "reduced_diffusion",
     "simulate",
 ]
 

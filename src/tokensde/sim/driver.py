@@ -7,8 +7,9 @@ batch's random streams (`rng.RunStreams`, or the caller's), the batch's `loop.Re
 (`observe.Observations.batch`), the rule that takes decided runs out (`loop.Stop`, made by
 `Block.stopping` with the streams it must thin) and, after the march, the layer at which each
 run was decided and the progress of the layers that decided runs did not need. `simulate`,
-`meanfield.flow.run_coupled` and `analysis.level_samples.coupled_samples` drive their batches
-through it; the caller's `advance(block)` makes the batch's start and sampler and marches it.
+`meanfield.flow.run_coupled`, `analysis.level_samples.coupled_samples` and the coupled
+step-error runs (`analysis.step_coupled`) drive their batches through it; the caller's
+`advance(block)` makes the batch's start and sampler and marches it.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ decided.
 
 `batch.run_batch` (tokens in R^d) and `gram.run_batch_gram` (tokens in a Gram-space frame) differ
 only in the layer they pass to `march`; the coupled levels (`sim.coupled`) pass one fine step of
-every scheme, and the mean-field flow (`meanfield.flow.run_coupled`) one layer of several weighted
-token systems, with its own stopping `Rule` (node merging, a decision per system).
+every scheme, the mean-field flow (`meanfield.flow.run_coupled`) one layer of several weighted
+token systems, with its own stopping `Rule` (node merging, a decision per system), and the
+reduced two-token paths (`sim.reduced`) one Euler step of a numpy state, one `z` per run.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
         p_anti,
         p_anti_reference,
         p_anti_uniform,
-        reduced_diffusion,
         rho_drift_diffusion,
         uniform_pair_density,
     )
@@ -51,7 +50,6 @@ __all__ = [
     "p_anti_at_tol",
     "p_anti_reference",
     "p_anti_uniform",
-    "reduced_diffusion",
     "rho_drift_diffusion",
     "survival",
     "token_noise",

@@ -6,7 +6,8 @@ Every function here takes a coefficient object of `tokensde.theory.coefficients`
 - `hitting_probability(model, rho0, tol)`: `P(rho reaches -1 + tol before 1 - tol)`, from `rho0`
   or a uniformly random pair; `tol = 0` is the limit `tol -> 0` (the spec's `P_anti`);
   `log_hitting_probability` keeps its relative accuracy where it underflows;
-- `z_paths`: Euler-Maruyama paths of `z = artanh rho` (the 1-D Monte Carlo);
+- `RhoPaths`, `initial_rho`: the paths of `z = artanh rho` and their start (the 1-D Monte Carlo,
+  `tokensde.sim.reduced.z_paths`, steps them through the run core);
 - `angle_first_exit`: Euler paths of the angle `arccos rho` until one barrier, with
   Brownian-bridge crossings (for variants whose `z` noise is unbounded, as with the MLP block).
 
@@ -37,8 +38,7 @@ import numpy as np
 from numpy.polynomial import chebyshev as cheb
 from scipy import special
 
-from ..model.checks import ParameterError, check_int, check_real
-from ..model.params import TimeGrid
+from ..model.checks import ParameterError, check_real
 from .coefficients import MLPPair, RhoDiffusion, complement_kernel
 
 PAIR_TOL = 1e-8  # default tolerance at which a pair counts as decided (1 - |rho| < tol)
@@ -369,29 +369,6 @@ def initial_rho(rho0: float | str, d: float, runs: int, rng: np.random.Generator
     return np.full(runs, rho0)
 
 
-def z_paths(model: RhoDiffusion, rho0: Any, *, T: float, dt: float, runs: int, seed: int = 0,
-            checkpoints: int | None = None) -> RhoPaths:
-    """Euler-Maruyama paths of `dz = A dt + B dB`, `z = artanh rho` (coefficients bounded for
-    every variant but the MLP block; `rho` never leaves (-1, 1)). `checkpoints`: number of evenly
-    spaced recording times (ends included; default: start and end)."""
-    grid = TimeGrid.make(T=T, dt=dt)
-    runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
-    start = check_start(rho0)
-    count = 2 if checkpoints is None else check_int("checkpoints", checkpoints, 2, grid.steps + 1)
-    keep = np.unique(np.round(np.linspace(0, grid.steps, count)).astype(int))
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 3]))
-    with np.errstate(divide="ignore"):
-        z = np.arctanh(initial_rho(start, model.d, runs, rng))
-    out = [z] if keep[0] == 0 else []
-    root = math.sqrt(grid.dt)
-    for k in range(1, grid.steps + 1):
-        drift, noise = model.z_coefficients(z)
-        z = z + drift * grid.dt + noise * root * rng.standard_normal(runs)
-        if k in keep:
-            out.append(z)
-    return RhoPaths(np.stack(out, axis=1), keep * grid.dt)
-
-
 @dataclass(frozen=True)
 class FirstExit:
     """Monte Carlo outcome: fractions of paths first at `-1 + tol`, at `1 - tol`, and neither."""
@@ -471,4 +448,4 @@ def angle_first_exit(model: RhoDiffusion, rho0: float, tol: float, *, runs: int 
 
 __all__ = ["D_MAX", "E_LIMIT", "PAIR_TOL", "TOL_MIN", "FirstExit", "RhoPaths", "angle_first_exit",
            "check_hitting_tol", "check_start", "hitting_probability", "initial_rho",
-           "log_hitting_probability", "spec_reference", "z_paths"]
+           "log_hitting_probability", "spec_reference"]

@@ -6,7 +6,8 @@ positive probability iff `cosh 2beta > d - 2`. This module gives
 
 - theory: `beta_c`, the Lyapunov exponents at `rho = +-1`, `p_anti` (scale-function quadrature,
   vectorised), `p_anti_uniform` (uniformly random initial pair), the hybrid threshold of §6;
-- `reduced_diffusion`: the 1-D `rho` diffusion simulated on its own, in `z = artanh(rho)`;
+- `reduced_model`: the 1-D `rho` diffusion (simulated on its own, in `z = artanh(rho)`, by
+  `tokensde.sim.reduced.reduced_diffusion`);
 - `classify_pair` (outcome masks at a tolerance) and `default_dt` (the Monte Carlo layer step).
 
 It needs numpy and scipy only. The Monte Carlo of the full d-dimensional network (`monte_carlo`,
@@ -26,9 +27,9 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from ..model.params import ParameterError, TimeGrid, check_int, check_real
+from ..model.params import ParameterError, check_int, check_real
 from . import first_passage as fp
-from .coefficients import HybridPair, SpecPair, beta_critical, sech, supercritical
+from .coefficients import HybridPair, RhoDiffusion, SpecPair, beta_critical, sech, supercritical
 from .first_passage import RhoPaths, check_start
 
 ArrayLike = float | np.ndarray
@@ -36,7 +37,7 @@ _LOG2 = math.log(2.0)
 __all__ = ["RhoPaths", "antipodal_attracts", "beta_c", "check_rho0", "classify_pair", "default_dt",
            "hybrid_drift_diffusion", "hybrid_eps2_c", "hybrid_lyapunov", "hybrid_p_anti",
            "lyapunov_antipodal", "lyapunov_merged", "p_anti", "p_anti_reference",
-           "p_anti_uniform", "reduced_diffusion", "rho_drift_diffusion", "uniform_pair_density",
+           "p_anti_uniform", "reduced_model", "rho_drift_diffusion", "uniform_pair_density",
            "z_coefficients"]
 
 
@@ -353,36 +354,14 @@ def z_coefficients(z: np.ndarray, beta: float, d: float, sigma: float, eps: floa
 check_rho0 = check_start
 
 
-def reduced_diffusion(beta: float, d: float, rho0: float | str, *, T: float, dt: float,
-                      runs: int, seed: int = 0, sigma: float = 1.0, eps: float | None = None,
-                      checkpoints: int | None = None) -> RhoPaths:
-    """Euler-Maruyama paths of the 1-D `rho` diffusion (§5; §6 hybrid when `eps` is given).
-
-    Stepped in `z = artanh(rho)`, where the coefficients are bounded and `rho` can never leave
-    (-1, 1); `rho0` may be 'uniform' (a uniform random pair in R^d). `checkpoints`: number of
-    evenly spaced recording times (ends included; default: start and end).
-
-    Args:
-        beta: Attention strength.
-        d: Dimension.
-        rho0: Initial inner product, or 'uniform'.
-        T: Depth time of the horizon.
-        dt: Time step.
-        runs: Number of independent paths.
-        seed: Root seed.
-        sigma: Scale of the value noise.
-        eps: Scale of the scalar noise of the hybrid model, or None for §5.
-        checkpoints: Number of recording times, or None (start and end).
-
-    Returns:
-        `RhoPaths`: `z = artanh(rho)` `(runs, K)` at `times` `(K,)`.
-    """
+def reduced_model(beta: float, d: float, sigma: float = 1.0, eps: float | None = None
+                  ) -> RhoDiffusion:
+    """The `rho` diffusion of two tokens, its arguments checked: `SpecPair` (§5), or
+    `HybridPair` (§6) when `eps` is given (its paths: `tokensde.sim.reduced`)."""
     _check_beta_d(beta, d)
     sigma = check_real("sigma", sigma, 0.0, strict=True)
     eps = None if eps is None else check_real("eps", eps)
-    TimeGrid.make(T=T, dt=dt)
-    model = SpecPair(beta, d, sigma) if eps is None else HybridPair(beta, eps, d)
-    return fp.z_paths(model, rho0, T=T, dt=dt, runs=runs, seed=seed, checkpoints=checkpoints)
+    return SpecPair(beta, d, sigma) if eps is None else HybridPair(beta, eps, d)
 
 
 # ---------------------------------------------------------------------------------------------
