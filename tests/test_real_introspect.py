@@ -83,6 +83,7 @@ def test_torch_encoder_read_as_the_hand_mapping(norm_first, mlp):
     assert (b.norm, b.activation, b.causal, b.residual_scale) == (
         "pre" if norm_first else "post", "relu", False, (1.0, 1.0))
     assert read.layers == L and read.tokens == N and b.width == 4 * D and b.centred
+    assert not read.centred_input  # the embeddings: token + position, not centred
     _same_params(read, map_torch_encoder(build(spec, 0)))
     # the law itself: Xavier 1/(2d) for the in-projection, torch's Linear 1/(3 fan_in)
     m = 4 * D
@@ -535,6 +536,7 @@ def test_bert_read_as_the_hand_mapping(_offline):
     assert read.pooled("bo").value == read.pooled("b2").value == 0.0
     hand = map_bert(build(spec, 0))
     assert map_read(read).params.d == D - 1
+    assert read.centred_input and set(to_law(read).notes) == set(hand.law.notes)  # embedding LN
     _same_params(read, hand, hand.radius2)
     ids, pad = make_inputs(spec, 2, 0), torch.ones(2, N, dtype=torch.long)
     pad[1, -2:] = 0  # the second input's last two tokens padded: masked off from the others

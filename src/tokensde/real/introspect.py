@@ -152,12 +152,15 @@ class BlockRead:
 @dataclass(frozen=True)
 class NetworkRead:
     """A network as read: `cls` (its class name), `blocks` (one `BlockRead` each), `tokens` (n, of
-    the sample), `seeds` (the draws the variances are averaged over)."""
+    the sample), `seeds` (the draws the variances are averaged over), `centred_input` (the
+    first block's input tokens have zero mean over their coordinates in the probe, as after
+    BERT's embedding LayerNorm)."""
 
     cls: str
     blocks: tuple[BlockRead, ...]
     tokens: int
     seeds: tuple[int, ...]
+    centred_input: bool = False
 
     @property
     def layers(self) -> int:
@@ -609,7 +612,7 @@ def _layout(block: nn.Module, p: _Parts, rec: _Record, where: str) -> dict[str, 
     n = int(x.shape[0] if not getattr(p.attention, "batch_first", True) else x.shape[-2])
     return {"norm": placement, "residual_scale": (a, b), "activation": act,
             "causal": _causal(p.attention, args, kwargs, n, where), "tokens": n,
-            "gate_second": swap}
+            "gate_second": swap, "centred_input": _same(x - x.mean(-1, keepdim=True), x)}
 
 
 def _self_attention(att: nn.Module, args: tuple, kwargs: dict, where: str) -> None:
@@ -697,9 +700,11 @@ def read_network(make: Callable[[int], nn.Module], sample: torch.Tensor | Callab
                 r[i]["1"], r[i]["3"], r[i]["b1"], r[i]["b3"] = (r[i]["3"], r[i]["1"], r[i]["b3"],
                                                                 r[i]["b1"])
         moments = {k: _moment([r[i][k] for r in raw]) for k in _WEIGHTS}
-        fields_ = {k: v for k, v in lay.items() if k not in ("tokens", "gate_second")}
+        fields_ = {k: v for k, v in lay.items() if k not in ("tokens", "gate_second",
+                                                             "centred_input")}
         out.append(BlockRead(index=i, moments=moments, **fields_))
-    return NetworkRead(cls, tuple(out), layouts[0]["tokens"], seeds)
+    return NetworkRead(cls, tuple(out), layouts[0]["tokens"], seeds,
+                       layouts[0]["centred_input"])
 
 
 def _distinct(weights: Sequence[dict[str, torch.Tensor | None]], where: Sequence[str]) -> None:
@@ -817,9 +822,10 @@ def to_law(read: NetworkRead, radius2: float = 1.0, tokens: int | None = None,
         notes.append("rotary position embeddings not modelled")
     if act == "gelu-tanh" and mlp_on:
         notes.append("tanh GELU as exact GELU")
-    if b0.centred:
-        notes.append("LayerNorm centring as RMS" if b0.norm == "pre" else
-                     "the first block's branch reads the uncentred embeddings as centred")
+    if b0.centred and b0.norm == "pre":
+        notes.append("LayerNorm centring as RMS")
+    elif b0.centred and not read.centred_input:  # post: centred from the first add on
+        notes.append("the first block's branch reads the uncentred embeddings as centred")
     odd = sorted(k for k, m in e.items() if m.kurtosis < 2.5 or m.kurtosis > 3.5)
     if odd:
         notes.append("non-Gaussian entries as Gaussian (kurtosis " + ", ".join(
