@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from tokensde.real.experiment import agreement
+from tokensde.real.experiment import agreement, run_real
 from tokensde.real.introspect import (
     IntrospectionError,
     block_states,
@@ -27,7 +27,15 @@ from tokensde.real.introspect import (
     run_own,
     to_law,
 )
-from tokensde.real.mapping import BlockLaw, map_gpt2, map_llama, map_torch_encoder, to_model
+from tokensde.real.mapping import (
+    BlockLaw,
+    map_bert,
+    map_gpt2,
+    map_llama,
+    map_torch_encoder,
+    map_vit,
+    to_model,
+)
 from tokensde.real.measure import summarise
 from tokensde.real.models import RealSpec, build, has_transformers, hidden_states, make_inputs
 from tokensde.real.predict import predict
@@ -75,6 +83,7 @@ def test_torch_encoder_read_as_the_hand_mapping(norm_first, mlp):
     assert (b.norm, b.activation, b.causal, b.residual_scale) == (
         "pre" if norm_first else "post", "relu", False, (1.0, 1.0))
     assert read.layers == L and read.tokens == N and b.width == 4 * D and b.centred
+    assert not read.centred_input  # the embeddings: token + position, not centred
     _same_params(read, map_torch_encoder(build(spec, 0)))
     # the law itself: Xavier 1/(2d) for the in-projection, torch's Linear 1/(3 fan_in)
     m = 4 * D
@@ -317,6 +326,31 @@ class CrossAttends(PreBlock):
         return x + self.mlp(self.ln2(x))
 
 
+class LinearAttention(nn.Module):
+    """A softmax-free attention written by hand: `(q k^T / n) v`, then an output projection."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        """The attention on `(batch, n, d)`."""
+        return self.o(self.q(u) @ self.k(u).transpose(-1, -2) @ self.v(u) / u.shape[-2])
+
+
+class LinearAttended(PreBlock):
+    """The pre-LN block with an attention class that is not read."""
+
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__(d, heads, 1)
+        self.attn = LinearAttention(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """One block."""
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
 class SequenceFirst(PreBlock):
     """The causal pre-LN block on `(n, batch, d)` tokens (batch_first False)."""
 
@@ -389,8 +423,10 @@ def _depth_net(s: int) -> Net:
      r"block 0 \(OddMask\): an attention mask other than the causal one"),
     (lambda s: Net([CrossAttends(D, HEADS, 1) for _ in range(2)]), None,
      r"block 0 \(CrossAttends\): the attention's keys or values are not its queries"),
+    (lambda s: Net([LinearAttended(D, HEADS) for _ in range(2)]), None,
+     r"block 0 \(LinearAttended\): attention module LinearAttention is not read yet"),
 ], ids=["gated-biases", "gelu-gated", "no-attention", "no-blocks", "silu", "layer-scale",
-        "batchnorm", "mask", "cross"])
+        "batchnorm", "mask", "cross", "attention-class"])
 def test_unread_blocks_refused_by_name(make, blocks, message):
     with pytest.raises(IntrospectionError, match=message):
         read = read_network(make, _ids(), seeds=(0,), blocks=blocks)
@@ -485,11 +521,104 @@ def test_llama_read_as_the_hand_mapping(_offline):
 
 @pytest.mark.slow
 @needs_tf
-def test_bert_layer_refused_by_name(_offline):
-    spec = RealSpec(arch="bert", layers=2, width=32, heads=2, ctx=N, vocab=50)
-    with pytest.raises(IntrospectionError, match=r"block 0 \(BertLayer\): attention module "
-                       "BertAttention is not read yet"):
-        read_network(lambda s: build(spec, s).model, make_inputs(spec, 2, 0), seeds=(0,))
+def test_bert_read_as_the_hand_mapping(_offline):
+    """HuggingFace's BertModel: BertLayer post-LN, BertSelfAttention's query/key/value with the
+    output projection of BertSelfOutput beside it, a LayerNorm after each residual add inside
+    BertSelfOutput and BertOutput, the exact-GELU MLP; read into map_bert's ModelParams (d - 1:
+    centred post-LN)."""
+    spec = RealSpec(arch="bert", layers=L, width=D, heads=HEADS, ctx=N, vocab=50)
+    read = read_network(lambda s: build(spec, s).model, make_inputs(spec, 2, 0))
+    b = read.blocks[0]
+    assert (b.cls, b.attention, b.norm, b.norm_kind, b.centred, b.causal, b.activation, b.width,
+            b.eps, b.residual_scale) == ("BertLayer", "BertSelfAttention", "post", "LayerNorm",
+                                         True, False, "gelu", 4 * D, 1e-12, (1.0, 1.0))
+    assert read.pooled("o").value == pytest.approx(0.02 ** 2, rel=0.05)  # BertSelfOutput.dense
+    assert read.pooled("bo").value == read.pooled("b2").value == 0.0
+    hand = map_bert(build(spec, 0))
+    assert map_read(read).params.d == D - 1
+    assert read.centred_input and set(to_law(read).notes) == set(hand.law.notes)  # embedding LN
+    _same_params(read, hand, hand.radius2)
+    ids, pad = make_inputs(spec, 2, 0), torch.ones(2, N, dtype=torch.long)
+    pad[1, -2:] = 0  # the second input's last two tokens padded: masked off from the others
+    with pytest.raises(IntrospectionError, match=r"block 0 \(BertLayer\): an attention mask "
+                       r"\(padding\) is not read"):
+        read_network(lambda s: build(spec, s).model,
+                     lambda m: m(input_ids=ids, attention_mask=pad), seeds=(0,))
+
+
+@pytest.mark.slow
+@needs_tf
+def test_vit_read_as_the_hand_mapping(_offline):
+    """HuggingFace's ViTModel: ViTLayer pre-LN (layernorm_before, layernorm_after, the residual
+    adds in the layer), ViTAttention's four projections, the exact-GELU ViTMLP; read into
+    map_vit's ModelParams at the measured r0^2 of the patch embeddings."""
+    spec = RealSpec(arch="vit", layers=L, width=D, heads=HEADS, vocab=50)
+    x = make_inputs(spec, 2, 0, _images())
+    read = read_network(lambda s: build(spec, s).model, x)
+    b = read.blocks[0]
+    assert (b.cls, b.norm, b.norm_kind, b.centred, b.causal, b.activation, b.width, b.eps) == (
+        "ViTLayer", "pre", "LayerNorm", True, False, "gelu", 4 * D, 1e-12)
+    assert read.tokens == spec.tokens
+    net = build(spec, 0)
+    radius2 = float((hidden_states(net, x)[:, 0] ** 2).mean())
+    _same_params(read, map_vit(net, radius2), radius2)
+
+
+def _images(count: int = 16) -> torch.Tensor:
+    """`count` uniform random images `(count, 1, 28, 28)` (ViT reads any)."""
+    return torch.rand(count, 1, 28, 28, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.slow
+@needs_tf
+def test_unread_attention_class_refused_by_name(_offline):
+    """DistilBERT's block holds DistilBertSelfAttention, which is not read: refused by name."""
+    import transformers as tf
+
+    cfg = tf.DistilBertConfig(vocab_size=50, max_position_embeddings=N, n_layers=2, n_heads=2,
+                              dim=32, hidden_dim=64, dropout=0.0, attention_dropout=0.0)
+    with pytest.raises(IntrospectionError, match=r"block 0 \(TransformerBlock\): attention module "
+                       "DistilBertSelfAttention is not read yet"):
+        read_network(lambda s: tf.DistilBertModel(cfg), _ids(), seeds=(0,))
+
+
+_NOMINAL = ("var_q", "var_k", "var_v", "var_o", "var_1", "var_2", "var_b1", "var_b2", "var_3",
+            "radius2")  # what the hand mapping takes from the init's nominal law, introspection measures
+_PRED_SE = 0.5  # the prediction from the read variances stays within this many of the hand
+# prediction's standard errors at every layer and statistic (measured: at most 0.11)
+
+
+def _families() -> list:
+    slow = [pytest.mark.slow, needs_tf]
+    return [pytest.param("torch-encoder", id="torch-encoder"),
+            *(pytest.param(a, id=a, marks=slow) for a in ("gpt2", "bert", "vit", "llama"))]
+
+
+@pytest.mark.parametrize("arch", _families())
+def test_family_predicted_the_same_through_introspection(arch, _offline):
+    """`run_own` on a family's own network (its `build(spec, seed).model`) against `run_real`
+    (the hand mapping), same seed, 6 inits x 2 inputs: the real side identical; the read law with
+    the nominal variances and r0^2 put back maps to the hand mapping's ModelParams exactly (so
+    its prediction is the hand prediction); with the measured ones, every predicted statistic at
+    every layer within PRED_SE standard errors of the hand prediction."""
+    images = _images() if arch == "vit" else None
+    sizes = {"ctx": N} if arch != "vit" else {}
+    spec = RealSpec(arch=arch, layers=3, width=32, heads=2, vocab=50, **sizes)
+    hand = run_real(spec, inits=6, inputs=2, seed=0, sde=False, images=images)
+    own = run_own(lambda s: build(spec, s).model, lambda b, s: make_inputs(spec, b, s, images),
+                  inits=6, seed=0, depth_scaled=hand.mapping.has_limit, sde=False)
+    h, o = hand.table, own.table
+    assert h[h.side == "real"].reset_index(drop=True).equals(o[o.side == "real"].reset_index(drop=True))
+    assert torch.equal(own.embeddings, hand.embeddings)
+    law = hand.mapping.law
+    nominal = replace(own.mapping.law, **{f: getattr(law, f) for f in _NOMINAL})
+    assert to_model(nominal, qk=spec.qk).params == hand.mapping.params
+    assert nominal.model_d == law.model_d  # the start: predict.initial_state reads it
+    hn = h[h.side == "network"].set_index(["stat", "layer"])
+    on = o[o.side == "network"].set_index(["stat", "layer"]).loc[hn.index]
+    assert sorted(set(hn.index.get_level_values("layer"))) == list(range(spec.layers + 1))
+    gap = (on["mean"] - hn["mean"]).abs() - _PRED_SE * hn["se"]
+    assert (gap <= 1e-12).all(), gap[gap > 1e-12]
 
 
 class SmallNet(Net):

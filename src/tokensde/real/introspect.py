@@ -6,7 +6,10 @@ one `nn.ModuleList` / `nn.Sequential` whose entries each hold an attention modul
 block:
 
 - its parts from the modules themselves: the attention (`nn.MultiheadAttention`, HuggingFace's
-  `GPT2Attention` and `LlamaAttention`, whose rotary embedding is not modelled), the norms
+  `GPT2Attention`, `LlamaAttention`, whose rotary embedding is not modelled, `ViTAttention`, and
+  `BertSelfAttention` inside `BertAttention`, whose output projection is the dense layer of the
+  `BertSelfOutput` beside it: that module's LayerNorm of `dense(h) + x` is then read as the
+  block's post-norm), the norms
   (`nn.LayerNorm`: centred; `nn.RMSNorm`, HuggingFace's `LlamaRMSNorm` and tokensde's `RMSNorm`:
   not), the MLP (two `nn.Linear` or HuggingFace `Conv1D` outside the attention, or three: a gated
   MLP, gate and input projections then the output layer);
@@ -15,9 +18,12 @@ block:
   the residual scales `a`, `b` of `x + a attn(.)` and `h + b mlp(.)` (least squares, checked
   exact), the activation between the MLP's layers (matched against ReLU and both GELUs; a gated
   MLP's output layer reading `silu(gate) * input`, SwiGLU, which also tells the gate from the
-  input projection) and the attention mask (none, or the causal one); for a class that states
-  its norm placement (`nn.TransformerEncoderLayer.norm_first`, GPT-2's and Llama's pre-norm) the
-  probe must agree with it;
+  input projection) and the attention mask (none, or the causal one; HuggingFace's encoders:
+  none hiding a token); for a class that states its norm placement
+  (`nn.TransformerEncoderLayer.norm_first`, GPT-2's, Llama's and ViT's pre-norm, BERT's
+  post-norm) the probe must agree with it. What lies outside the blocks is not read: the first
+  block's input is the start (BERT's embedding LayerNorm, ViT's final layernorm after the last
+  block are no part of the model);
 - blocks that start as copies of one block (torch's `nn.TransformerEncoder`) are refused: their
   weights are not independent over depth;
 - the laws of its weights and biases from the drawn tensors: each entry's second moment `mean(w^2)`
@@ -69,7 +75,18 @@ _HOMOGENEITY_Z = 5.0  # a block's variance further than this many standard error
 _SAME_TOL = 1e-4  # two probed tensors are the same when max |a - b| <= SAME_TOL max |a| (float32 passes)
 _FIT_TOL = 1e-3  # a residual add r = c v is read when |r - c v| <= FIT_TOL |r|
 _ACT_TOL = 1e-4  # an activation phi is read when max |g - phi(h)| <= ACT_TOL max |g|
-ATTENTIONS: tuple[str, ...] = ("MultiheadAttention", "GPT2Attention", "LlamaAttention")
+ATTENTIONS: tuple[str, ...] = ("MultiheadAttention", "GPT2Attention", "LlamaAttention",
+                               "BertSelfAttention", "ViTAttention", "ViTSelfAttention")
+_WRAPPERS: dict[str, tuple[str, str]] = {  # class name -> (the attention inside, its output projection)
+    "BertAttention": ("self", "output.dense"),  # BertSelfOutput: dense, then LayerNorm(dense + x)
+    "ViTAttention": ("attention", "output.dense"),  # transformers < 5: ViTSelfOutput's dense
+}
+_HF_QKV: dict[str, tuple[str, str, str, str | None]] = {  # HuggingFace attentions of four nn.Linear
+    "LlamaAttention": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    "ViTAttention": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    "BertSelfAttention": ("query", "key", "value", None),  # the output: the wrapper's dense
+    "ViTSelfAttention": ("query", "key", "value", None),
+}
 _RMS_NORMS: tuple[str, ...] = ("RMSNorm", "LlamaRMSNorm")  # by class name: HuggingFace's, tokensde's
 _WEIGHTS: tuple[str, ...] = ("q", "k", "v", "o", "bq", "bk", "bv", "bo", "1", "2", "b1", "b2", "3",
                              "b3")
@@ -135,12 +152,15 @@ class BlockRead:
 @dataclass(frozen=True)
 class NetworkRead:
     """A network as read: `cls` (its class name), `blocks` (one `BlockRead` each), `tokens` (n, of
-    the sample), `seeds` (the draws the variances are averaged over)."""
+    the sample), `seeds` (the draws the variances are averaged over), `centred_input` (the
+    first block's input tokens have zero mean over their coordinates in the probe, as after
+    BERT's embedding LayerNorm)."""
 
     cls: str
     blocks: tuple[BlockRead, ...]
     tokens: int
     seeds: tuple[int, ...]
+    centred_input: bool = False
 
     @property
     def layers(self) -> int:
@@ -231,6 +251,21 @@ class _Parts:
     attention: nn.Module
     norms: list[nn.Module]
     linears: list[nn.Module]
+    out_proj: nn.Module | None = None  # the attention's output projection, where it sits outside
+
+
+def _unwrap(att: nn.Module, where: str) -> tuple[nn.Module, nn.Module | None]:
+    """(the attention, its output projection or None) of a module found as the attention: a
+    WRAPPERS class (BERT's `BertAttention`) holds the attention and, in a module beside it, the
+    output projection (whose residual add and norm are then read as the block's own)."""
+    paths = _WRAPPERS.get(type(att).__name__)
+    if paths is None or not hasattr(att, paths[0].split(".")[0]):
+        return att, None
+    inner, out = (att.get_submodule(q) for q in paths)
+    if _linear(out) is None:
+        raise _fail(where, f"the output projection '{paths[1]}' of {type(att).__name__} is a "
+                    f"{type(out).__name__}, not an nn.Linear")
+    return inner, out
 
 
 def _fail(where: str, what: str) -> IntrospectionError:
@@ -247,11 +282,11 @@ def _parts(block: nn.Module, where: str) -> _Parts:
     if len(atts) > 1:
         raise _fail(where, f"{len(atts)} attention modules (cross-attention or parallel "
                     "attention) are not read yet")
-    att = atts[0]
+    att, out = _unwrap(atts[0], where)
     if type(att).__name__ not in ATTENTIONS:
         raise _fail(where, f"attention module {type(att).__name__} is not read yet (read: "
                     f"{', '.join(ATTENTIONS)})")
-    inside = set(att.modules())
+    inside = set(att.modules()) | ({out} if out is not None else set())
     norms: list[nn.Module] = []
     linears: list[tuple[str, nn.Module]] = []
     for name, m in block.named_modules():
@@ -268,7 +303,7 @@ def _parts(block: nn.Module, where: str) -> _Parts:
         owner = _owner(block, [n for n, _ in linears])
         raise _fail(f"{where}, {owner}" if owner else where, f"{len(linears)} Linear layers "
                     "outside the attention; an MLP of two, or a gated MLP of three, is read")
-    return _Parts(att, norms, [m for _, m in linears])
+    return _Parts(att, norms, [m for _, m in linears], out)
 
 
 def _owner(block: nn.Module, names: Sequence[str]) -> str:
@@ -287,8 +322,9 @@ def _owner(block: nn.Module, names: Sequence[str]) -> str:
 # the weights of the attention
 
 
-def _attention_weights(att: nn.Module, where: str) -> tuple[int, int, dict[str, torch.Tensor | None]]:
-    """(width d, heads, {q, k, v, o, bq, bk, bv, bo}) of a read attention module."""
+def _attention_weights(p: _Parts, where: str) -> tuple[int, int, dict[str, torch.Tensor | None]]:
+    """(width d, heads, {q, k, v, o, bq, bk, bv, bo}) of a block's read attention."""
+    att = p.attention
     if isinstance(att, nn.MultiheadAttention):
         d = att.embed_dim
         if not att._qkv_same_embed_dim:
@@ -301,8 +337,8 @@ def _attention_weights(att: nn.Module, where: str) -> tuple[int, int, dict[str, 
             bq, bk, bv = att.in_proj_bias.split(d, 0)
         return d, att.num_heads, {"q": q, "k": k, "v": v, "o": att.out_proj.weight, "bq": bq,
                                   "bk": bk, "bv": bv, "bo": att.out_proj.bias}
-    if type(att).__name__ == "LlamaAttention":
-        return _llama_attention(att, where)
+    if type(att).__name__ in _HF_QKV:
+        return _hf_attention(att, p.out_proj, where)
     # GPT2Attention: c_attn Conv1D (d, 3d) columns q | k | v, c_proj Conv1D
     if getattr(att, "is_cross_attention", False):
         raise _fail(where, "GPT-2 cross-attention is not read")
@@ -318,21 +354,37 @@ def _attention_weights(att: nn.Module, where: str) -> tuple[int, int, dict[str, 
                                "bk": bk, "bv": bv, "bo": gpt2.c_proj.bias}
 
 
-def _llama_attention(att: Any, where: str) -> tuple[int, int, dict[str, torch.Tensor | None]]:
-    """(width d, heads, weights) of HuggingFace's `LlamaAttention` (q_proj, k_proj, v_proj,
-    o_proj); its rotary embedding of queries and keys is read as absent (noted by `to_law`)."""
-    cfg = att.config
-    heads, kv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, att.head_dim
-    d = att.q_proj.in_features
+def _hf_attention(att: Any, out: nn.Module | None, where: str
+                  ) -> tuple[int, int, dict[str, torch.Tensor | None]]:
+    """(width d, heads, weights) of a HuggingFace attention of four `nn.Linear` (HF_QKV: Llama's
+    and ViT's q/k/v/o_proj; BERT's query/key/value with the output projection `out` beside
+    it), logits scaled by 1/sqrt(d_head), one key/value head per query head; Llama's rotary
+    embedding of queries and keys is read as absent (noted by `to_law`)."""
+    name = type(att).__name__
+    *qkv, o_name = _HF_QKV[name]
+    cfg: Any = getattr(att, "config", None)
+    heads = int(getattr(att, "num_attention_heads", None) or cfg.num_attention_heads)
+    kv = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    hd = int(getattr(att, "head_dim", None) or att.attention_head_size)
+    lin = dict(zip("qkv", (getattr(att, n) for n in qkv), strict=True))
+    lin["o"] = getattr(att, o_name) if o_name is not None else out
+    if lin["o"] is None:
+        raise _fail(where, f"{name}: no output projection found beside it")
+    d = lin["q"].in_features
     if kv != heads:
         raise _fail(where, f"grouped-query attention ({kv} key/value heads for {heads} query "
                     "heads) is not read")
-    if heads * hd != d or abs(att.scaling - hd ** -0.5) > 1e-12 * hd ** -0.5:
-        raise _fail(where, "LlamaAttention with head_dim other than d / heads or a logit scale "
-                    "other than 1/sqrt(d_head) is not read")
-    lin = {k: getattr(att, f"{k}_proj") for k in "qkvo"}
-    return d, heads, {**{k: m.weight for k, m in lin.items()},
-                      **{f"b{k}": m.bias for k, m in lin.items()}}
+    if getattr(att, "position_embedding_type", "absolute") != "absolute":
+        raise _fail(where, f"{name} with relative position embeddings "
+                    f"('{att.position_embedding_type}') is not read")
+    if heads * hd != d or abs(getattr(att, "scaling", hd ** -0.5) - hd ** -0.5) > 1e-12 * hd ** -0.5:
+        raise _fail(where, f"{name} with head_dim other than d / heads or a logit scale other "
+                    "than 1/sqrt(d_head) is not read")
+    wb = {k: _linear(m) for k, m in lin.items()}
+    got = {k: v for k, v in wb.items() if v is not None}
+    if len(got) != 4:
+        raise _fail(where, f"{name}: a projection that is not an nn.Linear is not read")
+    return d, heads, {**{k: w for k, (w, _) in got.items()}, **{f"b{k}": b for k, (_, b) in got.items()}}
 
 
 def _raw_moment(w: torch.Tensor | None) -> tuple[float, float, int, float]:
@@ -347,7 +399,7 @@ def _raw_moment(w: torch.Tensor | None) -> tuple[float, float, int, float]:
 def _block_weights(parts: _Parts, where: str) -> tuple[int, int, dict[str, torch.Tensor | None]]:
     """(width d, heads, the block's weights by WEIGHTS key); orders the MLP's layers (d -> m
     first) when their shapes tell."""
-    d, heads, ws = _attention_weights(parts.attention, where)
+    d, heads, ws = _attention_weights(parts, where)
     ws.update(_mlp_weights(parts.linears, d, where))
     return d, heads, ws
 
@@ -395,7 +447,8 @@ def _hook_all(blocks: Sequence[nn.Module], parts: Sequence[_Parts]) -> tuple[lis
     records = [_Record() for _ in blocks]
     handles = []
     for rec, block, p in zip(records, blocks, parts, strict=True):
-        for m in (block, p.attention, *p.norms, *p.linears):
+        outs = [p.out_proj] if p.out_proj is not None else []
+        for m in (block, p.attention, *outs, *p.norms, *p.linears):
             def hook(mod: nn.Module, args: tuple, kwargs: dict, out: Any, r: _Record = rec) -> None:
                 x = args[0] if args else next(iter(kwargs.values()))
                 r.calls.setdefault(id(mod), []).append((_first(x), _first(out)))
@@ -460,8 +513,16 @@ def _gated(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Te
 
 def _causal(att: nn.Module, args: tuple, kwargs: dict, n: int, where: str) -> bool:
     """Whether the attention was called with the causal mask (None, or refused if another)."""
-    if type(att).__name__ in ("GPT2Attention", "LlamaAttention"):  # their masks: built inside
-        return bool(getattr(att, "is_causal", True))
+    name = type(att).__name__
+    if name == "GPT2Attention" or name in _HF_QKV:  # HuggingFace's: the mask is built inside
+        if getattr(att, "is_causal", name in ("GPT2Attention", "LlamaAttention")):
+            return True
+        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        if mask is not None and not bool(mask.all() if mask.dtype == torch.bool else
+                                         (mask == 0).all()):
+            raise _fail(where, "an attention mask (padding) is not read: the probe's attention "
+                        "must see every token")
+        return False
     if kwargs.get("key_padding_mask") is not None:
         raise _fail(where, "a key_padding_mask is not read")
     mask = kwargs.get("attn_mask", args[4] if len(args) > 4 else None)
@@ -480,6 +541,8 @@ _KNOWN_PLACEMENT: dict[str, Callable[[nn.Module], str]] = {
     "TransformerEncoderLayer": lambda b: "pre" if b.norm_first else "post",
     "GPT2Block": lambda b: "pre",
     "LlamaDecoderLayer": lambda b: "pre",
+    "BertLayer": lambda b: "post",
+    "ViTLayer": lambda b: "pre",
 }
 
 
@@ -487,6 +550,11 @@ def _layout(block: nn.Module, p: _Parts, rec: _Record, where: str) -> dict[str, 
     """Norm placement, residual scales, activation and causality of one block from its probe."""
     x, y = _one(rec, block, where, block)
     a_in, a_out = _one(rec, p.attention, where, block)
+    if p.out_proj is not None:  # BERT's: the branch ends at the projection beside the attention
+        o_in, o_out = _one(rec, p.out_proj, where, block)
+        if not _same(o_in, a_out):
+            raise _fail(where, "the output projection does not read the attention's output")
+        a_out = o_out
     norms = [(m, *_one(rec, m, where, block)) for m in p.norms]
     has_mlp = bool(p.linears)
     swap = False
@@ -544,7 +612,7 @@ def _layout(block: nn.Module, p: _Parts, rec: _Record, where: str) -> dict[str, 
     n = int(x.shape[0] if not getattr(p.attention, "batch_first", True) else x.shape[-2])
     return {"norm": placement, "residual_scale": (a, b), "activation": act,
             "causal": _causal(p.attention, args, kwargs, n, where), "tokens": n,
-            "gate_second": swap}
+            "gate_second": swap, "centred_input": _same(x - x.mean(-1, keepdim=True), x)}
 
 
 def _self_attention(att: nn.Module, args: tuple, kwargs: dict, where: str) -> None:
@@ -632,9 +700,11 @@ def read_network(make: Callable[[int], nn.Module], sample: torch.Tensor | Callab
                 r[i]["1"], r[i]["3"], r[i]["b1"], r[i]["b3"] = (r[i]["3"], r[i]["1"], r[i]["b3"],
                                                                 r[i]["b1"])
         moments = {k: _moment([r[i][k] for r in raw]) for k in _WEIGHTS}
-        fields_ = {k: v for k, v in lay.items() if k not in ("tokens", "gate_second")}
+        fields_ = {k: v for k, v in lay.items() if k not in ("tokens", "gate_second",
+                                                             "centred_input")}
         out.append(BlockRead(index=i, moments=moments, **fields_))
-    return NetworkRead(cls, tuple(out), layouts[0]["tokens"], seeds)
+    return NetworkRead(cls, tuple(out), layouts[0]["tokens"], seeds,
+                       layouts[0]["centred_input"])
 
 
 def _distinct(weights: Sequence[dict[str, torch.Tensor | None]], where: Sequence[str]) -> None:
@@ -752,9 +822,10 @@ def to_law(read: NetworkRead, radius2: float = 1.0, tokens: int | None = None,
         notes.append("rotary position embeddings not modelled")
     if act == "gelu-tanh" and mlp_on:
         notes.append("tanh GELU as exact GELU")
-    if b0.centred:
-        notes.append("LayerNorm centring as RMS" if b0.norm == "pre" else
-                     "the first block's branch reads the uncentred embeddings as centred")
+    if b0.centred and b0.norm == "pre":
+        notes.append("LayerNorm centring as RMS")
+    elif b0.centred and not read.centred_input:  # post: centred from the first add on
+        notes.append("the first block's branch reads the uncentred embeddings as centred")
     odd = sorted(k for k, m in e.items() if m.kurtosis < 2.5 or m.kurtosis > 3.5)
     if odd:
         notes.append("non-Gaussian entries as Gaussian (kurtosis " + ", ".join(
@@ -980,7 +1051,7 @@ def network_width(model: nn.Module, blocks: str | None = None) -> int:
     """The width d of the first residual block's attention of `model`."""
     first = find_blocks(model, blocks)[0]
     where = f"block 0 ({type(first).__name__})"
-    return _attention_weights(_parts(first, where).attention, where)[0]
+    return _attention_weights(_parts(first, where), where)[0]
 
 
 def own_budget(read: NetworkRead, parameters: int, inits: int, per_init: int,
