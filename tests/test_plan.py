@@ -91,7 +91,7 @@ def test_the_step_error_plan_counts_the_coupled_runs_that_ran():
 
 
 def test_the_flow_plan_is_the_flow_run(monkeypatch):
-    """`run_coupled`'s batches are its plan's (`flow._FlowPlan`), whose layer steps the table's
+    """`run_coupled`'s batches are its plan's (`flow.FlowPlan`), whose layer steps the table's
     budget counts: one per layer, system and batch."""
     seen: list[int] = []
     real = flow.run_blocks
@@ -105,7 +105,7 @@ def test_the_flow_plan_is_the_flow_run(monkeypatch):
     rng = np.random.default_rng(0)
     systems = [(f"n{k}", rng.standard_normal((k, 3)), None) for k in (4, 6)]
     flow.run_coupled(p, grid, systems, runs=runs, stopping=StoppingRule(), execution=how)
-    plan = flow._FlowPlan.of(p, grid, [4, 6], runs, how)
+    plan = flow.FlowPlan.of(p, grid, [4, 6], runs, how)
     assert seen == [2, 2, 1] and plan.blocks == 3 and plan.evaluators == ("dense", "dense")
     assert plan.budget().steps == grid.steps * 2 * 3
     b = table_budget([3], [1.0], [4, 6], 8, ["iid"], runs, T=0.04, with_limit=False,

@@ -30,7 +30,7 @@ from ..model.params import ModelParams, TimeGrid
 from ..sim.budget import Budget
 from ..sim.options import DECIDE_TOL, Execution, StoppingRule
 from ..sim.rng import derive_seed
-from .flow import MERGE_TOL, FlowResult, _FlowPlan, run_coupled
+from .flow import MERGE_TOL, FlowPlan, FlowResult, run_coupled
 from .quadrature import Component, check_mixture, density_weights, quasi_uniform, sample_initial, sphere_rule
 from .statistics import atom_count, minority_mass
 
@@ -301,7 +301,7 @@ def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
                  dt: float = 0.02, with_limit: bool = True,
                  execution: Execution = Execution()) -> Budget:
     """Memory and work of `run_table` before it runs: per cell (d, beta, start) the budget of
-    the plan of its flow (`flow._FlowPlan.budget`: the systems of K nodes for the limit and of
+    the plan of its flow (`flow.FlowPlan.budget`: the systems of K nodes for the limit and of
     each n, their attention as `execution.attention_eval` takes it), the cells one after
     another (the memory of the largest), plus ROW_BYTES per run and system of the table kept;
     an upper bound (runs stop once decided)."""
@@ -309,7 +309,7 @@ def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
     sizes = [*([check_int("K", K, 2)] if with_limit else []), *(check_int("n", n, 2) for n in ns)]
     cells = len(ds) * len(betas) * len(starts)
     grid = TimeGrid.make(T=T, dt=dt)
-    plans = [_FlowPlan.of(ModelParams(n=2, d=check_int("d", d, 2), beta=check_real("beta", b, 0.0)),
+    plans = [FlowPlan.of(ModelParams(n=2, d=check_int("d", d, 2), beta=check_real("beta", b, 0.0)),
                           grid, sizes, runs, execution) for d in ds for b in betas]
     bs = [p.budget() for p in plans]
     per_run = max(b.per_run for b in bs) + _ROW_BYTES * len(sizes) * cells

@@ -42,6 +42,9 @@ from ..sim.rng import RUN_BLOCK, RunStreams
 from ..sim.sde import sde_step
 from .merge import merge_nodes
 
+__all__ = ["MERGE_TOL", "FlowPlan", "FlowResult", "System", "check_flow_params", "decided",
+           "noise_path", "path_streams", "run_coupled"]
+
 _STEPS = {"network": network_step, "sde": sde_step}
 MERGE_TOL = 1e-10  # default merge threshold on 1 - <x_i, x_j> (angle about 1.4e-5)
 _FLOW_TOL = 1e-6  # default decision tolerance of `run_coupled` (`StoppingRule.decided()`)
@@ -176,7 +179,7 @@ _ROW_HELD = 4  # token-sized arrays a system holds per run and layer (state, out
 
 
 @dataclass(frozen=True)
-class _FlowPlan:
+class FlowPlan:
     """What `run_coupled` will do: `runs` noise paths of the model `params` (its d and beta)
     over `grid`, in batches of `batch` runs (`sim.driver.run_blocks`), through systems of
     `sizes` nodes whose attention each evaluates as `evaluators` says ('dense' or 'expansion'
@@ -194,7 +197,7 @@ class _FlowPlan:
     @classmethod
     def of(cls, p: ModelParams, grid: TimeGrid, sizes: Sequence[int], runs: int,
            execution: Execution = Execution(),
-           weights: Sequence[torch.Tensor | np.ndarray | None] | None = None) -> _FlowPlan:
+           weights: Sequence[torch.Tensor | np.ndarray | None] | None = None) -> FlowPlan:
         """The plan of `run_coupled(p, grid, systems of `sizes` nodes (weights `weights`, None:
         equal), runs, execution=execution)`: the batch it takes and each system's evaluator
         (`_evaluator`'s rule at its node count, before any merge)."""
@@ -325,7 +328,7 @@ def run_coupled(
     for s in sy:
         if s.x.shape[-1] != p.d:
             raise ParameterError(f"system {s.name!r} has tokens in R^{s.x.shape[-1]}; params.d = {p.d}")
-    bs = _FlowPlan.of(p, grid, [s.x.shape[-2] for s in sy], runs, execution,
+    bs = FlowPlan.of(p, grid, [s.x.shape[-2] for s in sy], runs, execution,
                       [s.w for s in sy]).batch
     at = np.full((len(sy), runs), -1, dtype=np.int64)
     final_x: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]

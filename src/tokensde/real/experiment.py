@@ -29,6 +29,9 @@ from .measure import TOL, directions_gram, gram_stats, summarise
 from .models import RealSpec, build, hidden_states, make_inputs
 from .predict import SDE_RUNS, SDE_STEPS, predict
 
+__all__ = ["KIND", "RealRun", "agreement", "layer_threshold", "measure_real", "predicted_run",
+           "real_budget", "real_run_cost", "run_real", "save_run"]
+
 KIND = "tokensde-real"
 _SIDES: tuple[str, ...] = ("real", "network", "sde")
 _AGREE_SE = 3.0  # a layer agrees when |real - network| <= AGREE_SE combined standard errors
@@ -149,15 +152,33 @@ _QK_DRAW_UNITS = 400  # work units (`sim.budget.estimate_work`) per number of th
 _INIT_STEPS = 1000  # layer steps (`sim.budget.TimeModel.c0`) of building and measuring one init
 
 
-def _prediction_cost(runs: int, layers: int, n: int, d: int, heads: int, qk: bool,
-                     sde_steps: int, sde_runs: int, biased: bool = False
-                     ) -> tuple[float, float]:
-    """(work, layer steps) of the predictions of a real run (`predict.predict`): the budgets of
-    the plans `simulate` runs for the network (`layers` layers, `runs` runs of `n` tokens in
-    R^d, `heads` heads) and for the depth limit (`sde_steps` Euler steps, `min(sde_runs, runs)`
-    runs) (`sim.simulate.plan_run`, with `predict`'s options), plus QK_DRAW_UNITS per number
-    of the random query/key forms (`qk`: `heads x d^2` a run and layer); `biased`: the mapped
-    model has biases, which `predict` runs with the fast sampler."""
+def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads: int, qk: bool,
+                  sde_steps: int, sde_runs: int, biased: bool = False) -> tuple[float, float]:
+    """(work, layer steps) of a real run of `inits x per_init` inputs besides the arithmetic of
+    its forward passes: the budgets of the plans `simulate` runs for its predictions
+    (`predict.predict`; `sim.simulate.plan_run` with predict's options), the network's
+    (`layers` layers, every input a run of `n` tokens in R^d, `heads` heads) and the depth
+    limit's (`sde_steps` Euler steps, `min(sde_runs, runs)` runs), plus QK_DRAW_UNITS per
+    number of the random query/key forms (`qk`: `heads x d^2` a run and layer); and
+    `inits x (layers + INIT_STEPS)` layer steps of the forward blocks (the inputs of an init
+    together) and the building of each model.
+
+    Args:
+        inits: independent initialisations.
+        per_init: inputs per initialisation.
+        layers: the network's depth.
+        n: tokens per input.
+        d: the width.
+        heads: attention heads.
+        qk: the query/key forms are random (drawn per run and layer).
+        sde_steps: Euler steps of the depth limit.
+        sde_runs: inputs the depth limit starts from, at most.
+        biased: the mapped model has biases (`predict` then takes the fast sampler).
+
+    Returns:
+        `(work, steps)` in `sim.budget`'s units.
+    """
+    runs = inits * per_init
     from ..model.params import ModelParams, TimeGrid
     from ..sim.options import Execution, InitialState, Recording
     from ..sim.rng import RUN_BLOCK
@@ -169,7 +190,7 @@ def _prediction_cost(runs: int, layers: int, n: int, d: int, heads: int, qk: boo
     how = Execution(sampler="fast" if biased else "gram", attention_eval="dense", dtype="float64",
                     batch_size=RUN_BLOCK)
     work = float(_QK_DRAW_UNITS * runs * layers * heads * d * d * qk)
-    steps = 0.0
+    steps = float(inits * (layers + _INIT_STEPS))
     for scheme, grid, r in (("network", TimeGrid.make(layers=layers), runs),
                             ("sde", TimeGrid(sde_steps, 1.0 / sde_steps), min(sde_runs, runs))):
         b = plan_run(p, grid, r, scheme=scheme, initial=InitialState.tokens(np.ones((n, d))),
@@ -185,7 +206,7 @@ def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int
     init's hidden states at every layer, plus per init its inputs' float64 tokens `n x width`
     and Gram matrices `(layers + 1) x n x n`; work (`budget.estimate_work`): the forward
     passes, `inits x inputs x layers x n x width x (n + (4 + 2 mlp_ratio) width)`, the
-    predictions' (`_prediction_cost`: the plans of the network's and the depth limit's
+    predictions' (`real_run_cost`: the plans of the network's and the depth limit's
     simulations); layer steps: `inits x (layers + INIT_STEPS)` forward blocks (the inputs of an
     init together) and the building of a model, and the predictions'."""
     inits, inputs = check_int("inits", inits, 2), check_int("inputs", inputs, 1)
@@ -195,15 +216,15 @@ def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int
     per_init = 8 * inputs * (n * w + (L + 1) * n * n)
     runs = inits * inputs
     # the HuggingFace models' biases are zero at init: only torch-encoder's are mapped
-    work, steps = _prediction_cost(runs, L, n, w, spec.heads, spec.qk, sde_steps, sde_runs,
-                                   spec.arch == "torch-encoder" and spec.bias)
+    work, steps = real_run_cost(inits, inputs, L, n, w, spec.heads, spec.qk, sde_steps, sde_runs,
+                                spec.arch == "torch-encoder" and spec.bias)
     return Budget(f"this {spec.arch} run", fixed + per_init * inits, per_init, inits,
                   float(runs) * L * n * w * (n + m * w) + work,
                   f"{inits} inits x {inputs} inputs, {L} layers, width {w}, {n} tokens, "
                   f"vocabulary {spec.vocabulary}",
                   ("inits", "inputs", "layers", "width", "ctx", "vocab", "sde_runs"),
                   longer=("inits", "inputs", "layers", "width", "ctx", "sde_steps", "sde_runs"),
-                  steps=float(inits * (L + _INIT_STEPS)) + steps)
+                  steps=steps)
 
 
 def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, tol: float = TOL,

@@ -51,7 +51,7 @@ from torch import nn
 from ..model.checks import ParameterError, check_int, require
 from ..sim.budget import Budget
 from ..sim.rng import derive_seed
-from .experiment import _INIT_STEPS, RealRun, _prediction_cost, predicted_run
+from .experiment import RealRun, predicted_run, real_run_cost
 from .mapping import BlockLaw, Mapping, to_model
 from .measure import TOL, directions_gram, gram_stats
 from .models import RMSNorm as TokensdeRMSNorm
@@ -987,7 +987,7 @@ def own_budget(read: NetworkRead, parameters: int, inits: int, per_init: int,
     `experiment.real_budget` for a family: one model's float32 parameters and one init's hidden
     states, per init its inputs' float64 tokens and Gram matrices; the forward passes `inits x
     per_init x L x n x d x (n + 4 d + k m)` (k = 2 MLP matrices, 3 gated), the predictions' work
-    and layer steps (`experiment._prediction_cost`)."""
+    and layer steps (`experiment.real_run_cost`)."""
     inits, per_init = check_int("inits", inits, 2), check_int("inputs", per_init, 1)
     b, L, n = read.blocks[0], read.layers, read.tokens
     d, heads, m = b.d, b.heads, b.width
@@ -995,13 +995,13 @@ def own_budget(read: NetworkRead, parameters: int, inits: int, per_init: int,
     fixed = 4 * (parameters + per_init * (L + 1) * n * d)
     per = 8 * per_init * (n * d + (L + 1) * n * n)
     runs = inits * per_init
-    work, steps = _prediction_cost(runs, L, n, d, heads, True, sde_steps, sde_runs)
+    work, steps = real_run_cost(inits, per_init, L, n, d, heads, True, sde_steps, sde_runs)
     return Budget(f"this {read.cls} run", fixed + per * inits, per, inits,
                   float(runs) * L * n * d * (n + 4 * d + mats * m) + work,
                   f"{inits} inits x {per_init} inputs, {L} layers, width {d}, {n} tokens, "
                   f"{parameters} parameters", ("inits", "inputs"),
                   longer=("inits", "inputs", "sde_steps", "sde_runs"),
-                  steps=float(inits * (L + _INIT_STEPS)) + steps)
+                  steps=steps)
 
 
 def prepare_own(target: str, tokens: int | None, per_init: int, seed: int,
