@@ -19,9 +19,9 @@ import torch
 from .._version import __version__
 from ..model.params import Law, ModelParams, ParameterError, TimeGrid, check_int, check_real
 from ..sim.budget import Budget
-from ..sim.options import DECIDE_TOL, Execution, InitialState, StoppingRule
+from ..sim.options import DECIDE_TOL, Execution, InitialState, StepControl, StoppingRule
 from ..sim.reduced import reduced_diffusion
-from ..sim.simulate import simulate, simulation_budget
+from ..sim.simulate import plan_run, simulate
 from ..theory.coefficients import pair_model
 from ..theory.first_passage import hitting_probability
 from ..theory.two_tokens import (
@@ -200,19 +200,20 @@ _REDUCED_WORK = 75.0  # work units (`sim.budget.estimate_work`) per run and laye
 
 def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
                 engine: str = "network", stopping: StoppingRule = StoppingRule.decided(),
-                execution: Execution = Execution()) -> Budget:
+                execution: Execution = Execution(), step: StepControl | None = None) -> Budget:
     """Memory and work of a two-token Monte Carlo of model `p` (`spec_params`, `hybrid_params`)
-    before it runs: the network's (`simulation_budget`, init 'pair' or 'uniform'), or for the
-    reduced engine REDUCED_BYTES and REDUCED_WORK per run (and layer), one layer step a layer
-    for all runs."""
+    before it runs: the network's (the budget of the plan `simulate` runs, init 'pair' or
+    'uniform', with the coupled runs of `step` measuring the step error beside it:
+    `sim.simulate.plan_run`), or for the reduced engine REDUCED_BYTES and REDUCED_WORK per run
+    (and layer), one layer step a layer for all runs (no step error measured)."""
     runs = check_int("runs", runs, 1)
     if engine == "reduced":
         return Budget("this Monte Carlo", _REDUCED_BYTES * runs, _REDUCED_BYTES, runs,
                       _REDUCED_WORK * runs * grid.steps, f"{runs} runs, {grid.steps} layers, "
                       "reduced engine", ("runs",), longer=("runs", "time"),
                       steps=float(grid.steps))
-    b = simulation_budget(p, grid, runs, initial=_pair_start(rho0),
-                          stopping=stopping, execution=execution)
+    b = plan_run(p, grid, runs, initial=_pair_start(rho0), stopping=stopping,
+                 execution=execution, step=step).budget()
     return replace(b, what="this Monte Carlo", lower=("runs", "d"), longer=("runs", "time", "d"))
 
 

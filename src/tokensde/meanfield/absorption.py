@@ -21,19 +21,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..analysis.clusters import Outcome, outcome_codes
 from ..analysis.stats import Estimate, censored_quantiles, estimate_with_undecided, t_interval
 from ..io.store import check_output, header, write_parquet
 from ..model.checks import ParameterError, check_choice, check_int, check_real, require
 from ..model.params import ModelParams, TimeGrid
-from ..sim.budget import EXPANSION_UNITS, RUN_UNITS, SCORE_UNITS, Budget
-from ..sim.decide import DENSE_MAX
-from ..sim.expansion import auto_uses_expansion, basis_size, truncation_order, unit_roundoff
+from ..sim.budget import Budget
 from ..sim.options import DECIDE_TOL, Execution, StoppingRule
 from ..sim.rng import derive_seed
-from .flow import MERGE_TOL, FlowResult, run_coupled
+from .flow import MERGE_TOL, FlowPlan, FlowResult, run_coupled
 from .quadrature import Component, check_mixture, density_weights, quasi_uniform, sample_initial, sphere_rule
 from .statistics import atom_count, minority_mass
 
@@ -301,54 +298,28 @@ _ROW_BYTES = 600  # a row of the long minority table while it is built (a Python
 
 def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
                  starts: Sequence[str] = DEFAULT_STARTS, runs: int = 100, T: float = 40.0,
-                 dt: float = 0.02, with_limit: bool = True) -> Budget:
-    """Memory and work of `run_table` before it runs. Per cell (d, beta, start) and run: the
-    value matrix d x d and, per system of k nodes (K for the limit, each n), 4 k d token-sized
-    numbers and what its attention holds (`_system_cost`: k x k scores, or the O(k) moments of
-    the expansion where `attention_eval='auto'` takes it, plus the inner products of node
-    merging where it forms them), float64, plus ROW_BYTES per run and
-    system of the table kept; work `layers x runs x` the attention's per layer, an upper bound
-    (runs stop once decided)."""
+                 dt: float = 0.02, with_limit: bool = True,
+                 execution: Execution = Execution()) -> Budget:
+    """Memory and work of `run_table` before it runs: per cell (d, beta, start) the budget of
+    the plan of its flow (`flow.FlowPlan.budget`: the systems of K nodes for the limit and of
+    each n, their attention as `execution.attention_eval` takes it), the cells one after
+    another (the memory of the largest), plus ROW_BYTES per run and system of the table kept;
+    an upper bound (runs stop once decided)."""
     runs = check_int("runs", runs, 1)
     sizes = [*([check_int("K", K, 2)] if with_limit else []), *(check_int("n", n, 2) for n in ns)]
     cells = len(ds) * len(betas) * len(starts)
-    steps = TimeGrid.make(T=T, dt=dt).steps
-    dims = [check_int("d", d, 2) for d in ds]
-    costs = [_system_cost(k, d, check_real("beta", b, 0.0)) for k in sizes for d in dims
-             for b in betas]
-    d_max = max(dims)
-    per_run = 8 * (d_max * d_max + max(sum(_system_cost(k, d, b)[0] for k in sizes)
-                                       for d in dims for b in betas)) \
-        + _ROW_BYTES * len(sizes) * cells
-    work = float(steps) * runs * sum(c[1] for c in costs) * len(starts)
-    return Budget("this table", per_run * runs, per_run, runs, work,
+    grid = TimeGrid.make(T=T, dt=dt)
+    plans = [FlowPlan.of(ModelParams(n=2, d=check_int("d", d, 2), beta=check_real("beta", b, 0.0)),
+                          grid, sizes, runs, execution) for d in ds for b in betas]
+    bs = [p.budget() for p in plans]
+    per_run = max(b.per_run for b in bs) + _ROW_BYTES * len(sizes) * cells
+    return Budget("this table", per_run * runs, per_run, runs,
+                  sum(b.work for b in bs) * len(starts),
                   f"{cells} cells (d, beta, start) of {runs} runs, "
                   + (f"the limit at K = {K}, " if with_limit else "")
-                  + f"n = {', '.join(map(str, ns)) or 'none'}, {steps} layers at most",
+                  + f"n = {', '.join(map(str, ns)) or 'none'}, {grid.steps} layers at most",
                   ("runs", "K", "n", "d"), bounded=False, longer=("runs", "K", "n", "time"),
-                  steps=float(steps) * cells * len(sizes))  # a layer step per system and cell
-
-
-def _system_cost(k: int, d: int, beta: float) -> tuple[int, float]:
-    """Numbers held per run, and work per layer and run, of a system of `k` nodes in `R^d`: its
-    tokens (4 k d), then dense attention's `k x k` scores and `k^2 d` work, or, where
-    `attention_eval='auto'` takes the expansion of R basis functions, `(1 + d)(2 k + R)`
-    numbers and `8 k R (1 + d)` work (`sim.budget.estimate_work`'s units: the softmax adds 25 per
-    score); node merging forms `k x k` inner products up to
-    `DENSE_MAX` nodes and above 3 dimensions (`merge.group_leads`)."""
-    p = ModelParams(n=k, d=d, beta=beta)
-    held, work = 4 * k * d, float(k * d * d + RUN_UNITS)
-    if auto_uses_expansion(p, torch.float64):
-        r = basis_size(d, truncation_order(beta, d, unit_roundoff(torch.float64)))
-        held += (1 + d) * (2 * k + r)
-        work += float(EXPANSION_UNITS * k * r * (1 + d))
-    else:
-        held += k * k
-        work += float(k * k * (d + SCORE_UNITS))
-    if d > 3 or (d == 3 and k <= DENSE_MAX):  # merging's inner products (`merge.group_leads`)
-        held += k * k
-        work += float(k * k * d)
-    return held, work
+                  steps=sum(b.steps for b in bs) * len(starts))
 
 
 def system_line(row: dict[str, Any]) -> str:

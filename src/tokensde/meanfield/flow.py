@@ -31,15 +31,19 @@ from ..analysis.clusters import is_antipodal, is_merged
 from ..model.checks import ParameterError, check_int, check_real
 from ..model.noise import apply_matrices
 from ..model.params import ModelParams, TimeGrid
+from ..sim.budget import EXPANSION_UNITS, RUN_UNITS, SCORE_UNITS, Budget
 from ..sim.decide import DENSE_MAX, geometric_decided
 from ..sim.driver import Block, run_blocks
-from ..sim.expansion import choose_evaluator
+from ..sim.expansion import choose_evaluator, expansion_basis
 from ..sim.layers import attention_output, network_step, normalize
 from ..sim.loop import march
 from ..sim.options import Execution, StoppingRule, decide_every
 from ..sim.rng import RUN_BLOCK, RunStreams
 from ..sim.sde import sde_step
 from .merge import merge_nodes
+
+__all__ = ["MERGE_TOL", "FlowPlan", "FlowResult", "System", "check_flow_params", "decided",
+           "noise_path", "path_streams", "run_coupled"]
 
 _STEPS = {"network": network_step, "sde": sde_step}
 MERGE_TOL = 1e-10  # default merge threshold on 1 - <x_i, x_j> (angle about 1.4e-5)
@@ -171,6 +175,83 @@ def noise_path(seed: int, run: int, steps: int, d: int, sigma: float = 1.0,
     return np.stack([(sigma * rs.normal(d, d, dtype=dtype))[0].numpy() for _ in range(steps)])
 
 
+_ROW_HELD = 4  # token-sized arrays a system holds per run and layer (state, output, noise, step)
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    """What `run_coupled` will do: `runs` noise paths of the model `params` (its d and beta)
+    over `grid`, in batches of `batch` runs (`sim.driver.run_blocks`), through systems of
+    `sizes` nodes whose attention each evaluates as `evaluators` says ('dense' or 'expansion'
+    of `basis` functions), in `dtype`."""
+
+    params: ModelParams
+    grid: TimeGrid
+    runs: int
+    batch: int
+    sizes: tuple[int, ...]
+    evaluators: tuple[str, ...]
+    basis: tuple[int, ...]
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, p: ModelParams, grid: TimeGrid, sizes: Sequence[int], runs: int,
+           execution: Execution = Execution(),
+           weights: Sequence[torch.Tensor | np.ndarray | None] | None = None) -> FlowPlan:
+        """The plan of `run_coupled(p, grid, systems of `sizes` nodes (weights `weights`, None:
+        equal), runs, execution=execution)`: the batch it takes and each system's evaluator
+        (`_evaluator`'s rule at its node count, before any merge)."""
+        dtype, how = execution.torch_dtype, execution.attention_eval
+        ws = [None] * len(sizes) if weights is None else list(weights)
+        ev, basis = [], []
+        for k, w in zip(sizes, ws, strict=True):
+            q = p.with_(n=k)
+            ev.append(choose_evaluator(q, how, "full", dtype, w))
+            basis.append(expansion_basis(q, dtype, w) if ev[-1] == "expansion" else 0)
+        bs = runs if execution.batch_size is None else execution.batch_size
+        return cls(p, grid, runs, bs, tuple(sizes), tuple(ev), tuple(basis), dtype)
+
+    @property
+    def blocks(self) -> int:
+        """Batches advanced one after another: ceil(runs / batch)."""
+        return -(-self.runs // self.batch)
+
+    def system_cost(self, i: int) -> tuple[int, float]:
+        """Numbers held per run, and work per layer and run, of system `i` (k nodes in R^d):
+        its tokens (4 k d), then dense attention's `k x k` scores and `k^2 (d + SCORE_UNITS)`
+        work, or the expansion of R basis functions, `(1 + d)(2 k + R)` numbers and
+        `EXPANSION_UNITS k R (1 + d)` work (`sim.budget.estimate_work`'s units); node merging
+        forms `k x k` inner products up to `DENSE_MAX` nodes and above 3 dimensions
+        (`merge.group_leads`); plus the value noise, `k d^2`, and RUN_UNITS."""
+        k, d, r = self.sizes[i], self.params.d, self.basis[i]
+        held, work = _ROW_HELD * k * d, float(k * d * d + RUN_UNITS)
+        if self.evaluators[i] == "expansion":
+            held += (1 + d) * (2 * k + r)
+            work += float(EXPANSION_UNITS * k * r * (1 + d))
+        else:
+            held += k * k
+            work += float(k * k * (d + SCORE_UNITS))
+        if d > 3 or (d == 3 and k <= DENSE_MAX):  # merging's inner products
+            held += k * k
+            work += float(k * k * d)
+        return held, work
+
+    def budget(self) -> Budget:
+        """Memory and work of the plan: per run the value matrix d x d and each system's
+        numbers (`system_cost`), `itemsize` bytes each; work `layers x runs x` the systems'
+        per layer, an upper bound (runs stop once decided); a layer step per layer, system and
+        batch."""
+        d, steps = self.params.d, self.grid.steps
+        costs = [self.system_cost(i) for i in range(len(self.sizes))]
+        size = torch.finfo(self.dtype).bits // 8
+        per_run = size * (d * d + sum(c[0] for c in costs))
+        return Budget("this flow", per_run * self.runs, per_run, self.runs,
+                      float(steps) * self.runs * sum(c[1] for c in costs),
+                      f"{self.runs} runs of systems of {', '.join(map(str, self.sizes))} nodes "
+                      f"in R^{d}, {steps} layers at most", ("runs",), bounded=False,
+                      steps=float(steps) * len(self.sizes) * self.blocks)
+
+
 def run_coupled(
     p: ModelParams,
     grid: TimeGrid,
@@ -239,7 +320,6 @@ def run_coupled(
     if execution.sampler not in ("auto", "full"):
         raise ParameterError(f"execution.sampler must be 'auto' or 'full' (the flow draws each "
                              f"d x d value matrix); got {execution.sampler!r}")
-    bs = runs if execution.batch_size is None else execution.batch_size
     dtype, how = execution.torch_dtype, execution.attention_eval
     if len(systems) == 0:
         raise ParameterError("systems must hold at least one (name, x0, weights) entry")
@@ -248,6 +328,8 @@ def run_coupled(
     for s in sy:
         if s.x.shape[-1] != p.d:
             raise ParameterError(f"system {s.name!r} has tokens in R^{s.x.shape[-1]}; params.d = {p.d}")
+    bs = FlowPlan.of(p, grid, [s.x.shape[-2] for s in sy], runs, execution,
+                      [s.w for s in sy]).batch
     at = np.full((len(sy), runs), -1, dtype=np.int64)
     final_x: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
     final_w: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]

@@ -44,7 +44,12 @@ def _meanfield_budget(cell: dict[str, Any]) -> Budget:
     n = cell["n"]
     return table_budget([cell["d"]], [cell["beta"]], [] if n == LIMIT else [n], cell["K"],
                         [cell["start"]], cell["runs"], cell["T"], cell["dt"],
-                        with_limit=n == LIMIT)
+                        with_limit=n == LIMIT, execution=_execution(cell))
+
+
+def _execution(cell: dict[str, Any]) -> Execution:
+    """The execution of a meanfield cell's flow: its device."""
+    return Execution(device=cell.get("device", _OPTIONAL["device"]))
 
 
 def _meanfield_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -68,8 +73,7 @@ def _meanfield_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
                                     cell["start"], cell["runs"], seed if paths is None else paths,
                                     cell["T"], cell["dt"],
                                     stopping=StoppingRule.decided(cell["tol"]),
-                                    execution=Execution(device=cell.get("device",
-                                                                        _OPTIONAL["device"])),
+                                    execution=_execution(cell),
                                     with_limit=n == LIMIT,
                                     mixture=None if mix is None else parse_mixture(mix, cell["d"]))
     params = {*KINDS[KIND].params, "seed"}  # the sweep's table has them as columns already

@@ -22,12 +22,15 @@ import torch
 from scipy import stats as st
 
 from ..model.checks import check_int, require
-from ..sim.budget import Budget, estimate_work
+from ..sim.budget import Budget
 from ..sim.rng import derive_seed
 from .mapping import Mapping, map_network, spec_law_note
 from .measure import TOL, directions_gram, gram_stats, summarise
 from .models import RealSpec, build, hidden_states, make_inputs
 from .predict import SDE_RUNS, SDE_STEPS, predict
+
+__all__ = ["KIND", "RealRun", "agreement", "layer_threshold", "measure_real", "predicted_run",
+           "real_budget", "real_run_cost", "run_real", "save_run"]
 
 KIND = "tokensde-real"
 _SIDES: tuple[str, ...] = ("real", "network", "sde")
@@ -149,6 +152,53 @@ _QK_DRAW_UNITS = 400  # work units (`sim.budget.estimate_work`) per number of th
 _INIT_STEPS = 1000  # layer steps (`sim.budget.TimeModel.c0`) of building and measuring one init
 
 
+def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads: int, qk: bool,
+                  sde_steps: int, sde_runs: int, biased: bool = False) -> tuple[float, float]:
+    """(work, layer steps) of a real run of `inits x per_init` inputs besides the arithmetic of
+    its forward passes: the budgets of the plans `simulate` runs for its predictions
+    (`predict.predict`; `sim.simulate.plan_run` with predict's options), the network's
+    (`layers` layers, every input a run of `n` tokens in R^d, `heads` heads) and the depth
+    limit's (`sde_steps` Euler steps, `min(sde_runs, runs)` runs), plus QK_DRAW_UNITS per
+    number of the random query/key forms (`qk`: `heads x d^2` a run and layer); and
+    `inits x (layers + INIT_STEPS)` layer steps of the forward blocks (the inputs of an init
+    together) and the building of each model.
+
+    Args:
+        inits: independent initialisations.
+        per_init: inputs per initialisation.
+        layers: the network's depth.
+        n: tokens per input.
+        d: the width.
+        heads: attention heads.
+        qk: the query/key forms are random (drawn per run and layer).
+        sde_steps: Euler steps of the depth limit.
+        sde_runs: inputs the depth limit starts from, at most.
+        biased: the mapped model has biases (`predict` then takes the fast sampler).
+
+    Returns:
+        `(work, steps)` in `sim.budget`'s units.
+    """
+    runs = inits * per_init
+    from ..model.params import ModelParams, TimeGrid
+    from ..sim.options import Execution, InitialState, Recording
+    from ..sim.rng import RUN_BLOCK
+    from ..sim.simulate import plan_run
+
+    p = ModelParams(n=n, d=d, heads=heads)
+    sde_steps = check_int("sde_steps", sde_steps, 1)
+    # predict's execution (the Gram sampler without biases) and records (every layer)
+    how = Execution(sampler="fast" if biased else "gram", attention_eval="dense", dtype="float64",
+                    batch_size=RUN_BLOCK)
+    work = float(_QK_DRAW_UNITS * runs * layers * heads * d * d * qk)
+    steps = float(inits * (layers + _INIT_STEPS))
+    for scheme, grid, r in (("network", TimeGrid.make(layers=layers), runs),
+                            ("sde", TimeGrid(sde_steps, 1.0 / sde_steps), min(sde_runs, runs))):
+        b = plan_run(p, grid, r, scheme=scheme, initial=InitialState.tokens(np.ones((n, d))),
+                     recording=Recording(range(grid.steps + 1), ()), execution=how).budget()
+        work, steps = work + b.work, steps + b.steps
+    return work, steps
+
+
 def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int = SDE_STEPS,
                 sde_runs: int = 32) -> Budget:
     """Memory and work of `run_real` before it runs. Memory: one model's float32 weights
@@ -156,25 +206,25 @@ def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int
     init's hidden states at every layer, plus per init its inputs' float64 tokens `n x width`
     and Gram matrices `(layers + 1) x n x n`; work (`budget.estimate_work`): the forward
     passes, `inits x inputs x layers x n x width x (n + (4 + 2 mlp_ratio) width)`, the
-    network's prediction (with QK_DRAW_UNITS per number of its random query/key forms,
-    `heads x width^2` a run and layer) and the depth limit's; layer steps: `inits x (layers +
-    INIT_STEPS)` forward blocks (the inputs of an init together) and the building of a model,
-    the prediction's `layers` and the limit's `sde_steps`."""
+    predictions' (`real_run_cost`: the plans of the network's and the depth limit's
+    simulations); layer steps: `inits x (layers + INIT_STEPS)` forward blocks (the inputs of an
+    init together) and the building of a model, and the predictions'."""
     inits, inputs = check_int("inits", inits, 2), check_int("inputs", inputs, 1)
     mlp_mats = 3 if spec.arch == "llama" else 2  # SwiGLU: gate, input and output projections
     n, w, L, m = spec.tokens, spec.width, spec.layers, 4 + mlp_mats * spec.mlp_ratio
     fixed = 4 * (L * m * w * w + spec.vocabulary * w + inputs * (L + 1) * n * w)
     per_init = 8 * inputs * (n * w + (L + 1) * n * n)
     runs = inits * inputs
-    work = (float(runs) * L * n * w * (n + m * w) + estimate_work(runs, L, n, w, spec.heads)
-            + _QK_DRAW_UNITS * runs * L * spec.heads * w * w * spec.qk
-            + estimate_work(min(sde_runs, runs), check_int("sde_steps", sde_steps, 1), n, w))
-    return Budget(f"this {spec.arch} run", fixed + per_init * inits, per_init, inits, work,
+    # the HuggingFace models' biases are zero at init: only torch-encoder's are mapped
+    work, steps = real_run_cost(inits, inputs, L, n, w, spec.heads, spec.qk, sde_steps, sde_runs,
+                                spec.arch == "torch-encoder" and spec.bias)
+    return Budget(f"this {spec.arch} run", fixed + per_init * inits, per_init, inits,
+                  float(runs) * L * n * w * (n + m * w) + work,
                   f"{inits} inits x {inputs} inputs, {L} layers, width {w}, {n} tokens, "
                   f"vocabulary {spec.vocabulary}",
                   ("inits", "inputs", "layers", "width", "ctx", "vocab", "sde_runs"),
                   longer=("inits", "inputs", "layers", "width", "ctx", "sde_steps", "sde_runs"),
-                  steps=float(inits * (L + _INIT_STEPS) + L + sde_steps))
+                  steps=steps)
 
 
 def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, tol: float = TOL,

@@ -55,9 +55,9 @@ import torch
 from torch import nn
 
 from ..model.checks import ParameterError, check_int, require
-from ..sim.budget import Budget, estimate_work
+from ..sim.budget import Budget
 from ..sim.rng import derive_seed
-from .experiment import RealRun, predicted_run
+from .experiment import RealRun, predicted_run, real_run_cost
 from .mapping import BlockLaw, Mapping, to_model
 from .measure import TOL, directions_gram, gram_stats
 from .models import RMSNorm as TokensdeRMSNorm
@@ -68,8 +68,6 @@ __all__ = ["ATTENTIONS", "BlockRead", "IntrospectionError", "Moment", "NetworkRe
            "network_width", "own_budget", "params_errors", "prepare_own", "read_network", "run_own",
            "to_law"]
 
-_QK_DRAW_UNITS, _INIT_STEPS = 400, 1000  # experiment.real_budget's constants (measured there): work
-# units per number of the prediction's query/key forms, layer steps of building and measuring an init
 _HOMOGENEITY_Z = 5.0  # a block's variance further than this many standard errors from the pooled one:
 # the blocks do not share one law (refused)
 _SAME_TOL = 1e-4  # two probed tensors are the same when max |a - b| <= SAME_TOL max |a| (float32 passes)
@@ -1059,8 +1057,8 @@ def own_budget(read: NetworkRead, parameters: int, inits: int, per_init: int,
     """Memory and work of `run_own` on the network `read` (`parameters` numbers), as
     `experiment.real_budget` for a family: one model's float32 parameters and one init's hidden
     states, per init its inputs' float64 tokens and Gram matrices; the forward passes `inits x
-    per_init x L x n x d x (n + 4 d + k m)` (k = 2 MLP matrices, 3 gated), the prediction's and
-    the depth limit's work and layer steps."""
+    per_init x L x n x d x (n + 4 d + k m)` (k = 2 MLP matrices, 3 gated), the predictions' work
+    and layer steps (`experiment.real_run_cost`)."""
     inits, per_init = check_int("inits", inits, 2), check_int("inputs", per_init, 1)
     b, L, n = read.blocks[0], read.layers, read.tokens
     d, heads, m = b.d, b.heads, b.width
@@ -1068,14 +1066,13 @@ def own_budget(read: NetworkRead, parameters: int, inits: int, per_init: int,
     fixed = 4 * (parameters + per_init * (L + 1) * n * d)
     per = 8 * per_init * (n * d + (L + 1) * n * n)
     runs = inits * per_init
-    work = (float(runs) * L * n * d * (n + 4 * d + mats * m) + estimate_work(runs, L, n, d, heads)
-            + _QK_DRAW_UNITS * runs * L * heads * d * d
-            + estimate_work(min(sde_runs, runs), check_int("sde_steps", sde_steps, 1), n, d))
-    return Budget(f"this {read.cls} run", fixed + per * inits, per, inits, work,
+    work, steps = real_run_cost(inits, per_init, L, n, d, heads, True, sde_steps, sde_runs)
+    return Budget(f"this {read.cls} run", fixed + per * inits, per, inits,
+                  float(runs) * L * n * d * (n + 4 * d + mats * m) + work,
                   f"{inits} inits x {per_init} inputs, {L} layers, width {d}, {n} tokens, "
                   f"{parameters} parameters", ("inits", "inputs"),
                   longer=("inits", "inputs", "sde_steps", "sde_runs"),
-                  steps=float(inits * (L + _INIT_STEPS) + L + sde_steps))
+                  steps=steps)
 
 
 def prepare_own(target: str, tokens: int | None, per_init: int, seed: int,

@@ -18,7 +18,6 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,12 +30,11 @@ from .batch import (  # re-exported: the batch protocol of the real architecture
     Draws,
     default_batch,
     initial_tokens,
-    mlp_width,
     run_batch,
 )
 from .bias import check_bias
-from .budget import SAMPLER_STEPS, Budget, check_budget, estimate_memory, estimate_work
-from .coupled import levels_of, why_not_coupled
+from .budget import Budget, check_budget
+from .coupled import why_not_coupled
 from .driver import Block, Decision, run_blocks
 from .expansion import choose_evaluator, expansion_basis
 from .gram import frame_forms, run_batch_gram, uniform_frame
@@ -55,13 +53,14 @@ from .options import (
     observer_layers,
     resolve_checkpoints,
 )
+from .planning import RunPlan
 from .result import SimResult
 from .rng import MLP_STREAM, QK_STREAM, RUN_BLOCK  # the stream keys: re-exported
 from .samplers import choose_sampler
 from .sde import check_sde_step
 from .token_noise import check_token_noise
 
-__all__ = ["resolve_sampler", "simulate", "simulation_budget"]
+__all__ = ["plan_run", "resolve_sampler", "simulate", "simulation_budget"]
 
 
 def _check_objects(params: Any, grid: Any, initial: Any, stopping: Any, recording: Any,
@@ -87,20 +86,17 @@ def _check_objects(params: Any, grid: Any, initial: Any, stopping: Any, recordin
                         f"advanced; got {progress!r}")
 
 
-def _check_memory(params: ModelParams, grid: TimeGrid, runs: int, initial: InitialState,
-                  recording: Recording, execution: Execution) -> None:
+def _check_memory(plan: RunPlan, execution: Execution) -> None:
     """Refuse a run this machine (or the device) cannot hold at all: a lower bound on the memory
-    (kept records + one block of layer workspace) against the physical memory; the command line
-    checks against the memory available now (`budget.available_memory`)."""
-    params.attention_kind.check_dtype(str(execution.dtype))
-    b = simulation_budget(params, grid, runs, initial=initial, recording=recording,
-                          execution=execution)
+    (kept records + one block of layer workspace, `RunPlan.budget`) against the physical memory;
+    the command line checks against the memory available now (`budget.available_memory`)."""
+    b = plan.budget()
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     check_budget(b, host, "cpu", warn=False, limit_h=math.inf, have_is="this machine has")
     dev = execution.torch_device
     if dev.type == "cuda":
         have = torch.cuda.get_device_properties(dev).total_memory
-        workspace = b.memory - b.per_run * b.runs
+        workspace = plan.memory().workspace
         check_budget(Budget(b.what, workspace, 0, b.runs, 0.0, b.detail, b.lower), have,
                      dev.type, warn=False, limit_h=math.inf, have_is="the device has")
 
@@ -111,14 +107,8 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int = 1, *,
                       recording: Recording = Recording(),
                       execution: Execution = Execution(),
                       step: StepControl | None = None, scheme: str = "network") -> Budget:
-    """The memory and work of `simulate` with these arguments.
-
-    Memory (`budget.estimate_memory`): records kept, plus one block of layer workspace. Work
-    (`budget.estimate_work`): runs x layers x heads x n x (w (n + w) + 25 n), or n x (8 R (1 + w)
-    + w^2) with the O(n) attention of R basis functions; `layers x batches` layer steps, 3 each
-    with the Gram and fast samplers (`budget.SAMPLER_STEPS`), w the width held (d; n for the
-    Gram sampler from a uniform start, which holds nothing of size d; its work is that of width
-    min(n, d), as it takes about as long as the full sampler).
+    """The memory and work of `simulate` with these arguments: `plan_run(...).budget()`, the
+    accounting of the plan `simulate` runs (`planning.RunPlan.budget`).
 
     Args:
         params: the model.
@@ -137,48 +127,8 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int = 1, *,
     Returns:
         The `Budget`.
     """
-    runs = check_int("runs", runs, 1)
-    tdtype = execution.torch_dtype
-    k = len(resolve_checkpoints(recording.checkpoints, grid.steps))
-    used = resolve_sampler(params, execution, recording)
-    n, heads = params.n, params.heads
-    record = recording.kept(n)
-    init = initial.init
-    w = n if used == "gram" and isinstance(init, str) and init == "uniform" else params.d
-    size = torch.finfo(tdtype).bits // 8
-    basis = 0
-    weights = check_token_weights(initial.weights, n, runs)
-    if choose_evaluator(params, execution.attention_eval, used, tdtype, weights) == "expansion":
-        basis = expansion_basis(params, tdtype, weights)
-    # the fast sampler with n >= d draws V itself, as the full one does: no n x n factor
-    full = used == "full" or (used == "fast" and n >= params.d)
-    mem = estimate_memory(runs, n, w, k, block=min(runs, RUN_BLOCK), record=record, heads=heads,
-                          full=full, mlp=mlp_width(params, used), itemsize=size, basis=basis)
-    one = estimate_memory(1, n, w, k, block=0, record=record, itemsize=size).kept
-    detail = (f"{runs} run{'s' * (runs != 1)}, n = {n}, d = {params.d}, {heads} "
-              f"head{'s' * (heads > 1)}, {k} checkpoints, {grid.steps} layers, sampler {used}, "
-              f"{execution.dtype}"
-              + (f", attention by expansion ({basis} basis functions)" if basis else ""))
-    lower = ("runs", "n", "d", *(("heads",) if heads > 1 else ()), "checkpoints")
-    # layer steps one after another: one per layer and batch of runs (`default_batch`)
-    steps = grid.steps * math.ceil(runs / default_batch(runs, params, used, tdtype)) * (
-        SAMPLER_STEPS.get("full" if full else used, 1.0))
-    work = estimate_work(runs, grid.steps, n, min(w, params.d), heads, mlp_width(params, used),
-                         basis)
-    coupled = step_runs(params, grid, runs, scheme, initial, step, execution)
-    if coupled:
-        # the model at dt, 2 dt (and 4 dt) in R^d: 1.5 (1.75) layers per fine step
-        three = levels_of(grid.steps) == 3
-        per = 1.75 if three else 1.5
-        extra = per * estimate_work(coupled, grid.steps, n, params.d, heads,
-                                    mlp_width(params, "full"))
-        detail += (f", plus {coupled} runs coupled at dt, 2 dt{' and 4 dt' * three} for the "
-                   f"step error (+{100 * extra / work:.0f} % work)")
-        work += extra
-        steps += per * grid.steps * math.ceil(coupled / 1024)
-    return Budget("this simulation", mem.total, one, runs, work, detail, lower,
-                  bounded=stopping.until != "decided", longer=("runs", "layers", "n", "d"),
-                  steps=steps)
+    return plan_run(params, grid, runs, scheme=scheme, initial=initial, stopping=stopping,
+                    recording=recording, execution=execution, step=step).budget()
 
 
 def step_runs(params: ModelParams, grid: TimeGrid, runs: int, scheme: str,
@@ -271,7 +221,8 @@ def _decision(stopping: StoppingRule, dt: float, dtype: str) -> tuple[float, int
 
 
 def _check_model(params: ModelParams, grid: TimeGrid, scheme: str, sampler: str) -> None:
-    """The model against the scheme and the sampler, refusals first, then the SDE step."""
+    """Refuse a model the scheme or the sampler cannot run (the SDE step is only warned
+    of, by `simulate`: `_warn_sde_step`)."""
     if scheme not in SCHEMES:
         raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
     if scheme != "sde" and params.qk_samples != QK_SAMPLES:
@@ -280,32 +231,47 @@ def _check_model(params: ModelParams, grid: TimeGrid, scheme: str, sampler: str)
                              f"scheme={scheme!r} (leave it at {QK_SAMPLES})")
     if params.norm == "peri" and scheme == "sde":
         check_peri_sde(params)
-    check_bias(params, scheme)  # before check_sde_step's warning: a refusal comes first
+    check_bias(params, scheme)
     check_token_noise(params, sampler)
-    if scheme == "sde":
-        check_sde_step(params, grid.dt)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """Everything `simulate` resolved before any work."""
-
-    sampler: str
-    evaluator: str
-    checkpoints: np.ndarray
-    observed_at: list[np.ndarray]  # the layers of each observer, built-in ones first
-    batch: int
-    weights: np.ndarray | None
-    decide: tuple[float, int] | None
-    init_kind: str
+def _warn_sde_step(params: ModelParams, grid: TimeGrid) -> None:
+    """The SDE step's warning (`sde.check_sde_step`), once every refusal has passed."""
+    check_sde_step(params, grid.dt)
 
 
-def _plan(params: ModelParams, grid: TimeGrid, runs: int, scheme: str, initial: InitialState,
-          stopping: StoppingRule, recording: Recording, execution: Execution) -> _Plan:
-    """Check every option against the model, once, and resolve the automatic choices."""
+def plan_run(params: ModelParams, grid: TimeGrid, runs: int = 1, *, scheme: str = "network",
+             initial: InitialState = InitialState(),
+             stopping: StoppingRule = StoppingRule(),
+             recording: Recording = Recording(),
+             execution: Execution = Execution(),
+             step: StepControl | None = None) -> RunPlan:
+    """The plan `simulate` runs with these arguments: every option checked against the model,
+    once, and the automatic choices resolved (sampler, attention evaluation, batch, checkpoints,
+    decision); `RunPlan.budget()` is its memory and work.
+
+    Args:
+        params: as `simulate`.
+        grid: as `simulate`.
+        runs: as `simulate`.
+        scheme: as `simulate`.
+        initial: as `simulate`.
+        stopping: as `simulate`.
+        recording: as `simulate`.
+        execution: as `simulate`.
+        step: the step-error measurement beside the run
+            (`analysis.step_coupled.simulate_with_step_error`): its coupled runs (`step_runs`).
+
+    Returns:
+        The `RunPlan`.
+
+    Raises:
+        ParameterError: as `simulate`, before any work.
+    """
+    runs = check_int("runs", runs, 1)
     used = resolve_sampler(params, execution, recording)
     _check_model(params, grid, scheme, used)
-    _check_memory(params, grid, runs, initial, recording, execution)
+    params.attention_kind.check_dtype(str(execution.dtype))
     decide = _decision(stopping, grid.dt, str(execution.dtype))
     init_kind = _check_init(initial.init, params, runs, initial.rho0, initial.normalize)
     w_all = check_token_weights(initial.weights, params.n, runs)
@@ -314,12 +280,18 @@ def _plan(params: ModelParams, grid: TimeGrid, runs: int, scheme: str, initial: 
                              "Execution(sampler='fast') or 'full'")
     tdtype, dev = execution.torch_dtype, execution.torch_device
     evaluator = choose_evaluator(params, execution.attention_eval, used, tdtype, w_all)
+    basis = expansion_basis(params, tdtype, w_all) if evaluator == "expansion" else 0
     ck = resolve_checkpoints(recording.checkpoints, grid.steps)
     at = observer_layers(_observers(params, recording), ck, grid.steps)
     bs = default_batch(runs, params, used, tdtype, dev) if execution.batch_size is None else \
         execution.batch_size
     bs = runs if bs >= runs else math.ceil(bs / RUN_BLOCK) * RUN_BLOCK
-    return _Plan(used, evaluator, ck, at, bs, w_all, decide, init_kind)
+    # the Gram sampler from a uniform start holds the tokens in a frame of n numbers each
+    gram_frame = used == "gram" and isinstance(initial.init, str) and initial.init == "uniform"
+    return RunPlan(params, grid, runs, scheme, used, evaluator, basis, bs, ck, at,
+                   recording.kept(params.n), w_all, decide, init_kind, tdtype,
+                   params.n if gram_frame else params.d,
+                   step_runs(params, grid, runs, scheme, initial, step, execution))
 
 
 def _observers(params: ModelParams, recording: Recording) -> tuple[Observer, ...]:
@@ -383,7 +355,11 @@ def simulate(
     _check_objects(params, grid, initial, stopping, recording, execution, progress)
     runs = check_int("runs", runs, 1)
     seed = check_int("seed", seed, 0)
-    plan = _plan(params, grid, runs, scheme, initial, stopping, recording, execution)
+    plan = plan_run(params, grid, runs, scheme=scheme, initial=initial, stopping=stopping,
+                    recording=recording, execution=execution)
+    _check_memory(plan, execution)
+    if scheme == "sde":
+        _warn_sde_step(params, grid)
     book = Observations(_observers(params, recording), runs, plan.observed_at, grid.dt)
     layer_of = np.full(runs, -1, dtype=np.int64)
     t0 = time.perf_counter()
@@ -424,7 +400,7 @@ def _finite_guard(params: ModelParams, tdtype: torch.dtype) -> Callable[[int, An
 
 
 def _run_block(params: ModelParams, grid: TimeGrid, scheme: str, initial: InitialState,
-               execution: Execution, plan: _Plan, block: Block, progress: Progress | None
+               execution: Execution, plan: RunPlan, block: Block, progress: Progress | None
                ) -> torch.Tensor:
     """One batch of `simulate` (`driver.run_blocks`): its start and its sampler's march, with
     the batch's streams, recorder and stopping rule; the final state on the CPU."""

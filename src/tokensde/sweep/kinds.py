@@ -314,19 +314,28 @@ def _multi_token_grid(cell: dict[str, Any]) -> tuple[Any, list[int]]:
     return grid, [min(grid.steps - 1, round(grid.steps * (1.0 - cell["window"]))), grid.steps]
 
 
-def _multi_token_budget(cell: dict[str, Any]) -> Any:
-    """Memory and work of a multi-token cell (`sim.simulate.simulation_budget`)."""
-    from ..sim.options import Execution, Recording, StepControl, StoppingRule
-    from ..sim.simulate import simulation_budget
+def _multi_token_options(cell: dict[str, Any]) -> dict[str, Any]:
+    """The options of the `simulate` call of a multi-token cell (besides the seed): the
+    estimate (`_multi_token_budget`) plans the run the cell makes (`_multi_token_cell`)."""
+    from ..sim.options import Execution, Recording, StoppingRule
 
-    grid, ck = _multi_token_grid(cell)
+    grid, (before, _) = _multi_token_grid(cell)
+    stop = StoppingRule.decided(cell["tol"]) if cell["until"] == "decided" else StoppingRule()
+    return {"params": _model_params(cell), "grid": grid, "runs": cell["runs"],
+            "scheme": cell["scheme"], "stopping": stop,
+            "recording": Recording(checkpoints=[before, grid.steps]),
+            "execution": Execution(sampler=cell["sampler"])}
+
+
+def _multi_token_budget(cell: dict[str, Any]) -> Any:
+    """Memory and work of a multi-token cell: the budget of the plan its run makes
+    (`sim.simulate.plan_run`), with the runs coupled for `step_runs` beside it."""
+    from ..sim.options import StepControl
+    from ..sim.simulate import plan_run
+
     coupled = cell.get("step_runs", 0)
-    b = simulation_budget(_model_params(cell), grid, cell["runs"],
-                          stopping=StoppingRule(until=cell["until"]),
-                          recording=Recording(checkpoints=ck),
-                          execution=Execution(sampler=cell["sampler"]),
-                          step=StepControl(coupled_runs=coupled) if coupled >= 2 else None,
-                          scheme=cell["scheme"])
+    b = plan_run(**_multi_token_options(cell),
+                 step=StepControl(coupled_runs=coupled) if coupled else None).budget()
     return replace(b, lower=("runs", "n", "d"), longer=("runs", "T", "n", "d"))
 
 
@@ -334,17 +343,12 @@ def _multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
     """Simulate `runs` systems of n uniform tokens, each until decided (every pair within `tol`
     of +-1) or to the horizon T (`until='horizon'`: every run to T), and classify the outcomes
     at `tol`; a run still undecided at T gets the motion test over the last `window * T`."""
-    from ..sim.options import Execution, Recording, StoppingRule
     from ..sim.simulate import simulate
 
-    p = _model_params(cell)
-    grid, (before, _) = _multi_token_grid(cell)
+    options = _multi_token_options(cell)
+    p, grid, tol = options["params"], options["grid"], cell["tol"]
     check_coupled(cell, p, grid.steps)
-    tol = cell["tol"]
-    stop = StoppingRule.decided(tol) if cell["until"] == "decided" else StoppingRule()
-    res = simulate(p, grid, runs=cell["runs"], seed=seed, scheme=cell["scheme"], stopping=stop,
-                   recording=Recording(checkpoints=[before, grid.steps]),
-                   execution=Execution(sampler=cell["sampler"]))
+    res = simulate(**options, seed=seed)
     if res.gram is None:  # simulate keeps the Gram matrices at the checkpoints asked for
         raise RuntimeError("simulate returned no Gram matrices at the checkpoints")
     g_end, g_before = res.gram[:, -1], res.gram[:, 0]

@@ -16,7 +16,6 @@ its other numbers, are those of the cell without it).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 from ..analysis.pair_monte_carlo import ENGINES, monte_carlo, pair_budget, pair_stopping, spec_params
@@ -24,8 +23,7 @@ from ..analysis.step_coupled import pair_step
 from ..model.mlp import MLPS
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_real
 from ..sim.budget import Budget
-from ..sim.coupled import levels_of
-from ..sim.options import Execution
+from ..sim.options import Execution, StepControl
 from ..theory import decision_time as absorption
 from ..theory import two_tokens as tt
 from ..theory.coefficients import pair_model
@@ -144,19 +142,14 @@ def _two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
 
 
 def _two_token_budget(cell: dict[str, Any]) -> Budget:
-    """Memory and work of a two-token cell (`pair_monte_carlo.pair_budget`); with `step_runs`,
-    plus 1.5 (two steps) or 1.75 (three) times the work of its coupled runs, dense in R^d."""
+    """Memory and work of a two-token cell (`pair_monte_carlo.pair_budget`), with the runs
+    coupled at dt, 2 dt (and 4 dt) of `step_runs` beside it."""
     p, grid = _params(cell), TimeGrid.make(T=cell["T"], dt=cell["dt"])
     stop = pair_stopping(cell["until"], cell["tol"])[0]
-    b = pair_budget(p, cell["rho0"], grid, cell["runs"], cell["engine"], stop,
-                    Execution(sampler=cell["sampler"]))
-    coupled = min(cell.get("step_runs", 0), cell["runs"])
-    if not coupled:
-        return b
-    per = 1.75 if levels_of(grid.steps) == 3 else 1.5
-    c = pair_budget(p, cell["rho0"], grid, coupled, "network", stop, Execution(sampler="full"))
-    return replace(b, work=b.work + per * c.work, steps=b.steps + per * c.steps,
-                   detail=f"{b.detail}, plus {coupled} runs coupled for the step error")
+    coupled = cell.get("step_runs", 0)
+    return pair_budget(p, cell["rho0"], grid, cell["runs"], cell["engine"], stop,
+                       Execution(sampler=cell["sampler"]),
+                       StepControl(coupled_runs=coupled) if coupled else None)
 
 
 register(ExperimentKind(
