@@ -64,7 +64,7 @@ from .step_error import StepError, mc_error
 #: the probabilities of `clusters.outcome_summary`, by the outcome they count
 OUTCOMES: dict[str, Outcome] = {"p_one_cluster": Outcome.SINGLE, "p_bipolar": Outcome.BIPOLAR}
 #: runs of the coupled subsample that measures the step error beside a run (at most `runs`)
-_COUPLED_RUNS = 200
+_COUPLED_RUNS = StepControl().coupled_runs  # what `pair_step` measures on, as the budget counts
 #: runs of the pilot that chooses the step (at most `runs`)
 _PILOT_RUNS = 400
 #: the most layers a chosen step may take

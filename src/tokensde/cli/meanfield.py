@@ -58,6 +58,7 @@ def table(
     from ..meanfield.absorption import bipolar_text, table_budget
     from ..meanfield.kind import table_config, table_frame
     from ..model.params import ParameterError, check_choice
+    from ..sim.options import Execution
     from ..sweep import load_table
     from .sweep import run_resumable
 
@@ -68,7 +69,8 @@ def table(
         mix = mixture if "mixture" in start else None
         if out is not None:
             guard_output(out, "--out", directory=True, force=force, resumable=True)
-        check_run(table_budget(d, beta, n, K, start, runs, T, dt), device, yes=yes)
+        check_run(table_budget(d, beta, n, K, start, runs, T, dt,
+                               execution=Execution(device=device)), device, yes=yes)
         cfg = table_config(d, beta, n, K, start, runs, seed, T, dt, tol, device, mix)
         cfg.cells()  # every cell validated before anything is written
         if out is not None and force:

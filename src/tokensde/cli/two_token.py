@@ -176,7 +176,7 @@ def mc_cmd(
     from ..analysis.step_coupled import pair_step
     from ..model.checks import check_int
     from ..model.params import MAX_SIZE
-    from ..sim.options import Execution
+    from ..sim.options import Execution, StepControl
     from ..theory import two_tokens as tt
     from ..theory.coefficients import pair_model
     from ..theory.first_passage import hitting_probability
@@ -188,7 +188,8 @@ def mc_cmd(
         stopping, outcome_tol = mc.pair_stopping(until, tol)
         execution = Execution(sampler=sampler)
         check_run(mc.pair_budget(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
-                                 tt.check_rho0(rho0), grid, runs, engine, stopping, execution),
+                                 tt.check_rho0(rho0), grid, runs, engine, stopping, execution,
+                                 StepControl()),  # the coupled runs of `pair_step`
                   yes=yes)
         result = _run(mc.monte_carlo, grid.steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
