@@ -201,12 +201,12 @@ class FlowPlan:
         """The plan of `run_coupled(p, grid, systems of `sizes` nodes (weights `weights`, None:
         equal), runs, execution=execution)`: the batch it takes and each system's evaluator
         (`_evaluator`'s rule at its node count, before any merge)."""
-        dtype, how = execution.torch_dtype, execution.attention_eval
+        dtype, attention_eval = execution.torch_dtype, execution.attention_eval
         ws = [None] * len(sizes) if weights is None else list(weights)
         ev, basis = [], []
         for k, w in zip(sizes, ws, strict=True):
             q = p.with_(n=k)
-            ev.append(choose_evaluator(q, how, "full", dtype, w))
+            ev.append(choose_evaluator(q, attention_eval, "full", dtype, w))
             basis.append(expansion_basis(q, dtype, w) if ev[-1] == "expansion" else 0)
         bs = runs if execution.batch_size is None else execution.batch_size
         return cls(p, grid, runs, bs, tuple(sizes), tuple(ev), tuple(basis), dtype)
@@ -320,7 +320,7 @@ def run_coupled(
     if execution.sampler not in ("auto", "full"):
         raise ParameterError(f"execution.sampler must be 'auto' or 'full' (the flow draws each "
                              f"d x d value matrix); got {execution.sampler!r}")
-    dtype, how = execution.torch_dtype, execution.attention_eval
+    dtype, attention_eval = execution.torch_dtype, execution.attention_eval
     if len(systems) == 0:
         raise ParameterError("systems must hold at least one (name, x0, weights) entry")
     dev = execution.torch_device
@@ -338,7 +338,7 @@ def run_coupled(
         lo, hi = block.start, block.stop
         part = [System(s.name, s.x[lo:hi].to(dev), s.w[lo:hi].to(dev)) for s in sy]
         _advance(p, grid, part, block, _STEPS[scheme], until, tol, every, merge_tol, at,
-                 final_x, final_w, shared_path, how)
+                 final_x, final_w, shared_path, attention_eval)
 
     # the value matrices of run r come from its run stream (`path_streams`, as `noise_path`)
     run_blocks(runs, bs, advance, streams=lambda lo, hi: path_streams(
@@ -364,17 +364,17 @@ def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], block: Block,
              step: Callable[..., torch.Tensor], until: str, tol: float, every: int,
              merge_tol: float | None, at: np.ndarray, final_x: list[list[torch.Tensor | None]],
              final_w: list[list[torch.Tensor | None]], shared_path: bool = False,
-             how: str = "auto") -> None:
+             attention_eval: str = "auto") -> None:
     """One batch of `run_coupled` (`sim.driver.run_blocks`: the runs of `block`, their streams)
     through the one layer loop `sim.loop.march`: `_Layer` applies a layer to every system,
     `_Absorb` (the stopping rule) merges, decides and keeps; fills `at`, `final_x`, `final_w`
     at the block's runs."""
     rs = block.streams
-    batch = _Batch(sy, [_evaluator(p, s, how) for s in sy])
+    batch = _Batch(sy, [_evaluator(p, s, attention_eval) for s in sy])
     rule = block.use(_Absorb(p, np.arange(block.start, block.stop), until, tol, every,
                              merge_tol, at, final_x, final_w,
                              None if shared_path else rs.retain))
-    march(batch, grid.steps, _Layer(p, grid, rs, step, shared_path), stop=rule)
+    march(batch, grid.steps, _Layer(p, grid, rs, step, shared_path), stop_test=rule)
 
 
 class _Batch:
@@ -382,8 +382,8 @@ class _Batch:
     and how each one's attention is evaluated; `shape[0]` runs, `batch[mask]` selects rows (the
     evaluators are kept: they change at a merge only)."""
 
-    def __init__(self, systems: list[System], how: list[str]) -> None:
-        self.systems, self.how = systems, how
+    def __init__(self, systems: list[System], evaluators: list[str]) -> None:
+        self.systems, self.evaluators = systems, evaluators
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -391,7 +391,8 @@ class _Batch:
 
     def __getitem__(self, mask: torch.Tensor) -> _Batch:
         m = mask.to(self.systems[0].x.device)
-        return _Batch([System(s.name, s.x[m], s.w[m]) for s in self.systems], list(self.how))
+        return _Batch([System(s.name, s.x[m], s.w[m]) for s in self.systems],
+                      list(self.evaluators))
 
 
 class _Layer:
@@ -407,14 +408,14 @@ class _Layer:
         v = p.noise_scale * self.rs.normal(p.d, p.d, dtype=b.systems[0].x.dtype)
         if self.shared_path:
             v = v.expand(b.shape[0], p.d, p.d)
-        for s, e in zip(b.systems, b.how, strict=True):
+        for s, e in zip(b.systems, b.evaluators, strict=True):
             y = attention_output(s.x, p, weights=s.w, evaluator=e)
             s.x = self.step(s.x, y, apply_matrices(y, v), p, self.dt)
         return b
 
 
 class _Absorb:
-    """`run_coupled`'s stopping rule (a `sim.loop.Rule`): every `every` layers and at the last,
+    """`run_coupled`'s stopping rule (a `sim.loop.StopTest`): every `every` layers and at the last,
     merge each system's nodes (unless `merge_tol` is None; its evaluator chosen afresh), and with
     `until='decided'` mark each system decided at `tol` (`at[s, run] = k`, its live nodes and
     weights stored then); a run leaves once every system of it is decided (`retain`: drop it from
@@ -442,7 +443,7 @@ class _Absorb:
         for si, s in enumerate(b.systems):
             if self.merge_tol is not None:
                 s.x, s.w = merge_nodes(s.x, s.w, self.merge_tol)
-                b.how[si] = _evaluator(self.p, s)
+                b.evaluators[si] = _evaluator(self.p, s)
             if self.until == "decided":
                 ids = self.run_ids[rows.numpy()]
                 now = decided(s.x, s.w, self.tol).cpu() & torch.as_tensor(self.at[si, ids] < 0)
@@ -465,11 +466,11 @@ class _Absorb:
             self._retain(live)
 
 
-def _evaluator(p: ModelParams, s: System, how: str = "auto") -> str:
-    """How the attention of system `s` is evaluated: `how`, where 'auto' is `choose_evaluator`'s
-    fixed rule at its node count and weights (the O(n) expansion on the circle and the sphere
-    from a few hundred nodes, `sim.expansion.auto_uses_expansion`)."""
-    return choose_evaluator(p.with_(n=s.x.shape[-2]), how, "full", s.x.dtype, s.w)
+def _evaluator(p: ModelParams, s: System, attention_eval: str = "auto") -> str:
+    """How the attention of system `s` is evaluated: `attention_eval`, where 'auto' is
+    `choose_evaluator`'s fixed rule at its node count and weights (the O(n) expansion on the
+    circle and the sphere from a few hundred nodes, `sim.expansion.auto_uses_expansion`)."""
+    return choose_evaluator(p.with_(n=s.x.shape[-2]), attention_eval, "full", s.x.dtype, s.w)
 
 
 def _pad(parts: list[torch.Tensor | None]) -> torch.Tensor:

@@ -19,7 +19,7 @@ from ..model.params import ModelParams, ParameterError, TimeGrid
 from ..model.qk import QKDraws
 from .bias import BIAS_STREAM, check_bias, mlp_branch
 from .layers import NORM_STEPS, attention_output, layer_step, network_step, normalize, residual_step
-from .loop import Progress, Recorder, Stop, march
+from .loop import DecidedStop, Progress, Recorder, march
 from .norm_sde import peri_noise, peri_sde_step
 from .rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams
 from .samplers import mlp_sampler, noise_sampler, scheme_params
@@ -143,7 +143,7 @@ class Draws:
                    token_noise_streams(p, rs))
 
     def retain(self, mask: torch.Tensor) -> None:
-        """Keep only the runs of `mask` in every stream (`Stop`: decided runs leave)."""
+        """Keep only the runs of `mask` in every stream (`DecidedStop`: decided runs leave)."""
         for s in (self.runs, self.forms, self.mlp, self.bias, self.token):
             if s is not None:
                 s.retain(mask)
@@ -158,7 +158,7 @@ def run_batch(
     scheme: str,
     recorder: Recorder | None = None,
     progress: Progress | None = None,
-    stop: Stop | None = None,
+    stop_test: DecidedStop | None = None,
     weights: torch.Tensor | None = None,
     attention_eval: str = "dense",
 ) -> torch.Tensor:
@@ -209,4 +209,4 @@ def run_batch(
             xi = add_token_noise(xi, q, token)
         return advance(xk, y, xi, q, grid.dt, mlp, step)
 
-    return march(x, grid.steps, layer, recorder, progress, stop=stop)
+    return march(x, grid.steps, layer, recorder, progress, stop_test=stop_test)

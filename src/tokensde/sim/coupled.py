@@ -24,7 +24,7 @@ import torch
 from ..model.params import ModelParams, ParameterError, TimeGrid, check_int
 from .batch import qk_draws
 from .layers import NORM_STEPS, attention_output, layer_step, normalize, residual_step
-from .loop import Progress, Recorder, Stop, march
+from .loop import DecidedStop, Progress, Recorder, march
 from .rng import RunStreams
 from .samplers import apply_matrices, mlp_kernel_noise, mlp_noise_given, scheme_params
 from .sde import sde_layer, sde_step
@@ -250,7 +250,7 @@ def coupled_steps(x0: torch.Tensor, p: ModelParams, steps: int, dt: float, rs: R
     the first forms of its fine steps and its own MLP hidden draws; with `scheme='sde'` the SDE at
     `dt` (march's state) and at `k dt` (driven likewise by the summed increments). All run
     `steps` fine steps (a multiple of `2^(levels-1)`), or, with `decide = (tol, every)`, each run
-    until decided at every step (`loop.Stop.decided`, tested every `every` fine steps, rounded up
+    until decided at every step (`loop.DecidedStop.decided`, tested every `every` fine steps, rounded up
     to a multiple of `2^(levels-1)` so that every coarse state is current). Models:
     `check_step_coupling`.
 
@@ -308,7 +308,7 @@ def coupled_steps(x0: torch.Tensor, p: ModelParams, steps: int, dt: float, rs: R
     every = m * max(1, -(-every // m))
     streams = [s.retain for s in (rs, draws, mlp_rs) if s is not None]
     rule = _BothDecided(run, pick, tol, every, x0.shape[0], streams, p.norm != "post")
-    return march(x0.clone(), steps, run, stop=rule)
+    return march(x0.clone(), steps, run, stop_test=rule)
 
 
 def _check_coupled(name: str, p: ModelParams) -> None:
@@ -521,8 +521,8 @@ class _Viewed:
 
 
 class _BothDecided:
-    """The stopping rule (`loop.Rule`) of `coupled_steps`: the state at each step is kept at its
-    first test decided (`loop.Stop.decided`: a first passage, as a run stopped once decided
+    """The stopping rule (`loop.StopTest`) of `coupled_steps`: the state at each step is kept at its
+    first test decided (`loop.DecidedStop.decided`: a first passage, as a run stopped once decided
     reads it; a pair within `tol` of the antipode may leave it again), and a run leaves once
     decided at every step; `retain` drops it from the coupled states and from the streams."""
 
@@ -530,7 +530,7 @@ class _BothDecided:
                  tol: float, every: int, runs: int,
                  streams: Sequence[Callable[[torch.Tensor], None]], directions: bool) -> None:
         self.levels, self.pick, self.every, self.streams = levels, pick, every, streams
-        self.test = Stop(tol, every, runs, lambda m: None, directions)
+        self.test = DecidedStop(tol, every, runs, lambda m: None, directions)
         self.layer = self.test.layer
         self.final: torch.Tensor | None = None  # (runs, levels, n, d): the states kept
         self.seen: torch.Tensor | None = None  # (live runs, levels): decided at that step

@@ -4,7 +4,7 @@ its recorder and its stopping rule, then marched (`loop.march`, through the call
 `run_blocks` owns what every sampler of many runs repeats around `march`: the batches of runs
 `[first, last)` (whole `RUN_BLOCK`s, so that numbers never depend on the batch size), the
 batch's random streams (`rng.RunStreams`, or the caller's), the batch's `loop.Recorder`
-(`observe.Observations.batch`), the rule that takes decided runs out (`loop.Stop`, made by
+(`observe.Observations.batch`), the rule that takes decided runs out (`loop.DecidedStop`, made by
 `Block.stopping` with the streams it must thin) and, after the march, the layer at which each
 run was decided and the progress of the layers that decided runs did not need. `simulate`,
 `meanfield.flow.run_coupled`, `analysis.level_samples.coupled_samples` and the coupled
@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from .loop import Progress, Recorder, Rule, Stop
+from .loop import DecidedStop, Progress, Recorder, StopTest
 from .observe import Observations
 from .rng import RunStreams
 
@@ -45,22 +45,22 @@ class Decision:
 @dataclass
 class Block:
     """One batch of runs `[start, stop)` of `run_blocks`: its streams, its recorder (None: no
-    record) and, once `advance` asks for it (`stopping`, `use`), its stopping rule `halt`."""
+    record) and, once `advance` asks for it (`stopping`, `use`), its stopping rule `stop_test`."""
 
     start: int
     stop: int
     streams: RunStreams
     recorder: Recorder[Any] | None
     decision: Decision | None
-    halt: Rule[Any] | None = None
+    stop_test: StopTest[Any] | None = None
 
     @property
     def size(self) -> int:
         """Runs in the batch."""
         return self.stop - self.start
 
-    def stopping(self, *retain: Callable[[torch.Tensor], None]) -> Stop | None:
-        """The batch's `loop.Stop` at the driver's decision, which drops decided runs from each
+    def stopping(self, *retain: Callable[[torch.Tensor], None]) -> DecidedStop | None:
+        """The batch's `loop.DecidedStop` at the driver's decision, which drops decided runs from each
         of `retain` (the batch's streams); None for the horizon."""
         d = self.decision
         if d is None:
@@ -69,11 +69,11 @@ class Block:
         def keep(mask: torch.Tensor) -> None:
             for f in retain:
                 f(mask)
-        return self.use(Stop(d.tol, d.every, self.size, keep, directions=d.directions))
+        return self.use(DecidedStop(d.tol, d.every, self.size, keep, directions=d.directions))
 
-    def use(self, rule: Rule[Any]) -> Any:
-        """Take `rule` (a `loop.Rule` of the caller's own) as the batch's stopping rule."""
-        self.halt = rule
+    def use(self, rule: StopTest[Any]) -> Any:
+        """Take `rule` (a `loop.StopTest` of the caller's own) as the batch's stopping rule."""
+        self.stop_test = rule
         return rule
 
 
@@ -118,8 +118,8 @@ def run_blocks(runs: int, batch: int, advance: Callable[[Block], _T], *, seed: i
         rec = None if book is None else book.batch(lo - first, hi - lo, guard)
         block = Block(lo, hi, rs, rec, decision)
         out.append(advance(block))
-        if block.halt is not None:
-            _account(block.halt.layer, lo - first, decided_at, steps, progress)
+        if block.stop_test is not None:
+            _account(block.stop_test.layer, lo - first, decided_at, steps, progress)
     return out
 
 

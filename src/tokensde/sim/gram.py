@@ -52,7 +52,7 @@ from .layers import (
     tangent,
     weights_from_logits,
 )
-from .loop import Progress, Recorder, Stop, march
+from .loop import DecidedStop, Progress, Recorder, march
 from .norm_sde import check_peri_sde, peri_drift, peri_factor
 from .rng import RunStreams
 from .samplers import gram_factor, mlp_scale, psd_factor, scheme_params, sym_root, well_pivoted
@@ -359,7 +359,7 @@ def run_batch_gram(
     recorder: Recorder | None = None,
     progress: Progress | None = None,
     *,
-    stop: Stop | None = None,
+    stop_test: DecidedStop | None = None,
     forms: FrameForms | None = None,
     mlp_rs: RunStreams | None = None,
     _dof_shift: int = 0,
@@ -414,5 +414,5 @@ def run_batch_gram(
         hb = noise_factor(mlp_rs, m, d - m + _dof_shift, n, uk.dtype)
         return frame_mlp_layer(uk, q, grid.dt, g1, hb)
 
-    u = march(u, grid.steps, layer, recorder, progress, view=lambda t: pad(t, n), stop=stop)
+    u = march(u, grid.steps, layer, recorder, progress, view=lambda t: pad(t, n), stop_test=stop_test)
     return pad(u, n)

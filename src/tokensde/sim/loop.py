@@ -5,7 +5,7 @@ decided.
 `batch.run_batch` (tokens in R^d) and `gram.run_batch_gram` (tokens in a Gram-space frame) differ
 only in the layer they pass to `march`; the coupled levels (`sim.coupled`) pass one fine step of
 every scheme, the mean-field flow (`meanfield.flow.run_coupled`) one layer of several weighted
-token systems, with its own stopping `Rule` (node merging, a decision per system), and the
+token systems, with its own stopping `StopTest` (node merging, a decision per system), and the
 reduced two-token paths (`sim.reduced`) one Euler step of a numpy state, one `z` per run.
 """
 
@@ -37,13 +37,13 @@ S = TypeVar("S", bound=Rows)
 _V = TypeVar("_V", contravariant=True)  # what a recorder is handed: a state or its view
 
 
-class Rule(Protocol[S]):
+class StopTest(Protocol[S]):
     """What `march` asks of a stopping rule: every `every` layers and at the last it calls
     `check(k, x, rows)` (`rows`: the batch rows of `x`), which returns the state to go on with
     (`x` itself, or, say, with merged nodes) and the boolean `(runs,)` of rows that leave now;
     march then sets `layer[gone] = k`, calls `keep(gone, x_gone)`, and `retain(live)` with the
     rows that stay. At the end it calls `keep(rows, x)` with the rows left and returns `final`.
-    `Stop` is one; `meanfield.flow` has another."""
+    `DecidedStop` is one; `meanfield.flow` has another."""
 
     every: int
     layer: np.ndarray
@@ -56,7 +56,7 @@ class Rule(Protocol[S]):
     def retain(self, live: torch.Tensor) -> None: ...
 
 
-class Stop:
+class DecidedStop:
     """Take each run out of its batch once it is decided: every pair of tokens within `tol` of
     +1 or -1 (`1 - |<x_i, x_j>| < tol`), tested every `every` layers and at the last.
 
@@ -129,16 +129,16 @@ def march(
     recorder: Recorder[S] | None = None,
     progress: Progress | None = None,
     view: Callable[[S], S] = lambda t: t,
-    stop: Rule[S] | None = None,
+    stop_test: StopTest[S] | None = None,
 ) -> S:
     """Apply `layer` `steps` times to `x`, calling `recorder.at(k, view(x), rows)` at each layer
     `k` of `recorder.layers` (0 = the start; `rows` the batch rows of the state) and
     `progress(runs)` after each layer.
 
-    With `stop` (a `Rule`, e.g. `Stop`), every `stop.every` layers and at the last, the rule
-    checks the state (it may replace it) and decided runs leave the batch, after
+    With `stop_test` (a `StopTest`, e.g. `DecidedStop`), every `stop_test.every` layers and at
+    the last, the rule checks the state (it may replace it) and decided runs leave the batch, after
     `recorder.left(k, view(x)[done], gone)`. Returns the final state, `view`ed and in batch
-    order (`stop.final`) when `stop` is given.
+    order (`stop_test.final`) when `stop_test` is given.
     """
     ck = frozenset() if recorder is None else frozenset(int(k) for k in recorder.layers)
     rows = torch.arange(x.shape[0])
@@ -150,22 +150,22 @@ def march(
             recorder.at(k, view(x), rows)  # type: ignore[union-attr]
         if progress is not None:
             progress(x.shape[0])
-        if stop is not None and (k % stop.every == 0 or k == steps):
-            x, done = stop.check(k, x, rows)
+        if stop_test is not None and (k % stop_test.every == 0 or k == steps):
+            x, done = stop_test.check(k, x, rows)
             if bool(done.any()):
                 gone, vd = rows[done.cpu()], view(x)[done]
-                stop.layer[gone.numpy()] = k
-                stop.keep(gone, vd)
+                stop_test.layer[gone.numpy()] = k
+                stop_test.keep(gone, vd)
                 if recorder is not None:
                     recorder.left(k, vd, gone)
                 live = ~done
                 x, rows = x[live], rows[live.cpu()]
-                stop.retain(live)
+                stop_test.retain(live)
                 if x.shape[0] == 0:
                     break
-    if stop is None:
+    if stop_test is None:
         return x
     if x.shape[0]:
-        stop.keep(rows, view(x))
-    assert stop.final is not None  # every run was kept, at its decision or here
-    return stop.final
+        stop_test.keep(rows, view(x))
+    assert stop_test.final is not None  # every run was kept, at its decision or here
+    return stop_test.final

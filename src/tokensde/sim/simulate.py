@@ -418,15 +418,15 @@ def _run_block(params: ModelParams, grid: TimeGrid, scheme: str, initial: Initia
         framed = frame_forms(params, scheme, rs.derived(QK_STREAM), tdtype) if \
             params.qk_law.random else None
         mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
-        halt = block.stopping(*(s.retain for s in (rs, framed, mlp_rs) if s is not None))
+        stop_test = block.stopping(*(s.retain for s in (rs, framed, mlp_rs) if s is not None))
         xf = run_batch_gram(x, params, grid, rs, scheme, rec, progress,
-                            stop=halt, forms=framed, mlp_rs=mlp_rs)
+                            stop_test=stop_test, forms=framed, mlp_rs=mlp_rs)
     else:
         draws = Draws.of(params, scheme, rs, tdtype)
-        halt = block.stopping(draws.retain)
+        stop_test = block.stopping(draws.retain)
         w = plan.weights
         wb = None if w is None else torch.as_tensor(w if w.ndim == 1 else w[start:block.stop],
                                                     dtype=tdtype, device=dev)
-        xf = run_batch(x, params, grid, draws, plan.sampler, scheme, rec, progress, stop=halt,
+        xf = run_batch(x, params, grid, draws, plan.sampler, scheme, rec, progress, stop_test=stop_test,
                        weights=wb, attention_eval=plan.evaluator)
     return xf.cpu()
