@@ -22,7 +22,7 @@ def test_checkpoints_are_the_runs_own_and_a_subset_of_every_step():
     step = (every.z[:, 1] - every.z[:, 0] - 0.05 * drift) / (noise * np.sqrt(0.05))
     assert np.all(every.z[:, 0] == np.arctanh(-0.2)) and abs(step.mean()) < 0.5
     assert 0.6 < step.std() < 1.4
-    # a count K rounds as a run's `Recording.checkpoints`, and indices pick the same columns
+    # a count C rounds as a run's `Recording.checkpoints`, and indices pick the same columns
     four = z_paths(model, -0.2, checkpoints=4, **kw)
     idx = resolve_checkpoints(4, 10)
     assert list(idx) == [0, 3, 7, 10] and np.array_equal(four.z, every.z[:, idx])

@@ -5,7 +5,7 @@ An `Observer` is a name and `observe(layer, t, x)`, a statistic of a batch's sta
 `(runs_in_batch, ...)`: a function `fn(x)` of the state alone, or a subclass that reads the
 layer and the time too. It may name its own checkpoints, else it takes the `Recording`'s;
 `simulate(..., recording=Recording(observe=[...]))` calls it at exactly those layers and keeps
-its outputs in `SimResult.observed[name]`, `(runs, K, ...)`. The records 'gram' and 'tokens'
+its outputs in `SimResult.observed[name]`, `(runs, C, ...)`. The records 'gram' and 'tokens'
 are the two built-in observers (`builtin_observers`), so a statistic at every layer costs its
 own size per run and layer, not an n x n Gram matrix. `Observations` holds the outputs and makes
 the one recorder (`loop.Recorder`) each batch's layer loop calls.
@@ -40,7 +40,7 @@ class Observer:
 
     Give `fn(x)` for a statistic of the state alone (`observe` calls it), or subclass and
     override `observe(layer, t, x)` to read the layer and the time too. `checkpoints` names the
-    observer's own layers (as `Recording.checkpoints`: an int K >= 2 evenly spaced, layer
+    observer's own layers (as `Recording.checkpoints`: an int C >= 2 evenly spaced, layer
     indices, or None for the `Recording`'s); its outputs in `SimResult.observed[name]` are
     `(runs, K_own, ...)` and `SimResult.observed_layers(name)` gives those layers. `simulate`
     calls it at exactly those layers, once per batch of runs.
@@ -109,7 +109,7 @@ def _own_checkpoints(name: str, ck: object) -> int | tuple[int, ...] | None:
         out = tuple(ck)
         if all(isinstance(k, int | np.integer) and not isinstance(k, bool) for k in out):
             return tuple(int(k) for k in out)
-    raise ParameterError(f"observe: observer {name!r} takes checkpoints None, a count K >= 2 or "
+    raise ParameterError(f"observe: observer {name!r} takes checkpoints None, a count C >= 2 or "
                          f"layer indices; got {ck!r}")
 
 

@@ -68,18 +68,18 @@ def resolve_device(device: str | torch.device, name: str = "device") -> torch.de
 
 
 def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> np.ndarray:
-    """Layer indices to record: None -> [0, steps]; an int K >= 2 -> K evenly spaced (both ends
+    """Layer indices to record: None -> [0, steps]; an int C >= 2 -> C evenly spaced (both ends
     included); a sequence -> those layer indices (whole numbers in [0, steps])."""
     if checkpoints is None:
         return np.array([0, steps])
     if isinstance(checkpoints, int | np.integer) and not isinstance(checkpoints, bool):
         if not 2 <= checkpoints <= steps + 1:
-            raise ParameterError("checkpoints (a count K of evenly spaced records, the start and "
+            raise ParameterError("checkpoints (a count C of evenly spaced records, the start and "
                                  f"the end included) must be an integer in [2, layers + 1 = "
                                  f"{steps + 1}]; got {checkpoints!r}")
         return np.unique(np.round(np.linspace(0, steps, int(checkpoints))).astype(int))
     bad = ParameterError(f"checkpoints must be layer indices in [0, {steps}] (whole numbers), a "
-                         f"count K >= 2 or None; got {checkpoints!r}")
+                         f"count C >= 2 or None; got {checkpoints!r}")
     if isinstance(checkpoints, str | bytes | bool) or not isinstance(checkpoints, Iterable):
         raise bad
     try:
@@ -247,7 +247,7 @@ class StoppingRule:
 class Recording:
     """What is kept, and when: `record` (any of 'gram', 'tokens'; None: `default_record(n)`,
     Gram matrices up to GRAM_RECORD_MAX tokens, tokens above) and the user's `observe`
-    statistics at `checkpoints` (None: the start and the end; an int K >= 2: K evenly spaced
+    statistics at `checkpoints` (None: the start and the end; an int C >= 2: C evenly spaced
     layers; a sequence: those layer indices).
 
     Args:
@@ -256,7 +256,7 @@ class Recording:
         observe: statistics kept beside `record`: an `Observer(name, fn)`, a sequence of them
             or a mapping `{name: fn}`, `fn(x)` `(runs_in_batch, ...)` of the state `x`
             `(runs_in_batch, n, d)` that `record=('tokens',)` would keep;
-            `SimResult.observed[name]` holds its outputs `(runs, K, ...)`; an observer may name
+            `SimResult.observed[name]` holds its outputs `(runs, C, ...)`; an observer may name
             its own checkpoints (`Observer(name, fn, checkpoints=...)`, or a subclass reading
             the layer and the time in `observe(layer, t, x)`). An observer declared
             `Observer(name, fn, invariant=True)` (a function of the inner products alone) may

@@ -36,10 +36,10 @@ def z_paths(model: RhoDiffusion, rho0: Any, *, T: float, dt: float, runs: int, s
         runs: independent paths.
         seed: the root seed.
         checkpoints: the recorded steps, as `Recording.checkpoints`: None (start and end), a
-            count K >= 2 evenly spaced (ends included) or step indices.
+            count C >= 2 evenly spaced (ends included) or step indices.
 
     Returns:
-        `RhoPaths`: `z` `(runs, K)` at `times` `(K,)`.
+        `RhoPaths`: `z` `(runs, C)` at `times` `(C,)`.
     """
     grid = TimeGrid.make(T=T, dt=dt)
     runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
@@ -78,7 +78,7 @@ def reduced_diffusion(beta: float, d: float, rho0: float | str, *, T: float, dt:
         checkpoints: Recording times, as `z_paths`, or None (start and end).
 
     Returns:
-        `RhoPaths`: `z = artanh(rho)` `(runs, K)` at `times` `(K,)`.
+        `RhoPaths`: `z = artanh(rho)` `(runs, C)` at `times` `(C,)`.
     """
     return z_paths(reduced_model(beta, d, sigma, eps), rho0, T=T, dt=dt, runs=runs, seed=seed,
                    checkpoints=checkpoints)

@@ -21,7 +21,7 @@ _TIDY_COLUMNS: tuple[str, ...] = ("run", "layer", "t", "i", "j", "value")
 class SimResult:
     """Output of `simulate`: numpy arrays, on the CPU.
 
-    `gram` is `(runs, K, n, n)` at layer indices `checkpoints` `(K,)`; `tokens` `(runs, K, n, d)` when
+    `gram` is `(runs, C, n, n)` at layer indices `checkpoints` `(C,)`; `tokens` `(runs, C, n, d)` when
     recorded; `x` is the final state `(runs, n, d)`. `x` and `tokens` are always coordinates in
     R^d: the Gram sampler, which holds the tokens only up to a rotation, records no tokens, and
     its `x` raises (docs/gram.md); `state` is the final state as the sampler holds it, `(runs, n,
@@ -31,7 +31,7 @@ class SimResult:
     stream, whose norms are the radii, and `gram` is that of its directions `x_i / |x_i|`.
     Every array is a `numpy.ndarray` of the run's dtype (float64 unless asked otherwise).
     `observed` maps the name of each observer given to
-    `simulate(..., recording=Recording(observe=...))` to its outputs `(runs, K, ...)` at the
+    `simulate(..., recording=Recording(observe=...))` to its outputs `(runs, C, ...)` at the
     checkpoints, or at the observer's own (`observed_layers(name)`; `extra['observed_at']`
     lists those that differ), in the observer's dtype.
     """
@@ -91,7 +91,7 @@ class SimResult:
         return self.gram
 
     def rho(self, i: int = 0, j: int = 1) -> np.ndarray:
-        """Inner products `<x_i, x_j>` at the checkpoints, `(runs, K)`."""
+        """Inner products `<x_i, x_j>` at the checkpoints, `(runs, C)`."""
         return self._recorded_gram()[:, :, i, j]
 
     def decision_times(self) -> np.ndarray:
@@ -126,7 +126,7 @@ class SimResult:
         i, j = np.triu_indices(n, 1) if pairs else (np.repeat(np.arange(n), n),
                                                      np.tile(np.arange(n), n))
         m = len(i)
-        values = g[:, :, i, j]  # (runs, K, m)
+        values = g[:, :, i, j]  # (runs, C, m)
         return pd.DataFrame({
             "run": np.repeat(np.arange(runs), k * m),
             "layer": np.tile(np.repeat(self.checkpoints.astype(np.int64), m), runs),

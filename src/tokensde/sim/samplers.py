@@ -58,7 +58,7 @@ def sym_root(y: torch.Tensor) -> torch.Tensor:
 
 
 def _pair_root(y: torch.Tensor) -> torch.Tensor:
-    """`sym_root` of two rows in closed form: `(K + w I) / sqrt(tr K + 2 w)`, `w = sqrt(det K)`
+    """`sym_root` of two rows in closed form: `(G + w I) / sqrt(tr G + 2 w)`, `w = sqrt(det G)`
     `= |a| |b - (<a, b> / |a|^2) a|` (the area the rows span, without the cancellation of
     `|a|^2 |b|^2 - <a, b>^2`); 0 for two zero rows."""
     k = y @ y.transpose(-1, -2)
@@ -72,9 +72,9 @@ def _pair_root(y: torch.Tensor) -> torch.Tensor:
 
 
 def _psd_root(k: torch.Tensor) -> torch.Tensor:
-    """The symmetric square root `K^(1/2)` of positive semi-definite `K` `(runs, n, n)`, negative
-    rounding eigenvalues set to 0 (continuous in `K`; a zero eigenvalue's root has about half the
-    digits of `K`)."""
+    """The symmetric square root `G^(1/2)` of positive semi-definite `G` `(runs, n, n)`, negative
+    rounding eigenvalues set to 0 (continuous in `G`; a zero eigenvalue's root has about half the
+    digits of `G`)."""
     w, u = torch.linalg.eigh(k)
     return (u * w.clamp(min=0.0).sqrt().unsqueeze(-2)) @ u.transpose(-1, -2)
 
@@ -239,7 +239,7 @@ _NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}
 
 
 def psd_factor(k: torch.Tensor) -> torch.Tensor:
-    """`C` with `C C^T = K` for positive semi-definite `K` `(runs, n, n)`: Cholesky for the runs
+    """`C` with `C C^T = G` for positive semi-definite `G` `(runs, n, n)`: Cholesky for the runs
     well pivoted by the margin `PIVOT_MARGIN`, the symmetric root `_psd_root` for the others.
 
     Args:
