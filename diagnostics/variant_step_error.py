@@ -52,7 +52,7 @@ def measure(name: str, runs: int, seed: int) -> dict:
     t0 = time.process_time()
     e = measure_step_error(ModelParams(**params), run["T"], run["dt"], runs, seed,
                            init=run["init"], rho0=run.get("rho0"), tol=run["tol"],
-                           until="decided", every=run.get("every"))["p_bipolar"]
+                           until="decided", decide_every=run.get("every"))["p_bipolar"]
     step, step_se = e.estimate()
     return {"cell": name, "params": params, "run": run, "runs": runs, "seed": seed,
             "version": __version__, "p": [e.fine, e.coarse, e.coarse4],

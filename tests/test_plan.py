@@ -59,7 +59,7 @@ def test_the_budget_plans_what_simulate_runs(case, monkeypatch):
     plan = plan_run(p, grid, runs, **kw)
     seen = _spy(monkeypatch)
     res = simulate(p, grid, runs=runs, seed=3, **kw)
-    assert seen["batch"] == [plan.batch]
+    assert seen["batch"] == [plan.batch_size]
     assert len(seen["sizes"]) == plan.blocks and sum(seen["sizes"]) == runs
     assert (res.sampler, res.extra["attention_eval"]) == (plan.sampler, plan.evaluator) == (
         sampler, evaluator)

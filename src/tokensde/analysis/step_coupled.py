@@ -57,6 +57,7 @@ from ..sim.options import (
     StoppingRule,
     check_token_weights,
 )
+from ..sim.planning import COUPLED_BATCH
 from ..sim.result import SimResult
 from .clusters import Outcome
 from .step_error import StepError, mc_error
@@ -252,8 +253,8 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
                      init: Any = "uniform", rho0: float | None = None, tol: float = 1e-8,
                      until: str = "horizon", scheme: str = "network",
                      weights: Any = None, dtype: torch.dtype = torch.float64,
-                     device: str = "cpu", batch: int = 1024, levels: int | None = None,
-                     every: int | None = None) -> np.ndarray:
+                     device: str = "cpu", batch_size: int = COUPLED_BATCH, levels: int | None = None,
+                     decide_every: int | None = None) -> np.ndarray:
     """Outcome codes `(runs, levels)` of `runs` runs of `p` at steps `dt`, `2 dt` (and `4 dt`)
     on one path each (`sim.coupled.coupled_steps`), read at the horizon `T` or, with
     `until='decided'`, at each step's first test decided (a first passage, as a run stopped once
@@ -274,9 +275,9 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
         weights: token weights `(n,)` or `(runs, n)`, or None.
         dtype: the torch dtype.
         device: the torch device.
-        batch: runs advanced together (numbers do not depend on it).
+        batch_size: runs advanced together (numbers do not depend on it).
         levels: 2 or 3 steps coupled; None: `levels_of` the number of steps.
-        every: with `until='decided'`, fine steps between two decision tests (rounded up to a
+        decide_every: with `until='decided'`, fine steps between two decision tests (rounded up to a
             multiple of the coarsest step), as the run's `StoppingRule.decide_every`; None:
             `options.decide_every(dt)`.
 
@@ -285,7 +286,7 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
     """
     from ..sim.batch import initial_tokens
     from ..sim.coupled import check_step_coupling, coupled_steps
-    from ..sim.options import decide_every
+    from ..sim.options import decide_every as decide_every_of
     from ..sim.rng import RUN_BLOCK
 
     check_step_coupling(p)
@@ -295,9 +296,10 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
         raise ParameterError(f"step doubling needs T = {T:g} to be an even number of steps dt = "
                              f"{dt:g}; got T/dt = {T / dt:g}")
     levels = levels_of(steps) if levels is None else levels
-    every = decide_every(dt) if every is None else check_int("every", every, 1)
+    every = decide_every_of(dt) if decide_every is None else check_int(
+        "decide_every", decide_every, 1)
     decide = (tol, every) if until == "decided" else None
-    batch = max(RUN_BLOCK, batch // RUN_BLOCK * RUN_BLOCK)
+    batch_size = max(RUN_BLOCK, batch_size // RUN_BLOCK * RUN_BLOCK)
     wt = None if weights is None else torch.as_tensor(np.asarray(weights), dtype=dtype,
                                                       device=device)
 
@@ -307,7 +309,7 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
         w = wt if wt is None or wt.ndim == 1 else wt[block.start:block.stop]
         return _codes(coupled_steps(x0, p, steps, dt, rs, scheme, decide, w, levels), p, tol)
 
-    return np.concatenate(run_blocks(runs, batch, advance, seed=seed, device=device))
+    return np.concatenate(run_blocks(runs, batch_size, advance, seed=seed, device=device))
 
 
 def _codes(both: torch.Tensor, p: ModelParams, tol: float) -> np.ndarray:
@@ -566,7 +568,7 @@ def pair_step(p: ModelParams, rho0: float | str, result: dict[str, Any], engine:
     every = 1 if p.mlp_block.active else None  # a first passage, as the run tests it
     e = measure_step_error(p, result["T"], result["T"] / steps,
                            min(result["counts"]["runs"], coupled), coupled_seed(seed),
-                           init=init, rho0=r0, tol=tol, until=until, every=every)["p_bipolar"]
+                           init=init, rho0=r0, tol=tol, until=until, decide_every=every)["p_bipolar"]
     return e.step_error(result["T"] / steps)
 
 
@@ -623,7 +625,7 @@ def simulate_with_step_error(params: ModelParams, grid: TimeGrid, *,
     n = step_runs(params, grid, res.runs, scheme, initial, step, execution)
     weights = check_token_weights(initial.weights, params.n, res.runs)
     rec = _beside_run(params, grid, res.runs, res.seed, n, init=initial.init, rho0=initial.rho0,
-                     tol=tol, until=stopping.until, every=stopping.decide_every,
+                     tol=tol, until=stopping.until, decide_every=stopping.decide_every,
                      scheme=scheme, weights=weights,
                      dtype=execution.torch_dtype, device=str(execution.device))
     if n == 0:

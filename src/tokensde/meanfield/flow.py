@@ -181,14 +181,14 @@ _ROW_HELD = 4  # token-sized arrays a system holds per run and layer (state, out
 @dataclass(frozen=True)
 class FlowPlan:
     """What `run_coupled` will do: `runs` noise paths of the model `params` (its d and beta)
-    over `grid`, in batches of `batch` runs (`sim.driver.run_blocks`), through systems of
+    over `grid`, in batches of `batch_size` runs (`sim.driver.run_blocks`), through systems of
     `sizes` nodes whose attention each evaluates as `evaluators` says ('dense' or 'expansion'
     of `basis` functions), in `dtype`."""
 
     params: ModelParams
     grid: TimeGrid
     runs: int
-    batch: int
+    batch_size: int
     sizes: tuple[int, ...]
     evaluators: tuple[str, ...]
     basis: tuple[int, ...]
@@ -213,8 +213,8 @@ class FlowPlan:
 
     @property
     def blocks(self) -> int:
-        """Batches advanced one after another: ceil(runs / batch)."""
-        return -(-self.runs // self.batch)
+        """Batches advanced one after another: ceil(runs / batch_size)."""
+        return -(-self.runs // self.batch_size)
 
     def system_cost(self, i: int) -> tuple[int, float]:
         """Numbers held per run, and work per layer and run, of system `i` (k nodes in R^d):
@@ -329,7 +329,7 @@ def run_coupled(
         if s.x.shape[-1] != p.d:
             raise ParameterError(f"system {s.name!r} has tokens in R^{s.x.shape[-1]}; params.d = {p.d}")
     bs = FlowPlan.of(p, grid, [s.x.shape[-2] for s in sy], runs, execution,
-                      [s.w for s in sy]).batch
+                      [s.w for s in sy]).batch_size
     at = np.full((len(sy), runs), -1, dtype=np.int64)
     final_x: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]
     final_w: list[list[torch.Tensor | None]] = [[None] * runs for _ in sy]

@@ -77,19 +77,19 @@ class Block:
         return rule
 
 
-def run_blocks(runs: int, batch: int, advance: Callable[[Block], _T], *, seed: int = 0,
+def run_blocks(runs: int, batch_size: int, advance: Callable[[Block], _T], *, seed: int = 0,
                device: torch.device | str = "cpu", first: int = 0, last: int | None = None,
                streams: Streams | None = None, book: Observations | None = None,
                guard: Callable[[int, Any], None] | None = None,
                decision: Decision | None = None, decided_at: np.ndarray | None = None,
                steps: int = 0, progress: Progress | None = None) -> list[_T]:
-    """`advance(block)` for each batch of `batch` runs of `[first, last)` of a `runs`-run
+    """`advance(block)` for each batch of `batch_size` runs of `[first, last)` of a `runs`-run
     experiment, in order; the list of what it returns.
 
     Args:
         runs: the runs of the whole experiment (the streams of the last partial block depend
             on it).
-        batch: runs per batch: a multiple of `RUN_BLOCK` with the default streams.
+        batch_size: runs per batch: a multiple of `RUN_BLOCK` with the default streams.
         advance: makes the batch's start and sampler and marches it, with `block.recorder` and
             the rule of `block.stopping(...)` (or `block.use(rule)`).
         seed: the root seed of the default streams.
@@ -112,8 +112,8 @@ def run_blocks(runs: int, batch: int, advance: Callable[[Block], _T], *, seed: i
     """
     last = runs if last is None else last
     out = []
-    for lo in range(first, last, batch):
-        hi = min(lo + batch, last)
+    for lo in range(first, last, batch_size):
+        hi = min(lo + batch_size, last)
         rs = RunStreams(seed, runs, lo, hi, device) if streams is None else streams(lo, hi)
         rec = None if book is None else book.batch(lo - first, hi - lo, guard)
         block = Block(lo, hi, rs, rec, decision)

@@ -23,15 +23,14 @@ from .rng import RUN_BLOCK
 
 __all__ = ["COUPLED_BATCH", "RunPlan"]
 
-# runs advanced together by the coupled runs of a step-error measurement (the default batch of
-# `analysis.step_coupled._coupled_outcomes`)
+# runs advanced together by the coupled runs of a step-error measurement (`analysis.step_coupled`)
 COUPLED_BATCH = 1024
 
 
 @dataclass(frozen=True, eq=False)
 class RunPlan:
     """What a simulation of `runs` systems will do: `sampler` ('fast', 'full', 'gram') with the
-    attention `evaluator` ('dense', 'expansion' of `basis` functions), batches of `batch` runs
+    attention `evaluator` ('dense', 'expansion' of `basis` functions), batches of `batch_size` runs
     (`driver.run_blocks`), records at `checkpoints` (and each observer's `observed_at`), the
     decision `(tol, every)` or None for the horizon, in `dtype`; `coupled` runs beside it at dt,
     2 dt (and 4 dt) measure the step error (`analysis.step_coupled`)."""
@@ -43,7 +42,7 @@ class RunPlan:
     sampler: str
     evaluator: str
     basis: int  # basis functions of the O(n) attention (0: dense)
-    batch: int
+    batch_size: int
     checkpoints: np.ndarray
     observed_at: list[np.ndarray]  # the layers of each observer, built-in ones first
     record: tuple[str, ...]  # the built-in records kept ('gram', 'tokens')
@@ -56,8 +55,8 @@ class RunPlan:
 
     @property
     def blocks(self) -> int:
-        """Batches of runs the driver advances one after another: ceil(runs / batch)."""
-        return math.ceil(self.runs / self.batch)
+        """Batches of runs the driver advances one after another: ceil(runs / batch_size)."""
+        return math.ceil(self.runs / self.batch_size)
 
     @property
     def full(self) -> bool:
@@ -70,7 +69,7 @@ class RunPlan:
         of `block` runs (default one `RUN_BLOCK` of the batch: a lower bound, as a batch holds
         whole blocks and fewer runs a smaller one) (`budget.estimate_memory`)."""
         p = self.params
-        block = min(self.batch, RUN_BLOCK) if block is None else block
+        block = min(self.batch_size, RUN_BLOCK) if block is None else block
         return estimate_memory(self.runs if runs is None else runs, p.n, self.width,
                                len(self.checkpoints), block=block, record=self.record,
                                heads=p.heads, full=self.full, mlp=mlp_width(p, self.sampler),

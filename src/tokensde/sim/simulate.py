@@ -365,7 +365,7 @@ def simulate(
     t0 = time.perf_counter()
     decision = None if plan.decide is None else Decision(*plan.decide, params.norm != "post")
     finals = run_blocks(
-        runs, plan.batch, lambda b: _run_block(params, grid, scheme, initial, execution, plan, b,
+        runs, plan.batch_size, lambda b: _run_block(params, grid, scheme, initial, execution, plan, b,
                                                progress),
         seed=seed, device=execution.torch_device, book=book,
         guard=_finite_guard(params, execution.torch_dtype), decision=decision,
