@@ -128,7 +128,8 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
     """
     L, d, s, r2, dm = law.layers, law.d, law.shrink, law.radius2, law.model_d
     dt = 1.0 / L
-    sigma = math.sqrt(dm * law.var_o * law.var_v * s / r2 / dt)
+    # d: the inner dimension of W_O W_V (its entry variance d var_O var_V), also post-LN in d - 1
+    sigma = math.sqrt(d * law.var_o * law.var_v * s / r2 / dt)
     logit = d * s * math.sqrt(law.var_q * law.var_k)
     kw: dict[str, Any] = {"n": law.n, "d": dm, "heads": law.heads, "causal": law.causal,
                           "norm": law.norm, "noise": "matrix", "law": "gaussian", "sigma": sigma}
@@ -149,8 +150,8 @@ def to_model(law: BlockLaw, qk: bool = True) -> Mapping:
         ("norm", law.norm, "norm", "pre: the branch reads LN(x), the residual stream keeps its "
          "radius; post: x <- LN(x + branch)"),
         ("var(W_V) var(W_O)", (law.var_v, law.var_o), f"sigma = {sigma:.4g}",
-         f"dt sigma^2 = {'d' if dm == d else '(d - 1)'} var_O var_V s / r0^2: the second moment "
-         "of the value path W_O W_V relative to the stream"),
+         "dt sigma^2 = d var_O var_V s / r0^2 (d: the inner dimension of W_O W_V): the second "
+         "moment of the value path W_O W_V relative to the stream"),
         ("var(W_Q) var(W_K)", (law.var_q, law.var_k),
          f"qk = gaussian, redraw = layer, beta qk_scale = {logit:.4g}" if qk else "beta = 0",
          "each layer has its own query/key weights: a logit between orthogonal tokens has "
