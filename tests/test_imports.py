@@ -145,14 +145,9 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def test_no_private_name_is_imported_across_modules():
-    mods = _modules()
-    bad = []
-    for name, (path, package) in mods.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.ImportFrom) and _resolve(node, name, package).startswith(PACKAGE):
-                bad += [f"{name}: {a.name}" for a in node.names if _private(a.name)]
-    assert not bad, "private names imported from another module: " + ", ".join(bad)
+# A leading underscore marks a name as internal to the package, not to its module: the modules of
+# tokensde share internal names (every name that no `__all__` lists has one,
+# tests/test_public_names.py); only the scripts beside the package keep to the public names.
 
 
 # --- the scripts beside the package use its public names only ----------------------------------
