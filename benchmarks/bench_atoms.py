@@ -31,7 +31,7 @@ from tokensde.sim.decide import decided_tokens
 n, runs, old, threads = map(int, sys.argv[1:5])
 torch.set_num_threads(threads)
 if old:
-    merge.CERTIFY_ULPS = math.inf  # every tolerance on the pair-testing path
+    merge._CERTIFY_ULPS = math.inf  # every tolerance on the pair-testing path
 
 
 def state(n, runs, seed):

@@ -1,7 +1,7 @@
 """Cost of the continuous noise factor against the former rounding-dependent rule, side by side.
 
 The `fast` sampler factors `Y Y^T` by Cholesky where every pivot passes a fixed margin and by the
-symmetric root (SVD) elsewhere (`tokensde.sim.samplers.gram_factor`). The former rule took
+symmetric root (SVD) elsewhere (`tokensde.sim.samplers._gram_factor`). The former rule took
 Cholesky wherever it happened to succeed and an unsigned QR factor where it failed, which made a
 seeded run depend on the CPU. This script times `simulate` with each rule, alternating them, in
 one process, and prints the ratio of CPU times (one thread, so that other load on the machine
@@ -40,7 +40,7 @@ def former_factor(y: torch.Tensor) -> torch.Tensor:
 
 def cpu_seconds(p: ModelParams, factor, repeats: int = 2) -> float:
     """Least CPU time of `repeats` runs: 512 runs, 200 layers, alpha 0.1, the fast sampler."""
-    samplers.gram_factor = factor
+    samplers._gram_factor = factor
     best = float("inf")
     for _ in range(repeats):
         start = time.process_time()
@@ -52,14 +52,14 @@ def cpu_seconds(p: ModelParams, factor, repeats: int = 2) -> float:
 
 def main() -> None:
     torch.set_num_threads(1)
-    current = samplers.gram_factor
+    current = samplers._gram_factor
     print("| n | d | beta | MLP | former (s) | continuous (s) | continuous / former |")
     print("|---|---|---|---|---|---|---|")
     for kw in CONFIGS:
         p = ModelParams(**kw)
         old, new = cpu_seconds(p, former_factor), cpu_seconds(p, current)
         print(f"| {p.n} | {p.d} | {p.beta:g} | {p.mlp} | {old:.2f} | {new:.2f} | {new / old:.2f} |")
-    samplers.gram_factor = current
+    samplers._gram_factor = current
 
 
 if __name__ == "__main__":

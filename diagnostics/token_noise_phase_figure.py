@@ -10,7 +10,7 @@ docs/token-noise.md, typed in below. Each `--sde` file is a `--json` output of
 `token_noise_phase.py --scheme sde`; its rows are refitted here with t intervals
 (`study.noise_threshold.threshold_from_fluctuations`). The middle panel also draws the threshold
 of the network scheme at the readings' step (`theory.token_noise.step_threshold`), and sorts the
-two-start outcomes with `plots.token_noise.hysteresis_kind`: bistability only inside the limit's
+two-start outcomes with `plots.token_noise._hysteresis_kind`: bistability only inside the limit's
 window where the starts still differed over a horizon twice as long in a run whose step moves the
 threshold by less than 1 %.
 """

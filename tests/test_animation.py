@@ -7,17 +7,17 @@ import pytest
 from PIL import Image as PILImage
 
 from tokensde.model.checks import ParameterError
-from tokensde.plots.animation import animate_motion, formation, read_motion
+from tokensde.plots.animation import _formation, _read_motion, animate_motion
 from tokensde.study import FIGURES, Context
 from tokensde.study.animation import (
-    MOTION_DIMS,
-    MOTION_FRAMES,
+    _MOTION_DIMS,
+    _MOTION_FRAMES,
+    _MOTION_TOKENS,
+    _NAME,
     MOTION_T,
-    MOTION_TOKENS,
-    NAME,
-    motion_data,
-    motion_layers,
-    motion_table,
+    _motion_data,
+    _motion_layers,
+    _motion_table,
 )
 
 
@@ -25,19 +25,19 @@ from tokensde.study.animation import (
 def tiny(tmp_path_factory):
     """The tiny-size data step, run once: (context, table)."""
     ctx = Context(tmp_path_factory.mktemp("motion"), "tiny", seed=3, workers=1, progress=False)
-    table, reused = motion_data(ctx)
+    table, reused = _motion_data(ctx)
     assert reused is False
     return ctx, table
 
 
 def test_the_saved_positions_lie_on_the_circle_and_the_sphere(tiny):
     _, table = tiny
-    frames = MOTION_FRAMES["tiny"]
-    assert len(table) == len(MOTION_DIMS) * frames * MOTION_TOKENS
+    frames = _MOTION_FRAMES["tiny"]
+    assert len(table) == len(_MOTION_DIMS) * frames * _MOTION_TOKENS
     xyz = table[["x", "y", "z"]].to_numpy()
     np.testing.assert_allclose(np.linalg.norm(xyz, axis=1), 1.0, rtol=0, atol=1e-10)
     assert np.all(table.loc[table["d"] == 2, "z"] == 0.0)  # the circle lies in the plane z = 0
-    for d in MOTION_DIMS:
+    for d in _MOTION_DIMS:
         t = np.sort(table.loc[table["d"] == d, "t"].unique())
         np.testing.assert_allclose(t, np.linspace(0.0, MOTION_T, frames), atol=1e-12)
 
@@ -45,9 +45,9 @@ def test_the_saved_positions_lie_on_the_circle_and_the_sphere(tiny):
 def test_the_start_is_spread_and_the_tokens_move(tiny):
     # i.i.d. uniform tokens: 24 of them are not yet one cluster; the noise moves every token
     _, table = tiny
-    for d in MOTION_DIMS:
-        form = formation(table, d, 1e-3)
-        assert form[0]["clusters"] > MOTION_TOKENS // 2
+    for d in _MOTION_DIMS:
+        form = _formation(table, d, 1e-3)
+        assert form[0]["clusters"] > _MOTION_TOKENS // 2
         rows = table[table["d"] == d]
         first = rows[rows["frame"] == 0][["x", "y", "z"]].to_numpy()
         last = rows[rows["frame"] == rows["frame"].max()][["x", "y", "z"]].to_numpy()
@@ -56,18 +56,18 @@ def test_the_start_is_spread_and_the_tokens_move(tiny):
 
 def test_same_seed_same_table_other_seed_other_table(tiny):
     _, table = tiny
-    again = motion_table(3, MOTION_FRAMES["tiny"])
+    again = _motion_table(3, _MOTION_FRAMES["tiny"])
     np.testing.assert_array_equal(again[["x", "y", "z"]].to_numpy(),
                                   table[["x", "y", "z"]].to_numpy())
-    other = motion_table(4, MOTION_FRAMES["tiny"])
+    other = _motion_table(4, _MOTION_FRAMES["tiny"])
     assert not np.allclose(other[["x", "y", "z"]].to_numpy(), table[["x", "y", "z"]].to_numpy())
 
 
 def test_the_saved_table_is_reused_and_read_back_exactly(tiny, monkeypatch):
     ctx, table = tiny
-    monkeypatch.setattr("tokensde.study.animation.motion_table",
+    monkeypatch.setattr("tokensde.study.animation._motion_table",
                         lambda *a, **k: pytest.fail("re-ran a saved simulation"))
-    again, reused = motion_data(ctx)
+    again, reused = _motion_data(ctx)
     assert reused is True
     np.testing.assert_array_equal(again[["x", "y", "z"]].to_numpy(),
                                   table[["x", "y", "z"]].to_numpy())
@@ -76,13 +76,13 @@ def test_the_saved_table_is_reused_and_read_back_exactly(tiny, monkeypatch):
 
 def test_the_gif_has_one_frame_per_depth_time(tiny):
     ctx, table = tiny
-    sec = FIGURES[NAME].draw(ctx, FIGURES[NAME], table, False)
+    sec = FIGURES[_NAME].draw(ctx, FIGURES[_NAME], table, False)
     gif = sec.images[0].path
     assert gif.suffix == ".gif" and sec.provenance["reused"] is False
     with PILImage.open(gif) as im:
         assert im.format == "GIF"
-        assert im.n_frames == MOTION_FRAMES["tiny"]
-    assert sec.tables[0].rows[0][:3] == [MOTION_TOKENS, 2, 3.0]
+        assert im.n_frames == _MOTION_FRAMES["tiny"]
+    assert sec.tables[0].rows[0][:3] == [_MOTION_TOKENS, 2, 3.0]
 
 
 def test_the_drawing_refuses_a_missing_data_file(tmp_path):
@@ -90,7 +90,7 @@ def test_the_drawing_refuses_a_missing_data_file(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no saved tokens-in-motion table.*tokensde figure"):
         animate_motion(missing, tmp_path / "motion.gif")
     with pytest.raises(FileNotFoundError, match="no saved tokens-in-motion table"):
-        read_motion(missing)
+        _read_motion(missing)
     assert not (tmp_path / "motion.gif").exists()
 
 
@@ -103,10 +103,10 @@ def test_bad_drawing_options_are_refused(tiny, tmp_path):
 
 
 def test_layers_are_evenly_spaced_with_both_ends():
-    assert motion_layers(5, 800) == [0, 200, 400, 600, 800]
-    assert motion_layers(2, 7) == [0, 7]
+    assert _motion_layers(5, 800) == [0, 200, 400, 600, 800]
+    assert _motion_layers(2, 7) == [0, 7]
     with pytest.raises(ParameterError, match="frames"):
-        motion_layers(1, 800)
+        _motion_layers(1, 800)
 
 
 def _table(frames: list[np.ndarray]):
@@ -129,7 +129,7 @@ def test_formation_counts_clusters_and_antipodal_pairs_of_known_configurations()
     tilt = np.array([0.6 * np.cos(0.1) + 0.8 * np.sin(0.1), 0.0,
                      0.8 * np.cos(0.1) - 0.6 * np.sin(0.1)])
     three = np.array([e, e, -tilt, -tilt, [0.0, 1.0, 0.0]])
-    form = formation(_table([np.vstack([spread, [e]]), bipolar, three]), 3, 1e-3)
+    form = _formation(_table([np.vstack([spread, [e]]), bipolar, three]), 3, 1e-3)
     assert [f["clusters"] for f in form] == [5, 2, 3]
     # lone tokens +e1, -e1 are antipodal but no formation; two clusters of two or more are
     assert [f["antipodal_pairs"] for f in form] == [0, 1, 0]

@@ -159,19 +159,19 @@ def test_real_spec_refuses_the_switches_that_its_architecture_does_not_read():
 def test_the_modes_are_the_library_choices():
     """Every value a mode parameter takes in the library is enumerated in MODES (so the cases
     above cover every mode)."""
-    from tokensde.analysis.pair_monte_carlo import ENGINES
+    from tokensde.analysis.pair_monte_carlo import _ENGINES
     from tokensde.meanfield.absorption import STARTS
     from tokensde.model.mlp import MLPS
     from tokensde.model.noise import NOISE_LAWS
     from tokensde.model.qk import QK_LAWS, QK_REDRAWS
     from tokensde.real.models import ARCHS
-    from tokensde.sim.simulate import SCHEMES
-    from tokensde.sweep.backends import BACKENDS
-    from tokensde.vit.model import BLOCKS
+    from tokensde.sim.simulate import _SCHEMES
+    from tokensde.sweep.backends import _BACKENDS
+    from tokensde.vit.model import _BLOCKS
 
-    library = {"scheme": tuple(SCHEMES), "qk": QK_LAWS.names(), "qk_redraw": QK_REDRAWS,
-               "noise": NOISE_LAWS.names(), "mlp": MLPS.names(), "engine": ENGINES,
-               "block": BLOCKS, "backend": BACKENDS, "start": STARTS, "arch": ARCHS,
+    library = {"scheme": tuple(_SCHEMES), "qk": QK_LAWS.names(), "qk_redraw": QK_REDRAWS,
+               "noise": NOISE_LAWS.names(), "mlp": MLPS.names(), "engine": _ENGINES,
+               "block": _BLOCKS, "backend": _BACKENDS, "start": STARTS, "arch": ARCHS,
                "init": ("uniform", "pair"), "list_": (False, True),
                "depth_scaled": (False, True)}
     assert set(library) == set(MODES)

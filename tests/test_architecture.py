@@ -2,7 +2,7 @@
 `src/tokensde` appears in its layout.
 
 A module is named three ways on that page: a dotted path in backticks (`tokensde.sim.loop`, or a
-name inside such a module, `tokensde.sim.loop.march`), a file path (`sim/loop.py`,
+name inside such a module, `tokensde.sim.loop._march`), a file path (`sim/loop.py`,
 `study/sweeps/*.toml`), and a folder's line of the layout block (`sim/   ...: simulate, layers`).
 """
 

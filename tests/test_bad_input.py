@@ -19,7 +19,7 @@ from tokensde import Execution, InitialState, Recording
 from tokensde.cli import app
 from tokensde.io.store import StoreError, load_result, save_result
 from tokensde.model.params import ModelParams, ParameterError, TimeGrid
-from tokensde.sim.simulate import resolve_checkpoints, simulate
+from tokensde.sim.simulate import _resolve_checkpoints, simulate
 from tokensde.sweep.config import SweepError
 from tokensde.sweep.engine import run_sweep, sweep_status
 
@@ -99,7 +99,7 @@ def test_inputs_are_not_changed_silently(tmp_path):
     p = ModelParams(n=3, d=3)
     with pytest.raises(ParameterError, match=r"checkpoints must be layer indices .*2\.5"):
         simulate(p, TimeGrid.make(layers=5), recording=Recording(checkpoints=[2.5]))
-    assert resolve_checkpoints([2.0, 5], 5).tolist() == [2, 5]  # whole numbers are fine
+    assert _resolve_checkpoints([2.0, 5], 5).tolist() == [2, 5]  # whole numbers are fine
     # batch 0 is rejected like -5, before any data set is read
     for bad in ("0", "-5"):
         error_line(["vit", "compare", "--batch-size", bad, "--out", str(tmp_path / "vit")],
@@ -403,10 +403,10 @@ def test_vit_options_that_would_be_ignored_or_misread_are_refused(tmp_path):
     error_line(["vit", "fair", "--size", "huge", "--out", str(tmp_path / "f")],
                "size must be one of", "'huge'")
     # the digits come with scikit-learn: a data folder for them would be ignored
-    from tokensde.vit.data import read_arrays
+    from tokensde.vit.data import _read_arrays
 
     with pytest.raises(ParameterError, match=r"data_dir must be left out for the digits"):
-        read_arrays("digits", tmp_path)
+        _read_arrays("digits", tmp_path)
     assert not (tmp_path / "d").exists() and not (tmp_path / "f").exists()
 
 

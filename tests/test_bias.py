@@ -13,7 +13,7 @@ import torch
 
 from tokensde import Execution, InitialState, ModelParams, Recording, TimeGrid, simulate
 from tokensde.model.checks import ParameterError
-from tokensde.sim.bias import hidden_biased
+from tokensde.sim.bias import _hidden_biased
 from tokensde.sim.rng import RunStreams
 
 
@@ -84,7 +84,7 @@ def test_hidden_bias_changes_the_block_kernel_as_the_arc_cosine_formula_says(sam
     u[:, 1, 1] = 1.0  # rho = 0
     rs = RunStreams(7, runs)
     c = RunStreams(8, runs).normal(1, p.mlp_hidden)
-    out = hidden_biased(u, p, sampler, rs, c)
+    out = _hidden_biased(u, p, sampler, rs, c)
     cross = (out[:, 0] * out[:, 1]).sum(-1) / d
     sq = (out[:, 0] ** 2).sum(-1) / d
     r = b * b / (1 + b * b)

@@ -34,7 +34,7 @@ from tokensde.sim.budget import (
     meminfo_available,
     parse_bytes,
 )
-from tokensde.sim.sde import check_sde_step
+from tokensde.sim.sde import _check_sde_step
 from tokensde.sim.simulate import simulate, simulation_budget
 
 runner = CliRunner()
@@ -268,23 +268,23 @@ SWEEP = ("kind = 'multi_token'\nruns = 20\nT = 0.1\nseed = 3\n[grid]\nn = [4]\nd
 
 
 def test_worker_bounds():
-    from tokensde.sweep.backends import worker_bounds, worker_cap
+    from tokensde.sweep.backends import _worker_bounds, _worker_cap
 
-    b = worker_bounds(8, 5, cell_bytes=100, have=250)
+    b = _worker_bounds(8, 5, cell_bytes=100, have=250)
     assert b["asked"] == 8 and b["cells"] == 5 and b["memory"] == 2
-    assert worker_cap(8, 5, cell_bytes=100, have=250) == min(2, b["cpus"])
-    assert worker_cap(8, 5, cell_bytes=100, have=50) == 1  # never 0
-    assert "memory" not in worker_bounds(8, 5, "ray", "1.2.3.4:6379", cell_bytes=100, have=50)
+    assert _worker_cap(8, 5, cell_bytes=100, have=250) == min(2, b["cpus"])
+    assert _worker_cap(8, 5, cell_bytes=100, have=50) == 1  # never 0
+    assert "memory" not in _worker_bounds(8, 5, "ray", "1.2.3.4:6379", cell_bytes=100, have=50)
 
 
 def test_sweep_workers_capped_by_memory_and_reported(tmp_path, monkeypatch):
     from tokensde.sweep.config import SweepConfig
-    from tokensde.sweep.engine import cell_budgets, run_sweep
+    from tokensde.sweep.engine import _cell_budgets, run_sweep
 
     cfg = tmp_path / "s.toml"
     cfg.write_text(SWEEP)
     c = SweepConfig.load(cfg)
-    need = max(b.memory for _, b in cell_budgets(c, c.cells()))
+    need = max(b.memory for _, b in _cell_budgets(c, c.cells()))
     monkeypatch.setenv("TOKENSDE_MEMORY", str(need + need // 2))  # one cell at a time
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
@@ -313,12 +313,12 @@ def test_sde_step_warning_names_the_number_the_threshold_and_dt():
     p = ModelParams(n=3, d=40)
     with pytest.warns(RuntimeWarning, match=r"sigma\^2 \(d - 1\) dt = 0\.39 .* > 0\.2: the Euler "
                                             r"step is biased .*choose dt <= 0\.00513 \(--dt"):
-        assert check_sde_step(p, 0.01) == pytest.approx(0.39)
+        assert _check_sde_step(p, 0.01) == pytest.approx(0.39)
     with pytest.warns(RuntimeWarning, match=r"= 3\.9 .*reverses the token"):
-        check_sde_step(p, 0.1)
+        _check_sde_step(p, 0.1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert check_sde_step(p, 0.005) == pytest.approx(0.195)  # below 0.2: silent
+        assert _check_sde_step(p, 0.005) == pytest.approx(0.195)  # below 0.2: silent
 
 
 def test_cli_shows_the_sde_warning_as_one_line_before_the_run():

@@ -87,10 +87,10 @@ def test_time_is_the_horizon_and_until_decides(path):
 
 
 def test_one_decision_tolerance_with_its_reason():
-    from tokensde.sim.options import DECIDE_TOL
+    from tokensde.sim.options import _DECIDE_TOL
     from tokensde.theory.first_passage import PAIR_TOL
 
-    assert DECISION_TOL == DECIDE_TOL == PAIR_TOL == 1e-8
+    assert DECISION_TOL == _DECIDE_TOL == PAIR_TOL == 1e-8
     for path in ("simulate", "two-token mc", "two-token hybrid"):
         tol = _option(path, "--tol")
         assert tol.default == DECISION_TOL and "One tolerance for every command" in tol.help

@@ -8,22 +8,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokensde.analysis.clusters import (
-    LOG_GAP_FLOOR,
+    _LOG_GAP_FLOOR,
     Outcome,
+    _antipodal,
+    _cluster_labels,
+    _log_gaps,
+    _merged,
+    _pole_labels,
     analyze,
-    antipodal,
     antipodal_fraction,
     classify_clusters,
-    cluster_labels,
     effective_rank,
     inner_product_histogram,
     is_antipodal,
     is_merged,
-    log_gaps,
-    merged,
     minority_law,
     pair_fractions,
-    pole_labels,
     tolerance_report,
     upper_pairs,
 )
@@ -99,10 +99,10 @@ def test_invariant_under_permutation_and_sign_flips(assign, seed):
     c = analyze(gs, TOL)
     np.testing.assert_array_equal(a.n_poles, c.n_poles)  # poles are clusters up to sign
     np.testing.assert_allclose(a.effective_rank, c.effective_rank, rtol=1e-12)
-    np.testing.assert_allclose(np.sort(log_gaps(g)), np.sort(log_gaps(gs)), atol=1e-9)
+    np.testing.assert_allclose(np.sort(_log_gaps(g)), np.sort(_log_gaps(gs)), atol=1e-9)
     # relabelling by the sign flip: pole partitions are identical, not just their number
     same_pole = lambda lab: lab[:, :, None] == lab[:, None, :]  # noqa: E731
-    np.testing.assert_array_equal(same_pole(pole_labels(g, TOL)), same_pole(pole_labels(gs, TOL)))
+    np.testing.assert_array_equal(same_pole(_pole_labels(g, TOL)), same_pole(_pole_labels(gs, TOL)))
 
 
 def test_single_linkage_chain():
@@ -111,7 +111,7 @@ def test_single_linkage_chain():
     x = np.stack([np.array([np.cos(a), np.sin(a), 0.0]) for a in (0.0, t, 2 * t)])
     g = x @ x.T
     assert 1 - g[0, 2] > TOL
-    np.testing.assert_array_equal(cluster_labels(g, TOL), [[0, 0, 0]])
+    np.testing.assert_array_equal(_cluster_labels(g, TOL), [[0, 0, 0]])
 
 
 def test_orthonormal_and_batched_counts():
@@ -151,7 +151,7 @@ def test_log_space_gaps_below_float_resolution():
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     g = x @ x.T
     assert g[0, 1] == 1.0 and g[0, 2] == -1.0
-    np.testing.assert_array_equal(log_gaps(g), [[LOG_GAP_FLOOR] * 3])
+    np.testing.assert_array_equal(_log_gaps(g), [[_LOG_GAP_FLOOR] * 3])
     assert classify_clusters(g, 1e-12)[0] == Outcome.BIPOLAR
 
 
@@ -225,8 +225,8 @@ def test_merged_and_antipodal_are_strict_at_the_tolerance():
 def test_gram_level_masks_and_fraction_use_the_same_rule():
     m, a = 1.0 - DY + IN, -1.0 + DY - IN
     g = np.array([[1.0, m, a], [m, 1.0, -1.0 + DY], [a, -1.0 + DY, 1.0]])
-    np.testing.assert_array_equal(merged(g, DY)[0], [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
-    np.testing.assert_array_equal(antipodal(g, DY)[0], [[0, 0, 1], [0, 0, 0], [1, 0, 0]])
+    np.testing.assert_array_equal(_merged(g, DY)[0], [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
+    np.testing.assert_array_equal(_antipodal(g, DY)[0], [[0, 0, 1], [0, 0, 0], [1, 0, 0]])
     np.testing.assert_array_equal(antipodal_fraction(g, DY), [1 / 3])
     assert pair_fractions(upper_pairs(g), DY) == (1 / 3, 1 / 3)
 

@@ -17,16 +17,16 @@ from scipy import integrate, special, stats
 
 from tokensde import Execution, ModelParams, ParameterError, TimeGrid
 from tokensde.analysis.convergence import (
-    PROBLEMS,
-    ConvergenceResult,
+    _PROBLEMS,
     Problem,
-    Size,
-    concat_samples,
+    _concat_samples,
+    _ConvergenceResult,
+    _Size,
+    _uniform_from_gaussian,
     coupled_samples,
     fit_order,
     run_convergence,
     summarise,
-    uniform_from_gaussian,
 )
 from tokensde.io.store import StoreError
 from tokensde.sim import coupled_paths, coupled_states
@@ -164,7 +164,7 @@ def test_coupled_paths_refuses_what_it_cannot_carry():
 
 
 def test_uniform_law_by_quantile_map():
-    v = uniform_from_gaussian(torch.randn(200_000, dtype=torch.float64), 1.0).numpy()
+    v = _uniform_from_gaussian(torch.randn(200_000, dtype=torch.float64), 1.0).numpy()
     a = math.sqrt(3.0)
     assert np.abs(v).max() <= a
     assert stats.kstest(v, stats.uniform(loc=-a, scale=2 * a).cdf).pvalue > 1e-3
@@ -173,40 +173,40 @@ def test_uniform_law_by_quantile_map():
 
 def test_numbers_do_not_depend_on_chunking():
     kw = dict(levels=(4, 8), ref_steps=16, runs=600, seed=9)
-    whole = coupled_samples(PROBLEMS["two_tokens"], **kw)
-    parts = concat_samples([coupled_samples(PROBLEMS["two_tokens"], start=a, stop=b, **kw)
+    whole = coupled_samples(_PROBLEMS["two_tokens"], **kw)
+    parts = _concat_samples([coupled_samples(_PROBLEMS["two_tokens"], start=a, stop=b, **kw)
                             for a, b in ((0, 256), (256, 512), (512, 600))])
     assert np.array_equal(whole.net, parts.net)
     assert np.array_equal(whole.sq_err, parts.sq_err)
-    small = coupled_samples(PROBLEMS["two_tokens"], execution=Execution(batch_size=256), **kw)
+    small = coupled_samples(_PROBLEMS["two_tokens"], execution=Execution(batch_size=256), **kw)
     assert np.array_equal(whole.sq_err, small.sq_err) and np.array_equal(whole.net, small.net)
     with pytest.raises(ParameterError, match="dtype='float32'"):
-        coupled_samples(PROBLEMS["two_tokens"], execution=Execution(dtype="float32"), **kw)
+        coupled_samples(_PROBLEMS["two_tokens"], execution=Execution(dtype="float32"), **kw)
 
 
 def test_bad_input_names_the_parameter():
     with pytest.raises(ParameterError, match="ref_steps"):
-        coupled_samples(PROBLEMS["two_tokens"], levels=(4, 6), ref_steps=16, runs=4)
+        coupled_samples(_PROBLEMS["two_tokens"], levels=(4, 6), ref_steps=16, runs=4)
     with pytest.raises(ParameterError, match="noise"):
         coupled_samples(Problem("s", ModelParams(n=2, noise="scalar"), T=1.0,
                                 statistics={"pair_mean": "m"}), levels=(2,), ref_steps=4)
     with pytest.raises(ParameterError, match="law"):
-        coupled_samples(PROBLEMS["two_tokens"], levels=(2,), ref_steps=4, laws=("cauchy",))
+        coupled_samples(_PROBLEMS["two_tokens"], levels=(2,), ref_steps=4, laws=("cauchy",))
     with pytest.raises(ParameterError, match="run range"):
-        coupled_samples(PROBLEMS["two_tokens"], levels=(2,), ref_steps=4, runs=8, start=3)
+        coupled_samples(_PROBLEMS["two_tokens"], levels=(2,), ref_steps=4, runs=8, start=3)
 
 
 def test_result_round_trip_and_schema_check():
-    size = Size({"two_tokens": 256}, {"two_tokens": 256}, levels=(4, 8, 16), strong_ref=4)
+    size = _Size({"two_tokens": 256}, {"two_tokens": 256}, levels=(4, 8, 16), strong_ref=4)
     res = run_convergence(size, problems=("two_tokens",), seed=3, bootstrap=20)
     data = res.to_dict()
-    back = ConvergenceResult.from_dict(data)
+    back = _ConvergenceResult.from_dict(data)
     assert back.points == res.points and back.fits == res.fits
     assert data["version"] and data["schema"] == 1
     assert {p["kind"] for p in res.points} == {"weak", "strong", "reference_correction"}
     assert len([p for p in res.points if p["kind"] == "weak"]) == 2 * 2 * 3
     with pytest.raises(StoreError, match="schema"):
-        ConvergenceResult.from_dict({**data, "schema": 99})
+        _ConvergenceResult.from_dict({**data, "schema": 99})
 
 
 def test_pre_norm_network_is_the_euler_sde_on_its_own_grid():

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from tokensde import ModelParams, TimeGrid
-from tokensde.analysis.level_samples import PROBLEMS, Problem, coupled_samples
+from tokensde.analysis.level_samples import _PROBLEMS, Problem, coupled_samples
 from tokensde.sim import coupled_paths, coupled_states
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.simulate import MLP_STREAM, QK_STREAM
@@ -55,7 +55,7 @@ def compute() -> dict[str, np.ndarray]:
         for (law, L), x in nets.items():
             out[f"{name}/{law}/{L}"] = x.numpy()
         out[f"{name}/fine"], out[f"{name}/half"] = fine.numpy(), half.numpy()
-    problems = {"two_tokens": PROBLEMS["two_tokens"],
+    problems = {"two_tokens": _PROBLEMS["two_tokens"],
                 "mlp": Problem("mlp", CASES["mlp"], T=0.5, statistics=STATS)}
     for name, prob in problems.items():
         s = coupled_samples(prob, levels=(2, 4), ref_steps=8, runs=6, seed=2,

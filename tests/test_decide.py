@@ -17,19 +17,19 @@ from typer.testing import CliRunner
 
 from tokensde import Execution, ModelParams, Recording, StoppingRule, simulate
 from tokensde.analysis.clusters import Outcome, classify_clusters, pair_fractions, upper_pairs
-from tokensde.analysis.token_clusters import tokens_outcome, tokens_pair_fractions
+from tokensde.analysis.token_clusters import _tokens_outcome, _tokens_pair_fractions
 from tokensde.model.params import TimeGrid
 from tokensde.sim import decide
 from tokensde.sim.budget import EXPANSION_UNITS, RUN_UNITS, SCORE_UNITS
 from tokensde.sim.decide import (
-    angle_of_gap,
-    cap_verdict,
-    circle_verdict,
+    _angle_of_gap,
+    _cap_verdict,
+    _circle_verdict,
+    _dense_decided,
+    _rounding_margin,
     decided_tokens,
-    dense_decided,
-    rounding_margin,
 )
-from tokensde.sim.options import GRAM_RECORD_MAX
+from tokensde.sim.options import _GRAM_RECORD_MAX
 from tokensde.sim.simulate import simulation_budget
 
 F64 = torch.float64
@@ -56,8 +56,8 @@ def caps(g: torch.Generator, runs: int, n: int, d: int, radius: torch.Tensor,
 @pytest.mark.parametrize("tol", [1e-6, 1e-3, 0.1, 0.5])
 def test_decided_equals_the_dense_test_on_random_and_clustered_tokens(d, tol):
     g = torch.Generator().manual_seed(11 * d)
-    a = angle_of_gap(tol)
-    n = decide.DENSE_MAX + 181
+    a = _angle_of_gap(tol)
+    n = decide._DENSE_MAX + 181
     # cap radii from 0.2 to 0.7 of the threshold angle: diameters on both sides of it
     x = torch.cat([caps(g, 24, n, d, a * torch.linspace(0.2, 0.7, 24, dtype=F64)),
                    unit(torch.randn(4, n, d, generator=g, dtype=F64))])
@@ -73,11 +73,11 @@ def test_decided_equals_the_dense_test_on_random_and_clustered_tokens(d, tol):
             xy = xy + 1e-4 * a * torch.randn(n, 2, generator=g, dtype=F64)
             tri.append(unit(torch.cat([xy, torch.ones(n, 1, dtype=F64)], -1)))
         x = torch.cat([torch.stack(tri), x])
-    want = dense_decided(x, tol)
+    want = _dense_decided(x, tol)
     assert bool(want[-28:-22].all()) and not bool(want[-8:].any())  # both answers occur
     assert torch.equal(decided_tokens(x, tol), want)
     if d == 3:  # the cap certificate leaves some runs to the rim pairs: that path is covered
-        verdict, _ = cap_verdict(x, tol, rounding_margin(x))
+        verdict, _ = _cap_verdict(x, tol, _rounding_margin(x))
         assert bool((verdict < 0).any())
 
 
@@ -90,14 +90,14 @@ def test_decided_at_the_edge_of_tol(d, tol):
     rot = torch.linalg.qr(torch.randn(d, d, generator=g, dtype=F64))[0]
     for sign in (-1, 1):
         e = 10 * 3e-15 * sign
-        span = angle_of_gap(tol + e)
+        span = _angle_of_gap(tol + e)
         t = torch.cat([torch.tensor([0.0, span], dtype=F64),
-                       span * torch.rand(decide.DENSE_MAX + 100, generator=g, dtype=F64)])
+                       span * torch.rand(decide._DENSE_MAX + 100, generator=g, dtype=F64)])
         x = torch.stack([t.cos(), t.sin(), *([torch.zeros_like(t)] * (d - 2))], -1)
         x[::3] *= -1
         x = (x @ rot.T)[None]
-        assert abs(e) > 5 * rounding_margin(x)  # outside the rounding band
-        want = dense_decided(x, tol)
+        assert abs(e) > 5 * _rounding_margin(x)  # outside the rounding band
+        want = _dense_decided(x, tol)
         assert bool(want) == (sign < 0)
         assert torch.equal(decided_tokens(x, tol), want)
 
@@ -106,24 +106,24 @@ def test_circle_lemma_arc_against_pairs():
     """The circle verdict is the arc of the angles mod pi: tokens at 0 and pi + s (antipodal up
     to s) pass iff s < A(tol); a third token at pi/2 breaks it."""
     tol = 1e-3
-    a = angle_of_gap(tol)
+    a = _angle_of_gap(tol)
     for s, want in ((0.9 * a, 1), (1.1 * a, 0)):
         t = torch.tensor([0.0, math.pi + s, 0.5 * s], dtype=F64)
         x = torch.stack([t.cos(), t.sin()], -1)[None]
-        assert int(circle_verdict(x, tol, rounding_margin(x))) == want
-        assert bool(dense_decided(x, tol)) == bool(want)
+        assert int(_circle_verdict(x, tol, _rounding_margin(x))) == want
+        assert bool(_dense_decided(x, tol)) == bool(want)
     t = torch.tensor([0.0, math.pi, math.pi / 2], dtype=F64)
     x = torch.stack([t.cos(), t.sin()], -1)[None]
-    assert int(circle_verdict(x, tol, rounding_margin(x))) == 0
+    assert int(_circle_verdict(x, tol, _rounding_margin(x))) == 0
 
 
 def test_simulation_decides_at_the_same_layer_as_the_dense_test(monkeypatch):
-    p = ModelParams(n=decide.DENSE_MAX + 44, d=2, beta=4.0)
+    p = ModelParams(n=decide._DENSE_MAX + 44, d=2, beta=4.0)
     kw = dict(runs=6, seed=3, stopping=StoppingRule.decided(tol=1e-4),
               execution=Execution(attention_eval="expansion"))
     grid = TimeGrid.make(T=12.0, dt=0.05)
     fast = simulate(p, grid, **kw)
-    monkeypatch.setattr(decide, "DENSE_MAX", 10**9)
+    monkeypatch.setattr(decide, "_DENSE_MAX", 10**9)
     dense = simulate(p, grid, **kw)
     assert (fast.decided_at >= 0).sum() >= 3  # most runs decide before the horizon
     np.testing.assert_array_equal(fast.decided_at, dense.decided_at)
@@ -134,14 +134,14 @@ def test_simulation_decides_at_the_same_layer_as_the_dense_test(monkeypatch):
 def test_token_statistics_match_the_gram_analysis(d):
     g = torch.Generator().manual_seed(2)
     tol = 1e-3
-    a = angle_of_gap(tol)
+    a = _angle_of_gap(tol)
     n = 300
     x = torch.cat([caps(g, 6, n, d, a * torch.tensor([0.1, 0.2, 0.3, 0.4, 0.45, 5.0], dtype=F64)),
                    caps(g, 2, n, d, a * torch.tensor([0.2, 0.3], dtype=F64), minority=0.0),
                    unit(torch.randn(2, n, d, generator=g, dtype=F64))])
     gram = (x @ x.transpose(-1, -2)).numpy()
-    outcome, minor = tokens_outcome(x, tol)
-    done = dense_decided(x, tol).numpy()
+    outcome, minor = _tokens_outcome(x, tol)
+    done = _dense_decided(x, tol).numpy()
     ref = classify_clusters(gram, tol)
     np.testing.assert_array_equal(outcome[done], ref[done])  # decided runs: single or bipolar
     assert set(outcome[~done]) == {Outcome.UNDECIDED}
@@ -149,7 +149,7 @@ def test_token_statistics_match_the_gram_analysis(d):
     side = (gram[:, 0] < 0).sum(-1)
     np.testing.assert_array_equal(minor, np.where(outcome == Outcome.BIPOLAR,
                                                   np.minimum(side, n - side), 0))
-    merged, anti, mean = tokens_pair_fractions(x, tol)
+    merged, anti, mean = _tokens_pair_fractions(x, tol)
     rho = upper_pairs(gram)
     for r in range(len(x)):
         m_ref, a_ref = pair_fractions(rho[r], tol)
@@ -162,9 +162,9 @@ def test_token_statistics_match_the_gram_analysis(d):
 def test_default_record_is_gram_up_to_the_limit_then_tokens():
     small = simulate(ModelParams(n=8, d=2, beta=1.0), TimeGrid.make(layers=2), runs=2, seed=0)
     assert small.gram is not None and small.tokens is None
-    big = simulate(ModelParams(n=GRAM_RECORD_MAX + 1, d=2, beta=1.0), TimeGrid.make(layers=2), runs=2, seed=0)
+    big = simulate(ModelParams(n=_GRAM_RECORD_MAX + 1, d=2, beta=1.0), TimeGrid.make(layers=2), runs=2, seed=0)
     assert big.gram is None and big.tokens is not None
-    assert big.tokens.shape == (2, 2, GRAM_RECORD_MAX + 1, 2)
+    assert big.tokens.shape == (2, 2, _GRAM_RECORD_MAX + 1, 2)
     np.testing.assert_array_equal(big.tokens[:, -1], big.x)
 
 

@@ -203,8 +203,8 @@ def test_the_call_check_sees_a_wrong_keyword(text: str, bad: bool) -> None:
 
 
 @pytest.mark.parametrize("ref, ok", [
-    ("sim.loop.march", True), ("loop.march", True), ("tokensde.sim.simulate", True),
-    ("samplers.scheme_params", True), ("norm_sde.peri_factor", True),
+    ("sim.loop._march", True), ("loop._march", True), ("tokensde.sim.simulate", True),
+    ("samplers._scheme_params", True), ("norm_sde._peri_factor", True),
     ("loop.run_forever", False), ("model.run_batch", False),
 ])
 def test_the_reference_check_resolves_names(ref: str, ok: bool) -> None:

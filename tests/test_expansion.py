@@ -19,19 +19,19 @@ from scipy.special import eval_legendre
 
 from tokensde import Execution, InitialState, ModelParams, Recording, TimeGrid
 from tokensde.model.attention import ATTENTION_KINDS
-from tokensde.model.attention.softmax import Softmax
+from tokensde.model.attention.softmax import _Softmax
 from tokensde.model.params import ParameterError
 from tokensde.sim.expansion import (
+    _choose_evaluator,
+    _error_bound,
+    _harmonic_basis,
+    _kernel_tail,
+    _kernel_weights,
     auto_uses_expansion,
-    choose_evaluator,
-    error_bound,
     expansion_output,
-    harmonic_basis,
-    kernel_tail,
-    kernel_weights,
     truncation_order,
 )
-from tokensde.sim.layers import attention_output
+from tokensde.sim.layers import _attention_output
 from tokensde.sim.simulate import simulate
 
 F64 = torch.float64
@@ -91,7 +91,7 @@ def test_expansion_equals_dense_on_random_tokens(d, kind, beta):
         ref, scale = truth(x, beta, weights, kind)
         assert rel_error(y, ref, scale) <= 1e-12
         # and the library's dense path agrees with the pair-by-pair truth
-        assert rel_error(attention_output(torch.tensor(x), p, weights=wt), ref, scale) <= 1e-13
+        assert rel_error(_attention_output(torch.tensor(x), p, weights=wt), ref, scale) <= 1e-13
 
 
 @pytest.mark.parametrize("d", [2, 3])
@@ -126,8 +126,8 @@ def test_tokens_in_blocks_give_the_same_output(d, monkeypatch):
     w = rng.uniform(0, 1, (2, 500))
     p = ModelParams(n=500, d=d, beta=4.0)
     whole = expansion_output(torch.tensor(x), p, torch.tensor(w))
-    monkeypatch.setattr(expansion, "BLOCK_MIN", 256)  # 2 runs: blocks of 128 tokens
-    monkeypatch.setattr(expansion, "SLAB_BYTES", 1)
+    monkeypatch.setattr(expansion, "_BLOCK_MIN", 256)  # 2 runs: blocks of 128 tokens
+    monkeypatch.setattr(expansion, "_SLAB_BYTES", 1)
     blocks = expansion_output(torch.tensor(x), p, torch.tensor(w))
     ref, scale = truth(x, 4.0, w, "softmax")
     assert rel_error(blocks, ref, scale) <= 1e-12
@@ -140,7 +140,7 @@ def test_basis_reproduces_the_addition_theorem(d):
     rng = np.random.default_rng(11)
     x = random_tokens(rng, 1, 40, d)[0]
     t = np.clip(x @ x.T, -1, 1)
-    phi = harmonic_basis(torch.tensor(x), 40).numpy()
+    phi = _harmonic_basis(torch.tensor(x), 40).numpy()
     for deg in (0, 1, 2, 7, 23, 40):
         if d == 2:
             cols = [0] if deg == 0 else [deg, 40 + deg]
@@ -175,12 +175,12 @@ def test_truncation_bound_holds_and_is_tight_within_a_few_orders(d, beta):
     # to beta = 10, 3-8 at beta = 100, 11-30 of 200-300 at beta = 1000)
     start = truncation_order(beta, d, 1e-3)
     for order in range(start, truncation_order(beta, d, 1e-20) + 1, 2):
-        assert true_tail(beta, order, d) <= kernel_tail(beta, order, d)
+        assert true_tail(beta, order, d) <= _kernel_tail(beta, order, d)
     for tol in (1e-8, 1e-12, 1e-16):
         k = truncation_order(beta, d, tol)
         assert 2 * true_tail(beta, k, d) <= tol
         assert 2 * true_tail(beta, k - max(3, k // 8) - 1, d) > tol
-        assert error_bound(beta, k, d) <= tol < error_bound(beta, k - 1, d)
+        assert _error_bound(beta, k, d) <= tol < _error_bound(beta, k - 1, d)
 
 
 @pytest.mark.parametrize("d", [2, 3])
@@ -190,11 +190,11 @@ def test_kernel_of_the_basis_is_within_the_bound_and_no_closer(d):
     rng = np.random.default_rng(2)
     x = random_tokens(rng, 1, 300, d)[0]
     x[1] = x[0]  # t = 1, where the tail is largest
-    phi = harmonic_basis(torch.tensor(x), order)
-    lam = kernel_weights(beta, order, d)
+    phi = _harmonic_basis(torch.tensor(x), order)
+    lam = _kernel_weights(beta, order, d)
     got = ((phi * lam) @ phi.T).numpy()
     err = np.abs(got - np.exp(beta * (x @ x.T - 1))).max()
-    assert err <= kernel_tail(beta, order, d) + 1e-15
+    assert err <= _kernel_tail(beta, order, d) + 1e-15
     assert err >= 0.5 * true_tail(beta, order, d)  # the tail is really there at t = 1
 
 
@@ -210,7 +210,7 @@ def test_an_order_below_the_bound_is_detected(d):
     ref, scale = truth(x, beta, None, "softmax")
     bad = rel_error(expansion_output(torch.tensor(x), p, order=low), ref, scale)
     assert bad > 10 * tol  # the error is real and exceeds the tolerance
-    assert bad <= error_bound(beta, low, d) * 1.01  # and stays within the bound of that order
+    assert bad <= _error_bound(beta, low, d) * 1.01  # and stays within the bound of that order
     assert rel_error(expansion_output(torch.tensor(x), p, order=need), ref, scale) <= tol
     with pytest.raises(ParameterError, match=f"need order >= {need}"):
         expansion_output(torch.tensor(x), p, tol=tol, order=low)
@@ -244,7 +244,7 @@ def test_qk_scaled_identity_is_beta_times_c():
     rng = np.random.default_rng(1)
     x = torch.tensor(random_tokens(rng, 1, 60, 3))
     p = ModelParams(n=60, d=3, beta=2.0, Q=np.eye(3) * 1.5, K=np.eye(3))
-    ref = attention_output(x, ModelParams(n=60, d=3, beta=3.0))
+    ref = _attention_output(x, ModelParams(n=60, d=3, beta=3.0))
     assert (expansion_output(x, p) - ref).abs().max() <= 1e-13
 
 
@@ -289,9 +289,9 @@ def test_auto_rule_is_fixed_by_n_d_beta_and_dtype():
     w[0] = 0.0  # a weightless token can lose 2 beta / ln 10 digits: 5.2 at beta = 6, allowed
     assert auto_uses_expansion(big, F64, w)
     assert not auto_uses_expansion(big.with_(beta=9.0), F64, w)  # 7.8 digits: dense
-    assert choose_evaluator(big, "auto", "gram") == "dense"
-    assert choose_evaluator(big, "dense", "full") == "dense"
-    assert choose_evaluator(small, "expansion", "full") == "expansion"
+    assert _choose_evaluator(big, "auto", "gram") == "dense"
+    assert _choose_evaluator(big, "dense", "full") == "dense"
+    assert _choose_evaluator(small, "expansion", "full") == "expansion"
     res = simulate(ModelParams(n=400, d=2, beta=1.0), TimeGrid.make(layers=2), runs=1,
                    recording=Recording(record=("tokens",)), execution=Execution(sampler="full"))
     assert res.extra["attention_eval"] == "expansion"
@@ -300,7 +300,7 @@ def test_auto_rule_is_fixed_by_n_d_beta_and_dtype():
 @pytest.fixture()
 def toy_kind():
     @ATTENTION_KINDS.register
-    class Toy(Softmax):
+    class Toy(_Softmax):
         name = "toy_softmax_for_expansion"
 
     yield Toy.name
@@ -314,8 +314,8 @@ def toy_kind():
 def test_expansion_refuses_by_name(change, match):
     p = ModelParams(n=5, d=3, beta=1.0).with_(**change)
     with pytest.raises(ParameterError, match=match):
-        choose_evaluator(p, "expansion")
-    assert choose_evaluator(p, "auto") == "dense"
+        _choose_evaluator(p, "expansion")
+    assert _choose_evaluator(p, "auto") == "dense"
     with pytest.raises(ParameterError, match=match):
         simulate(p, TimeGrid.make(layers=2), runs=1,
                  execution=Execution(sampler="full", attention_eval="expansion"))
@@ -323,7 +323,7 @@ def test_expansion_refuses_by_name(change, match):
 
 def test_expansion_refuses_other_kinds_samplers_and_names(toy_kind):
     with pytest.raises(ParameterError, match="toy_softmax_for_expansion"):
-        choose_evaluator(ModelParams(n=5, d=2, beta=1.0, attention=toy_kind), "expansion")
+        _choose_evaluator(ModelParams(n=5, d=2, beta=1.0, attention=toy_kind), "expansion")
     p = ModelParams(n=5, d=3, beta=1.0)
     with pytest.raises(ParameterError, match="sampler='gram'"):
         simulate(p, TimeGrid.make(layers=2), runs=1,
@@ -332,7 +332,7 @@ def test_expansion_refuses_other_kinds_samplers_and_names(toy_kind):
         simulate(p, TimeGrid.make(layers=2), runs=1, execution=Execution(attention_eval="fourier"))
     x = torch.tensor(random_tokens(np.random.default_rng(0), 1, 5, 3))
     with pytest.raises(ParameterError, match="drawn forms"):
-        attention_output(x, p, forms=torch.eye(3).double()[None], evaluator="expansion")
+        _attention_output(x, p, forms=torch.eye(3).double()[None], evaluator="expansion")
     with pytest.raises(ParameterError, match="tokens have d = 3"):
         expansion_output(x, ModelParams(n=5, d=2, beta=1.0))
 

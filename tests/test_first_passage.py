@@ -66,27 +66,27 @@ def test_no_caller_branches_on_the_variant():
                                              ((1.5, 6, -0.5), 0.21707), ((2.5, 10, 0.0), 0.12202)])
 def test_spec_reference_values(args, value):
     beta, d, rho0 = args
-    got = fp.hitting_probability(co.SpecPair(beta, d), rho0)
+    got = fp.hitting_probability(co._SpecPair(beta, d), rho0)
     assert got == pytest.approx(value, abs=5e-6)
     assert got == pytest.approx(fp.spec_reference(beta, d, rho0), rel=1e-9)
 
 
 def test_d_two_is_arccos_over_pi():
     for rho0 in (-0.9, -0.3, 0.0, 0.4, 0.95):
-        assert fp.hitting_probability(co.SpecPair(0.7, 2.0), rho0) == pytest.approx(
+        assert fp.hitting_probability(co._SpecPair(0.7, 2.0), rho0) == pytest.approx(
             math.acos(rho0) / math.pi, rel=1e-10)
 
 
 def test_generic_z_form_agrees_with_the_closed_slopes():
     """The default scale slope (from z coefficients) on RedrawnForms at s = 0 is the spec's."""
     for beta, d, rho0, tol in [(2.0, 4, -0.5, 1e-8), (1.0, 3, 0.2, 1e-3)]:
-        want = fp.hitting_probability(co.SpecPair(beta, d), rho0, tol)
+        want = fp.hitting_probability(co._SpecPair(beta, d), rho0, tol)
         got = fp.hitting_probability(co.RedrawnForms(beta, d, 0.0), rho0, tol)
         assert got == pytest.approx(want, rel=1e-6)
 
 
 def test_limit_is_the_small_tol_end_of_the_tol_curve():
-    m = co.SpecPair(2.5, 10)
+    m = co._SpecPair(2.5, 10)
     lim = fp.hitting_probability(m, "uniform")
     assert fp.hitting_probability(m, "uniform", 1e-250) == pytest.approx(lim, rel=1e-9)
 
@@ -94,17 +94,17 @@ def test_limit_is_the_small_tol_end_of_the_tol_curve():
 def test_hybrid_limit_is_the_threshold():
     beta = 1.0
     eps_c = math.sqrt(tt.hybrid_eps2_c(beta))
-    assert fp.hitting_probability(co.HybridPair(beta, 1.1 * eps_c), 0.3) == 1.0
-    assert fp.hitting_probability(co.HybridPair(beta, 0.9 * eps_c), 0.3) == 0.0
-    assert fp.hitting_probability(co.HybridPair(beta, 0.0), 0.3, 1e-6) == 0.0
+    assert fp.hitting_probability(co._HybridPair(beta, 1.1 * eps_c), 0.3) == 1.0
+    assert fp.hitting_probability(co._HybridPair(beta, 0.9 * eps_c), 0.3) == 0.0
+    assert fp.hitting_probability(co._HybridPair(beta, 0.0), 0.3, 1e-6) == 0.0
 
 
 def test_pair_model_picks_each_variant():
-    assert isinstance(co.pair_model(1.0, 4), co.SpecPair)
-    assert isinstance(co.pair_model(1.0, 4, mlp="relu", mlp_sigma=0.5), co.MLPPair)
-    assert isinstance(co.pair_model(1.0, 4, mlp="relu", mlp_sigma=0.0), co.SpecPair)
+    assert isinstance(co.pair_model(1.0, 4), co._SpecPair)
+    assert isinstance(co.pair_model(1.0, 4, mlp="relu", mlp_sigma=0.5), co._MLPPair)
+    assert isinstance(co.pair_model(1.0, 4, mlp="relu", mlp_sigma=0.0), co._SpecPair)
     assert isinstance(co.pair_model(1.0, 4, qk_scale=0.5), co.RedrawnForms)
-    assert isinstance(co.pair_model(1.0, 4, eps=0.3), co.HybridPair)
+    assert isinstance(co.pair_model(1.0, 4, eps=0.3), co._HybridPair)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,7 +156,7 @@ def test_large_d_supercritical_is_computed_at_once():
     (lambda: dt.median_time(2.0, 1e4), "d"),
     (lambda: tt.p_anti(math.nan, 4, 0.0), "beta"),
     (lambda: tt.p_anti(2.0, 4, 1.5), "rho0"),
-    (lambda: fp.hitting_probability(co.SpecPair(2.0, 4), 0.0, 1.5), "tol"),
+    (lambda: fp.hitting_probability(co._SpecPair(2.0, 4), 0.0, 1.5), "tol"),
 ])
 def test_the_rest_is_refused_by_name(call, name):
     t = time.perf_counter()

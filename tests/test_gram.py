@@ -13,20 +13,20 @@ from scipy import stats
 from tokensde import Execution, InitialState, ModelParams, ParameterError, Recording, TimeGrid, simulate
 from tokensde.analysis.stats import wilson
 from tokensde.sim.gram import (
-    bartlett,
+    _bartlett,
+    _frame_weights,
     frame_layer,
-    frame_weights,
     noise_factor,
     recompress,
     run_batch_gram,
 )
-from tokensde.sim.layers import attention_output, network_step, normalize, weights_from_logits
+from tokensde.sim.layers import _attention_output, network_step, normalize, weights_from_logits
 from tokensde.sim.loop import OnLayers
 from tokensde.sim.observe import Observer
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import apply_matrices, choose_sampler
 from tokensde.sim.sde import sde_step
-from tokensde.sim.simulate import initial_tokens
+from tokensde.sim.simulate import _initial_tokens
 
 F64 = torch.float64
 
@@ -70,7 +70,7 @@ def test_frame_layer_equals_the_layer_with_the_whole_value_matrix(case, scheme):
     x = normalize(torch.randn(6, p.n, p.d, generator=g, dtype=F64))
     V = torch.randn(6, p.d, p.d, generator=g, dtype=F64)
     dt = 0.05
-    y = attention_output(x, p)
+    y = _attention_output(x, p)
     step = network_step if scheme == "network" else sde_step
     x1 = step(x, y, p.sigma * apply_matrices(y, V), p, dt)
     u, h = _frame_draws_from(V, x)
@@ -98,7 +98,7 @@ def test_softmax_shifted_by_the_own_logit_equals_the_row_max_shift(beta, causal)
     p = ModelParams(n=6, d=40, beta=beta, causal=causal)
     u = recompress(torch.randn(50, 6, 40, generator=torch.Generator().manual_seed(9), dtype=F64))
     u[:, 1] = u[:, 0]  # a merged pair: two rows share their largest logit
-    got = frame_weights(u, p, 1.0)
+    got = _frame_weights(u, p, 1.0)
     ref = weights_from_logits(beta * gram_of(u), p)  # shifted by the row maxima
     assert bool(torch.isfinite(got).all())
     np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-10, atol=1e-12)
@@ -121,7 +121,7 @@ def test_recompress_keeps_the_gram_matrix_of_rank_deficient_tokens():
 @pytest.mark.parametrize(("dof", "cols"), [(5, 3), (2, 3), (1, 2), (300, 4)])
 def test_bartlett_factor_has_the_wishart_law(dof, cols):
     runs = 20_000
-    t = bartlett(RunStreams(seed=3, runs=runs), dof, cols)
+    t = _bartlett(RunStreams(seed=3, runs=runs), dof, cols)
     assert t.shape == (runs, min(dof, cols), cols)
     assert float(t.tril(-1).abs().max()) == 0.0
     w = gram_of(t.transpose(-1, -2))  # T^T T
@@ -164,7 +164,7 @@ def gram_sample(p: ModelParams, grid: TimeGrid, runs: int, seed: int, shift: int
                 ) -> torch.Tensor:
     """Final Gram matrices `(runs, n, n)` from the Gram sampler with the dof shifted by `shift`."""
     rs = RunStreams(seed, runs)
-    x = initial_tokens(init, p, rs, 0, F64, rho0)
+    x = _initial_tokens(init, p, rs, 0, F64, rho0)
     out: dict[int, torch.Tensor] = {}
     run_batch_gram(x, p, grid, rs, scheme,
                    OnLayers([grid.steps], lambda k, xc, rows: out.__setitem__(0, gram_of(xc))),

@@ -17,7 +17,7 @@ from scipy import stats
 from tokensde import Execution, ModelParams, ParameterError, Recording, StoppingRule, TimeGrid, simulate
 from tokensde.model.qk import QK_LAWS
 from tokensde.sim.gram import (
-    frame_forms,
+    _frame_forms,
     frame_layer,
     frame_mlp_layer,
     frame_norm_layer,
@@ -26,24 +26,24 @@ from tokensde.sim.gram import (
     uniform_frame,
 )
 from tokensde.sim.layers import (
-    attention_output,
-    mlp_step,
+    _attention_output,
+    _mlp_step,
+    _peri_norm_step,
+    _residual_step,
     network_step,
     normalize,
-    peri_norm_step,
-    residual_step,
 )
 from tokensde.sim.loop import OnLayers
-from tokensde.sim.norm_sde import peri_factor, peri_sde_step
+from tokensde.sim.norm_sde import _peri_factor, _peri_sde_step
 from tokensde.sim.observe import Observer
 from tokensde.sim.rng import RunStreams
 from tokensde.sim.samplers import (
+    _gram_factor,
+    _mlp_kernel_noise,
+    _mlp_scale,
+    _psd_factor,
     apply_matrices,
     choose_sampler,
-    gram_factor,
-    mlp_kernel_noise,
-    mlp_scale,
-    psd_factor,
 )
 from tokensde.sim.sde import sde_step
 from tokensde.sim.simulate import MLP_STREAM, QK_STREAM
@@ -92,7 +92,7 @@ def test_forms_per_head_frame_layer_equals_the_layer_with_whole_matrices(law, n,
     x = normalize(torch.randn(runs, n, d, generator=g, dtype=F64))
     a = p.qk_law.draw(RunStreams(1, runs), heads, F64)  # (runs, heads, d, d)
     v = torch.randn(runs, heads, d, d, generator=g, dtype=F64)
-    y = attention_output(x, p, a)
+    y = _attention_output(x, p, a)
     xi = p.sigma * apply_matrices(y, v) / math.sqrt(heads)
     x1 = (network_step if scheme == "network" else sde_step)(x, y, xi, p, dt)
     b, b_perp, u = frame_of(x)
@@ -121,9 +121,9 @@ def test_mlp_frame_sublayer_equals_the_sublayer_with_both_weight_matrices(mlp, n
     w1 = torch.randn(runs, width, d, generator=g, dtype=F64)
     w2 = torch.randn(runs, d, width, generator=g, dtype=F64)
     hidden = p.mlp_block(x @ w1.transpose(-1, -2))
-    x1 = mlp_step(x, mlp_scale(p) * hidden @ w2.transpose(-1, -2), p, dt)
+    x1 = _mlp_step(x, _mlp_scale(p) * hidden @ w2.transpose(-1, -2), p, dt)
     b, b_perp, u = frame_of(x)
-    c = gram_factor(hidden)  # the block's own factor: Cholesky, or the symmetric root near the margin
+    c = _gram_factor(hidden)  # the block's own factor: Cholesky, or the symmetric root near the margin
     z = torch.linalg.solve(c, hidden @ w2.transpose(-1, -2))
     inner = (z @ b).transpose(-1, -2)
     h = stacked_factor([inner], [(z @ b_perp).transpose(-1, -2)])[0] if b_perp.shape[-1] else inner
@@ -142,11 +142,11 @@ def test_sde_step_with_block_equals_the_step_with_whole_matrices(n, d, sigma):
     x = normalize(torch.randn(runs, n, d, generator=g, dtype=F64))
     v = torch.randn(runs, d, d, generator=g, dtype=F64)
     zm = torch.randn(runs, n, d, generator=g, dtype=F64)
-    y = attention_output(x, p)
-    x1 = sde_step(x, y, p.sigma * apply_matrices(y, v) + mlp_kernel_noise(x, p, zm), p, dt)
+    y = _attention_output(x, p)
+    x1 = sde_step(x, y, p.sigma * apply_matrices(y, v) + _mlp_kernel_noise(x, p, zm), p, dt)
     b, b_perp, u = frame_of(x)
     bt = b.transpose(-1, -2)
-    c = psd_factor(p.mlp_block.kernel_t(gram_of(u))).mul_(dt**0.5 * p.mlp_sigma)
+    c = _psd_factor(p.mlp_block.kernel_t(gram_of(u))).mul_(dt**0.5 * p.mlp_sigma)
     if sigma == 0.0:
         h_a, h_b = None, stacked_factor([(zm @ b).transpose(-1, -2)],
                                         [(zm @ b_perp).transpose(-1, -2)])[0]
@@ -250,7 +250,7 @@ def gram_final(p: ModelParams, scheme: str, grid: TimeGrid, runs: int, seed: int
     with the out-of-frame degrees of freedom shifted by `shift`."""
     rs = RunStreams(seed, runs)
     x = uniform_frame(rs, p.n, p.d)
-    forms = frame_forms(p, scheme, rs.derived(QK_STREAM), F64) if p.qk_law.random else None
+    forms = _frame_forms(p, scheme, rs.derived(QK_STREAM), F64) if p.qk_law.random else None
     mlp_rs = rs.derived(MLP_STREAM) if p.mlp_block.active else None
     out: dict[int, torch.Tensor] = {}
     run_batch_gram(x, p, grid, rs, scheme,
@@ -396,7 +396,7 @@ def test_forms_and_blocks_must_be_passed_to_the_batch():
     p = ModelParams(n=2, d=5, heads=2, qk="goe", qk_redraw="layer", qk_samples=3)
     with pytest.raises(ParameterError, match="forms drawn for 2 heads, but scheme='sde' steps 6"):
         run_batch_gram(x, p, TimeGrid(1, 0.1), rs, "sde", **kw,
-                       forms=frame_forms(p, "network", rs.derived(QK_STREAM), F64))
+                       forms=_frame_forms(p, "network", rs.derived(QK_STREAM), F64))
     with pytest.raises(ParameterError, match="mlp='relu' draws MLP weights: pass their streams"):
         run_batch_gram(x, ModelParams(n=2, d=5, mlp="relu"), TimeGrid(1, 0.1), rs, "network",
                        **kw)
@@ -431,8 +431,8 @@ def test_pre_and_peri_frame_layer_equals_the_layer_with_the_whole_matrix(norm, n
     g = torch.Generator().manual_seed(21)
     h = stream(runs, n, d, g)
     v = torch.randn(runs, d, d, generator=g, dtype=F64)
-    y = attention_output(normalize(h), p)
-    h1 = (residual_step if norm == "pre" else peri_norm_step)(
+    y = _attention_output(normalize(h), p)
+    h1 = (_residual_step if norm == "pre" else _peri_norm_step)(
         h, y, p.sigma * apply_matrices(y, v), p, dt)
     b, b_perp, hs = frame_of(h)
     bt = b.transpose(-1, -2)
@@ -444,7 +444,7 @@ def test_pre_and_peri_frame_layer_equals_the_layer_with_the_whole_matrix(norm, n
     w1 = torch.randn(runs, p.mlp_hidden, d, generator=g, dtype=F64)
     w2 = torch.randn(runs, d, p.mlp_hidden, generator=g, dtype=F64)
     hidden = p.mlp_block(normalize(h1) @ w1.transpose(-1, -2))
-    h2 = mlp_step(h1, mlp_scale(p) * hidden @ w2.transpose(-1, -2), p, dt)
+    h2 = _mlp_step(h1, _mlp_scale(p) * hidden @ w2.transpose(-1, -2), p, dt)
     b, b_perp, hs1 = frame_of(h1)
     c = torch.linalg.cholesky(gram_of(hidden))
     z = torch.linalg.solve_triangular(c, hidden @ w2.transpose(-1, -2), upper=False)
@@ -463,8 +463,8 @@ def test_peri_sde_frame_step_equals_the_step_with_the_whole_noise(n, d):
     g = torch.Generator().manual_seed(23)
     h = stream(runs, n, d, g)
     zn = torch.randn(runs, n, d, generator=g, dtype=F64)
-    y = attention_output(normalize(h), p)
-    h1 = peri_sde_step(h, y, peri_factor(y, p) @ zn, p, dt)
+    y = _attention_output(normalize(h), p)
+    h1 = _peri_sde_step(h, y, _peri_factor(y, p) @ zn, p, dt)
     b, b_perp, hs = frame_of(h)
     inner = (zn @ b).transpose(-1, -2)
     f = stacked_factor([inner], [(zn @ b_perp).transpose(-1, -2)])[0] if b_perp.shape[-1] \

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tokensde import Execution, ModelParams, ParameterError, Recording, TimeGrid, simulate
-from tokensde.sim.layers import attention_output
+from tokensde.sim.layers import _attention_output
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.samplers import choose_sampler, noise_sampler
+from tokensde.sim.samplers import _noise_sampler, choose_sampler
 from tokensde.sim.sde import ito_correction
 
 Q = np.arange(16.0).reshape(4, 4) / 20 + np.eye(4)
@@ -95,13 +95,13 @@ def test_each_head_attends_with_its_own_query_and_key():
     q, k = _qk_heads(3, 4)
     p = ModelParams(n=5, d=4, beta=2.0, heads=3, Q=q, K=k, causal=True)
     x = torch.nn.functional.normalize(torch.randn(2, 5, 4, dtype=torch.float64), dim=-1)
-    y = attention_output(x, p)
+    y = _attention_output(x, p)
     assert y.shape == (2, 3, 5, 4)
     for h in range(3):
         one = ModelParams(n=5, d=4, beta=2.0, Q=q[h], K=k[h], causal=True)
-        torch.testing.assert_close(y[:, h], attention_output(x, one), rtol=1e-13, atol=1e-14)
-    shared = attention_output(x, ModelParams(n=5, d=4, heads=3, Q=q[0]))  # one pair for all
-    torch.testing.assert_close(shared, attention_output(x, ModelParams(n=5, d=4, Q=q[0]))
+        torch.testing.assert_close(y[:, h], _attention_output(x, one), rtol=1e-13, atol=1e-14)
+    shared = _attention_output(x, ModelParams(n=5, d=4, heads=3, Q=q[0]))  # one pair for all
+    torch.testing.assert_close(shared, _attention_output(x, ModelParams(n=5, d=4, Q=q[0]))
                                .unsqueeze(1).expand(-1, 3, -1, -1))
 
 
@@ -110,7 +110,7 @@ def test_ito_drift_is_the_mean_over_heads(noise):
     q, k = _qk_heads(2, 4)
     p = ModelParams(n=3, d=4, heads=2, Q=q, K=k, noise=noise, sigma=0.7)
     x = torch.nn.functional.normalize(torch.randn(6, 3, 4, dtype=torch.float64), dim=-1)
-    y = attention_output(x, p)
+    y = _attention_output(x, p)
     want = sum(p.noise_law.ito(x, y[:, h]) for h in range(2)) / 2
     torch.testing.assert_close(ito_correction(x, y, p), want)
     if noise == "matrix":  # closed form: -(d-1)/2 sigma^2 (1/heads) sum_h |y^h|^2 x
@@ -128,8 +128,8 @@ def test_layer_noise_covariance_sums_over_heads(sampler, law):
                                                    generator=torch.Generator().manual_seed(5)),
                                        dim=-1)
     runs = 40_000
-    y = attention_output(x0, p).expand(runs, -1, -1, -1)
-    xi = noise_sampler(sampler, p)(y, p, RunStreams(7, runs))
+    y = _attention_output(x0, p).expand(runs, -1, -1, -1)
+    xi = _noise_sampler(sampler, p)(y, p, RunStreams(7, runs))
     yy = torch.einsum("hid,hjd->ij", y[0], y[0]) * p.sigma**2 / 2
     emp = torch.einsum("rid,rje->ijde", xi, xi) / runs
     for i in range(2):

@@ -24,15 +24,15 @@ def test_save_result_refuses_what_is_not_a_result(tmp_path):
 
 @pytest.mark.parametrize("bad", NOT_PATHS)
 def test_every_reader_and_writer_refuses_a_path_that_is_not_one(tmp_path, bad):
-    calls = {"path": [lambda: store.load_result(bad), lambda: store.read_json(bad, "k", "r"),
+    calls = {"path": [lambda: store.load_result(bad), lambda: store._read_json(bad, "k", "r"),
                       lambda: store.read_parquet(bad, "k")],
              "output path": [lambda: store.write_json(bad, {}),
                              lambda: store.atomic_write(bad, lambda tmp: None)],
              "--out": [lambda: store.check_output(bad, "--out"),
-                       lambda: outputs.guard_output(bad, "--out"),
-                       lambda: outputs.clear_results(bad, "--out")]}
-    calls["path"] += [lambda: outputs.enclosing_sweep(bad), lambda: outputs.is_sweep_dir(bad),
-                      lambda: outputs.written_by_tokensde(bad)]
+                       lambda: outputs._guard_output(bad, "--out"),
+                       lambda: outputs._clear_results(bad, "--out")]}
+    calls["path"] += [lambda: outputs._enclosing_sweep(bad), lambda: outputs._is_sweep_dir(bad),
+                      lambda: outputs._written_by_tokensde(bad)]
     for name, funcs in calls.items():
         for call in funcs:
             with pytest.raises(TypeError, match=rf"^{name} must be a file path \(str or "

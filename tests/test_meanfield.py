@@ -13,15 +13,15 @@ from scipy import special
 from tokensde.meanfield.absorption import absorption_table
 from tokensde.meanfield.flow import merge_nodes, run_coupled
 from tokensde.meanfield.quadrature import (
+    _density_weights,
+    _gauss_sphere_rule,
+    _qmc_rule,
+    _vmf_density,
     circle_rule,
-    density_weights,
-    gauss_sphere_rule,
-    qmc_rule,
     sample_initial,
     sphere_rule,
-    vmf_density,
 )
-from tokensde.meanfield.statistics import arc_counts, arc_masses, field_at, minority_mass
+from tokensde.meanfield.statistics import _arc_counts, _field_at, arc_masses, minority_mass
 from tokensde.model.params import ModelParams, ParameterError, TimeGrid
 from tokensde.sim import Execution, StoppingRule
 
@@ -53,10 +53,10 @@ def test_circle_rule_spectral_order(kappa: float) -> None:
 def test_gauss_sphere_degree() -> None:
     """`2 m^2` nodes integrate degree <= 2m - 1 exactly: E[x^2 y^2 z^2] = 1/105 (degree 6) is exact
     with m = 4 and not with m = 3; E[z^4] = 1/5 with m = 3."""
-    x, w = gauss_sphere_rule(4)
+    x, w = _gauss_sphere_rule(4)
     assert len(w) == 32 and float(w.sum()) == pytest.approx(1.0, abs=1e-15)
     assert float(w @ (x[:, 0] * x[:, 1] * x[:, 2]) ** 2) == pytest.approx(1 / 105, abs=1e-15)
-    x3, w3 = gauss_sphere_rule(3)
+    x3, w3 = _gauss_sphere_rule(3)
     assert abs(float(w3 @ (x3[:, 0] * x3[:, 1] * x3[:, 2]) ** 2) - 1 / 105) > 1e-4
     assert float(w3 @ x3[:, 2] ** 4) == pytest.approx(0.2, abs=1e-15)
 
@@ -68,14 +68,14 @@ def test_vmf_density_is_normalised(d: int) -> None:
     mu = np.zeros(d)
     mu[0] = 1.0
     x, w = sphere_rule(4096 if d == 5 else 512, d)
-    got = float(w @ vmf_density(x, 2.0, mu))
+    got = float(w @ _vmf_density(x, 2.0, mu))
     assert got == pytest.approx(1.0, abs=1e-12 if d < 5 else 2e-3)
 
 
 def test_density_weights_mean_direction() -> None:
     """Weights of vMF(e_1, kappa) on the circle give E[cos a] = I_1(kappa) / I_0(kappa)."""
     x, w = circle_rule(64)
-    wt = density_weights(x, w, [(1.0, 2.0, [1.0, 0.0])])
+    wt = _density_weights(x, w, [(1.0, 2.0, [1.0, 0.0])])
     assert float(wt @ x[:, 0]) == pytest.approx(special.iv(1, 2.0) / special.iv(0, 2.0), abs=1e-13)
     # and the i.i.d. sampler agrees in law (seeded; 4000 draws: se about 0.008)
     s = sample_initial(4000, 2, np.random.default_rng(1), [(1.0, 2.0, [1.0, 0.0])])
@@ -94,7 +94,7 @@ def test_merge_keeps_mass_and_field() -> None:
     assert sorted(wm[0].tolist()) == pytest.approx([0.1, 0.1, 0.1, 0.3, 0.4])
     p = ModelParams(n=2, d=3, beta=2.0)
     pts = torch.tensor(sample_initial(9, 3, np.random.default_rng(1)))
-    assert torch.allclose(field_at(pts, x, w, p), field_at(pts, xm, wm, p), atol=1e-14)
+    assert torch.allclose(_field_at(pts, x, w, p), _field_at(pts, xm, wm, p), atol=1e-14)
 
 
 def test_coupled_systems_do_not_see_each_other() -> None:
@@ -139,7 +139,7 @@ def test_particles_against_limit_on_one_path() -> None:
     assert 0.05 < limit < 0.45 and abs(limit - 0.25) > 0.02  # the flow moved the mass
     sds = []
     for i in range(len(ns)):
-        v = arc_counts(parts.x[i], parts.w[i], starts, arc)[:, 0]
+        v = _arc_counts(parts.x[i], parts.w[i], starts, arc)[:, 0]
         z = (v.mean() - limit) / (v.std(ddof=1) / math.sqrt(draws))
         assert abs(z) < 3.5
         sds.append(v.std(ddof=1))
@@ -157,8 +157,8 @@ def test_bad_input() -> None:
     with pytest.raises(ParameterError, match="rule='circle' needs d = 2"):
         sphere_rule(10, 3, "circle")
     with pytest.raises(ParameterError, match="mixture"):
-        density_weights(*circle_rule(8), [(1.0, -2.0, [1.0, 0.0])])
-    assert qmc_rule(16, 4)[0].shape == (16, 4)
+        _density_weights(*circle_rule(8), [(1.0, -2.0, [1.0, 0.0])])
+    assert _qmc_rule(16, 4)[0].shape == (16, 4)
 
 
 def test_minority_mass_counts_weights() -> None:

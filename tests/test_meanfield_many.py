@@ -2,7 +2,7 @@
 O(n) attention, the noise paths from the run streams; and a long-horizon statistic of `simulate`
 with either attention evaluator.
 
-Truth: the connected components of scipy's graph routines, the K x K versions (`merge.dense_leads`,
+Truth: the connected components of scipy's graph routines, the K x K versions (`merge._dense_leads`,
 the dense pairwise test), value matrices drawn
 directly from `sim.rng.RunStreams`, and Wilson intervals of independent estimates.
 """
@@ -23,8 +23,8 @@ from tokensde.meanfield import flow, merge
 from tokensde.meanfield.flow import decided, merge_nodes, noise_path, run_coupled
 from tokensde.meanfield.quadrature import circle_rule
 from tokensde.model.params import TimeGrid
-from tokensde.sim.decide import DENSE_MAX
-from tokensde.sim.rng import RUN_BLOCK, RunStreams
+from tokensde.sim.decide import _DENSE_MAX
+from tokensde.sim.rng import _RUN_BLOCK, RunStreams
 
 F64 = torch.float64
 
@@ -45,7 +45,7 @@ def circle_nodes(g: torch.Generator, runs: int, K: int, atoms: int, spread: floa
 @pytest.mark.parametrize("tol", [1e-8, 1e-6, 1e-4])
 def test_circle_merging_equals_the_dense_merging(tol):
     g = torch.Generator().manual_seed(4)
-    K = DENSE_MAX + 137
+    K = _DENSE_MAX + 137
     # spreads around the merge angle: chains that join and chains that break, across 0 = 2 pi
     a = math.sqrt(2 * tol)
     for spread in (0.002 * a, 0.02 * a, 0.2 * a):
@@ -53,8 +53,8 @@ def test_circle_merging_equals_the_dense_merging(tol):
         x[0, :40] = torch.stack([torch.full((40,), 1.0, dtype=F64),
                                  torch.linspace(-0.3, 0.3, 40, dtype=F64) * a], -1)  # across 0
         x = x / x.norm(dim=-1, keepdim=True)
-        lead = merge.circle_leads(x, w, tol)
-        want = merge.dense_leads(x, w, tol)
+        lead = merge._circle_leads(x, w, tol)
+        want = merge._dense_leads(x, w, tol)
         assert torch.equal(lead, want)
         xm, wm = merge_nodes(x, w, tol)
         assert xm.shape[1] < K and torch.allclose(wm.sum(-1), torch.ones(6, dtype=F64))
@@ -98,13 +98,13 @@ def test_merging_groups_are_the_connected_components(tol):
     g = torch.Generator().manual_seed(11)
     a = math.sqrt(2 * tol)
     chained = 0
-    for K, spread in itertools.product((40, DENSE_MAX + 200), (0.01 * a, 0.5 * a, 3 * a)):
-        for make, fast in ((circle_nodes, merge.circle_leads), (sphere_nodes, merge.sphere_leads)):
+    for K, spread in itertools.product((40, _DENSE_MAX + 200), (0.01 * a, 0.5 * a, 3 * a)):
+        for make, fast in ((circle_nodes, merge._circle_leads), (sphere_nodes, merge._sphere_leads)):
             x, w = make(g, 4, K, 6, spread)
             want = components(x, w, tol)
-            assert torch.equal(merge.dense_leads(x, w, tol), want)
+            assert torch.equal(merge._dense_leads(x, w, tol), want)
             assert torch.equal(fast(x, w, tol), want)
-            assert torch.equal(merge.group_leads(x, w, tol), want)
+            assert torch.equal(merge._group_leads(x, w, tol), want)
             lead = want
             # a group whose members are not all pairwise close: transitivity matters here
             for r in range(4):
@@ -120,16 +120,16 @@ def test_sphere_merging_keys_split_runs_and_fall_back(monkeypatch):
     """Runs in separate sorts when their cube keys need it, and the dense groups when a
     coordinate alone would not fit in the key: the same groups either way."""
     g = torch.Generator().manual_seed(12)
-    x, w = sphere_nodes(g, 3, DENSE_MAX + 50, 4, 1e-6)
+    x, w = sphere_nodes(g, 3, _DENSE_MAX + 50, 4, 1e-6)
     for tol in (1e-10, 1e-30):
-        assert torch.equal(merge.sphere_leads(x, w, tol), merge.dense_leads(x, w, tol))
-    monkeypatch.setattr(merge, "KEY_BITS", 3 * 18 + 1)  # 2 runs a sort at tol = 1e-10
-    assert torch.equal(merge.sphere_leads(x, w, 1e-10), merge.dense_leads(x, w, 1e-10))
-    merged = merge.sphere_leads(x, w, 1e-10)
+        assert torch.equal(merge._sphere_leads(x, w, tol), merge._dense_leads(x, w, tol))
+    monkeypatch.setattr(merge, "_KEY_BITS", 3 * 18 + 1)  # 2 runs a sort at tol = 1e-10
+    assert torch.equal(merge._sphere_leads(x, w, 1e-10), merge._dense_leads(x, w, 1e-10))
+    merged = merge._sphere_leads(x, w, 1e-10)
     assert int((merged != torch.arange(x.shape[1])).sum()) > 0
 
 
-@pytest.mark.parametrize("K", [20, DENSE_MAX + 60])
+@pytest.mark.parametrize("K", [20, _DENSE_MAX + 60])
 def test_node_decision_without_the_k_by_k_inner_products(K):
     g = torch.Generator().manual_seed(8)
     tol = 1e-4
@@ -155,13 +155,13 @@ def test_noise_paths_come_from_the_run_streams():
     """Run r's value matrices are the rows of r in `RunStreams(seed, ...)`, one (d, d) draw per
     layer, whatever the batch and the runs beside it."""
     seed, d, steps = 5, 3, 4
-    rs = RunStreams(seed, RUN_BLOCK)
+    rs = RunStreams(seed, _RUN_BLOCK)
     direct = torch.stack([rs.normal(d, d) for _ in range(steps)], 1)  # (runs, steps, d, d)
-    for run in (0, 7, RUN_BLOCK - 1):
+    for run in (0, 7, _RUN_BLOCK - 1):
         np.testing.assert_array_equal(noise_path(seed, run, steps, d), direct[run].numpy())
-    other = RunStreams(seed, 2 * RUN_BLOCK, RUN_BLOCK, 2 * RUN_BLOCK)
+    other = RunStreams(seed, 2 * _RUN_BLOCK, _RUN_BLOCK, 2 * _RUN_BLOCK)
     first = other.normal(d, d)[3]
-    np.testing.assert_array_equal(noise_path(seed, RUN_BLOCK + 3, 1, d)[0], first.numpy())
+    np.testing.assert_array_equal(noise_path(seed, _RUN_BLOCK + 3, 1, d)[0], first.numpy())
     # run_coupled carries a token by those matrices: one token, zero drift (beta = 0, y = x)
     p = ModelParams(n=2, d=d, beta=0.0)
     x0 = np.array([[1.0, 0.0, 0.0]])
@@ -182,13 +182,13 @@ def test_many_nodes_use_the_expansion_and_agree_with_dense(monkeypatch):
     grid = TimeGrid.make(T=0.5, dt=0.05)
     nodes = circle_rule(512)
     used: list[str] = []
-    real = flow.attention_output
+    real = flow._attention_output
 
     def spy(x, q, forms=None, weights=None, evaluator="dense"):
         used.append(evaluator)
         return real(x, q, forms, weights, evaluator)
 
-    monkeypatch.setattr(flow, "attention_output", spy)
+    monkeypatch.setattr(flow, "_attention_output", spy)
     kw = dict(runs=2, seed=1, stopping=StoppingRule(), merge_tol=None)
     fast = run_coupled(p, grid, [("limit", *nodes)], **kw)
     assert set(used) == {"expansion"}

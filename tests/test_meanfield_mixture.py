@@ -9,23 +9,23 @@ from scipy import special
 from typer.testing import CliRunner
 
 from tokensde.cli import app
-from tokensde.meanfield.absorption import absorption_table, parse_mixture, particle_starts
+from tokensde.meanfield.absorption import _parse_mixture, _particle_starts, absorption_table
 from tokensde.model.checks import ParameterError
 
 
 def test_mixture_text_gives_masses_and_directions():
-    comps = parse_mixture("0.7:4:0;0.3:2:90", 3)
+    comps = _parse_mixture("0.7:4:0;0.3:2:90", 3)
     assert [c[:2] for c in comps] == [(0.7, 4.0), (0.3, 2.0)]
     assert np.allclose(comps[1][2], [0.0, 1.0, 0.0], atol=1e-15)
     for bad in ("", "1:1", "a:1:0", "0:1:0", "1:-1:0", "1:1:nan"):
         with pytest.raises(ParameterError, match="mixture"):
-            parse_mixture(bad, 2)
+            _parse_mixture(bad, 2)
 
 
 def test_mixture_start_draws_the_von_mises_law():
     """Default '1:1:0': E cos(theta) = I_1(1) / I_0(1) = 0.446 (an antipodally symmetric start
     has 0); 4000 draws, standard error 0.011."""
-    x = particle_starts(4000, 2, 1, "mixture", seed=3)[0]
+    x = _particle_starts(4000, 2, 1, "mixture", seed=3)[0]
     assert abs(x[:, 0].mean() - special.i1(1.0) / special.i0(1.0)) < 0.045
     assert abs(x[:, 1].mean()) < 0.045
 

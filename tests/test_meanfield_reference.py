@@ -4,7 +4,7 @@ computed the published absorption table (tests/data/meanfield_reference.npz).
 The saved values come from the frozen copy of that code (HEAD 7cfb8c6 plus the merging changes of
 the table's run), where `run_coupled` had its own layer loop (`meanfield.flow._advance`):
 `PYTHONPATH=<frozen>/src python tests/test_meanfield_reference.py --write`. Since the flow runs
-through the one layer loop `tokensde.sim.loop.march` it must give them unchanged: floats compared
+through the one layer loop `tokensde.sim.loop._march` it must give them unchanged: floats compared
 with `==` (nan where nan; the final token coordinates to 1e-12, see `COORD_ATOL`), integers
 and strings exactly. The cases: the absorption table on the
 circle (beta 1 and 3) and the sphere with both starts, and `run_coupled` itself until the horizon,
@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from tokensde import ModelParams, TimeGrid
-from tokensde.meanfield.absorption import absorption_table, particle_starts
+from tokensde.meanfield.absorption import _particle_starts, absorption_table
 from tokensde.meanfield.flow import run_coupled
-from tokensde.meanfield.quadrature import density_weights, sphere_rule
+from tokensde.meanfield.quadrature import _density_weights, sphere_rule
 from tokensde.sim import Execution, StoppingRule
 
 DATA = Path(__file__).parent / "data" / "meanfield_reference.npz"
@@ -66,9 +66,9 @@ def compute() -> dict[str, np.ndarray]:
         p = ModelParams(n=2, d=d, beta=4.0)
         runs, K = 6, 24
         nodes, q = sphere_rule(K, d)
-        systems = [("limit", nodes, density_weights(nodes, q, None)),
-                   ("n6", particle_starts(6, d, runs, "iid", 3), None),
-                   ("n20", particle_starts(20, d, runs, "iid", 3), None)]
+        systems = [("limit", nodes, _density_weights(nodes, q, None)),
+                   ("n6", _particle_starts(6, d, runs, "iid", 3), None),
+                   ("n20", _particle_starts(20, d, runs, "iid", 3), None)]
         for name, kw in FLOWS.items():
             res = run_coupled(p, TimeGrid.make(T=8.0, dt=0.05), systems, runs=runs, seed=7,
                               **{"stopping": StoppingRule.decided(1e-3), "merge_tol": 1e-6,

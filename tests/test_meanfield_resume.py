@@ -20,9 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tokensde.cli import app
-from tokensde.io.outputs import clear_results, enclosing_sweep, guard_output
+from tokensde.io.outputs import _clear_results, _enclosing_sweep, _guard_output
 from tokensde.io.store import header, write_parquet
-from tokensde.meanfield.absorption import bipolar_text, run_table
+from tokensde.meanfield.absorption import _bipolar_text, run_table
 from tokensde.meanfield.kind import table_config, table_frame
 from tokensde.model.params import ParameterError
 from tokensde.sweep import load_table, run_sweep, sweep_status
@@ -157,18 +157,18 @@ def test_existing_out_refused_without_force(tmp_path) -> None:
 
 def test_guard_for_files_and_clearing(tmp_path) -> None:
     f = tmp_path / "r.json"
-    assert guard_output(f, "--output") == f
+    assert _guard_output(f, "--output") == f
     f.write_text("{}")
     with pytest.raises(ParameterError, match=r"--output: .*r\.json exists; choose another "
                                              r"--output, or pass --force"):
-        guard_output(f, "--output")
-    assert guard_output(f, "--output", force=True) == f
+        _guard_output(f, "--output")
+    assert _guard_output(f, "--output", force=True) == f
     sweep = tmp_path / "s"
     run_sweep(table_config([2], [3.0], [8], 16, ["iid"], runs=1, T=2.0, dt=0.05), sweep)
-    assert enclosing_sweep(sweep / "cells" / "x.png") == sweep and enclosing_sweep(sweep) is None
+    assert _enclosing_sweep(sweep / "cells" / "x.png") == sweep and _enclosing_sweep(sweep) is None
     with pytest.raises(ParameterError, match="inside the sweep folder"):
-        guard_output(sweep / "fig.png", "--figure", force=True)
-    removed = clear_results(sweep, "--out")
+        _guard_output(sweep / "fig.png", "--figure", force=True)
+    removed = _clear_results(sweep, "--out")
     assert {p.name for p in removed} >= {"sweep.json", "cells", "table.parquet"}
     assert not list(sweep.iterdir())
 
@@ -188,12 +188,12 @@ def test_all_undecided_cell_says_undecided() -> None:
     assert all(r["p_bipolar_bound_lo"] == 0.0 and r["p_bipolar_bound_hi"] == 1.0 for r in rec)
     # the rule on rows: partly undecided gives the estimate, its interval and the bounds
     part = {"k_bipolar": 2, "k_decided": 3, "runs": 6}
-    assert bipolar_text({**part, "k_decided": 0, "k_bipolar": 0}) == "undecided"
-    text = bipolar_text(part)
+    assert _bipolar_text({**part, "k_decided": 0, "k_bipolar": 0}) == "undecided"
+    text = _bipolar_text(part)
     assert text.startswith("0.") and " bounds [" in text
     lo, hi = (float(v) for v in text.split("bounds [")[1].rstrip("]").split(", "))
     assert lo < 2 / 6 and hi > 5 / 6 and not math.isnan(lo)
-    assert " bounds " not in bipolar_text({"k_bipolar": 3, "k_decided": 3, "runs": 3})
+    assert " bounds " not in _bipolar_text({"k_bipolar": 3, "k_decided": 3, "runs": 3})
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -1,4 +1,4 @@
-"""Node merging on the sphere by certified cubes (`merge.sphere_leads`): the same groups as the
+"""Node merging on the sphere by certified cubes (`merge._sphere_leads`): the same groups as the
 pair test of every node pair in neighbouring cubes (the counting before the cubes were
 certified) and as scipy's connected components, and work linear in n on a decided state."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tokensde.meanfield import merge
-from tokensde.meanfield.statistics import atom_count, minority_mass
+from tokensde.meanfield.statistics import _atom_count, minority_mass
 from tokensde.sim.decide import decided_tokens
 
 F64 = torch.float64
@@ -65,7 +65,7 @@ def test_certified_cubes_give_the_pair_tested_groups(radius):
     x, w = caps(g, 2, 600, radius, 0.3)
     w = torch.where(torch.rand(w.shape, generator=g) < 0.1, 0.0, w)
     want = components(x, w, tol)
-    got = merge.sphere_leads(x, w, tol)
+    got = merge._sphere_leads(x, w, tol)
     assert torch.equal(got, want)
     assert torch.equal(pair_tested(x, w, tol), want)
     groups = int((got == torch.arange(x.shape[1])).sum())
@@ -88,7 +88,7 @@ def test_decided_state_is_counted_without_its_pairs(monkeypatch):
         return real(gram, tol)
 
     monkeypatch.setattr(merge, "is_merged", counting)
-    atoms = atom_count(x, w)
+    atoms = _atom_count(x, w)
     assert sum(tested) == 0
     assert atoms.tolist() == [2, 2]
     want = pair_tested(x, w, 1e-3)
@@ -110,5 +110,5 @@ def test_boxes_that_do_not_decide_fall_back_to_pairs():
     x = (x / x.norm(dim=-1, keepdim=True)).unsqueeze(0).repeat(1, 60, 1)[:, :300]
     w = torch.ones(1, x.shape[1], dtype=F64)
     want = components(x, w, tol)
-    assert torch.equal(merge.sphere_leads(x, w, tol), want)
+    assert torch.equal(merge._sphere_leads(x, w, tol), want)
     assert int((want == torch.arange(x.shape[1])).sum()) == 3

@@ -22,9 +22,9 @@ from tokensde import (
 )
 from tokensde.cli import app
 from tokensde.model.mlp import MLPS
-from tokensde.model.mlp.gelu import dual_kernel_at, gelu_at
+from tokensde.model.mlp.gelu import _dual_kernel_at, gelu_at
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.samplers import choose_sampler, mlp_noise_fast, mlp_noise_full, mlp_noise_sde
+from tokensde.sim.samplers import _mlp_noise_fast, _mlp_noise_full, choose_sampler, mlp_noise_sde
 
 RELU, GELU = MLPS.get("relu")(), MLPS.get("gelu")()
 
@@ -78,7 +78,7 @@ def _tokens(runs: int) -> torch.Tensor:
     return x.expand(runs, 3, 5).clone()
 
 
-@pytest.mark.parametrize("draw", [mlp_noise_full, mlp_noise_fast, mlp_noise_sde])
+@pytest.mark.parametrize("draw", [_mlp_noise_full, _mlp_noise_fast, mlp_noise_sde])
 @pytest.mark.parametrize("mlp", ["relu", "gelu"])
 def test_block_noise_has_the_kernel_covariance(draw, mlp):
     """Each sampler's output has cross-covariance mlp_sigma^2 khat(<x_i, x_j>) I and mean 0."""
@@ -96,7 +96,7 @@ def test_block_noise_has_the_kernel_covariance(draw, mlp):
     assert torch.all(xi.mean(0).abs() < 5 * xi.std(0) / math.sqrt(runs))
 
 
-@pytest.mark.parametrize("draw", [mlp_noise_full, mlp_noise_fast])
+@pytest.mark.parametrize("draw", [_mlp_noise_full, _mlp_noise_fast])
 def test_exact_samplers_have_the_finite_width_fourth_moment(draw):
     """With m = 2 ReLU units the output is a Gaussian scale mixture: E xi^4 = 3 s^4 E|h|^4 =
     3 (2 E relu^4 + 2 (E relu^2)^2) = 10.5 at mlp_sigma = 1 (s^2 = 1/(m kappa(1)) = 1); a Gaussian
@@ -183,7 +183,7 @@ def test_scaled_gelu_is_resolved_by_name_and_never_listed():
     p = ModelParams(n=3, d=4, mlp=name, mlp_sigma=0.5)
     assert name == "gelu(q=0.1)" and type(p.mlp_block).q == 0.1
     assert p.mlp_block.second_moment == pytest.approx(
-        float(dual_kernel_at(np.array(1.0), 0.1)), rel=1e-12)
+        float(_dual_kernel_at(np.array(1.0), 0.1)), rel=1e-12)
     assert MLPS.names() == ("none", "gelu", "relu", "swiglu") and gelu_at(1.0) == "gelu"
     assert type(ModelParams(n=3, d=4, mlp="gelu(q=0.1)").mlp_block) is type(p.mlp_block)
     assert pickle.loads(pickle.dumps(p)) == p
@@ -227,12 +227,12 @@ def test_pair_theory_starts_and_limits():
 
 
 def test_two_token_cells_keep_their_ids_without_a_block():
-    from tokensde.study.context import sweep_file
+    from tokensde.study.context import _sweep_file
     from tokensde.sweep.config import SweepConfig
 
-    cells = SweepConfig.load(sweep_file(("phase-quick",))).cells()
+    cells = SweepConfig.load(_sweep_file(("phase-quick",))).cells()
     assert all("mlp" not in c.params and "mlp_sigma" not in c.params for c in cells)
-    mlp_cells = SweepConfig.load(sweep_file(("mlp-quick",))).cells()
+    mlp_cells = SweepConfig.load(_sweep_file(("mlp-quick",))).cells()
     assert {c.params.get("mlp", "none") for c in mlp_cells} == {"none", "relu"}
 
 
@@ -257,7 +257,7 @@ def test_two_token_mc_cli_with_a_block():
 def test_goe_forms_redrawn_two_token_theory():
     """The averaged rho diffusion of GOE forms redrawn every layer (`two_token_forms`): at scale 0
     it is the spec model's; against the network (seeded, forms redrawn every layer) at tol 1e-3."""
-    from tokensde.analysis.pair_monte_carlo import pair_log_gaps
+    from tokensde.analysis.pair_monte_carlo import _pair_log_gaps
     from tokensde.analysis.stats import wilson
     from tokensde.theory import decision_time as absorption
     from tokensde.theory import two_tokens as tt
@@ -274,7 +274,7 @@ def test_goe_forms_redrawn_two_token_theory():
     p = ModelParams(n=2, d=4, beta=3.0, qk="goe", qk_scale=0.5, qk_redraw="layer")
     res = simulate(p, TimeGrid.make(T=60.0, dt=0.01), runs=1500, seed=7, initial=InitialState.pair(-0.5),
                    stopping=StoppingRule.decided(tol=1e-3))
-    anti, _ = tt.classify_pair(*pair_log_gaps(res.x), 1e-3)
+    anti, _ = tt.classify_pair(*_pair_log_gaps(res.x), 1e-3)
     lo, hi = wilson(int(anti.sum()), 1500, 0.999)
     assert lo - 0.01 < th < hi + 0.01  # 99.9 % interval, widened by the O(dt) bias
     assert th < p_first_forms(3.0, 4, -0.5, 1e-3, 0.0) - 0.1  # the forms lower it, visibly

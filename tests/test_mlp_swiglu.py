@@ -12,9 +12,9 @@ from scipy import integrate
 
 from tokensde import Execution, ModelParams, ParameterError, TimeGrid, simulate
 from tokensde.model.mlp import MLPS
-from tokensde.model.mlp.swiglu import silu_kernel, swiglu_at
+from tokensde.model.mlp.swiglu import _silu_kernel, swiglu_at
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.samplers import mlp_noise_fast, mlp_noise_full, mlp_noise_sde
+from tokensde.sim.samplers import _mlp_noise_fast, _mlp_noise_full, mlp_noise_sde
 
 SWIGLU = MLPS.get("swiglu")()
 
@@ -68,7 +68,7 @@ def test_closed_values_of_the_kernel():
     ref = integrate.dblquad(
         lambda w, u: _silu(2 * u) * _silu(2 * (rho * u + s * w))
         * math.exp(-(u * u + w * w) / 2) / (2 * math.pi), -12, 12, -12, 12, epsabs=1e-12)[0]
-    assert float(silu_kernel(np.array(rho), q)) == pytest.approx(ref, rel=1e-7)
+    assert float(_silu_kernel(np.array(rho), q)) == pytest.approx(ref, rel=1e-7)
 
 
 def test_complement_and_slope_at_one():
@@ -92,7 +92,7 @@ def _tokens(runs: int) -> torch.Tensor:
     return x.expand(runs, 3, 5).clone()
 
 
-@pytest.mark.parametrize("draw", [mlp_noise_full, mlp_noise_fast, mlp_noise_sde])
+@pytest.mark.parametrize("draw", [_mlp_noise_full, _mlp_noise_fast, mlp_noise_sde])
 def test_block_noise_has_the_gated_kernel_covariance(draw):
     """Each sampler's output has cross-covariance mlp_sigma^2 khat(<x_i, x_j>) I."""
     p = ModelParams(n=3, d=5, mlp="swiglu", mlp_sigma=0.7, mlp_width=8)
@@ -106,7 +106,7 @@ def test_block_noise_has_the_gated_kernel_covariance(draw):
     assert torch.all((cov - torch.from_numpy(want)).abs() < 5 * se + 1e-3), (cov, want)
 
 
-@pytest.mark.parametrize("draw", [mlp_noise_full, mlp_noise_fast])
+@pytest.mark.parametrize("draw", [_mlp_noise_full, _mlp_noise_fast])
 def test_one_gated_unit_has_its_fourth_moment(draw):
     """mlp_width = 2 is one unit h = silu(a) b (the second hidden unit is zero): a coordinate of
     the output is s w h, s^2 = 1 / E silu^2, so E xi^4 = 3 E silu^4 E b^4 / (E silu^2)^2 =

@@ -11,10 +11,10 @@ from scipy import stats
 
 from tokensde import Execution, InitialState, ModelParams, ParameterError, Recording, TimeGrid, simulate
 from tokensde.analysis.stats import wilson
-from tokensde.sim.batch import CACHE_BYTES, default_batch
-from tokensde.sim.layers import attention_weights, network_step
-from tokensde.sim.rng import RUN_BLOCK, RunStreams
-from tokensde.sim.samplers import choose_sampler, fast_noise, full_noise
+from tokensde.sim.batch import _CACHE_BYTES, default_batch
+from tokensde.sim.layers import _attention_weights, network_step
+from tokensde.sim.rng import _RUN_BLOCK, RunStreams
+from tokensde.sim.samplers import _fast_noise, _full_noise, choose_sampler
 
 
 def unit_sphere_error(x: np.ndarray) -> float:
@@ -42,12 +42,12 @@ def test_huge_beta_is_finite(scheme):
 def test_softmax_attention_rows_and_causal_mask():
     x = torch.nn.functional.normalize(torch.randn(3, 5, 4, dtype=torch.float64), dim=-1)
     p = ModelParams(n=5, d=4, beta=1e4, causal=True)
-    a = attention_weights(x, p)
+    a = _attention_weights(x, p)
     assert torch.allclose(a.sum(-1), torch.ones(3, 5, dtype=torch.float64))
     assert float(a.triu(1).abs().max()) == 0.0
     # beta -> infinity: each token attends to itself (its own logit is the largest)
     assert torch.allclose(torch.diagonal(a, dim1=-2, dim2=-1), torch.ones(3, 5, dtype=torch.float64))
-    usa = attention_weights(x, ModelParams(n=5, d=4, beta=0.7, attention="usa"))
+    usa = _attention_weights(x, ModelParams(n=5, d=4, beta=0.7, attention="usa"))
     expected = torch.exp(0.7 * x @ x.transpose(-1, -2)) / 5
     assert torch.allclose(usa, expected)
 
@@ -56,7 +56,7 @@ def test_query_key_matrices_enter_as_bilinear_form():
     rng = np.random.default_rng(0)
     q, k = rng.normal(size=(3, 3)), rng.normal(size=(3, 3))
     x = torch.nn.functional.normalize(torch.randn(2, 4, 3, dtype=torch.float64), dim=-1)
-    a = attention_weights(x, ModelParams(n=4, d=3, beta=1.3, Q=q, K=k))
+    a = _attention_weights(x, ModelParams(n=4, d=3, beta=1.3, Q=q, K=k))
     qx, kx = x @ torch.tensor(q).T, x @ torch.tensor(k).T
     ref = torch.softmax(1.3 * qx @ kx.transpose(-1, -2), dim=-1)
     assert torch.allclose(a, ref)
@@ -107,9 +107,9 @@ def test_default_batch_is_all_runs_or_the_most_whole_blocks_within_the_cache(n, 
     p = ModelParams(n=n, d=d, beta=1.0)
     bs = default_batch(runs, p, sampler, torch.float64)
     width = {"full": d * d, "fast": n * max(n, d), "gram": 2 * n * n}[sampler]
-    assert bs == runs or (bs % RUN_BLOCK == 0 and 0 < bs < runs)
-    assert bs <= RUN_BLOCK or bs * width * 8 <= CACHE_BYTES
-    assert bs == runs or bs == RUN_BLOCK or (bs + RUN_BLOCK) * width * 8 > CACHE_BYTES  # largest
+    assert bs == runs or (bs % _RUN_BLOCK == 0 and 0 < bs < runs)
+    assert bs <= _RUN_BLOCK or bs * width * 8 <= _CACHE_BYTES
+    assert bs == runs or bs == _RUN_BLOCK or (bs + _RUN_BLOCK) * width * 8 > _CACHE_BYTES  # largest
 
 
 def test_two_token_pair_init_and_result_fields():
@@ -177,7 +177,7 @@ def _one_layer_moments(sampler, rho, d, beta, dt, runs):
     x = torch.zeros(runs, 2, d, dtype=torch.float64)
     x[:, 0, 0] = 1.0
     x[:, 1, 0], x[:, 1, 1] = rho, math.sqrt(1 - rho * rho)
-    y = attention_weights(x, p) @ x
+    y = _attention_weights(x, p) @ x
     xi = sampler(y, p, rs)
     deltas = []
     for sign in (1.0, -1.0):
@@ -196,7 +196,7 @@ def spec_drift_diffusion(rho, d, beta, sigma=1.0):
     return sigma**2 * (1 - rho**2) * ((d - 2) * m - s * rho), 2 * s * sigma**2 * (1 - rho**2) ** 2
 
 
-@pytest.mark.parametrize("sampler", [fast_noise, full_noise])
+@pytest.mark.parametrize("sampler", [_fast_noise, _full_noise])
 @pytest.mark.parametrize("rho", [-0.7, 0.0, 0.5])
 def test_one_layer_moments_match_spec_drift_and_diffusion(sampler, rho):
     d, beta, dt, runs = 6, 1.0, 2e-4, 40_000
@@ -229,15 +229,15 @@ def test_pure_noise_at_large_beta_ends_bipolar_in_most_runs():
 def test_fast_sampler_is_exact_for_rank_deficient_tokens():
     """Merged (x_2 = x_1) and antipodal (x_3 = -x_1) tokens: the factor reproduces Y Y^T exactly,
     merged tokens stay merged, and fast and full agree in law after one layer."""
-    from tokensde.sim.samplers import gram_factor
+    from tokensde.sim.samplers import _gram_factor
 
     g = torch.Generator().manual_seed(0)
     base = torch.nn.functional.normalize(torch.randn(4, 5, generator=g, dtype=torch.float64), dim=-1)
     base[1], base[2] = base[0], -base[0]
     runs = 4000
     x0 = base.expand(runs, 4, 5).clone()
-    y = attention_weights(x0, ModelParams(n=4, d=5, beta=1.0)) @ x0
-    c = gram_factor(y)
+    y = _attention_weights(x0, ModelParams(n=4, d=5, beta=1.0)) @ x0
+    c = _gram_factor(y)
     assert float((c @ c.transpose(-1, -2) - y @ y.transpose(-1, -2)).abs().max()) < 1e-14
     p = ModelParams(n=4, d=5, beta=1.0)
     out = {}

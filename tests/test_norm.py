@@ -19,8 +19,8 @@ from tokensde import (
     TimeGrid,
     simulate,
 )
-from tokensde.sim.layers import mlp_step, normalize, normalize_branch, peri_norm_step
-from tokensde.sim.samplers import choose_sampler, mlp_noise_given
+from tokensde.sim.layers import _mlp_step, _normalize_branch, _peri_norm_step, normalize
+from tokensde.sim.samplers import _mlp_noise_given, choose_sampler
 
 
 @pytest.mark.parametrize(
@@ -85,10 +85,10 @@ def test_pre_norm_radius_grows_as_the_noise_variance():
     dt, runs = 0.04, 20_000
     res = simulate(p, TimeGrid.make(T=dt, dt=dt), runs=runs, seed=1, initial=InitialState(x0),
                    recording=Recording(record=("tokens",)))
-    from tokensde.sim.layers import attention_output
+    from tokensde.sim.layers import _attention_output
 
     x = torch.as_tensor(x0).unsqueeze(0)
-    y = attention_output(x, p)[0]
+    y = _attention_output(x, p)[0]
     want = ((x[0] + dt * y) ** 2).sum(-1) + dt * 0.49 * 6 * (y * y).sum(-1)
     sq = (torch.from_numpy(res.x) ** 2).sum(-1)
     got, se = sq.mean(0), sq.std(0) / math.sqrt(runs)
@@ -108,16 +108,16 @@ def test_peri_norm_increments_have_length_alpha():
 def test_peri_norm_of_a_zero_branch_is_zero():
     # N(0) = 0 (the eps -> 0 limit of z / sqrt(|z|^2 + eps)); elsewhere N(z) = z / |z| bit for bit
     z = torch.tensor([[3.0, 4.0, 0.0], [0.0, 0.0, 0.0], [1e-300, 0.0, 0.0]], dtype=torch.float64)
-    assert normalize_branch(z).tolist() == [[0.6, 0.8, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    assert _normalize_branch(z).tolist() == [[0.6, 0.8, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     w = torch.randn(50, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(normalize_branch(w), normalize(w))
+    assert torch.equal(_normalize_branch(w), normalize(w))
     # both peri sublayers, by hand: x + sqrt(1/4) N(xi) with N((0, 3, 4)) = (0, 0.6, 0.8)
     p = ModelParams(n=2, d=3, norm="peri", mlp="relu")
     x = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]]], dtype=torch.float64)
     xi = torch.tensor([[[0.0, 3.0, 4.0], [0.0, 0.0, 0.0]]], dtype=torch.float64)
     want = [[[1.0, 0.3, 0.4], [0.0, 2.0, 0.0]]]
-    assert mlp_step(x, xi, p, 0.25).tolist() == want
-    assert peri_norm_step(x, torch.zeros_like(x), xi, p, 0.25).tolist() == want
+    assert _mlp_step(x, xi, p, 0.25).tolist() == want
+    assert _peri_norm_step(x, torch.zeros_like(x), xi, p, 0.25).tolist() == want
 
 
 def test_a_relu_block_with_every_hidden_unit_off_leaves_its_token():
@@ -128,9 +128,9 @@ def test_a_relu_block_with_every_hidden_unit_off_leaves_its_token():
     pre = torch.ones(1, 2, p.mlp_hidden, dtype=torch.float64)
     pre[0, 1] = -1.0
     z = torch.tensor([[[1.0, 2.0, 2.0], [5.0, -1.0, 3.0]]], dtype=torch.float64)
-    xi = mlp_noise_given(x, p, pre, z)
+    xi = _mlp_noise_given(x, p, pre, z)
     assert xi[0, 1].tolist() == [0.0, 0.0, 0.0] and float(xi[0, 0].norm()) > 0
-    after = mlp_step(x, xi, p, 0.04)
+    after = _mlp_step(x, xi, p, 0.04)
     assert torch.equal(after[0, 1], x[0, 1])
     assert float((after[0, 0] - x[0, 0]).norm()) == pytest.approx(0.2, abs=1e-15)
 
@@ -220,7 +220,7 @@ def test_pre_norm_sde_step_is_the_network_for_gaussian_values():
 def test_peri_sde_noise_has_the_direction_correlation(heads):
     """The peri-norm limit's noise has cross-covariance `phi_d(r_ij) / d I`, `r_ij` the
     correlation of the value noises (heads' mean), and is centred."""
-    from tokensde.sim.norm_sde import peri_noise
+    from tokensde.sim.norm_sde import _peri_noise
     from tokensde.sim.rng import RunStreams
 
     p = ModelParams(n=3, d=4, norm="peri", heads=heads)
@@ -228,7 +228,7 @@ def test_peri_sde_noise_has_the_direction_correlation(heads):
     g = torch.Generator().manual_seed(1)
     y = torch.randn((1, heads, 3, 4) if heads > 1 else (1, 3, 4), generator=g,
                     dtype=torch.float64).expand(runs, *([-1] * (3 if heads > 1 else 2)))
-    xi = peri_noise(y, p, RunStreams(2, runs))
+    xi = _peri_noise(y, p, RunStreams(2, runs))
     c = (y[0] @ y[0].transpose(-1, -2))
     c = c.mean(0) if heads > 1 else c
     s = c.diagonal().sqrt()

@@ -7,7 +7,7 @@ import torch
 
 from tokensde import ModelParams, TimeGrid, simulate
 from tokensde.model.params import ParameterError
-from tokensde.sim.observe import Observer, check_invariance, random_rotation
+from tokensde.sim.observe import Observer, _check_invariance, _random_rotation
 from tokensde.sim.options import Execution, Recording
 
 
@@ -16,9 +16,9 @@ def _gram_trace(x: torch.Tensor) -> torch.Tensor:
 
 
 def test_random_rotation_is_orthogonal_and_seeded():
-    o = random_rotation(5, torch.float64)
+    o = _random_rotation(5, torch.float64)
     assert torch.allclose(o @ o.T, torch.eye(5, dtype=torch.float64), atol=1e-14)
-    assert torch.equal(o, random_rotation(5, torch.float64))
+    assert torch.equal(o, _random_rotation(5, torch.float64))
     assert not torch.allclose(o, torch.eye(5, dtype=torch.float64), atol=0.1)
 
 
@@ -34,8 +34,8 @@ def test_an_observer_declared_invariant_that_reads_coordinates_is_refused_by_nam
                                                            invariant=True)]))
     # float32 rounding is not a change; an integer output must match exactly
     x = torch.randn(3, 4, 6, dtype=torch.float32, generator=torch.Generator().manual_seed(2))
-    check_invariance([Observer("tr", _gram_trace, invariant=True)], x)
+    _check_invariance([Observer("tr", _gram_trace, invariant=True)], x)
     with pytest.raises(ParameterError, match="'sign'"):
-        check_invariance([Observer("sign", lambda t: (t[..., 0] > 0).sum(-1), invariant=True)], x)
+        _check_invariance([Observer("sign", lambda t: (t[..., 0] > 0).sum(-1), invariant=True)], x)
     # undeclared observers are not called
-    check_invariance([Observer("first", lambda t: t[..., 0, 0])], x)
+    _check_invariance([Observer("first", lambda t: t[..., 0, 0])], x)

@@ -23,7 +23,7 @@ from tokensde import (
     simulate,
 )
 from tokensde.sim.layers import normalize
-from tokensde.sim.observe import RECORDS, builtin_observers
+from tokensde.sim.observe import _RECORDS, _builtin_observers
 
 
 def mean_cosine(x: torch.Tensor) -> torch.Tensor:
@@ -87,11 +87,11 @@ def test_builtin_records_are_observers_bit_for_bit(params, sampler):
 
 
 def test_builtin_observers_follow_the_record_and_the_norm():
-    assert [o.name for o in builtin_observers(("tokens", "gram"), "post")] == list(RECORDS)
-    assert builtin_observers((), "post") == ()
+    assert [o.name for o in _builtin_observers(("tokens", "gram"), "post")] == list(_RECORDS)
+    assert _builtin_observers((), "post") == ()
     x = torch.randn(5, 3, 4, dtype=torch.float64) * 3.0
-    post, = builtin_observers(("gram",), "post")
-    pre, = builtin_observers(("gram",), "pre")
+    post, = _builtin_observers(("gram",), "post")
+    pre, = _builtin_observers(("gram",), "pre")
     torch.testing.assert_close(post.fn(x), gram_of(x), rtol=0, atol=0)
     torch.testing.assert_close(pre.fn(x), gram_of_directions(x), rtol=0, atol=0)
     assert not torch.allclose(post.fn(x), pre.fn(x))  # the directions, not the stream

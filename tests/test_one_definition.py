@@ -3,7 +3,7 @@
 The source is parsed with `ast` and searched for the computations themselves: the upper-triangle
 pair extraction (`triu_indices`, defined in `clusters.upper_pairs`), the merged / antipodal tests
 (`1 - g < tol`, `g > 1 - tol`, ..., in `clusters.is_merged` / `is_antipodal`), `beta_c` (an
-`arccosh`, in `two_tokens.beta_c`) and figure saving (`savefig`, in `plots.style.save`).
+`arccosh`, in `two_tokens.beta_c`) and figure saving (`savefig`, in `plots.style._save`).
 The outcome classes (`clusters.Outcome`) are checked by the tests of their callers.
 """
 

@@ -1,4 +1,4 @@
-"""One layer loop: `tokensde.sim.loop.march` applies the layers; no other loop in src/tokensde may.
+"""One layer loop: `tokensde.sim.loop._march` applies the layers; no other loop in src/tokensde may.
 
 The source is parsed with `ast`. A *layer loop* is a `for` or `while` loop whose body calls,
 directly (not inside a function or lambda defined in the body), a function that applies a piece of
@@ -200,7 +200,7 @@ def test_no_new_layer_loop():
     new = {k: v for k, v in found.items() if k not in DEBT and k not in NOT_LAYER_LOOPS}
     assert new == {}, (
         "a loop outside the run core applies layers (it calls the functions shown); run the "
-        "layers with tokensde.sim.loop.march instead (its `record` and `stop` hooks, or an "
+        "layers with tokensde.sim.loop._march instead (its `record` and `stop` hooks, or an "
         f"observer): {new}")
 
 
@@ -424,7 +424,7 @@ def _scan_all(find) -> set[str]:
 def test_no_step_loop_outside_the_driver():
     found = _scan_all(step_loops)
     assert found - set(STEP_LOOPS) == set(), (
-        "a loop steps a state through time outside tokensde.sim.loop.march; run it through "
+        "a loop steps a state through time outside tokensde.sim.loop._march; run it through "
         f"march (and sim.driver.run_blocks), or list it in STEP_LOOPS with its reason: "
         f"{sorted(found - set(STEP_LOOPS))}")
     assert set(STEP_LOOPS) - found == set(), (

@@ -8,15 +8,15 @@ import torch
 
 from tokensde import ModelParams, TimeGrid
 from tokensde.sim.driver import Block, Decision, run_blocks
-from tokensde.sim.observe import Observations, Observer
+from tokensde.sim.observe import Observer, _Observations
 from tokensde.sim.options import Execution, InitialState, StoppingRule
-from tokensde.sim.rng import RUN_BLOCK, RunStreams
+from tokensde.sim.rng import _RUN_BLOCK, RunStreams
 from tokensde.sim.simulate import simulate
 
 
 def test_batches_streams_and_recorder_rows():
-    runs, first = 2 * RUN_BLOCK + 88, RUN_BLOCK
-    book = Observations([Observer("i", lambda x: x[:, 0])], runs - first, [np.array([0])], 1.0)
+    runs, first = 2 * _RUN_BLOCK + 88, _RUN_BLOCK
+    book = _Observations([Observer("i", lambda x: x[:, 0])], runs - first, [np.array([0])], 1.0)
     seen = []
 
     def advance(b: Block) -> tuple[int, int]:
@@ -28,8 +28,8 @@ def test_batches_streams_and_recorder_rows():
         seen.append(draw)
         return b.start, b.stop
 
-    got = run_blocks(runs, RUN_BLOCK, advance, seed=7, first=first, book=book)
-    assert got == [(RUN_BLOCK, 2 * RUN_BLOCK), (2 * RUN_BLOCK, runs)]
+    got = run_blocks(runs, _RUN_BLOCK, advance, seed=7, first=first, book=book)
+    assert got == [(_RUN_BLOCK, 2 * _RUN_BLOCK), (2 * _RUN_BLOCK, runs)]
     # row r of the observations is run first + r
     assert np.array_equal(book.arrays()["i"][:, 0], np.arange(first, runs))
     assert not torch.equal(seen[0][:88], seen[1])  # each block its own stream
@@ -43,7 +43,7 @@ def test_decided_runs_are_accounted_once():
     r = simulate(p, TimeGrid.make(T=8.0, dt=0.2), runs=runs, seed=3,
                  initial=InitialState.pair(0.2),
                  stopping=StoppingRule.decided(tol=1e-3, decide_every=4),
-                 execution=Execution(batch_size=RUN_BLOCK), progress=done.append)
+                 execution=Execution(batch_size=_RUN_BLOCK), progress=done.append)
     assert sum(done) == runs * layers
     at = r.decided_at
     assert ((at >= 0) & (at < layers)).sum() > runs // 2  # most stop early

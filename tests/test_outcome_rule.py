@@ -14,13 +14,13 @@ import torch
 
 from tokensde.analysis.clusters import (
     Outcome,
+    _outcome_codes,
+    _pair_summary,
     analyze,
     classify_clusters,
-    outcome_codes,
-    pair_summary,
 )
-from tokensde.analysis.token_clusters import token_summary, tokens_outcome
-from tokensde.meanfield.absorption import system_stats
+from tokensde.analysis.token_clusters import _token_summary, _tokens_outcome
+from tokensde.meanfield.absorption import _system_stats
 from tokensde.meanfield.flow import decided
 from tokensde.model.params import TimeGrid
 
@@ -59,11 +59,11 @@ def _every_caller(x: np.ndarray, tol: float, gram: bool = True) -> dict[str, np.
     """The outcome codes each caller gives the runs `x` `(runs, n, d)` (`gram=False`: only the
     callers that take tokens)."""
     g = x @ np.swapaxes(x, -1, -2)
-    out = {"tokens_outcome": tokens_outcome(x, tol)[0]}
-    summaries = [("cli tokens", token_summary(x, tol))]
+    out = {"tokens_outcome": _tokens_outcome(x, tol)[0]}
+    summaries = [("cli tokens", _token_summary(x, tol))]
     if gram:
         out |= {"analyze": analyze(g, tol).outcome, "classify_clusters": classify_clusters(g, tol)}
-        summaries.append(("cli gram", pair_summary(g, tol)))
+        summaries.append(("cli gram", _pair_summary(g, tol)))
     for name, summary in summaries:
         runs = len(x)
         out[name] = np.array([summary["frac_runs_one_cluster"] * runs,
@@ -73,7 +73,7 @@ def _every_caller(x: np.ndarray, tol: float, gram: bool = True) -> dict[str, np.
     xt = torch.from_numpy(x)
     w = torch.full(xt.shape[:2], 1.0 / x.shape[1], dtype=torch.float64)
     at = np.where(decided(xt, w, tol).numpy(), 0, -1)
-    row = system_stats(SimpleNamespace(x=[xt], w=[w], decided_at=at[None], grid=TimeGrid(1, 1.0)),
+    row = _system_stats(SimpleNamespace(x=[xt], w=[w], decided_at=at[None], grid=TimeGrid(1, 1.0)),
                        0)
     out["meanfield"] = np.array([row["k_decided"] - row["k_bipolar"], row["k_bipolar"],
                                  row["runs"] - row["k_decided"]])
@@ -107,7 +107,7 @@ def test_the_chained_circle_is_one_component_but_not_decided():
     rep = analyze(g, TOL)
     assert rep.n_clusters[0] == 1 and 1 - g[0, 5] > TOL and 1 - abs(g[0, 5]) > TOL
     assert rep.outcome[0] == Outcome.UNDECIDED
-    assert tokens_outcome(x, TOL)[0][0] == Outcome.UNDECIDED
+    assert _tokens_outcome(x, TOL)[0][0] == Outcome.UNDECIDED
 
 
 def test_the_bipolar_minority_is_the_same_from_gram_and_tokens():
@@ -115,11 +115,11 @@ def test_the_bipolar_minority_is_the_same_from_gram_and_tokens():
     rep = analyze(x @ x.T, TOL)
     assert rep.outcome[0] == Outcome.BIPOLAR
     np.testing.assert_array_equal(rep.sides, [[7, 5]])
-    assert tokens_outcome(x, TOL)[1][0] == 5
+    assert _tokens_outcome(x, TOL)[1][0] == 5
 
 
 def test_outcome_codes_table():
-    got = outcome_codes([True, True, False, False], [False, True, True, False],
+    got = _outcome_codes([True, True, False, False], [False, True, True, False],
                         [False, False, True, False])
     np.testing.assert_array_equal(got, [Outcome.SINGLE, Outcome.BIPOLAR, Outcome.OTHER,
                                         Outcome.UNDECIDED])

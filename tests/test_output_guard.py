@@ -1,5 +1,5 @@
 """Commands that write a results file refuse to replace a finished one without --force, before any
-work, with one line naming the option (tokensde.io.outputs.guard_output)."""
+work, with one line naming the option (tokensde.io.outputs._guard_output)."""
 
 from __future__ import annotations
 

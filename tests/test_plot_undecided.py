@@ -30,7 +30,7 @@ def test_undecided_runs_get_the_band_they_allow(monkeypatch, tmp_path, p_decided
         figs.append(fig)
         return Path(path)
 
-    monkeypatch.setattr(mf_plot, "save", keep)
+    monkeypatch.setattr(mf_plot, "_save", keep)
     mf_plot.plot_meanfield(table(p_decided), tmp_path / "f.png")
     top, low = figs[0].axes[0], figs[0].axes[1]
     bands = [c for c in top.collections if isinstance(c, PolyCollection)]

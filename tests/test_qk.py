@@ -10,10 +10,10 @@ import torch
 
 from tokensde import Execution, ModelParams, ParameterError, Recording, StoppingRule, TimeGrid, simulate
 from tokensde.model.qk import QK_LAWS, QKDraws
-from tokensde.sim.batch import qk_draws
-from tokensde.sim.layers import attention_output
+from tokensde.sim.batch import _qk_draws
+from tokensde.sim.layers import _attention_output
 from tokensde.sim.rng import QK_STREAM, RunStreams
-from tokensde.sim.samplers import choose_sampler, scheme_params
+from tokensde.sim.samplers import _scheme_params, choose_sampler
 
 RANDOM = ("gaussian", "wigner", "goe")
 
@@ -102,34 +102,34 @@ def test_attention_with_forms_is_attention_with_that_key():
     forms = law.draw(RunStreams(5, 3), 2, torch.float64)  # (runs, heads, d, d)
     p = ModelParams(n=5, d=4, beta=2.0, heads=2, qk="goe", qk_scale=0.8, causal=True)
     x = _tokens(3, 5, 4)
-    y = attention_output(x, p, forms)
+    y = _attention_output(x, p, forms)
     for r in range(3):
         for h in range(2):
             one = ModelParams(n=5, d=4, beta=2.0, K=forms[r, h].numpy(), causal=True)
-            torch.testing.assert_close(y[r, h], attention_output(x[r:r + 1], one)[0],
+            torch.testing.assert_close(y[r, h], _attention_output(x[r:r + 1], one)[0],
                                        rtol=1e-13, atol=1e-14)
     with pytest.raises(ParameterError, match="qk='goe' draws a query/key form per run"):
-        attention_output(x, p)
+        _attention_output(x, p)
 
 
 @pytest.mark.parametrize("redraw", ["run", "layer"])
 def test_forms_fixed_per_run_or_fresh_per_layer(redraw):
     p = ModelParams(n=3, d=4, heads=3, qk="wigner", qk_redraw=redraw)
-    draws = qk_draws(p, "network", RunStreams(0, 10), torch.float64)
+    draws = _qk_draws(p, "network", RunStreams(0, 10), torch.float64)
     assert isinstance(draws, QKDraws)
     a, b = draws.next(), draws.next()
     assert a.shape == (10, 3, 4, 4)
     assert torch.equal(a, b) == (redraw == "run")
-    assert qk_draws(ModelParams(n=3, d=4), "network", RunStreams(0, 10), torch.float64) is None
+    assert _qk_draws(ModelParams(n=3, d=4), "network", RunStreams(0, 10), torch.float64) is None
 
 
 def test_sde_of_per_layer_forms_averages_over_qk_samples_draws():
     p = ModelParams(n=3, d=4, heads=2, qk="goe", qk_redraw="layer", qk_samples=5)
-    assert scheme_params(p, "network") is p
-    q = scheme_params(p, "sde")
+    assert _scheme_params(p, "network") is p
+    q = _scheme_params(p, "sde")
     assert q.heads == 10 and q.qk_law.samples == 5
-    assert scheme_params(p.with_(qk_redraw="run", qk_samples=8), "sde").heads == 2
-    draws = qk_draws(p, "sde", RunStreams(0, 4), torch.float64)
+    assert _scheme_params(p.with_(qk_redraw="run", qk_samples=8), "sde").heads == 2
+    draws = _qk_draws(p, "sde", RunStreams(0, 4), torch.float64)
     assert draws is not None and draws.next().shape == (4, 10, 4, 4)
 
 
@@ -170,7 +170,7 @@ def test_until_decided_keeps_each_run_with_its_own_forms(redraw):
 def test_forms_come_from_their_own_streams():
     p = ModelParams(n=2, d=3, qk="gaussian")
     rs = RunStreams(7, 5)
-    forms = qk_draws(p, "network", rs, torch.float64)
+    forms = _qk_draws(p, "network", rs, torch.float64)
     assert forms is not None
     want = p.qk_law.draw(RunStreams(7, 5).derived(QK_STREAM), 1, torch.float64)
     torch.testing.assert_close(forms.next(), want, rtol=0, atol=0)
@@ -200,7 +200,7 @@ def test_heads_drop_out_of_the_sde_of_forms_redrawn_every_layer():
 
 def test_sweep_cells_carry_variants_only_when_not_default():
     # a multi-token cell keeps its canonical form (id, seed) unless a variant is asked for
-    from tokensde.sweep.config import canonical
+    from tokensde.sweep.config import _canonical
     from tokensde.sweep.kinds import get_kind
 
     kind = get_kind("multi_token")
@@ -208,7 +208,7 @@ def test_sweep_cells_carry_variants_only_when_not_default():
     plain = kind.normalize(base)
     assert not {"heads", "qk", "qk_scale", "qk_redraw", "norm"} & set(plain)
     same = kind.normalize({**base, "heads": 1, "qk": "identity", "norm": "post"})
-    assert canonical("multi_token", same) == canonical("multi_token", plain)
+    assert _canonical("multi_token", same) == _canonical("multi_token", plain)
     cell = kind.normalize({**base, "heads": 2, "qk": "wigner", "qk_redraw": "layer",
                            "norm": "pre"})
     assert (cell["heads"], cell["qk"], cell["qk_redraw"], cell["norm"]) == (2, "wigner", "layer",

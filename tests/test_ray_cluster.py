@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 import tokensde
-from tokensde.sweep.config import TIMING_COLUMNS
+from tokensde.sweep.config import _TIMING_COLUMNS
 from tokensde.sweep.engine import run_sweep
 from tokensde.sweep.store import load_table
 
@@ -128,7 +128,7 @@ def test_killed_worker_node_loses_no_cell_and_duplicates_none(cluster, tmp_path)
     assert killed and worker.poll() is not None  # the node really died mid-sweep
     assert summary["failed"] == 0 and summary["rows"] == summary["total"] == 6
     assert sorted(rows) == sorted(set(rows)) and len(rows) == 6  # one row per cell
-    ours = load_table(tmp_path / "ray").drop(columns=list(TIMING_COLUMNS))
-    ref = load_table(tmp_path / "local").drop(columns=list(TIMING_COLUMNS))
+    ours = load_table(tmp_path / "ray").drop(columns=list(_TIMING_COLUMNS))
+    ref = load_table(tmp_path / "local").drop(columns=list(_TIMING_COLUMNS))
     assert local["failed"] == 0
     pd.testing.assert_frame_equal(ours, ref)

@@ -20,7 +20,7 @@ from tokensde.model.mlp import MLPS
 from tokensde.model.mlp.gelu import gelu_at
 from tokensde.real import RealSpec, build, hidden_states, make_inputs, map_network, run_real
 from tokensde.real.experiment import agreement
-from tokensde.real.mapping import BETA, to_model
+from tokensde.real.mapping import _BETA, to_model
 from tokensde.real.measure import directions_gram, gram_stats, summarise
 from tokensde.real.models import has_transformers
 from tokensde.real.predict import predict
@@ -75,7 +75,7 @@ def test_gpt2_mapping_equals_configuration_and_weights():
     s = 2 * v / (2 * v + cfg.layer_norm_epsilon)
     # dt sigma^2 = d var_O var_V s / r0^2, var_O = v / (2L), r0^2 = 2v: sigma^2 = d v s / 4
     assert math.isclose(p.sigma ** 2, d * v * s / 4, rel_tol=1e-12)
-    assert math.isclose(p.beta * p.qk_scale, d * s * v, rel_tol=1e-12) and p.beta == BETA
+    assert math.isclose(p.beta * p.qk_scale, d * s * v, rel_tol=1e-12) and p.beta == _BETA
     assert p.qk == "gaussian" and p.qk_redraw == "layer" and p.mlp_width == 4 * d
     assert m.has_limit
     # the value path's second moment from the weights: entries of W_O W_V have variance
@@ -166,9 +166,9 @@ def test_without_the_extra_the_command_says_how_to_install(monkeypatch, tmp_path
 
 def test_report_section_is_skipped_clearly_without_the_extra(tmp_path):
     from tokensde.study import FIGURES, Context
-    from tokensde.study.real import draw_real
+    from tokensde.study.real import _draw_real
 
     spec = FIGURES["real"]
-    sec = draw_real(Context(out=tmp_path, size="tiny"), spec, None, False)
+    sec = _draw_real(Context(out=tmp_path, size="tiny"), spec, None, False)
     assert sec.status == "missing"
     assert sec.note.startswith("skipped: transformers not installed")

@@ -99,7 +99,7 @@ def test_verdict_and_the_inits_that_would_resolve_the_largest_open_gap():
     assert ok["agrees"] and ok["disagree_at"] == [] and ok["unresolved_layer"] == 2
 
 
-RIGHT = mapping_mod.map_torch_encoder
+RIGHT = mapping_mod._map_torch_encoder
 
 
 def _wrong(net, radius2=None):
@@ -117,7 +117,7 @@ def test_cli_prints_the_z_and_exits_1_when_the_model_disagrees(tmp_path, monkeyp
     assert good.exit_code == 0, good.output
     assert "agrees: largest |z|" in good.output and "Sidak threshold 2.49" in good.output
     assert "z = (real - tokensde) / combined SE, by layer: 1:" in good.output
-    monkeypatch.setitem(mapping_mod.__dict__, "map_torch_encoder", _wrong)
+    monkeypatch.setitem(mapping_mod.__dict__, "_map_torch_encoder", _wrong)
     bad = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 1, bad.output
     assert isinstance(bad.exception, SystemExit), bad.exception  # an exit, not a crash

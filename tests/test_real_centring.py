@@ -11,7 +11,7 @@ import torch
 
 from tokensde.real.mapping import map_network
 from tokensde.real.models import RealSpec, build
-from tokensde.real.predict import centred_coordinates, initial_state
+from tokensde.real.predict import _centred_coordinates, initial_state
 
 TINY = {"width": 32, "heads": 4, "ctx": 16, "layers": 4}
 
@@ -19,11 +19,11 @@ TINY = {"width": 32, "heads": 4, "ctx": 16, "layers": 4}
 def test_centred_coordinates_keep_the_inner_products_of_centred_tokens():
     x = torch.randn(3, 5, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     c = x - x.mean(-1, keepdim=True)
-    y = centred_coordinates(x)
+    y = _centred_coordinates(x)
     assert y.shape == (3, 5, 11)
     assert torch.allclose(y @ y.transpose(-1, -2), c @ c.transpose(-1, -2), atol=1e-12)
     # a vector along (1, ..., 1) has no centred part
-    assert torch.allclose(centred_coordinates(torch.ones(12, dtype=torch.float64)),
+    assert torch.allclose(_centred_coordinates(torch.ones(12, dtype=torch.float64)),
                           torch.zeros(11, dtype=torch.float64), atol=1e-14)
 
 

@@ -29,11 +29,11 @@ from tokensde.real.introspect import (
 )
 from tokensde.real.mapping import (
     BlockLaw,
-    map_bert,
-    map_gpt2,
-    map_llama,
-    map_torch_encoder,
-    map_vit,
+    _map_bert,
+    _map_gpt2,
+    _map_llama,
+    _map_torch_encoder,
+    _map_vit,
     to_model,
 )
 from tokensde.real.measure import summarise
@@ -84,7 +84,7 @@ def test_torch_encoder_read_as_the_hand_mapping(norm_first, mlp):
         "pre" if norm_first else "post", "relu", False, (1.0, 1.0))
     assert read.layers == L and read.tokens == N and b.width == 4 * D and b.centred
     assert not read.centred_input  # the embeddings: token + position, not centred
-    _same_params(read, map_torch_encoder(build(spec, 0)))
+    _same_params(read, _map_torch_encoder(build(spec, 0)))
     # the law itself: Xavier 1/(2d) for the in-projection, torch's Linear 1/(3 fan_in)
     m = 4 * D
     truth = {"q": 1 / (2 * D), "v": 1 / (2 * D), "o": 1 / (3 * D), "1": 1 / (3 * D),
@@ -108,7 +108,7 @@ def test_rms_norms_read_uncentred():
     read = read_network(lambda s: build(spec, s).model, make_inputs(spec, 2, 0), seeds=(0,))
     assert not read.blocks[0].centred and read.blocks[0].norm_kind == "RMSNorm"
     assert map_read(read).params.d == 32  # d, not d - 1: no centring to reduce by
-    _same_params(read, map_torch_encoder(build(spec, 0)))
+    _same_params(read, _map_torch_encoder(build(spec, 0)))
 
 
 class PreBlock(nn.Module):
@@ -499,7 +499,7 @@ def test_gpt2_read_as_the_hand_mapping(_offline):
     read = read_network(lambda s: build(spec, s).model, make_inputs(spec, 2, 0))
     b = read.blocks[0]
     assert (b.cls, b.norm, b.causal, b.activation) == ("GPT2Block", "pre", True, "gelu-tanh")
-    hand = map_gpt2(build(spec, 0))
+    hand = _map_gpt2(build(spec, 0))
     _same_params(read, hand, hand.radius2)
 
 
@@ -514,7 +514,7 @@ def test_llama_read_as_the_hand_mapping(_offline):
     b = read.blocks[0]
     assert (b.cls, b.attention, b.norm, b.norm_kind, b.causal, b.activation, b.width) == (
         "LlamaDecoderLayer", "LlamaAttention", "pre", "LlamaRMSNorm", True, "swiglu", 4 * 32)
-    hand = map_llama(build(spec, 0))
+    hand = _map_llama(build(spec, 0))
     _same_params(read, hand, hand.radius2)
     assert "rotary position embeddings not modelled" in to_law(read, hand.radius2).notes
 
@@ -534,7 +534,7 @@ def test_bert_read_as_the_hand_mapping(_offline):
                                          True, False, "gelu", 4 * D, 1e-12, (1.0, 1.0))
     assert read.pooled("o").value == pytest.approx(0.02 ** 2, rel=0.05)  # BertSelfOutput.dense
     assert read.pooled("bo").value == read.pooled("b2").value == 0.0
-    hand = map_bert(build(spec, 0))
+    hand = _map_bert(build(spec, 0))
     assert map_read(read).params.d == D - 1
     assert read.centred_input and set(to_law(read).notes) == set(hand.law.notes)  # embedding LN
     _same_params(read, hand, hand.radius2)
@@ -561,7 +561,7 @@ def test_vit_read_as_the_hand_mapping(_offline):
     assert read.tokens == spec.tokens
     net = build(spec, 0)
     radius2 = float((hidden_states(net, x)[:, 0] ** 2).mean())
-    _same_params(read, map_vit(net, radius2), radius2)
+    _same_params(read, _map_vit(net, radius2), radius2)
 
 
 def _images(count: int = 16) -> torch.Tensor:

@@ -17,7 +17,7 @@ from scipy import integrate
 from tokensde.model.checks import ParameterError
 from tokensde.real import RealSpec, build, hidden_states, make_inputs, map_network, run_real
 from tokensde.real.experiment import agreement
-from tokensde.real.mapping import BETA, to_model
+from tokensde.real.mapping import _BETA, to_model
 from tokensde.real.measure import summarise
 from tokensde.real.models import has_transformers
 from tokensde.real.predict import predict
@@ -82,7 +82,7 @@ def test_mapping_reads_the_configuration():
     assert not m.has_limit and m.radius2 == v
     # dt sigma^2 = d var_O var_V s / r0^2 with r0^2 = v: sigma^2 = L d v s
     assert p.sigma ** 2 == pytest.approx(L * d * v * s, rel=1e-12)
-    assert p.beta == BETA and p.beta * p.qk_scale == pytest.approx(d * s * v, rel=1e-12)
+    assert p.beta == _BETA and p.beta * p.qk_scale == pytest.approx(d * s * v, rel=1e-12)
     q = d * s * v
     assert p.mlp == f"swiglu(q={q:.6g})" and p.mlp_width == 2 * 96
     # dt mlp_sigma^2 = m var_2 q_3 E silu(sqrt(q) u)^2 / (d r0^2), q_3 = q

@@ -11,7 +11,7 @@ import torch
 
 from tokensde.model.checks import ParameterError
 from tokensde.real import RealSpec, build, hidden_states, make_inputs
-from tokensde.real.models import gaussian_value_path, has_transformers, head_products
+from tokensde.real.models import _gaussian_value_path, _head_products, has_transformers
 from tokensde.real.value import draw_value_paths, value_moments
 
 needs_tf = pytest.mark.skipif(not has_transformers(), reason="needs the [real] extra")
@@ -60,7 +60,7 @@ def test_value_moments_refuse_bad_values():
 @needs_tf
 def test_gpt2_heads_follow_the_product_law_and_the_gaussian_switch():
     spec = RealSpec(arch="gpt2", width=32, heads=4, ctx=16, layers=4)
-    heads = torch.cat([head_products(b.attn, 4) for s in range(6)
+    heads = torch.cat([_head_products(b.attn, 4) for s in range(6)
                        for b in build(spec, s).blocks]).double()  # 96 heads
     m = value_moments(8, 32, V / 8, V)
     diag = heads.diagonal(dim1=-2, dim2=-1).reshape(-1)  # 3072 independent entries
@@ -70,7 +70,7 @@ def test_gpt2_heads_follow_the_product_law_and_the_gaussian_switch():
     u = net.blocks[1].ln_1(hidden_states(net, ids)[:, 1])
     with torch.no_grad():
         own = net.blocks[1].attn(u)[0]
-        handle = gaussian_value_path(net.blocks[1].attn, head_products(net.blocks[1].attn, 4),
+        handle = _gaussian_value_path(net.blocks[1].attn, _head_products(net.blocks[1].attn, 4),
                                      causal=True)
         again = net.blocks[1].attn(u)[0]
         handle.remove()

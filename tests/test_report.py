@@ -11,10 +11,10 @@ from PIL import Image as PILImage
 from typer.testing import CliRunner
 
 from tokensde import study
-from tokensde.analysis.convergence import ConvergenceResult
+from tokensde.analysis.convergence import _ConvergenceResult
 from tokensde.cli import figure as figure_cli
-from tokensde.io.report import Image, Section, Table, fmt, interval, render, write_report
-from tokensde.study.convergence import convergence_data, convergence_tables
+from tokensde.io.report import Image, Section, Table, _fmt, _interval, _render, write_report
+from tokensde.study.convergence import _convergence_tables, convergence_data
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def png(tmp_path):
 
 def _doc(png, **kw):
     tables = [Table("t1", "numbers <b>", ["name", "value", "95%"],
-                    [["a<script>", 0.123456, (0.1, 0.2)], ["b", None, interval(None, 1.0)]])]
+                    [["a<script>", 0.123456, (0.1, 0.2)], ["b", None, _interval(None, 1.0)]])]
     return [Section("s1", "First claim", "x & y", images=[Image(png, "cap")], tables=tables,
                     provenance={"seed": 5}),
             Section("s2", "Second", "needs a module", status="missing",
@@ -34,7 +34,7 @@ def _doc(png, **kw):
 
 
 def test_figures_are_embedded_and_decode_to_the_file(png):
-    html = render(_doc(png))
+    html = _render(_doc(png))
     uris = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
     assert len(uris) == 1
     assert base64.b64decode(uris[0]) == png.read_bytes()
@@ -44,7 +44,7 @@ def test_figures_are_embedded_and_decode_to_the_file(png):
 
 
 def test_tables_rows_escaping_and_number_format(png):
-    html = render(_doc(png))
+    html = _render(_doc(png))
     table = re.search(r'<table id="table-t1" data-rows="(\d+)">(.*?)</table>', html, re.S)
     assert table and table.group(1) == "2"
     assert table.group(2).count("<tr>") == 3  # header + 2 rows
@@ -54,7 +54,7 @@ def test_tables_rows_escaping_and_number_format(png):
 
 
 def test_missing_section_says_what_is_missing(png):
-    html = render(_doc(png))
+    html = _render(_doc(png))
     sec = re.search(r'<section id="s2" data-status="missing">(.*?)</section>', html, re.S)
     assert sec and "module foo is not available" in sec.group(1)
     assert "1 ok, 1 missing" in html
@@ -65,7 +65,7 @@ def test_missing_section_says_what_is_missing(png):
     (float("nan"), "—"), (None, "—"), (True, "yes"), (7, "7"), ((1.0, 2.5), "[1, 2.5]"),
 ])
 def test_fmt(value, shown):
-    assert fmt(value) == shown
+    assert _fmt(value) == shown
 
 
 def test_bad_tables_and_statuses_are_rejected(tmp_path):
@@ -99,7 +99,7 @@ def small_tiny(monkeypatch):
     from tokensde.analysis import convergence
 
     runs = {"two_tokens": 256, "eight_tokens": 256}
-    monkeypatch.setitem(convergence.CONVERGENCE_SIZES, "tiny", convergence.Size(
+    monkeypatch.setitem(convergence._CONVERGENCE_SIZES, "tiny", convergence._Size(
         runs, runs, levels=(4, 8, 16), strong_ref=4))
 
 
@@ -134,7 +134,7 @@ def test_figure_reuses_its_saved_result(tmp_path, monkeypatch, small_tiny):
     out = json.loads(first.output[first.output.index("{"):])
     assert out["reused"] is False and out["tables"]["convergence-fits"] == 16
     data = tmp_path / "data" / "convergence-tiny.json"
-    saved = ConvergenceResult.from_dict(json.loads(data.read_text()))
+    saved = _ConvergenceResult.from_dict(json.loads(data.read_text()))
     # the second call must not simulate at all
     monkeypatch.setattr("tokensde.analysis.convergence.run_convergence",
                         lambda *a, **k: pytest.fail("re-ran a saved simulation"))
@@ -142,7 +142,7 @@ def test_figure_reuses_its_saved_result(tmp_path, monkeypatch, small_tiny):
     assert second.exit_code == 0, second.output
     again = json.loads(second.output[second.output.index("{"):])
     assert again["reused"] is True and again["files"] == out["files"]
-    tables = convergence_tables(saved)
+    tables = _convergence_tables(saved)
     assert [len(t.rows) for t in tables] == [len(saved.fits), sum(
         p["kind"] != "reference_correction" for p in saved.points), 4]
 

@@ -17,7 +17,7 @@ import torch
 from tokensde import Execution, InitialState, ModelParams, Recording, TimeGrid, simulate
 from tokensde.sim.gram import frame_coordinates
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.samplers import PIVOT_MARGIN, gaussian_image, gram_factor, psd_factor, sym_root
+from tokensde.sim.samplers import PIVOT_MARGIN, _gaussian_image, _gram_factor, _psd_factor, _sym_root
 
 ROUND = 1e-15  # relative size of the perturbation: a few units in the last place
 MOVE = 1e-9    # what such a perturbation may move a sample by (rounding times the margin's bound)
@@ -48,7 +48,7 @@ def nudged(x: torch.Tensor, seed: int = 1) -> torch.Tensor:
 @pytest.mark.parametrize("n,k", [(4, 9), (6, 6), (9, 4), (2, 3)])
 def test_gram_factor_is_exact_and_moves_by_rounding_only(n, k):
     y = configurations(n, k)
-    c, c2 = gram_factor(y), gram_factor(nudged(y))
+    c, c2 = _gram_factor(y), _gram_factor(nudged(y))
     gram = y @ y.transpose(-1, -2)
     assert float((c @ c.transpose(-1, -2) - gram).abs().max()) < 1e-13
     assert float((c - c2).abs().max()) < MOVE
@@ -70,7 +70,7 @@ def test_the_old_rule_was_not_continuous():
     y = configurations(4, 6, runs=300)[200:]
     moved = max(float((old(y) - old(nudged(y, s))).abs().max()) for s in range(1, 6))
     assert moved > 1e-3
-    assert max(float((gram_factor(y) - gram_factor(nudged(y, s))).abs().max())
+    assert max(float((_gram_factor(y) - _gram_factor(nudged(y, s))).abs().max())
                for s in range(1, 6)) < MOVE
 
 
@@ -80,7 +80,7 @@ def test_sym_root_keeps_the_precision_of_the_rows():
     g = torch.Generator().manual_seed(3)
     y = _unit(torch.randn(1, 3, 5, generator=g, dtype=torch.float64))
     y[0, 1] = y[0, 0] + 1e-12 * _unit(torch.randn(5, generator=g, dtype=torch.float64))
-    r = sym_root(y)
+    r = _sym_root(y)
     gap = float(torch.linalg.vector_norm(r[0, 1] - r[0, 0]))
     assert gap == pytest.approx(float(torch.linalg.vector_norm(y[0, 1] - y[0, 0])), rel=1e-3)
     np.testing.assert_allclose(r @ r.transpose(-1, -2), y @ y.transpose(-1, -2), atol=1e-14)
@@ -95,20 +95,20 @@ def test_margin_sends_near_singular_runs_to_the_root():
     close[1, 1] = 0.3 * PIVOT_MARGIN**0.5
     far = base.clone()
     far[1, 1] = 3.0 * PIVOT_MARGIN**0.5
-    c = gram_factor(torch.stack([close, far]))
+    c = _gram_factor(torch.stack([close, far]))
     assert float(c[0, 0, 1].abs()) > 0  # symmetric root: not lower triangular
     assert float(c[1, 0, 1]) == 0.0  # Cholesky
 
 
 def test_each_run_factor_depends_on_that_run_alone():
     y = configurations(5, 7, runs=30)
-    whole = gram_factor(y)
+    whole = _gram_factor(y)
     for i in (0, 12, 25):
-        torch.testing.assert_close(gram_factor(y[i:i + 1])[0], whole[i], rtol=0, atol=1e-15)
+        torch.testing.assert_close(_gram_factor(y[i:i + 1])[0], whole[i], rtol=0, atol=1e-15)
     k = y @ y.transpose(-1, -2)
-    whole = psd_factor(k)
+    whole = _psd_factor(k)
     for i in (0, 12, 25):
-        torch.testing.assert_close(psd_factor(k[i:i + 1])[0], whole[i], rtol=0, atol=1e-15)
+        torch.testing.assert_close(_psd_factor(k[i:i + 1])[0], whole[i], rtol=0, atol=1e-15)
 
 
 def test_frame_coordinates_are_continuous_and_isometric():
@@ -133,7 +133,7 @@ def test_gaussian_image_has_the_law_of_y_times_a_gaussian_matrix():
         y1 = configurations(n, k, runs=3)[0]
         runs = 4096
         y = y1.expand(runs, n, k).contiguous()
-        s = gaussian_image(y, 2, RunStreams(5, runs))
+        s = _gaussian_image(y, 2, RunStreams(5, runs))
         cov = torch.einsum("ria,rja->ij", s, s) / (2 * runs)
         want = y1 @ y1.T
         se = ((want.diagonal()[:, None] * want.diagonal()[None, :] + want**2) / (2 * runs)).sqrt()
@@ -192,4 +192,4 @@ def test_two_row_root_in_closed_form_equals_the_svd_root():
     y[35:40, 0] = 0.0
     u, s, _ = torch.linalg.svd(y, full_matrices=False)
     want = (u * s.unsqueeze(-2)) @ u.transpose(-1, -2)
-    torch.testing.assert_close(sym_root(y), want, rtol=0, atol=1e-14)
+    torch.testing.assert_close(_sym_root(y), want, rtol=0, atol=1e-14)

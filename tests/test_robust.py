@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 from tokensde import TimeGrid
 from tokensde.analysis.stats import estimate_with_undecided, wilson
 from tokensde.cli import app
-from tokensde.io.report import Section, check_report_path, write_report
+from tokensde.io.report import Section, _check_report_path, write_report
 from tokensde.io.store import StoreError, load_result, save_result
 from tokensde.model.params import ModelParams, ParameterError
 from tokensde.sim.simulate import simulate
-from tokensde.study.phase import outside
+from tokensde.study.phase import _outside
 from tokensde.sweep.config import SweepError
 from tokensde.sweep.engine import run_sweep
 
@@ -176,7 +176,7 @@ def test_report_html_not_ours_is_never_overwritten(damaged):
     with pytest.raises(ParameterError, match="not written by tokensde"):
         mine.write_text("other")
         write_report([Section("a", "A", "claim")], mine)
-    assert check_report_path(mine, "path", force=True) == mine
+    assert _check_report_path(mine, "path", force=True) == mine
 
 
 def test_empty_selection_of_sections_is_refused(tmp_path):
@@ -236,7 +236,7 @@ def test_grid_table_does_not_flag_cells_whose_undecided_runs_allow_the_theory():
                        "runs": [100, 100, 100, 100], "theory_tol": [0.3, 0.4, 0.3, 0.3]})
     # all undecided; 0.4 in the Wilson interval of 40/100; 10 of 15 decided but 85 undecided
     # allow [0.05, 0.95]; 0 of 100 decided antipodal excludes 0.3
-    assert outside(df).tolist() == [False, False, False, True]
+    assert _outside(df).tolist() == [False, False, False, True]
     lo, hi = wilson(40, 100)
     assert estimate_with_undecided(40, 60, 100).bounds == pytest.approx((lo, hi))
 
@@ -402,12 +402,12 @@ def test_uniform_pair_density_is_its_closed_form_up_to_the_ends(d):
 
 
 def test_fit_rate_refuses_what_has_no_slope():
-    from tokensde.meanfield.convergence import MIN_FIT_POINTS, fit_rate
+    from tokensde.meanfield.convergence import _MIN_FIT_POINTS, fit_rate
 
     k = np.array([8.0, 16.0, 32.0, 64.0])
     assert fit_rate(k, 3.0 * k**-1.5) == pytest.approx(-1.5, abs=1e-12)
     assert fit_rate(k, [0.3, np.nan, 0.3 / 4, 0.0]) == pytest.approx(-1.0, abs=1e-12)
-    for bad_k, bad_err, needle in [([8], [0.1], f"at {MIN_FIT_POINTS} or more distinct k"),
+    for bad_k, bad_err, needle in [([8], [0.1], f"at {_MIN_FIT_POINTS} or more distinct k"),
                                    ([8, 8], [0.1, 0.2], "distinct k"),
                                    ([8, 16], [np.nan, 0.2], "distinct k"),
                                    ([8, 16], [0.1], "same length"),
@@ -420,10 +420,10 @@ def test_fit_rate_refuses_what_has_no_slope():
 def test_a_huge_reference_node_count_is_refused_by_name_and_range(monkeypatch):
     """The top of K_ref comes from the memory available (TOKENSDE_MEMORY here): 1 GiB holds
     2^20 nodes of NODE_BYTES = 1 KiB."""
-    from tokensde.meanfield.convergence import NODE_BYTES, max_nodes, node_convergence
+    from tokensde.meanfield.convergence import _NODE_BYTES, _max_nodes, node_convergence
 
     monkeypatch.setenv("TOKENSDE_MEMORY", "1G")
-    assert NODE_BYTES == 1024 and max_nodes() == 2**20
+    assert _NODE_BYTES == 1024 and _max_nodes() == 2**20
     with pytest.raises(ParameterError, match=r"K_ref must be an integer from 3 to 1048576 .*"
                                              r"1.0 GiB of memory available"):
         node_convergence(1.0, [8], [0.1], K_ref=2**20 + 1)

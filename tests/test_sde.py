@@ -7,9 +7,9 @@ import torch
 
 from tokensde import InitialState, ModelParams, TimeGrid, simulate
 from tokensde.sim import coupled_paths
-from tokensde.sim.layers import attention_output, network_step, normalize, tangent
+from tokensde.sim.layers import _attention_output, _tangent, network_step, normalize
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.samplers import full_noise
+from tokensde.sim.samplers import _full_noise
 from tokensde.sim.sde import ito_correction, sde_step
 
 NOISES = [
@@ -39,14 +39,14 @@ def test_sde_drift_equals_network_drift(kw):
     p = ModelParams(n=4, d=5, beta=1.2, mean="identity", **kw)
     runs, dt = 100_000, 1e-4
     x = _tokens(runs, 4, 5)
-    y = attention_output(x, p)
-    xi = full_noise(y, p, RunStreams(seed=1, runs=runs))
+    y = _attention_output(x, p)
+    xi = _full_noise(y, p, RunStreams(seed=1, runs=runs))
     net = _mean_increment(network_step, x, y, xi, p, dt)
     sde = _mean_increment(sde_step, x, y, xi, p, dt)
     scale = float(net.abs().max())
     assert float((net - sde).abs().max()) < 0.02 * scale
     # and the correction is not negligible: dropping it breaks the agreement
-    no_ito = tangent(x[0], y[0]) if p.M is not None else 0 * y[0]
+    no_ito = _tangent(x[0], y[0]) if p.M is not None else 0 * y[0]
     assert float((net - no_ito).abs().max()) > 0.2 * scale
 
 
@@ -55,9 +55,9 @@ def test_ito_correction_keeps_the_norm_to_second_order(kw):
     p = ModelParams(n=3, d=4, beta=0.5, **kw)
     runs, dt = 200_000, 1e-3
     x = _tokens(runs, 3, 4, seed=2)
-    y = attention_output(x, p)
-    xi = full_noise(y, p, RunStreams(seed=3, runs=runs))
-    z = x + dt * ito_correction(x, y, p) + dt**0.5 * tangent(x, xi)
+    y = _attention_output(x, p)
+    xi = _full_noise(y, p, RunStreams(seed=3, runs=runs))
+    z = x + dt * ito_correction(x, y, p) + dt**0.5 * _tangent(x, xi)
     excess = ((z * z).sum(-1) - 1).mean().abs().max()
     ito_size = float((dt * ito_correction(x, y, p)).norm(dim=-1).mean())
     assert float(excess) < 0.05 * ito_size

@@ -15,22 +15,22 @@ from tokensde import ModelParams, TimeGrid, simulate
 from tokensde.analysis.clusters import Outcome
 from tokensde.analysis.pair_monte_carlo import spec_params
 from tokensde.analysis.step_coupled import (
+    _layers_for,
+    _paired_estimates,
+    _wanted_step,
     choose_step,
     estimates_of,
-    layers_for,
     measure_step_error,
-    paired_estimates,
     simulate_with_step_error,
-    wanted_step,
 )
 from tokensde.analysis.step_error import mc_error
 from tokensde.cli import app
 from tokensde.model.params import ParameterError
-from tokensde.sim.batch import initial_tokens
-from tokensde.sim.coupled import coupled_steps
+from tokensde.sim.batch import _initial_tokens
+from tokensde.sim.coupled import _coupled_steps
 from tokensde.sim.options import Execution, InitialState, Recording, StepControl, StoppingRule
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.simulate import coupling_refusal, step_runs
+from tokensde.sim.simulate import _coupling_refusal, _step_runs
 
 S, B, U = Outcome.SINGLE, Outcome.BIPOLAR, Outcome.UNDECIDED
 
@@ -39,7 +39,7 @@ def test_paired_estimates_are_the_ratio_difference_and_richardson():
     # 10 runs: at dt 3 bipolar of 9 decided, at 2 dt 4 of 10; by hand
     fine = [B, B, B, S, S, S, S, S, S, U]
     coarse = [B, B, B, B, S, S, S, S, S, S]
-    e = paired_estimates(np.array([fine, coarse]).T)["p_bipolar"]
+    e = _paired_estimates(np.array([fine, coarse]).T)["p_bipolar"]
     assert e.fine == pytest.approx(3 / 9) and e.coarse == pytest.approx(4 / 10)
     assert e.bias == pytest.approx(0.4 - 1 / 3) and e.richardson == pytest.approx(2 / 3 - 0.4)
     # the paired error: std of the influence differences over sqrt(runs)
@@ -51,10 +51,10 @@ def test_paired_estimates_are_the_ratio_difference_and_richardson():
     # two levels: no order check, the first-order forms, and the report says why
     assert e.levels == 2 and e.first_order() is None and e.estimate() == (e.bias, e.bias_se)
     assert "not a multiple of 4" in e.step_error(0.1).source
-    one = paired_estimates(np.array([fine, coarse]).T)["p_one_cluster"]
+    one = _paired_estimates(np.array([fine, coarse]).T)["p_one_cluster"]
     assert one.bias == pytest.approx(-e.bias) and one.bias_se == pytest.approx(e.bias_se)
     with pytest.raises(ParameterError, match="shape"):
-        paired_estimates(np.zeros((4, 4)))
+        _paired_estimates(np.zeros((4, 4)))
 
 
 def test_three_levels_give_the_order_check_and_the_second_order_forms():
@@ -62,7 +62,7 @@ def test_three_levels_give_the_order_check_and_the_second_order_forms():
     fine = [B, B, S, S, S, S, S, S, S, S]
     coarse = [B, B, B, S, S, S, S, S, S, S]
     four = [B, B, B, B, B, B, S, S, S, S]
-    e = paired_estimates(np.array([fine, coarse, four]).T)["p_bipolar"]
+    e = _paired_estimates(np.array([fine, coarse, four]).T)["p_bipolar"]
     assert e.levels == 3 and e.coarse4 == pytest.approx(0.6)
     assert e.bias4 == pytest.approx(0.3) and e.order == pytest.approx(0.3 - 2 * 0.1)
     assert e.step == pytest.approx((5 * 0.1 - 0.3) / 3)
@@ -98,10 +98,10 @@ def test_the_coarse_layers_have_the_law_of_networks_drawn_at_2dt_and_4dt():
     # standard errors
     p, runs, dt = spec_params(1.0, 3), 3000, 0.125
     rs = RunStreams(3, runs)
-    x0 = initial_tokens("pair", p, rs, 0, torch.float64, 0.0)
-    three = coupled_steps(x0, p, 8, dt, rs, levels=3)
+    x0 = _initial_tokens("pair", p, rs, 0, torch.float64, 0.0)
+    three = _coupled_steps(x0, p, 8, dt, rs, levels=3)
     # the levels at dt and 2 dt do not depend on a 4 dt level beside them
-    assert torch.equal(three[:, :2], coupled_steps(x0, p, 8, dt, RunStreams(3, runs)))
+    assert torch.equal(three[:, :2], _coupled_steps(x0, p, 8, dt, RunStreams(3, runs)))
     for k, seed in ((1, 4), (2, 5)):
         rho_c = (three[:, k, 0] * three[:, k, 1]).sum(-1).numpy()
         res = simulate(p, TimeGrid.make(T=1.0, dt=2**k * dt), runs=runs, seed=seed,
@@ -110,21 +110,21 @@ def test_the_coarse_layers_have_the_law_of_networks_drawn_at_2dt_and_4dt():
         se = math.hypot(rho_c.std(), rho_d.std()) / math.sqrt(runs)
         assert abs(rho_c.mean() - rho_d.mean()) < 4 * se, (k, rho_c.mean(), rho_d.mean(), se)
     with pytest.raises(ParameterError, match="multiple of 4"):
-        coupled_steps(x0, p, 6, dt, rs, levels=3)
+        _coupled_steps(x0, p, 6, dt, rs, levels=3)
 
 
 def test_chosen_layers_are_a_multiple_of_4():
-    assert [layers_for(1.0, dt) for dt in (1.0, 0.3, 0.25, 0.2, 0.1)] == [4, 4, 4, 8, 12]
+    assert [_layers_for(1.0, dt) for dt in (1.0, 0.3, 0.25, 0.2, 0.1)] == [4, 4, 4, 8, 12]
 
 
 def test_the_wanted_step_scales_the_bias_bound_to_the_monte_carlo_error():
     codes = np.array([[B, S]] * 20 + [[S, S]] * 60 + [[B, B]] * 20)
-    e = paired_estimates(codes)
-    dt = wanted_step(e, 0.1, 1000)
+    e = _paired_estimates(codes)
+    dt = _wanted_step(e, 0.1, 1000)
     b = e["p_bipolar"]
     target = mc_error(b.fine, 1000)
     assert dt == pytest.approx(0.1 * target / (abs(b.bias) + 2 * b.bias_se))
-    assert wanted_step(e, 0.1, 2) == 0.1  # 2 runs: the Monte Carlo error is above the bound
+    assert _wanted_step(e, 0.1, 2) == 0.1  # 2 runs: the Monte Carlo error is above the bound
 
 
 def test_the_library_measures_beside_the_run_and_refuses_what_it_cannot_couple():
@@ -153,9 +153,9 @@ def test_the_library_measures_beside_the_run_and_refuses_what_it_cannot_couple()
     assert np.array_equal(plain.state, again.state)
     # n = 65536 on the circle evaluates attention by the O(n) expansion: nothing coupled
     big = ModelParams(n=65536, d=2, beta=3.0)
-    assert step_runs(big, TimeGrid.make(T=1.0, dt=0.25), 2, "network", InitialState(),
+    assert _step_runs(big, TimeGrid.make(T=1.0, dt=0.25), 2, "network", InitialState(),
                      StepControl()) == 0
-    assert "expansion" in coupling_refusal(big, TimeGrid.make(T=1.0, dt=0.25), 2, "network",
+    assert "expansion" in _coupling_refusal(big, TimeGrid.make(T=1.0, dt=0.25), 2, "network",
                                            InitialState(), Execution())
 
 

@@ -17,9 +17,9 @@ import torch
 from tokensde import Execution, ModelParams, ParameterError, TimeGrid, simulate
 from tokensde.model.attention import ATTENTION_KINDS, AttentionKind
 from tokensde.model.noise import ENTRY_LAWS, NOISE_LAWS, NoiseLaw, Streams
-from tokensde.sim.layers import attention_output, attention_weights, normalize
+from tokensde.sim.layers import _attention_output, _attention_weights, normalize
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.samplers import choose_sampler, full_noise
+from tokensde.sim.samplers import _full_noise, choose_sampler
 
 
 class DiagonalNoise(NoiseLaw):
@@ -70,7 +70,7 @@ def test_a_registered_noise_law_runs_in_simulate(diagonal):
     rs = RunStreams(2, 6)
     x = normalize(rs.normal(3, 4))
     for _ in range(25):
-        y = attention_output(x, p)
+        y = _attention_output(x, p)
         g = 0.8 * rs.normal(4)
         x = normalize(x + 0.2 * y * g[:, None, :])
     np.testing.assert_allclose(res.x, x.numpy(), rtol=0, atol=1e-12)
@@ -103,7 +103,7 @@ def test_a_registered_attention_kind_runs_in_simulate(sigmoid):
     x = _unit((5, 4, 3), 1)
     logits = 2.0 * x @ x.transpose(-1, -2)
     expected = logits.sigmoid().tril() / 4  # the causal mask, applied once for every kind
-    torch.testing.assert_close(attention_weights(x, p), expected, rtol=0, atol=1e-15)
+    torch.testing.assert_close(_attention_weights(x, p), expected, rtol=0, atol=1e-15)
     res = simulate(p, TimeGrid.make(layers=10), runs=4, seed=0, execution=Execution(sampler="full"))
     assert np.isfinite(res.gram).all()
     assert simulate(p, TimeGrid.make(layers=10), runs=4, seed=0,
@@ -150,11 +150,11 @@ def test_ito_drift_and_covariance_agree_with_the_law(diagonal, kw):
     p = ModelParams(n=3, d=4, beta=0.9, **kw)
     law = p.noise_law
     x = _unit((2, 3, 4), 4)
-    y = attention_output(x, p)
+    y = _attention_output(x, p)
     general = NoiseLaw.ito(law, x, y)
     torch.testing.assert_close(law.ito(x, y), general, rtol=0, atol=1e-14)
     runs = 40_000
-    xi = full_noise(y[:1].expand(runs, 3, 4), p, RunStreams(seed=7, runs=runs))
+    xi = _full_noise(y[:1].expand(runs, 3, 4), p, RunStreams(seed=7, runs=runs))
     torch.testing.assert_close(xi, law.draw(y[:1].expand(runs, 3, 4),
                                             RunStreams(seed=7, runs=runs)), rtol=0, atol=0)
     emp = torch.einsum("rna,rnb->nab", xi, xi) / runs

@@ -70,7 +70,7 @@ def test_a_failing_figure_becomes_a_failed_section_and_the_report_is_still_writt
 
 @pytest.mark.slow  # a sweep run twice: about 1.6 s of CPU
 def test_interrupted_phase_grid_resumes_from_its_saved_cells(tmp_path, monkeypatch):
-    from tokensde.study.phase import phase_data
+    from tokensde.study.phase import _phase_data
     from tokensde.sweep import two_token as phase_grid
 
     real, ran = phase_grid.monte_carlo, []
@@ -84,14 +84,14 @@ def test_interrupted_phase_grid_resumes_from_its_saved_cells(tmp_path, monkeypat
     monkeypatch.setattr(phase_grid, "monte_carlo", flaky)
     ctx = study.Context(tmp_path / "a", "tiny", workers=1)
     with pytest.raises(KeyboardInterrupt):
-        phase_data(ctx)
+        _phase_data(ctx)
     monkeypatch.setattr(phase_grid, "monte_carlo",
                         lambda beta, d, *a, **k: (ran.append((beta, d)), real(beta, d, *a, **k))[1])
-    resumed, reused = phase_data(ctx)
+    resumed, reused = _phase_data(ctx)
     assert not reused and len(ran) == 6 and len(set(ran)) == 6  # each of the 6 cells ran once
-    again, reused = phase_data(ctx)
+    again, reused = _phase_data(ctx)
     assert reused and len(ran) == 6
-    straight, _ = phase_data(study.Context(tmp_path / "b", "tiny", workers=1))
+    straight, _ = _phase_data(study.Context(tmp_path / "b", "tiny", workers=1))
     cols = [c for c in straight.table.columns if c != "wall_s"]
     order = ["d", "beta"]
     for run in (resumed, again):
@@ -117,12 +117,12 @@ def test_reproduce_rejects_unknown_figures(tmp_path):
 
 def test_sweep_files_are_package_data(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # never looked up in the working directory
-    monkeypatch.delenv(context.SWEEPS_ENV, raising=False)
+    monkeypatch.delenv(context._SWEEPS_ENV, raising=False)
     here = Path(study.__file__).resolve().parent / "sweeps"
     assert context.SWEEP_DIR.resolve() == here
     for size, name in (("tiny", "smoke"), ("quick", "multi-token-quick"),
                        ("full", "multi-token-full")):
-        path = multi.sweep_config(study.Context(tmp_path, size))
+        path = multi._sweep_config(study.Context(tmp_path, size))
         assert path.resolve() == here / f"{name}.toml"
         assert SweepConfig.load(path).name == name
     setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -135,12 +135,12 @@ def test_sweep_files_are_package_data(tmp_path, monkeypatch):
 
 def test_sweeps_directory_can_be_overridden(tmp_path, monkeypatch):
     (tmp_path / "quick.toml").write_text((context.SWEEP_DIR / "smoke.toml").read_text())
-    monkeypatch.setenv(context.SWEEPS_ENV, str(tmp_path))
-    assert multi.sweep_config(study.Context(tmp_path, "quick")) == tmp_path / "quick.toml"
+    monkeypatch.setenv(context._SWEEPS_ENV, str(tmp_path))
+    assert multi._sweep_config(study.Context(tmp_path, "quick")) == tmp_path / "quick.toml"
     # what the directory lacks comes from the package
-    assert multi.sweep_config(study.Context(tmp_path, "tiny")) == context.SWEEP_DIR / "smoke.toml"
+    assert multi._sweep_config(study.Context(tmp_path, "tiny")) == context.SWEEP_DIR / "smoke.toml"
     with pytest.raises(FileNotFoundError, match=r"nope\.toml in .*sweeps"):
-        context.sweep_file(("nope",))
+        context._sweep_file(("nope",))
 
 
 @pytest.mark.slow
@@ -155,7 +155,7 @@ def test_plot_modules_leave_the_matplotlib_backend_alone():
 
 @pytest.mark.slow  # a statistical check of tens of seconds: runs with the slow set
 def test_variants_section_labels_every_arm_and_checks_the_spec_model(tmp_path):
-    from tokensde.plots.variants import arm
+    from tokensde.plots.variants import _arm
     from tokensde.theory import decision_time as absorption
     from tokensde.theory.redrawn_forms import p_first_forms
 
@@ -178,14 +178,14 @@ def test_variants_section_labels_every_arm_and_checks_the_spec_model(tmp_path):
     assert all(r[th] is None for r in table.rows if r not in spec and r not in redrawn)
     # the tiny sweep asks for no step error: the column beside P(antipodal) says so
     assert {r[table.columns.index("step error ± se")] for r in table.rows} == {"not measured"}
-    assert arm({"until": "decided", "heads": float("nan"), "qk": None}) == (
+    assert _arm({"until": "decided", "heads": float("nan"), "qk": None}) == (
         "spec model (Q = K = I), H = 1")
     assert (tmp_path / "figures" / "variants.png").stat().st_size > 20_000
 
 
 @pytest.mark.slow
 def test_mlp_section_checks_every_cell_against_the_first_passage_theory(tmp_path):
-    from tokensde.plots.mlp import arm, mlp_rows
+    from tokensde.plots.mlp import _arm, _mlp_rows
     from tokensde.theory import decision_time as absorption
     from tokensde.theory.mlp_block import p_first
 
@@ -202,8 +202,8 @@ def test_mlp_section_checks_every_cell_against_the_first_passage_theory(tmp_path
         assert r[limit] == (0.0 if name.startswith("relu") else pytest.approx(0.5, abs=0.1))
         assert r[table.columns.index("step error ± se")] == "not measured"  # tiny: none asked
         assert r[4] == 60.0  # the maximum horizon is in the table
-    assert arm({"mlp": float("nan")}) == "spec model (no MLP)"
-    assert set(mlp_rows(sec_table_frame(table)).panel) == {"beta", "tol"}
+    assert _arm({"mlp": float("nan")}) == "spec model (no MLP)"
+    assert set(_mlp_rows(sec_table_frame(table)).panel) == {"beta", "tol"}
     assert (tmp_path / "figures" / "mlp.png").stat().st_size > 20_000
 
 
@@ -270,34 +270,34 @@ def test_sections_on_a_pool_save_what_one_process_saves(tmp_path):
 
 def test_the_pool_plan_runs_the_costliest_first_and_shares_saved_results(tmp_path, monkeypatch):
     rep = importlib.import_module("tokensde.study.reproduce")  # the module, not the function
-    monkeypatch.setattr(rep, "machine_speed", lambda: (1.0, "test"))
-    monkeypatch.setattr(rep, "SECTION_CPU_S", {**rep.SECTION_CPU_S, "tiny": {
+    monkeypatch.setattr(rep, "_machine_speed", lambda: (1.0, "test"))
+    monkeypatch.setattr(rep, "_SECTION_CPU_S", {**rep._SECTION_CPU_S, "tiny": {
         "phase-diagram": 30.0, "theory-vs-simulation": 1.0, "histograms": 5.0,
         "multi-token": 20.0, "mlp": 200.0, "decision-times": 8.0}})
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     names = ["phase-diagram", "theory-vs-simulation", "decision-times", "histograms",
              "multi-token", "mlp"]
     ctx = study.Context(tmp_path, "tiny", workers=2)
-    cost = rep.section_cpu(names, ctx)
+    cost = rep._section_cpu(names, ctx)
     solo, pooled, processes = rep._plan(names, ctx, cost)
     # mlp (200 of 264 s, a sweep) is more than a process's share: alone, on both workers
     assert solo == [["mlp"]] and processes == 2
     assert pooled == [["phase-diagram", "theory-vs-simulation"], ["multi-token"],
                       ["decision-times"], ["histograms"]]
     # 200/2 alone; then each group on the process free first: 31 | 20 + 8 + 5 (28 < 31)
-    seconds, _ = rep.estimate(names, ctx)
-    assert seconds == pytest.approx(100 + rep.START_S + 33)
+    seconds, _ = rep._estimate(names, ctx)
+    assert seconds == pytest.approx(100 + rep._START_S + 33)
     # one process: everything here, in report order; the estimate is the sum
     ctx1 = study.Context(tmp_path, "tiny", workers=1)
     solo, pooled, processes = rep._plan(names, ctx1, cost)
     assert [n for g in solo for n in g] == names and pooled == []
-    assert rep.estimate(names, ctx1)[0] == pytest.approx(sum(cost.values()))
+    assert rep._estimate(names, ctx1)[0] == pytest.approx(sum(cost.values()))
     # an earlier run of this size and seed: its ok sections only redraw
     (tmp_path / "reproduce.json").write_text(json.dumps(
         {"size": "tiny", "seed": 0, "sections": {"mlp": {"status": "ok"},
                                                  "multi-token": {"status": "failed"}}}))
-    again = rep.section_cpu(names, ctx)
-    assert again["mlp"] == rep.REUSED_CPU_S and again["multi-token"] == 20.0
+    again = rep._section_cpu(names, ctx)
+    assert again["mlp"] == rep._REUSED_CPU_S and again["multi-token"] == 20.0
 
 
 def test_quick_sweeps_aim_for_their_stated_half_width():

@@ -1,5 +1,5 @@
 """The study tables put the measured step error beside each probability a sweep cell measured
-(`context.step_text`: 'b ± se' of the row's `step_<key>` columns), 'not measured' where the cell
+(`context._step_text`: 'b ± se' of the row's `step_<key>` columns), 'not measured' where the cell
 ran without `step_runs`, and the rendered report shows the column."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import re
 
 import pandas as pd
 
-from tokensde.io.report import Section, render
+from tokensde.io.report import Section, _render
 from tokensde.study import multi, phase
-from tokensde.study.context import NOT_MEASURED, STEP_COLUMN, step_text
+from tokensde.study.context import _NOT_MEASURED, _STEP_COLUMN, _step_text
 
 NAN = math.nan
 
@@ -24,13 +24,13 @@ def _pair_row(beta, antipodal, **step):
 
 
 def test_step_text_reads_the_row_or_says_not_measured():
-    assert step_text({}, "p_anti") == NOT_MEASURED  # a table of cells without step_runs
-    assert step_text({"step_runs": NAN, "step_p_anti": NAN}, "p_anti") == NOT_MEASURED
-    assert step_text({"step_runs": 16, "step_p_anti": -0.01234, "step_p_anti_se": 0.0051},
+    assert _step_text({}, "p_anti") == _NOT_MEASURED  # a table of cells without step_runs
+    assert _step_text({"step_runs": NAN, "step_p_anti": NAN}, "p_anti") == _NOT_MEASURED
+    assert _step_text({"step_runs": 16, "step_p_anti": -0.01234, "step_p_anti_se": 0.0051},
                      "p_anti") == "-0.0123 ± 0.0051"
-    assert step_text({"step_runs": 16, "step_p_anti": NAN, "step_p_anti_se": NAN},
+    assert _step_text({"step_runs": 16, "step_p_anti": NAN, "step_p_anti_se": NAN},
                      "p_anti") == "no coupled run decided"
-    assert step_text({"step_runs": 16, "step_p_bipolar": 0.0}, "p_one_cluster") == (
+    assert _step_text({"step_runs": 16, "step_p_bipolar": 0.0}, "p_one_cluster") == (
         "no coupled run decided")
 
 
@@ -38,13 +38,13 @@ def test_the_phase_table_puts_the_step_error_beside_p_anti_and_the_report_render
     df = pd.DataFrame([_pair_row(0.5, 12, step_runs=16, step_p_anti=0.0312, step_p_anti_se=0.02),
                        _pair_row(1.0, 9)])  # a mixed table: NaN where a cell has no step_runs
     table = phase._phase_table(df)
-    at = table.columns.index(STEP_COLUMN)
-    assert table.columns[at - 2:at + 2] == ["P_anti (decided)", "95%", STEP_COLUMN,
+    at = table.columns.index(_STEP_COLUMN)
+    assert table.columns[at - 2:at + 2] == ["P_anti (decided)", "95%", _STEP_COLUMN,
                                             "with undecided"]
-    assert [r[at] for r in table.rows] == ["+0.0312 ± 0.0200", NOT_MEASURED]
+    assert [r[at] for r in table.rows] == ["+0.0312 ± 0.0200", _NOT_MEASURED]
     # the estimate and its bounds keep their places: 12/20 and 9/20 to one decimal
     assert [(r[at - 2], r[at + 1]) for r in table.rows] == [("0.6", "—"), ("0.5", "—")]
-    html = render([Section("phase", "Phase", "claim", tables=[table])])
+    html = _render([Section("phase", "Phase", "claim", tables=[table])])
     body = re.search(r'<table id="table-phase-grid".*?</table>', html, re.S)
     assert body and "+0.0312 ± 0.0200" in body.group(0) and ">not measured<" in body.group(0)
     assert "step error ± se" in body.group(0)
@@ -58,7 +58,7 @@ def test_the_multi_token_table_has_a_step_column_beside_single_and_bipolar_only(
     measured = {**row, "beta": 2.0, "step_runs": 8, "step_p_one_cluster": 0.05,
                 "step_p_one_cluster_se": 0.01, "step_p_bipolar": -0.04, "step_p_bipolar_se": 0.02}
     table = multi._multi_table(pd.DataFrame([row, measured]))
-    steps = [i for i, c in enumerate(table.columns) if c == STEP_COLUMN]
+    steps = [i for i, c in enumerate(table.columns) if c == _STEP_COLUMN]
     assert [table.columns[i - 2] for i in steps] == ["P(single)", "P(bipolar)"]
     assert [[r[i] for i in steps] for r in table.rows] == [
-        [NOT_MEASURED, NOT_MEASURED], ["+0.0500 ± 0.0100", "-0.0400 ± 0.0200"]]
+        [_NOT_MEASURED, _NOT_MEASURED], ["+0.0500 ± 0.0100", "-0.0400 ± 0.0200"]]

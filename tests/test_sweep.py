@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from tokensde.cli.sweep import register
 from tokensde.io.store import StoreError
 from tokensde.model.params import ParameterError
-from tokensde.sweep.config import TIMING_COLUMNS, SweepConfig, SweepError
+from tokensde.sweep.config import _TIMING_COLUMNS, SweepConfig, SweepError
 from tokensde.sweep.engine import run_sweep, sweep_status
 from tokensde.sweep.kinds import get_kind
 from tokensde.sweep.store import load_table, read_table
@@ -50,7 +50,7 @@ def write_config(tmp: Path, text: str = CONFIG, name: str = "sweep.toml") -> Pat
 
 
 def comparable(df: pd.DataFrame) -> pd.DataFrame:
-    return df.drop(columns=list(TIMING_COLUMNS)).reset_index(drop=True)
+    return df.drop(columns=list(_TIMING_COLUMNS)).reset_index(drop=True)
 
 
 @pytest.fixture(scope="module")
@@ -387,19 +387,19 @@ def test_two_tokens_bipolar_probability_matches_scale_function():
 # ----------------------------------------------------------------------------- figures
 
 def test_figures_and_markdown_table_read_the_saved_table(tmp_path):
-    from tokensde.plots.multi import coin_minority_law, make_all, markdown_table
-    from tokensde.sweep.store import ok_rows
+    from tokensde.plots.multi import _coin_minority_law, _make_all, _markdown_table
+    from tokensde.sweep.store import _ok_rows
 
-    np.testing.assert_allclose(coin_minority_law(4), [8 / 14, 6 / 14])
-    np.testing.assert_allclose(coin_minority_law(5), [10 / 30, 20 / 30])
+    np.testing.assert_allclose(_coin_minority_law(4), [8 / 14, 6 / 14])
+    np.testing.assert_allclose(_coin_minority_law(5), [10 / 30, 20 / 30])
     cfg = write_config(tmp_path, CONFIG.replace("n = [3, 4]", "n = [4]").replace(
         "beta = [0.5, 1.0, 2.0, 3.0, 4.0]", "beta = [1.0, 4.0]").replace("runs = 32", "runs = 8"))
     run_sweep(cfg, tmp_path / "out")
-    made = make_all(ok_rows(tmp_path / "out"), tmp_path / "figs")
+    made = _make_all(_ok_rows(tmp_path / "out"), tmp_path / "figs")
     assert [p.name for p in made] == ["multi_token_noise.png", "multi_token_minority.png"]
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in made)
     df = read_table(tmp_path / "out")
-    row = markdown_table(df).splitlines()[2]
+    row = _markdown_table(df).splitlines()[2]
     r = df[df["beta"] == 4.0].iloc[0]
     assert row.startswith("| 4 | 3 |")
     assert f"{r['p_bipolar']:.2f} [{r['p_bipolar_lo']:.2f}, {r['p_bipolar_hi']:.2f}]" in row
@@ -411,7 +411,7 @@ def test_figures_and_markdown_table_read_the_saved_table(tmp_path):
     assert lines[:2] == [str(tmp_path / "cli" / "mt_noise.png"),
                          str(tmp_path / "cli" / "mt_minority.png")]
     assert "P(bipolar) [95% Wilson interval] u = P(undecided); model = noise" in r.output
-    assert markdown_table(df) in r.output
+    assert _markdown_table(df) in r.output
     r = CliRunner().invoke(cli(), ["sweep", "plot", str(tmp_path / "nowhere"), str(tmp_path)])
     assert r.exit_code == 2 and r.output.startswith("error:")
 

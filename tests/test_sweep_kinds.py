@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tokensde.cli import app
-from tokensde.sweep.kinds import OWN_KINDS, describe, get_kind, kind_names
+from tokensde.sweep.kinds import _OWN_KINDS, _describe, get_kind, kind_names
 
 SWEEP = 'name = "k"\nkind = "{kind}"\nseed = 0\n[grid]\nx = [1.0]\n'
 
@@ -31,7 +31,7 @@ def test_the_registry_names_every_built_in_kind_once():
     from tokensde.model.checks import ParameterError
 
     names = kind_names()
-    assert names == sorted(set(names)) and set(OWN_KINDS) <= set(names)
+    assert names == sorted(set(names)) and set(_OWN_KINDS) <= set(names)
     with pytest.raises(ParameterError, match=re.escape(f"({', '.join(names)}); got 'nope'")):
         get_kind("nope")
 
@@ -39,7 +39,7 @@ def test_the_registry_names_every_built_in_kind_once():
 @pytest.mark.slow  # the sweep engine loads (pandas, pyarrow): about 1.5 s of CPU
 def test_run_refuses_an_unknown_kind_naming_every_kind_it_accepts(tmp_path):
     assert _refused_kinds(tmp_path, "no_such_kind") == kind_names()
-    assert set(OWN_KINDS) <= set(kind_names())
+    assert set(_OWN_KINDS) <= set(kind_names())
     assert not (tmp_path / "o").exists()
 
 
@@ -66,7 +66,7 @@ def test_kinds_lists_every_kind_that_run_accepts():
         kind = get_kind(entry["kind"])  # what `sweep run` resolves
         assert kind.name == entry["kind"]
         assert sorted(entry["params"]) == sorted(kind.params)
-        assert entry == describe(kind.name)
+        assert entry == _describe(kind.name)
 
 
 def test_the_sweep_layer_names_no_module_above_it():
@@ -82,4 +82,4 @@ def test_the_sweep_layer_names_no_module_above_it():
         assert not above.search(code), path.name  # (the old names it reads and ignores aside)
     from tokensde.sweep.kinds import _plugin_kinds
 
-    assert set(OWN_KINDS) - {"multi_token", "null"} <= set(_plugin_kinds())
+    assert set(_OWN_KINDS) - {"multi_token", "null"} <= set(_plugin_kinds())

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from tokensde.analysis.pair_monte_carlo import spec_params
-from tokensde.analysis.step_coupled import coupled_seed, measure_step_error, pair_step
+from tokensde.analysis.step_coupled import _coupled_seed, _pair_step, measure_step_error
 from tokensde.model.params import ModelParams, ParameterError, TimeGrid
 from tokensde.sweep.config import SweepConfig
 from tokensde.sweep.kinds import get_kind
@@ -49,7 +49,7 @@ def test_the_step_columns_are_the_coupled_measurement_of_the_cell():
     row = get_kind("multi_token").run(dict(cell.params), cell.seed)
     p = ModelParams(n=2, d=2, beta=1.0)
     grid = TimeGrid.make(T=6.0, dt=0.05)
-    est = measure_step_error(p, grid.T, grid.dt, 16, coupled_seed(cell.seed), tol=1e-3,
+    est = measure_step_error(p, grid.T, grid.dt, 16, _coupled_seed(cell.seed), tol=1e-3,
                              until="decided", scheme="network")
     assert row["step_runs"] == 16
     for key in ("p_bipolar", "p_one_cluster"):
@@ -75,7 +75,7 @@ def test_the_two_token_step_columns_are_pair_step_for_the_cell():
     row = get_kind("two_token").run(dict(cell.params), cell.seed)
     p = spec_params(1.0, 3, mlp="relu")
     result = {"dt": 0.05, "steps": row["steps"], "T": 4.0, "counts": {"runs": 40}}
-    want = pair_step(p, -0.5, result, "network", 1e-2, "decided", cell.seed, coupled=16)
+    want = _pair_step(p, -0.5, result, "network", 1e-2, "decided", cell.seed, coupled=16)
     assert want.bias is not None and math.isfinite(want.se) and want.se > 0
     assert (row["step_runs"], row["step_p_anti"], row["step_p_anti_se"]) == (16, want.bias,
                                                                              want.se)

@@ -8,7 +8,7 @@ import pytest
 import tokensde.study.noise_threshold as tn
 from tokensde.model.params import ParameterError
 from tokensde.study.context import SWEEP_DIR
-from tokensde.sweep.config import TIMING_COLUMNS, SweepConfig
+from tokensde.sweep.config import _TIMING_COLUMNS, SweepConfig
 from tokensde.sweep.engine import run_sweep
 from tokensde.sweep.kinds import get_kind, kind_names
 from tokensde.sweep.store import load_table
@@ -57,7 +57,7 @@ def test_tiny_sweep_runs_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setattr(tn, "stationary_order", real)
     run_sweep(cfg, tmp_path / "b", workers=1)
     order = ["ratio", "start"]
-    resumed, straight = (load_table(tmp_path / w).drop(columns=list(TIMING_COLUMNS))
+    resumed, straight = (load_table(tmp_path / w).drop(columns=list(_TIMING_COLUMNS))
                          .sort_values(order, ignore_index=True) for w in ("a", "b"))
     cols = [c for c in straight.columns if c not in ("sim_wall_s",)]
     assert resumed[cols].equals(straight[cols])
@@ -78,15 +78,15 @@ def test_packaged_sweeps_meet_the_step_rule(size):
     """Every packaged cell's scheme and step keep the threshold's step shift within the 1 % rule
     (the network scheme at the same dt = 0.05 breaks it: +1.3 % at beta = 1) and, for the SDE,
     the simulator's Euler bound tau^2 (d - 1) dt <= STEP_WARN at the cell's tau."""
-    from tokensde.sim.sde import STEP_WARN
+    from tokensde.sim.sde import _STEP_WARN
 
     for c in SweepConfig.load(SWEEP_DIR / f"token-noise-{size}.toml").cells():
         p = c.params
-        plan = tn.step_plan(p["beta"], p["d"], p["attention"], p["scheme"], p["dt"],
+        plan = tn._step_plan(p["beta"], p["d"], p["attention"], p["scheme"], p["dt"],
                             token_noise=p["tau"])
-        assert plan.warning == "" and abs(plan.shift) <= tn.STEP_TOL, (p, plan)
-        assert p["scheme"] == "network" or p["tau"] ** 2 * (p["d"] - 1) * p["dt"] <= STEP_WARN
-    net = tn.step_plan(1.0, 2, "usa", "network", 0.05)
+        assert plan.warning == "" and abs(plan.shift) <= tn._STEP_TOL, (p, plan)
+        assert p["scheme"] == "network" or p["tau"] ** 2 * (p["d"] - 1) * p["dt"] <= _STEP_WARN
+    net = tn._step_plan(1.0, 2, "usa", "network", 0.05)
     assert net.warning and net.shift == pytest.approx(0.0129, abs=5e-4)
 
 
@@ -109,15 +109,15 @@ def test_report_section_at_tiny_size_checks_and_resumes(tmp_path):
 
 
 def test_section_checks_fail_on_the_wrong_side():
-    from tokensde.study.token_noise_section import check_rows
+    from tokensde.study.token_noise_section import _check_rows
 
     row = {"n": 256, "start": "uniform", "beta": 1.0, "d": 2, "attention": "usa", "se": 0.01}
     good = [{**row, "ratio": 0.6, "r": 0.95, "r2": 0.9, "n_r2": 230.0, "r_limit": 0.946},
             {**row, "ratio": 1.5, "r": 0.07, "r2": 0.007, "n_r2": 1.7, "r_limit": 0.0}]
-    assert check_rows(good) == ["", ""]
+    assert _check_rows(good) == ["", ""]
     bad = [{**good[0], "r": 0.2, "r2": 0.05, "n_r2": 12.0},
            {**good[1], "r": 0.8, "r2": 0.64, "n_r2": 160.0},
            {**good[1], "start": "ordered", "r": 0.3, "r2": 0.09, "n_r2": 4.0}]
-    said = check_rows(bad)
+    said = _check_rows(bad)
     assert "E r^2" in said[0] and "limit" in said[0] and "n E r^2" in said[1]
     assert "starts differ" in said[2]

@@ -18,9 +18,9 @@ from tokensde.model.checks import ParameterError
 from tokensde.model.params import TimeGrid
 from tokensde.sim import coupled_paths
 from tokensde.study.noise_threshold import (
+    _order_parameter,
     critical_token_noise,
     mean_field_order,
-    order_parameter,
     ordered_branch_end,
     stationary_order,
     threshold_from_fluctuations,
@@ -129,7 +129,7 @@ def test_uniform_tokens_stay_uniform_without_drift():
     p = ModelParams(n=n, d=d, beta=1.0, mean="none", sigma=0.0, token_noise=1.0)
     res = simulate(p, TimeGrid.make(T=2.0, dt=0.02), runs=runs, seed=4,
                    recording=Recording(checkpoints=5, record=("tokens",)))
-    m2 = (order_parameter(res.tokens) ** 2).mean(0)  # (checkpoints,)
+    m2 = (_order_parameter(res.tokens) ** 2).mean(0)  # (checkpoints,)
     se = math.sqrt(2 * (n - 1) / (n**3 * d * runs))
     assert np.all(np.abs(m2 - 1 / n) < 4 * se), (m2, 1 / n, se)
     # the tokens did move: the overlap with the start decays as exp(-(d-1) tau^2 t / 2) (4

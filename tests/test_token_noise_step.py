@@ -40,9 +40,9 @@ def test_attention_responses_against_quadrature(d, attention):
     if attention == "softmax":
         z = mean(lambda t: math.exp(beta * t))
         c0, a, b = c0 / z, a / z - (c0 / z) ** 2, b / z
-    assert tn.attention_responses(beta, d, attention) == pytest.approx((c0, a, b), rel=1e-9)
+    assert tn._attention_responses(beta, d, attention) == pytest.approx((c0, a, b), rel=1e-9)
     # B is the theory's linear response c_1 / beta
-    assert b == pytest.approx(tn.mode_coefficient(beta, d, attention) / beta, rel=1e-9)
+    assert b == pytest.approx(tn._mode_coefficient(beta, d, attention) / beta, rel=1e-9)
 
 
 def brute_multiplier(beta: float, dt: float, tau: float, attention: str, scheme: str) -> float:
@@ -83,7 +83,7 @@ def test_step_multiplier_is_one_step_of_the_many_token_map(attention, scheme):
     """`step_multiplier` (Gaussian integrals in closed form) equals one step of the map on the
     circle computed by brute force, at beta = 3, dt = 0.01, tau = tau_c, to 1e-9."""
     tau = tau_c(3.0, 2, attention)
-    exact = tn.step_multiplier(3.0, 2, 0.01, tau, attention, scheme)
+    exact = tn._step_multiplier(3.0, 2, 0.01, tau, attention, scheme)
     assert exact == pytest.approx(brute_multiplier(3.0, 0.01, tau, attention, scheme),
                                   abs=1e-9)
     assert abs(exact - 1) > 1e-6  # the step moves the threshold: tau_c is not a fixed point
@@ -96,7 +96,7 @@ def test_first_order_shift_is_the_slope_of_the_exact_threshold(d, attention, sch
     """`kappa` (a hand expansion of the normalisation to dt^2) is the slope at dt -> 0 of the
     threshold of the exact one-step map: the shift over dt at dt = 1e-4 and 2e-4 lies within
     3 % of kappa, and the two agree with a linear law (second-order part small)."""
-    kappa = tn.step_shift_coefficient(beta, d, attention, scheme)
+    kappa = tn._step_shift_coefficient(beta, d, attention, scheme)
     slopes = [(tn.step_threshold(beta, d, dt, attention, scheme) / tau_c(beta, d, attention)
                - 1) / dt for dt in (1e-4, 2e-4)]
     assert slopes == pytest.approx([kappa, kappa], rel=0.03)
@@ -107,7 +107,7 @@ def test_sde_scheme_has_no_first_order_shift_at_d3():
     dt^2 (a quarter when dt halves), while the network's falls like dt."""
     s1, s2 = (tn.step_threshold(3.0, 3, dt, "usa", "sde") / tau_c(3.0, 3) - 1
               for dt in (0.02, 0.01))
-    assert tn.step_shift_coefficient(3.0, 3, "usa", "sde") == 0.0
+    assert tn._step_shift_coefficient(3.0, 3, "usa", "sde") == 0.0
     assert s2 / s1 == pytest.approx(0.25, abs=0.03)
     n1, n2 = (tn.step_threshold(3.0, 3, dt) / tau_c(3.0, 3) - 1 for dt in (0.02, 0.01))
     assert n2 / n1 == pytest.approx(0.5, abs=0.03)
@@ -146,19 +146,19 @@ def test_step_rule_and_its_warning():
     """beta = 5, d = 2 (USA): the rule takes the SDE scheme (its first-order bias is 23 times
     smaller) at a step whose exact shift is within 1 %, and the next step of the ladder up
     breaks the rule; a hand-given dt = 0.05 warns, naming the shift and the steps that meet it."""
-    plan = nt.step_plan(5.0, 2)
+    plan = nt._step_plan(5.0, 2)
     assert plan.scheme == "sde" and plan.chosen and not plan.warning
     assert abs(plan.shift) <= 0.01 and plan.advice["network"] < plan.advice["sde"]
-    ladder = nt._ladder(nt.DT_MAX)
+    ladder = nt._ladder(nt._DT_MAX)
     up = ladder[ladder.index(plan.dt) - 1]  # 0.01 above 0.005
     assert max(abs(nt.step_error(5.0, 2, up, "usa", "sde")),
                abs(tn.step_threshold_shift(5.0, 2, up, "usa", "sde"))) > 0.01
-    net = nt.step_plan(5.0, 2, scheme="network")
+    net = nt._step_plan(5.0, 2, scheme="network")
     assert net.dt == plan.advice["network"] and abs(net.shift) <= 0.01
-    bad = nt.step_plan(5.0, 2, scheme="network", dt=0.05)
+    bad = nt._step_plan(5.0, 2, scheme="network", dt=0.05)
     assert bad.shift == pytest.approx(1.2844, abs=1e-3)  # tau_c(0.05) = 2.28 tau_c
     assert "+128 %" in bad.warning and f"dt <= {plan.advice['sde']:g} (sde)" in bad.warning
-    with pytest.warns(nt.StepBiasWarning, match="beyond the 1 % rule"), \
+    with pytest.warns(nt._StepBiasWarning, match="beyond the 1 % rule"), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the SDE's own large-step warning
         nt.stationary_order(3.0, 4, 2, 5.0, runs=2, T=0.1, burn=0.0, dt=0.05, samples=2)
@@ -173,7 +173,7 @@ def test_nematic_order_closed_values():
     two = np.concatenate([one, -one])
     assert nt.nematic_order(one) == pytest.approx(1.0) and nt.nematic_order(two) == \
         pytest.approx(1.0)
-    assert nt.order_parameter(two) == pytest.approx(0.0, abs=1e-15)
+    assert nt._order_parameter(two) == pytest.approx(0.0, abs=1e-15)
     x = np.random.default_rng(3).standard_normal((4000, 50, 3))
     x /= np.linalg.norm(x, axis=-1, keepdims=True)
     nq2 = 50 * nt.nematic_order(x) ** 2
@@ -207,7 +207,7 @@ def test_extrapolation_is_richardson_over_two_steps():
     and the threshold's residual shift `2 s(dt/2) - s(dt)`, which is far below s(dt)."""
     kw = dict(n=8, d=2, beta=3.0, runs=2, T=0.4, burn=0.2, samples=5, scheme="network")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", nt.StepBiasWarning)
+        warnings.simplefilter("ignore", nt._StepBiasWarning)
         both = nt.stationary_order(1.0, dt=0.04, extrapolate=True, **kw)
     one = nt.stationary_order(1.0, dt=0.04, step_tol=None, **kw)
     half = nt.stationary_order(1.0, dt=0.02, step_tol=None, **kw)
@@ -222,11 +222,11 @@ def test_extrapolation_is_richardson_over_two_steps():
 def test_out_of_range_beta_and_noise_are_refused_by_name():
     """Where float64 cannot give a step or a threshold, a ParameterError names the parameter
     (no IndexError, ZeroDivisionError or OverflowError)."""
-    from tokensde.study.noise_threshold import critical_token_noise, default_step, step_plan
+    from tokensde.study.noise_threshold import _step_plan, critical_token_noise, default_step
 
     with pytest.raises(ParameterError, match=r"beta = 300.*allowed"):
         default_step(300.0, 2)
     with pytest.raises(ParameterError, match=r"beta = 1000 is too large"):
         critical_token_noise(1000.0, 2)
     with pytest.raises(ParameterError, match=r"token_noise .* = 1e\+308.*allowed: tau <="):
-        step_plan(1.0, 2, token_noise=1e308)
+        _step_plan(1.0, 2, token_noise=1e308)

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 from tokensde import ModelParams, ParameterError, StoppingRule
 from tokensde.analysis import pair_monte_carlo as mc
 from tokensde.analysis.stats import wilson
-from tokensde.sim.layers import attention_weights, network_step
+from tokensde.sim.layers import _attention_weights, network_step
 from tokensde.sim.reduced import reduced_diffusion
 from tokensde.sim.rng import RunStreams
-from tokensde.sim.samplers import full_noise
+from tokensde.sim.samplers import _full_noise
 from tokensde.sweep import two_token as phase_grid
 from tokensde.sweep.kinds import get_kind
 from tokensde.sweep.store import read_table
@@ -248,8 +248,8 @@ def test_reduced_hybrid_moments_match_the_network():
     p = ModelParams(n=2, d=3, beta=beta, attention="usa", mean="identity", noise="scalar", eps=eps)
     x = torch.zeros(runs, 2, 3, dtype=torch.float64)
     x[:, 0, 0], x[:, 1, 0], x[:, 1, 1] = 1.0, rho, math.sqrt(1 - rho * rho)
-    y = attention_weights(x, p) @ x
-    xi = full_noise(y, p, RunStreams(seed=5, runs=runs))
+    y = _attention_weights(x, p) @ x
+    xi = _full_noise(y, p, RunStreams(seed=5, runs=runs))
     steps = []
     for sign in (1.0, -1.0):  # antithetic pair
         z = network_step(x, y, sign * xi, p, dt)
@@ -439,7 +439,7 @@ def test_grid_command_saves_every_cell_resumes_and_draws(tmp_path, monkeypatch):
     table = sweep / "table.parquet"
     assert first.output.split() == [str(table), str(png)] and png.stat().st_size > 20_000
     saved = read_table(sweep)
-    assert len(saved) == 2 and set(phase_grid.COLUMNS) <= set(saved.columns)
+    assert len(saved) == 2 and set(phase_grid._COLUMNS) <= set(saved.columns)
     # the saved cells are reused, not recomputed; a directory holds one grid
     real, ran = mc.monte_carlo, []
     monkeypatch.setattr(phase_grid, "monte_carlo",

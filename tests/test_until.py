@@ -12,7 +12,7 @@ from scipy import stats
 
 from tokensde import Execution, ModelParams, Recording, StoppingRule, TimeGrid, simulate
 from tokensde.analysis import pair_monte_carlo as mc
-from tokensde.analysis.stats import censored_quantiles, chance_excess, chance_explains
+from tokensde.analysis.stats import _censored_quantiles, chance_excess, chance_explains
 from tokensde.model.params import ParameterError
 from tokensde.sim.reduced import reduced_diffusion
 from tokensde.sim.rng import RunStreams
@@ -157,7 +157,7 @@ def test_tail_rate_is_the_slope_of_the_survival_and_slows_near_beta_c():
     s = ab.survival(np.array([60.0, 80.0]), beta, d, 0.0, 1e-8)
     assert math.log(s[0] / s[1]) / 20.0 == pytest.approx(k, rel=1e-3)
     # tol -> 0: the rate falls towards the slower boundary rate mu^2 / (2 s^2)
-    lim = ab.boundary_rates(beta, d)
+    lim = ab._boundary_rates(beta, d)
     assert lim["antipodal"] < lim["merged"]
     rates = [ab.decision_rate(beta, d, t) for t in (1e-4, 1e-8, 1e-14)]
     assert rates[0] > rates[1] > rates[2] > lim["antipodal"]
@@ -196,9 +196,9 @@ def test_chance_excess_is_the_binomial_tail():
 
 def test_censored_quantiles_are_nan_past_the_horizon():
     t = np.array([1.0, 2.0, 3.0, np.nan, np.nan])
-    assert censored_quantiles(t, [0.2, 0.6])[0] == 1.0
-    assert censored_quantiles(t, [0.6])[0] == 3.0
-    assert math.isnan(censored_quantiles(t, [0.9])[0])
+    assert _censored_quantiles(t, [0.2, 0.6])[0] == 1.0
+    assert _censored_quantiles(t, [0.6])[0] == 3.0
+    assert math.isnan(_censored_quantiles(t, [0.9])[0])
 
 
 def test_unequal_bipolar_formations_hover_instead_of_closing():

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from tokensde.model.params import ModelParams, ParameterError
-from tokensde.sim.layers import attention_output, network_step
+from tokensde.sim.layers import _attention_output, network_step
 from tokensde.vit import Arm, ViTConfig, build_vit, make_model, pair_cosines, parse_arms, value_weights
 from tokensde.vit.geometry import geometry
-from tokensde.vit.init import arm_order
+from tokensde.vit.init import _arm_order
 
 SMALL = ViTConfig(image_size=8, patch=4, dim=16, depth=3, heads=2)
 ARMS = ["default", "gaussian:2", "noise:0", "noise:0.1", "noise:2", "hybrid:0", "hybrid:0.5",
@@ -85,7 +85,7 @@ def test_arm_parsing() -> None:
 
 def test_arm_order_is_by_kind_then_label() -> None:
     arms = ["shared", "identity", "noise:0.5", "hybrid:0", "noise:0", "default", "noise:0", "zz"]
-    assert arm_order(arms) == ["default", "noise:0", "noise:0.5", "hybrid:0", "identity",
+    assert _arm_order(arms) == ["default", "noise:0", "noise:0.5", "hybrid:0", "identity",
                                "shared", "zz"]
 
 
@@ -115,7 +115,7 @@ def test_attention_only_block_is_the_spec_layer() -> None:
     with torch.no_grad():
         got = block(math.sqrt(D) * u) / math.sqrt(D)
     p = ModelParams(n=n, d=D, beta=c * c * math.sqrt(D))  # <q_i, k_j>/sqrt(D) = beta <u_i, u_j>
-    y = attention_output(u, p)
+    y = _attention_output(u, p)
     want = network_step(u, y, y @ V.T, p, dt=1.0 / L)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
 

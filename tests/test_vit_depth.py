@@ -15,21 +15,21 @@ from scipy import stats as st
 from test_vit_train import _write_cifar
 
 from tokensde.model.params import ModelParams, ParameterError
-from tokensde.sim.layers import attention_output, network_step
+from tokensde.sim.layers import _attention_output, network_step
 from tokensde.sweep.config import SweepConfig
 from tokensde.sweep.engine import run_sweep
-from tokensde.sweep.kinds import KINDS
+from tokensde.sweep.kinds import _KINDS
 from tokensde.sweep.store import load_table
 from tokensde.vit import ViTConfig, build_vit, make_model, value_weights
 from tokensde.vit.depth import (
     KIND,
-    depth_config,
-    depth_report,
-    geometry_at_init,
-    paired_gaps,
-    read_gaps,
-    run_depth,
-    token_geometry,
+    _depth_config,
+    _depth_report,
+    _geometry_at_init,
+    _paired_gaps,
+    _read_gaps,
+    _run_depth,
+    _token_geometry,
 )
 from tokensde.vit.train import train_epoch
 
@@ -54,7 +54,7 @@ def test_hybrid_arm_first_layer_is_network_step_with_mean_identity(lam: float) -
     with torch.no_grad():
         got = block(math.sqrt(D) * u) / math.sqrt(D)
     p = ModelParams(n=n, d=D, beta=c * c * math.sqrt(D), mean="identity", sigma=1.0)
-    y = attention_output(u, p)
+    y = _attention_output(u, p)
     want = network_step(u, y, lam * (y @ v0.T), p, dt=cfg.branch_scale**2)
     # the weights are stored in float32: r I = I / 3 carries a relative rounding of ~3e-8
     torch.testing.assert_close(got, want, rtol=0, atol=1e-8)
@@ -68,20 +68,20 @@ def test_token_geometry_closed_form() -> None:
     # image 0: two equal tokens and their antipode; image 1: three orthonormal tokens
     x = torch.tensor([[[1.0, 0, 0], [2.0, 0, 0], [-1.0, 0, 0]],
                       [[0.0, 3, 0], [0.0, 0, 1], [s, 0, 0]]])
-    g = token_geometry(x, tol=1e-9)
+    g = _token_geometry(x, tol=1e-9)
     assert g["near_pos"] == pytest.approx(1 / 6) and g["near_neg"] == pytest.approx(2 / 6)
     assert g["mean_cos"] == pytest.approx((1 - 1 - 1) / 6)
     assert g["rank"] == pytest.approx((1.0 + 3.0) / 2)  # one pole: rank 1; orthonormal: 3
 
 
 def test_geometry_is_measured_on_the_untrained_model(digits_data) -> None:
-    cell = KINDS[KIND].normalize({**TINY, "arm": "identity", "depth": 6, "train_seed": 4})
-    row = KINDS[KIND](cell, seed=0)
+    cell = _KINDS[KIND].normalize({**TINY, "arm": "identity", "depth": 6, "train_seed": 4})
+    row = _KINDS[KIND](cell, seed=0)
     data = digits_data
     model = make_model(ViTConfig(image_size=8, channels=1, patch=4, dim=16, depth=6, heads=1,
                                  norm="rms", residual_scale=True, block="attention-only"),
                        "identity", 4)
-    fresh = geometry_at_init(model, data.x_test[:8], 0.05)
+    fresh = _geometry_at_init(model, data.x_test[:8], 0.05)
     assert {f"init_{k}": v for k, v in fresh.items()} == {k: row[k] for k in row
                                                          if k.startswith("init_")}
     # the same model after one epoch has another geometry: the row did not measure it
@@ -89,9 +89,9 @@ def test_geometry_is_measured_on_the_untrained_model(digits_data) -> None:
 
     train = TrainConfig(epochs=1, batch_size=32, seed=4)
     train_epoch(model, make_optimizer(model, train), data, train, 0)
-    assert geometry_at_init(model, data.x_test[:8], 0.05)["mean_cos"] != fresh["mean_cos"]
+    assert _geometry_at_init(model, data.x_test[:8], 0.05)["mean_cos"] != fresh["mean_cos"]
     # V = I merges tokens: the deterministic flow at the branch scale, six blocks deep
-    assert row["init_near_pos"] > geometry_at_init(
+    assert row["init_near_pos"] > _geometry_at_init(
         make_model(model.cfg, "noise:0", 4), data.x_test[:8], 0.05)["near_pos"]
 
 
@@ -111,7 +111,7 @@ def test_paired_gaps_match_hand_computed_t_interval() -> None:
             for a, accs in (("default", base), ("noise:0", base + diff)) for s, acc in
             enumerate(accs)]
     rows.append({**rows[-1], "train_seed": 9, "acc": 0.0, "arm": "noise:0"})  # no partner
-    g = paired_gaps(pd.DataFrame(rows)).set_index("arm")
+    g = _paired_gaps(pd.DataFrame(rows)).set_index("arm")
     half = st.t.ppf(0.975, 4) * np.std(100 * diff, ddof=1) / math.sqrt(5)
     assert g.loc["noise:0", "pairs"] == 5 and g.loc["noise:0", "seeds"] == 6
     assert g.loc["noise:0", "gap"] == pytest.approx(100 * diff.mean())
@@ -125,15 +125,15 @@ def test_depth_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
                                  "params": TINY, "grid": {"arm": ["default", "noise:0",
                                                                   "hybrid:0"],
                                                           "depth": [2, 4], "train_seed": [0, 1]}})
-    first = run_depth(cfg, tmp_path, workers=1)
+    first = _run_depth(cfg, tmp_path, workers=1)
     assert first["ran"] == 12 and first["failed"] == 0
-    again = run_depth(cfg, tmp_path, workers=1)
+    again = _run_depth(cfg, tmp_path, workers=1)
     assert again["ran"] == 0 and again["skipped"] == 12
     table = load_table(tmp_path)
     default = table[table["arm"] == "default"]["acc"]
     assert table["acc"].between(0.0, 1.0).all() and (default > 0.2).all()  # chance: 0.1
     assert all(len(c) == 1 for c in table["acc_curve"])
-    gaps = read_gaps(tmp_path)
+    gaps = _read_gaps(tmp_path)
     assert len(gaps) == 6 and set(gaps["pairs"]) == {2}
     # identical weights apart from V: arms of one (depth, seed) differ, the seed sets them
     one = table[(table["depth"] == 2) & (table["train_seed"] == 0)].set_index("arm")["acc"]
@@ -152,12 +152,12 @@ def test_depth_sweep_runs_resumes_and_reports(tmp_path: Path) -> None:
     again = load_table(tmp_path / "more").set_index("cell")["acc"]
     assert (again.reindex(table["cell"]).dropna() == table.set_index("cell")["acc"].reindex(
         again.index).dropna()).all()
-    pooled = depth_report(tmp_path, figures=False, also=[tmp_path / "more"])
-    gaps = read_gaps(tmp_path).set_index(["depth", "arm"])
+    pooled = _depth_report(tmp_path, figures=False, also=[tmp_path / "more"])
+    gaps = _read_gaps(tmp_path).set_index(["depth", "arm"])
     assert gaps.loc[(2, "noise:0"), "pairs"] == 3 and gaps.loc[(4, "noise:0"), "pairs"] == 2
     assert set(pooled) == {"gaps", "table"}
     with pytest.raises(ParameterError, match="not 'vit_depth'"):
-        depth_report(tmp_path, also=[_null_sweep(tmp_path / "null")])
+        _depth_report(tmp_path, also=[_null_sweep(tmp_path / "null")])
 
 
 def _null_sweep(out: Path) -> Path:
@@ -183,7 +183,7 @@ def test_the_same_sweep_runs_on_cifar10(tmp_path: Path) -> None:
 
 
 def test_depth_config_sizes_and_errors(tmp_path: Path) -> None:
-    full = depth_config("full")
+    full = _depth_config("full")
     cells = full.cells()
     head = [c for c in cells if c.params["block"] == "attention-only" and c.params["depth"] >= 24
             and c.params["arm"] in ("noise:0", "hybrid:0", "shared")]
@@ -192,16 +192,16 @@ def test_depth_config_sizes_and_errors(tmp_path: Path) -> None:
     assert {c.params["block"] for c in cells} == {"attention-only", "standard"}
     assert {c.params["arm"] for c in cells} >= {"noise:0", "noise:2", "hybrid:0", "hybrid:2",
                                                 "identity", "shared", "default"}
-    assert depth_config("quick", epochs=2).params["epochs"] == 2
+    assert _depth_config("quick", epochs=2).params["epochs"] == 2
     with pytest.raises(ParameterError, match="depth vary in the grid"):
-        depth_config("quick", depth=3)
+        _depth_config("quick", depth=3)
     (tmp_path / "x.toml").write_text('kind = "null"\nseed = 1\n[grid]\nx = [1]\n')
     with pytest.raises(ParameterError, match="size must be one of tiny, quick, full, long"):
-        depth_config(tmp_path / "x.toml")
+        _depth_config(tmp_path / "x.toml")
     with pytest.raises(ParameterError, match=r"arm 'noise:-1': noise factor LAM must be .* >= 0"):
-        KINDS[KIND].normalize({**TINY, "arm": "noise:-1", "depth": 2, "train_seed": 0})
+        _KINDS[KIND].normalize({**TINY, "arm": "noise:-1", "depth": 2, "train_seed": 0})
     with pytest.raises(ParameterError, match="tol must be in"):
-        KINDS[KIND].normalize({**TINY, "arm": "default", "depth": 2, "train_seed": 0, "tol": 2})
+        _KINDS[KIND].normalize({**TINY, "arm": "default", "depth": 2, "train_seed": 0, "tol": 2})
 
 
 def test_cli_depth_errors_are_one_line(tmp_path: Path) -> None:

@@ -10,13 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tokensde.sweep.config import fingerprint
+from tokensde.sweep.config import _fingerprint
 from tokensde.sweep.engine import sweep_status
 from tokensde.sweep.store import load_table
-from tokensde.vit.fair import fair_config
-from tokensde.vit.fair_choice import choose_lr, per_seed
-from tokensde.vit.fair_report import load_fair
-from tokensde.vit.fair_stats import fair_gaps
+from tokensde.vit.fair import _fair_config
+from tokensde.vit.fair_choice import _choose_lr, _per_seed
+from tokensde.vit.fair_report import _load_fair
+from tokensde.vit.fair_stats import _fair_gaps
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "vit-fair"
 WIDE = RESULTS.parent / "vit-fair-wide"
@@ -24,8 +24,8 @@ WIDE = RESULTS.parent / "vit-fair-wide"
 
 @pytest.fixture(scope="module")
 def both() -> tuple[pd.DataFrame, pd.DataFrame]:
-    seeds, plan, _ = load_fair([RESULTS, WIDE])
-    return seeds, choose_lr(seeds, plan)
+    seeds, plan, _ = _load_fair([RESULTS, WIDE])
+    return seeds, _choose_lr(seeds, plan)
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +37,11 @@ def test_committed_cells_are_the_whole_fair_sizes() -> None:
     st, wide = sweep_status(RESULTS), sweep_status(WIDE)
     assert st["kind"] == "vit_fair" and st["total"] == st["done"] == 80 and st["failed"] == 0
     assert wide["done"] == wide["total"] == 16 and wide["failed"] == 0
-    assert choose_lr(per_seed(load_table(RESULTS))).query("epochs <= 10")["complete"].all()
+    assert _choose_lr(_per_seed(load_table(RESULTS))).query("epochs <= 10")["complete"].all()
     # the committed sweeps are today's `fair` and `fair-wide` sizes, so both resume
     for d, size in ((RESULTS, "fair"), (WIDE, "fair-wide")):
-        cfg = fair_config(size)
-        assert sweep_status(d)["fingerprint"] == fingerprint(cfg, cfg.cells())
+        cfg = _fair_config(size)
+        assert sweep_status(d)["fingerprint"] == _fingerprint(cfg, cfg.cells())
 
 
 def test_widened_grid_brackets_every_short_budget_choice(both) -> None:
@@ -60,7 +60,7 @@ def test_widened_grid_brackets_every_short_budget_choice(both) -> None:
 
 def test_documented_gaps_at_3_epochs(both) -> None:
     seeds, chosen = both
-    gaps = fair_gaps(seeds, chosen)
+    gaps = _fair_gaps(seeds, chosen)
     pick = chosen.set_index(["arm", "epochs"])["lr"]
     assert pick[("noise:0", 3)] == pytest.approx(4e-3)
     assert pick[("default", 3)] == pytest.approx(8e-3)
@@ -79,7 +79,7 @@ def test_documented_gaps_at_10_epochs(both) -> None:
     seeds, chosen = both
     ten = chosen[chosen["epochs"] == 10].set_index("arm")
     assert (ten["lr"] == 4e-3).all() and not ten["edge"].any()
-    gaps = fair_gaps(seeds, chosen)
+    gaps = _fair_gaps(seeds, chosen)
     got = gaps[gaps["epochs"] == 10].set_index("arm")[["gap", "gap_lo", "gap_hi"]].round(1)
     assert got.loc["noise:0"].tolist() == [-1.0, -1.7, -0.4]
     assert got.loc["hybrid:0"].tolist() == [-1.8, -2.3, -1.3]
@@ -93,13 +93,13 @@ def test_documented_30_epochs(both) -> None:
     default chooses 2e-3, noise:0 4e-3, inside the grid; noise:0 -0.3 [-0.9, +0.3], hybrid:0
     -1.7 [-2.2, -1.2], identity -3.6 [-4.1, -3.1]; with both at 2e-3, noise:0 -0.6 [-1.1, -0.2];
     default gains +1.2 [+0.9, +1.6] over its last 10 epochs and +4.4 [+3.9, +4.9] from 10."""
-    from tokensde.vit.fair_stats import plateau
+    from tokensde.vit.fair_stats import _plateau
 
     seeds, chosen = both
     assert len(seeds[seeds["epochs"] == 30]) == 20 * 12
     thirty = chosen[chosen["epochs"] == 30]
     assert thirty["complete"].all() and not thirty["edge"].any()
-    gaps = fair_gaps(seeds, chosen)
+    gaps = _fair_gaps(seeds, chosen)
     g = gaps[gaps["epochs"] == 30].set_index("arm")
     assert g["complete"].all()
     assert g["lr"].to_dict() == {"default": 2e-3, "noise:0": 4e-3, "hybrid:0": 2e-3,
@@ -110,7 +110,7 @@ def test_documented_30_epochs(both) -> None:
     assert got.loc["identity"].tolist() == [-3.6, -4.1, -3.1]
     assert round(float(g.loc["noise:0", "gap_fixed"]), 1) == -0.6
     assert (g["half_width"].dropna() <= 1.5).all()
-    level = plateau(seeds, chosen)
+    level = _plateau(seeds, chosen)
     assert [round(x, 1) for x in level["last_third"]] == [1.2, 0.9, 1.6]
     assert [round(x, 1) for x in level["budget_change"]] == [4.4, 3.9, 4.9]
     val = thirty.set_index("arm")

@@ -34,8 +34,8 @@ from tokensde.vit import (
     summarise,
     train_run,
 )
-from tokensde.vit.data import FASHION_DIR, read_idx
-from tokensde.vit.train import CHECKPOINT, LOG, augment
+from tokensde.vit.data import _FASHION_DIR, _read_idx
+from tokensde.vit.train import CHECKPOINT, LOG, _augment
 
 DIGITS_VIT = ViTConfig(image_size=8, patch=4, dim=64, depth=2, heads=4)
 
@@ -67,12 +67,12 @@ def test_lr_schedule_closed_form() -> None:
 def test_augment_shifts_images() -> None:
     x = torch.zeros(64, 1, 6, 6)
     x[:, :, 3, 3] = 1.0
-    y = augment(x, 2, False, torch.Generator().manual_seed(0))
+    y = _augment(x, 2, False, torch.Generator().manual_seed(0))
     assert torch.equal(y.sum((1, 2, 3)), torch.ones(64))  # the dot stays inside (shift <= 2)
     pos = y[:, 0].flatten(1).argmax(1)
     rows, cols = pos // 6 - 3, pos % 6 - 3
     assert rows.abs().max() == 2 and cols.abs().max() == 2 and len(set(pos.tolist())) > 10
-    flipped = augment(x, 0, True, torch.Generator().manual_seed(0))
+    flipped = _augment(x, 0, True, torch.Generator().manual_seed(0))
     assert 10 < int((flipped[:, 0, 3, 2] == 1).sum()) < 54  # column 3 -> 2 under a flip
 
 
@@ -185,14 +185,14 @@ def test_idx_reader(tmp_path: Path) -> None:
     path = tmp_path / "x.gz"
     with gzip.open(path, "wb") as fh:
         fh.write(b"\0\0\x08\x03" + np.array([2, 3, 4], ">u4").tobytes() + arr.tobytes())
-    assert np.array_equal(read_idx(path), arr)
+    assert np.array_equal(_read_idx(path), arr)
     with gzip.open(path, "wb") as fh:
         fh.write(b"\0\0\x08\x03" + np.array([2, 3, 5], ">u4").tobytes() + arr.tobytes())
     with pytest.raises(DatasetError, match="bad IDX header or length"):
-        read_idx(path)
+        _read_idx(path)
 
 
-@pytest.mark.skipif(not FASHION_DIR.is_dir(), reason="dataset-fashion-mnist is not installed")
+@pytest.mark.skipif(not _FASHION_DIR.is_dir(), reason="dataset-fashion-mnist is not installed")
 def test_fashion_mnist_from_the_debian_package() -> None:
     data = load_dataset("fashion-mnist", train_subset=1000, test_subset=500)
     assert data.x_train.shape == (1000, 1, 28, 28) and data.x_test.shape == (500, 1, 28, 28)

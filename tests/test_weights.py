@@ -8,7 +8,7 @@ import torch
 
 from tokensde import Execution, InitialState, Recording, TimeGrid
 from tokensde.model.params import ModelParams, ParameterError
-from tokensde.sim.layers import attention_output
+from tokensde.sim.layers import _attention_output
 from tokensde.sim.simulate import simulate
 
 
@@ -53,7 +53,7 @@ def test_weighted_attention_closed_form() -> None:
     p = ModelParams(n=2, d=2, beta=0.7)
     x = torch.tensor([[[1.0, 0.0], [0.6, 0.8]]], dtype=torch.float64)
     w = torch.tensor([2.5, 1.0], dtype=torch.float64)
-    y = attention_output(x, p, weights=w)
+    y = _attention_output(x, p, weights=w)
     a, b = 2.5 * np.exp(0.7), np.exp(0.7 * 0.6)
     want = (a * np.array([1.0, 0.0]) + b * np.array([0.6, 0.8])) / (a + b)
     assert np.allclose(y[0, 0].numpy(), want, rtol=0, atol=1e-15)

@@ -10,7 +10,7 @@ Every function takes Gram matrices `gram` `(runs, n, n)` (or one `(n, n)`) of un
 - a configuration is *decided* when every pair is merged or antipodal (`1 - |G_ij| < tol`).
 
 Outcome at the horizon (`outcome_codes`, the one rule that `analyze`, `classify_clusters`,
-`token_clusters.tokens_outcome`, the command line and the mean-field statistics share): a
+`token_clusters._tokens_outcome`, the command line and the mean-field statistics share): a
 decided run is *single* when no pair is antipodal (one cluster) and *bipolar* otherwise (two
 antipodal clusters, the absorbing formations of the noisy dynamics). Any other configuration is
 *other* if it is frozen — no inner product moved by more than `move_tol` since an earlier
@@ -32,17 +32,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ..model.checks import check_int, check_tol, require
-from ..model.params import ParameterError, check_real
+from ..model.checks import _check_int, _require, check_tol
+from ..model.params import ParameterError, _check_real
 
 if TYPE_CHECKING:
     import torch
 
 # inner products as a numpy array or a torch tensor: the pair helpers below work on either
-Inner = TypeVar("Inner", np.ndarray, "torch.Tensor")
+_Inner = TypeVar("_Inner", np.ndarray, "torch.Tensor")
 
 # Floor of the log-gap scale: a float64 Gram cannot resolve 1 - G below ~1e-16.
-LOG_GAP_FLOOR = -16.0
+_LOG_GAP_FLOOR = -16.0
 
 
 class Outcome(IntEnum):
@@ -74,13 +74,13 @@ def _as_gram(gram: Any, name: str = "gram") -> np.ndarray:
     return g
 
 
-def check_gap_tol(tol: Any, name: str = "tol") -> float:
+def _check_gap_tol(tol: Any, name: str = "tol") -> float:
     """A tolerance on a gap `1 -+ G_ij` (in [0, 2]): a finite number in (0, 2], else
     ParameterError naming `name`. Cheap for a plain float (the pair helpers run every layer)."""
     if type(tol) is float and 0.0 < tol <= 2.0:
         return tol
-    t = check_real(name, tol, 0.0, strict=True)
-    require(t <= 2.0, name, "a number in (0, 2] (gaps 1 -+ G_ij lie in [0, 2])", tol)
+    t = _check_real(name, tol, 0.0, strict=True)
+    _require(t <= 2.0, name, "a number in (0, 2] (gaps 1 -+ G_ij lie in [0, 2])", tol)
     return t
 
 
@@ -98,7 +98,7 @@ def _component_labels(adj: np.ndarray) -> np.ndarray:
     return np.argmax(_closure(adj), axis=-1)
 
 
-def is_merged(g: Inner, tol: float) -> Inner:
+def is_merged(g: _Inner, tol: float) -> _Inner:
     """Elementwise `1 - g < tol`: inner products `g` of merged pairs (spec §7).
 
     Args:
@@ -108,11 +108,11 @@ def is_merged(g: Inner, tol: float) -> Inner:
     Returns:
         A boolean array (or tensor) of the shape of `g`.
     """
-    tol = check_gap_tol(tol)
+    tol = _check_gap_tol(tol)
     return 1.0 - g < tol
 
 
-def is_antipodal(g: Inner, tol: float) -> Inner:
+def is_antipodal(g: _Inner, tol: float) -> _Inner:
     """Elementwise `1 + g < tol`: inner products `g` of antipodal pairs (spec §7).
 
     Args:
@@ -122,28 +122,28 @@ def is_antipodal(g: Inner, tol: float) -> Inner:
     Returns:
         A boolean array (or tensor) of the shape of `g`.
     """
-    tol = check_gap_tol(tol)
+    tol = _check_gap_tol(tol)
     return 1.0 + g < tol
 
 
-def merged(gram: Any, tol: float) -> np.ndarray:
+def _merged(gram: Any, tol: float) -> np.ndarray:
     """Boolean `(runs, n, n)`: `1 - G_ij < tol`."""
     return is_merged(_as_gram(gram), check_tol(tol))
 
 
-def antipodal(gram: Any, tol: float) -> np.ndarray:
+def _antipodal(gram: Any, tol: float) -> np.ndarray:
     """Boolean `(runs, n, n)`: `1 + G_ij < tol`."""
     return is_antipodal(_as_gram(gram), check_tol(tol))
 
 
-def cluster_labels(gram: Any, tol: float) -> np.ndarray:
+def _cluster_labels(gram: Any, tol: float) -> np.ndarray:
     """Cluster label of each token (smallest index in its cluster), `(runs, n)`."""
-    return _component_labels(merged(gram, tol))
+    return _component_labels(_merged(gram, tol))
 
 
-def pole_labels(gram: Any, tol: float) -> np.ndarray:
+def _pole_labels(gram: Any, tol: float) -> np.ndarray:
     """Pole label of each token (clusters up to sign), `(runs, n)`."""
-    return _component_labels(merged(gram, tol) | antipodal(gram, tol))
+    return _component_labels(_merged(gram, tol) | _antipodal(gram, tol))
 
 
 def _count_labels(labels: np.ndarray) -> np.ndarray:
@@ -158,7 +158,7 @@ def _label_sizes(labels: np.ndarray) -> np.ndarray:
     return -np.sort(-sizes, axis=-1)
 
 
-def upper_pairs(gram: Inner) -> Inner:
+def upper_pairs(gram: _Inner) -> _Inner:
     """Off-diagonal entries `G_ij, i < j` (row-major), of Gram matrices `(..., n, n)`:
     `(..., n(n-1)/2)`, a numpy array or a torch tensor like `gram`.
 
@@ -183,14 +183,14 @@ def pair_fractions(pairs: Any, tol: float) -> tuple[float, float]:
     Returns:
         `(merged, antipodal)`: the fractions of `pairs` within `tol` of +1 and of -1.
     """
-    tol = check_gap_tol(tol)
+    tol = _check_gap_tol(tol)
     try:
         g = np.asarray(pairs.cpu() if hasattr(pairs, "cpu") else pairs, dtype=np.float64)
     except (TypeError, ValueError):
         raise ParameterError(f"pairs must be an array of inner products; got "
                              f"{type(pairs).__name__}") from None
-    require(g.size > 0, "pairs", "non-empty (no pair: no fraction)", "an empty array")
-    require(bool(np.all(np.isfinite(g))), "pairs", "finite", "non-finite entries")
+    _require(g.size > 0, "pairs", "non-empty (no pair: no fraction)", "an empty array")
+    _require(bool(np.all(np.isfinite(g))), "pairs", "finite", "non-finite entries")
     return float(is_merged(g, tol).mean()), float(is_antipodal(g, tol).mean())
 
 
@@ -224,16 +224,16 @@ def effective_rank(gram: Any) -> np.ndarray:
     """
     g = _as_gram(gram)
     tr = np.trace(g, axis1=-2, axis2=-1)
-    require(bool(np.all(tr > 0)), "gram", "Gram matrices of a positive trace (tokens not all "
+    _require(bool(np.all(tr > 0)), "gram", "Gram matrices of a positive trace (tokens not all "
             "zero)", f"a trace of {float(tr.min()):g}")
     return tr * tr / (g * g).sum((-2, -1))
 
 
-def log_gaps(gram: Any) -> np.ndarray:
+def _log_gaps(gram: Any) -> np.ndarray:
     """`log10(1 - |G_ij|)` for pairs `i < j`, floored at LOG_GAP_FLOOR, `(runs, n(n-1)/2)`."""
     gap = 1.0 - np.abs(upper_pairs(_as_gram(gram)))
     with np.errstate(divide="ignore"):
-        return np.maximum(np.log10(np.maximum(gap, 0.0)), LOG_GAP_FLOOR)
+        return np.maximum(np.log10(np.maximum(gap, 0.0)), _LOG_GAP_FLOOR)
 
 
 def inner_product_histogram(gram: Any, bins: int = 40) -> tuple[np.ndarray, np.ndarray]:
@@ -247,12 +247,12 @@ def inner_product_histogram(gram: Any, bins: int = 40) -> tuple[np.ndarray, np.n
     Returns:
         `(counts, edges)`: counts `(bins,)` and bin edges `(bins + 1,)`.
     """
-    edges = np.linspace(-1.0, 1.0, check_int("bins", bins, 1) + 1)
+    edges = np.linspace(-1.0, 1.0, _check_int("bins", bins, 1) + 1)
     counts, _ = np.histogram(np.clip(upper_pairs(_as_gram(gram)), -1.0, 1.0), bins=edges)
     return counts, edges
 
 
-def motion(gram: Any, before: Any) -> np.ndarray:
+def _motion(gram: Any, before: Any) -> np.ndarray:
     """Largest change of an inner product between two checkpoints, `max_ij |G_ij - B_ij|`,
     `(runs,)`."""
     g, b = _as_gram(gram), _as_gram(before, "before")
@@ -290,7 +290,7 @@ class ClusterReport:
                                                                          strict=True)}
 
 
-def outcome_codes(decided: Any, split: Any, frozen: Any = None) -> np.ndarray:
+def _outcome_codes(decided: Any, split: Any, frozen: Any = None) -> np.ndarray:
     """The outcome rule, `(runs,)` int8 codes of `Outcome`: single = decided and not split,
     bipolar = decided and split, other = not decided and frozen, undecided = the rest.
 
@@ -338,18 +338,18 @@ def analyze(gram: Any, tol: float = 1e-4, before: Any = None, move_tol: float | 
     """
     g = _as_gram(gram)
     tol = check_tol(tol)
-    mtol = tol if move_tol is None else check_real("move_tol", move_tol, 0.0)
+    mtol = tol if move_tol is None else _check_real("move_tol", move_tol, 0.0)
     near1, near_1 = is_merged(g, tol), is_antipodal(g, tol)
     clusters = _component_labels(near1)
     poles = _component_labels(near1 | near_1)
     n_clusters, n_poles = _count_labels(clusters), _count_labels(poles)
-    moved = None if before is None else motion(g, before)
+    moved = None if before is None else _motion(g, before)
     frozen = None if moved is None else moved <= mtol
     decided = (near1 | near_1 | np.eye(g.shape[-1], dtype=bool)).all((-2, -1))
     return ClusterReport(
         tol=tol, n_clusters=n_clusters, n_poles=n_poles, cluster_sizes=_label_sizes(clusters),
         antipodal_fraction=antipodal_fraction(g, tol), effective_rank=effective_rank(g),
-        moved=moved, outcome=outcome_codes(decided, (g[:, 0] < 0).any(-1), frozen),
+        moved=moved, outcome=_outcome_codes(decided, (g[:, 0] < 0).any(-1), frozen),
     )
 
 
@@ -380,7 +380,7 @@ def minority_law(report: ClusterReport, n: int) -> np.ndarray:
         Counts `(n//2,)`: entry `m - 1` is the number of bipolar runs whose smaller pole holds `m`
         tokens.
     """
-    n = check_int("n", n, 1)
+    n = _check_int("n", n, 1)
     minor = report.sides[report.bipolar, 1]
     return np.bincount(minor, minlength=n // 2 + 1)[1:n // 2 + 1]
 
@@ -405,7 +405,7 @@ def tolerance_report(gram: Any, tol: float = 1e-4, before: Any = None,
         whose outcome changes).
     """
     tol = check_tol(tol)
-    f = check_real("factor", factor, 1.0, strict=True)
+    f = _check_real("factor", factor, 1.0, strict=True)
     mtol = tol if move_tol is None else move_tol
     base = analyze(gram, tol, before, mtol)
     out: dict[str, Any] = {"tol": tol, "factor": f, "counts": base.counts()}
@@ -416,7 +416,7 @@ def tolerance_report(gram: Any, tol: float = 1e-4, before: Any = None,
     return out
 
 
-def outcome_summary(pairs: int, mean: float, merged: float, antipodal: float,
+def _outcome_summary(pairs: int, mean: float, merged: float, antipodal: float,
                     outcome: np.ndarray, exact: bool = False) -> dict[str, Any]:
     """The summary of a batch of runs that `tokensde simulate` prints: pair counts and fractions
     (given), the fractions of runs by outcome (`outcome_codes`), and P(one cluster), P(bipolar)
@@ -453,14 +453,14 @@ def outcome_summary(pairs: int, mean: float, merged: float, antipodal: float,
     }
 
 
-def pair_summary(gram: Any, tol: float, exact: bool = False) -> dict[str, Any]:
+def _pair_summary(gram: Any, tol: float, exact: bool = False) -> dict[str, Any]:
     """`outcome_summary` of Gram matrices `(runs, n, n)`: fractions of pairs with `1 - G_ij <
     tol` and `1 + G_ij < tol`, outcomes by `classify_clusters` (the rule `outcome_codes`, as
-    `token_clusters.token_summary`); `{'pairs': 0}` for one token."""
+    `token_clusters._token_summary`); `{'pairs': 0}` for one token."""
     g = _as_gram(gram)
     rho = upper_pairs(g)
     if rho.size == 0:
         return {"pairs": 0}
     m, a = pair_fractions(rho, tol)
-    return outcome_summary(int(rho.shape[1]), float(rho.mean()), m, a, classify_clusters(g, tol),
+    return _outcome_summary(int(rho.shape[1]), float(rho.mean()), m, a, classify_clusters(g, tol),
                            exact)

@@ -33,31 +33,31 @@ from typing import Any
 import numpy as np
 from scipy import stats as _st
 
-from ..io.store import check_meta, header
-from ..model.checks import real_array, require
-from ..model.params import check_int
-from ..sim.coupled import LAWS
-from ..sim.coupled import uniform_from_gaussian as uniform_from_gaussian  # re-exported
-from ..sim.loop import Progress
-from ..sim.rng import RUN_BLOCK, derive_seed
+from ..io.store import _check_meta, header
+from ..model.checks import _real_array, _require
+from ..model.params import _check_int
+from ..sim.coupled import _LAWS
+from ..sim.coupled import _uniform_from_gaussian as _uniform_from_gaussian  # re-exported
+from ..sim.loop import _Progress
+from ..sim.rng import _RUN_BLOCK, derive_seed
 from .level_samples import (
-    LEVELS,
-    PROBLEMS,
-    CoupledSamples,
+    _LEVELS,
+    _PROBLEMS,
     Problem,
-    concat_samples,
+    _concat_samples,
+    _CoupledSamples,
     coupled_samples,
 )
-from .stats import check_level
+from .stats import _check_level
 
 _KIND_CONV = "tokensde.convergence"
 RESOLVE_Z = 3.0
-LEVEL_Z = 1.96
+_LEVEL_Z = 1.96
 
 
 
 @dataclass(frozen=True)
-class OrderFit:
+class _OrderFit:
     """`error ~ constant * L^(-order)`: least-squares order, its standard error and intervals."""
 
     order: float
@@ -78,7 +78,7 @@ def _ols(logL: np.ndarray, logE: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.ndarray,
-              replicates: np.ndarray | None = None, level: float = 0.95) -> OrderFit:
+              replicates: np.ndarray | None = None, level: float = 0.95) -> _OrderFit:
     """Order `-slope` of `log|e|` on `log L`; t-interval from the residuals; bootstrap percentile
     interval from `replicates` `(B, len(levels))` of the errors when given.
 
@@ -91,11 +91,11 @@ def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.n
     Returns:
         An `OrderFit`: the order, its standard error, the constant and the intervals.
     """
-    L, e = real_array("levels", levels), np.abs(real_array("errors", errors))
-    level = check_level(level)
-    require(L.ndim == 1 and bool(np.all(np.isfinite(L) & (L > 0))), "levels",
+    L, e = _real_array("levels", levels), np.abs(_real_array("errors", errors))
+    level = _check_level(level)
+    _require(L.ndim == 1 and bool(np.all(np.isfinite(L) & (L > 0))), "levels",
             "finite numbers of layers > 0, one per error", levels)
-    require(bool(np.all(np.isfinite(e))), "errors", "finite", errors)
+    _require(bool(np.all(np.isfinite(e))), "errors", "finite", errors)
     if L.size < 2 or L.size != e.size or np.any(e <= 0):
         raise ValueError(f"fit_order needs >= 2 levels with non-zero errors; got {L.size} levels")
     logL = np.log(L)
@@ -115,7 +115,7 @@ def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.n
         if len(r):
             orders = -_ols(logL, np.log(r))[0]
             blo, bhi = (float(q) for q in np.quantile(orders, [0.5 - level / 2, 0.5 + level / 2]))
-    return OrderFit(-slope, se, math.exp(icpt), -slope - half, -slope + half, blo, bhi,
+    return _OrderFit(-slope, se, math.exp(icpt), -slope - half, -slope + half, blo, bhi,
                     tuple(int(v) for v in L))
 
 
@@ -130,8 +130,8 @@ def poisson_weights(runs: int, replicates: int, seed: int) -> np.ndarray:
     Returns:
         The weights `(replicates, runs)`, float.
     """
-    runs, replicates = check_int("runs", runs, 1), check_int("replicates", replicates, 1)
-    return np.random.default_rng(check_int("seed", seed, 0)).poisson(1.0, (replicates, runs)).astype(float)
+    runs, replicates = _check_int("runs", runs, 1), _check_int("replicates", replicates, 1)
+    return np.random.default_rng(_check_int("seed", seed, 0)).poisson(1.0, (replicates, runs)).astype(float)
 
 
 def weighted_means(values: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -149,10 +149,10 @@ def weighted_means(values: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def _interval(mean: float, se: float) -> tuple[float, float]:
-    return mean - LEVEL_Z * se, mean + LEVEL_Z * se
+    return mean - _LEVEL_Z * se, mean + _LEVEL_Z * se
 
 
-def summarise(weak: CoupledSamples, strong: CoupledSamples, problem: Problem,
+def summarise(weak: _CoupledSamples, strong: _CoupledSamples, problem: Problem,
               bootstrap: int = 400, seed: int = 0, strong_from: int = 1
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Weak errors `E f(X^L) - (2 E f(X^h) - E f(X^{2h}))`, strong errors and their fitted orders.
@@ -272,7 +272,7 @@ def _fit_row(lv: np.ndarray, err: np.ndarray, boot: np.ndarray) -> dict[str, Any
 
 
 @dataclass
-class ConvergenceResult:
+class _ConvergenceResult:
     """Points and fits of every problem, with the settings that produced them."""
 
     settings: dict[str, Any]
@@ -286,9 +286,9 @@ class ConvergenceResult:
                 "points": self.points, "fits": self.fits}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "convergence data") -> ConvergenceResult:
+    def from_dict(cls, data: dict[str, Any], where: str = "convergence data") -> _ConvergenceResult:
         """Inverse of `to_dict`; a foreign or newer-schema document raises StoreError."""
-        check_meta(data, _KIND_CONV, where)
+        _check_meta(data, _KIND_CONV, where)
         skip = {"problems", "points", "fits"}
         return cls({k: v for k, v in data.items() if k not in skip}, data["problems"],
                    data["points"], data["fits"])
@@ -303,7 +303,7 @@ class ConvergenceResult:
 
 
 @dataclass(frozen=True)
-class Size:
+class _Size:
     """How much Monte Carlo: runs of the weak and strong passes per problem, reference grids.
 
     The weak pass uses `weak_ref * max(levels)` fine steps (Richardson makes its bias O(h^2));
@@ -312,7 +312,7 @@ class Size:
 
     weak_runs: dict[str, int]
     strong_runs: dict[str, int]
-    levels: tuple[int, ...] = LEVELS
+    levels: tuple[int, ...] = _LEVELS
     weak_ref: int = 2
     strong_ref: int = 16
     strong_at: tuple[float, ...] = (0.25, 1.0)
@@ -326,13 +326,13 @@ class Size:
                 "strong_from": self.strong_from}
 
 
-CONVERGENCE_SIZES: dict[str, Size] = {
-    "full": Size({"two_tokens": 65536, "eight_tokens": 8192},
+_CONVERGENCE_SIZES: dict[str, _Size] = {
+    "full": _Size({"two_tokens": 65536, "eight_tokens": 8192},
                  {"two_tokens": 1024, "eight_tokens": 512}, strong_from=32),
-    "quick": Size({"two_tokens": 32768, "eight_tokens": 4096},
+    "quick": _Size({"two_tokens": 32768, "eight_tokens": 4096},
                   {"two_tokens": 512, "eight_tokens": 512}, levels=(4, 8, 16, 32, 64, 128, 256),
                   strong_from=32),
-    "tiny": Size({"two_tokens": 512, "eight_tokens": 256}, {"two_tokens": 256, "eight_tokens": 256},
+    "tiny": _Size({"two_tokens": 512, "eight_tokens": 256}, {"two_tokens": 256, "eight_tokens": 256},
                  levels=(4, 8, 16, 32), strong_ref=8),
 }
 
@@ -340,14 +340,14 @@ _Task = tuple[Problem, tuple[int, ...], int, int, int, tuple[str, ...], int, int
              tuple[float, ...]]
 
 
-def task_key(args: _Task) -> str:
+def _task_key(args: _Task) -> str:
     """A stable digest of one chunk of work: its numbers depend on nothing else."""
     prob, *rest = args
     text = json.dumps([prob.to_dict(), *rest], sort_keys=True, default=list)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _task(args: _Task) -> CoupledSamples:
+def _task(args: _Task) -> _CoupledSamples:
     prob, lv, ref, runs, seed, laws, lo, hi, at = args
     return coupled_samples(prob, lv, ref, runs, seed, laws, lo, hi, at)
 
@@ -359,15 +359,15 @@ def _tasks(prob: Problem, lv: tuple[int, ...], ref: int, runs: int, seed: int,
 
 
 def run_convergence(
-    size: Size | str = "quick",
-    problems: Sequence[str | Problem] = tuple(PROBLEMS),
+    size: _Size | str = "quick",
+    problems: Sequence[str | Problem] = tuple(_PROBLEMS),
     seed: int = 0,
-    laws: Sequence[str] = LAWS,
+    laws: Sequence[str] = _LAWS,
     bootstrap: int = 400,
     map_fn: Callable[..., Any] = map,
-    chunk: int = 8 * RUN_BLOCK,
-    progress: Progress | None = None,
-) -> ConvergenceResult:
+    chunk: int = 8 * _RUN_BLOCK,
+    progress: _Progress | None = None,
+) -> _ConvergenceResult:
     """The whole diagnostic: weak and strong passes for each problem, summarised and fitted.
 
     Work is cut into run chunks (`_Task`s, identified by `task_key`) and handed to `map_fn` (the
@@ -389,11 +389,11 @@ def run_convergence(
         A `ConvergenceResult`: settings, problems, weak and strong error points and the fitted
         orders.
     """
-    sz = CONVERGENCE_SIZES[size] if isinstance(size, str) else size
-    probs = [PROBLEMS[p] if isinstance(p, str) else p for p in problems]
+    sz = _CONVERGENCE_SIZES[size] if isinstance(size, str) else size
+    probs = [_PROBLEMS[p] if isinstance(p, str) else p for p in problems]
     lv, laws = tuple(sz.levels), tuple(laws)
     top = max(lv)
-    chunk = max(RUN_BLOCK, chunk // RUN_BLOCK * RUN_BLOCK)
+    chunk = max(_RUN_BLOCK, chunk // _RUN_BLOCK * _RUN_BLOCK)
     jobs: list[_Task] = []
     counts = []
     for k, prob in enumerate(probs):
@@ -411,7 +411,7 @@ def run_convergence(
     points, fits, meta = [], [], []
     i = 0
     for k, (prob, (nw, ns)) in enumerate(zip(probs, counts, strict=True)):
-        weak, strong = concat_samples(done[i:i + nw]), concat_samples(done[i + nw:i + nw + ns])
+        weak, strong = _concat_samples(done[i:i + nw]), _concat_samples(done[i + nw:i + nw + ns])
         i += nw + ns
         pts, fts = summarise(weak, strong, prob, bootstrap, derive_seed(seed, k, 2),
                              sz.strong_from)
@@ -422,7 +422,7 @@ def run_convergence(
                      "weak_seed": derive_seed(seed, k, 0), "strong_seed": derive_seed(seed, k, 1),
                      "weak_ref_steps": sz.weak_ref * top, "strong_ref_steps": sz.strong_ref * top})
     settings = {"size": sz.to_dict(), "seed": seed, "laws": list(laws), "bootstrap": bootstrap,
-                "resolve_z": RESOLVE_Z, "interval_z": LEVEL_Z,
+                "resolve_z": RESOLVE_Z, "interval_z": _LEVEL_Z,
                 "weak_reference": "projected Euler SDE on the shared path, Richardson 2f(h)-f(2h)",
                 "strong_reference": "projected Euler SDE on the shared path, finest grid"}
-    return ConvergenceResult(settings, meta, points, fits)
+    return _ConvergenceResult(settings, meta, points, fits)

@@ -18,46 +18,46 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..model.params import ModelParams, ParameterError, check_int
-from ..sim.coupled import LAWS, CoupledState, check_levels, coupled_states
+from ..model.params import ModelParams, ParameterError, _check_int
+from ..sim.coupled import _LAWS, CoupledState, _check_levels, coupled_states
 from ..sim.driver import Block, run_blocks
 from ..sim.layers import normalize
-from ..sim.loop import Progress
-from ..sim.observe import Observations, Observer
+from ..sim.loop import _Progress
+from ..sim.observe import Observer, _Observations
 from ..sim.options import Execution
-from ..sim.rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams, derive_seed
-from ..sim.simulate import initial_tokens
+from ..sim.rng import _RUN_BLOCK, MLP_STREAM, QK_STREAM, RunStreams, derive_seed
+from ..sim.simulate import _initial_tokens
 from .clusters import upper_pairs
 
 _KIND_SAMPLES = "tokensde.convergence-samples"
-LEVELS: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_LEVELS: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
-Statistic = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+_Statistic = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _pairs(x: torch.Tensor) -> torch.Tensor:
     return upper_pairs(x @ x.transpose(-1, -2))
 
 
-def pair_mean(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+def _pair_mean(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
     """Mean pairwise inner product `mean_{i<j} <x_i, x_j>` per run (for n = 2: `rho`)."""
     return _pairs(x).mean(-1)
 
 
-def pair_square_mean(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+def _pair_square_mean(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
     """Mean squared pairwise inner product `mean_{i<j} <x_i, x_j>^2` per run (n = 2: `rho^2`)."""
     return _pairs(x).square().mean(-1)
 
 
-def self_overlap(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+def _self_overlap(x: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
     """Mean overlap with the start `mean_i <x_i(T), x_i(0)>` per run."""
     return (x * x0).sum(-1).mean(-1)
 
 
-_STATISTICS: dict[str, Statistic] = {
-    "pair_mean": pair_mean,
-    "pair_square_mean": pair_square_mean,
-    "self_overlap": self_overlap,
+_STATISTICS: dict[str, _Statistic] = {
+    "pair_mean": _pair_mean,
+    "pair_square_mean": _pair_square_mean,
+    "self_overlap": _self_overlap,
 }
 
 
@@ -87,7 +87,7 @@ class Problem:
                    init=data["init"], rho0=data["rho0"], statistics=dict(data["statistics"]))
 
 
-PROBLEMS: dict[str, Problem] = {
+_PROBLEMS: dict[str, Problem] = {
     "two_tokens": Problem(
         "two_tokens", ModelParams(n=2, d=3, beta=1.0), T=2.0, init="pair", rho0=0.0,
         statistics={"pair_mean": "E[rho_T]", "pair_square_mean": "E[rho_T^2]"}),
@@ -98,7 +98,7 @@ PROBLEMS: dict[str, Problem] = {
 
 
 @dataclass
-class CoupledSamples:
+class _CoupledSamples:
     """Per-run values from one pass over a shared Brownian path.
 
     `net`: statistic values of the networks at time T `(laws, levels, stats, runs)`; `ref_fine`,
@@ -119,18 +119,18 @@ class CoupledSamples:
 
 def coupled_samples(
     problem: Problem,
-    levels: Sequence[int] = LEVELS,
+    levels: Sequence[int] = _LEVELS,
     ref_steps: int = 2048,
     runs: int = 1024,
     seed: int = 0,
-    laws: Sequence[str] = LAWS,
+    laws: Sequence[str] = _LAWS,
     start: int = 0,
     stop: int | None = None,
     strong_at: Sequence[float] = (1.0,),
     *,
     execution: Execution = Execution(),
-    progress: Progress | None = None,
-) -> CoupledSamples:
+    progress: _Progress | None = None,
+) -> _CoupledSamples:
     """Per-run statistics `f(X^L_T)`, `f(X^h_T)`, `f(X^{2h}_T)` and `|X^L_t - X^h_t|^2` on shared paths.
 
     Runs `[start, stop)` of a `runs`-run experiment: every level and both references on shared
@@ -161,17 +161,17 @@ def coupled_samples(
     Returns:
         The `CoupledSamples` of the runs `[start, stop)`.
     """
-    lv = check_levels(levels, ref_steps)
-    runs = check_int("runs", runs, 1)
-    seed = check_int("seed", seed, 0)
+    lv = _check_levels(levels, ref_steps)
+    runs = _check_int("runs", runs, 1)
+    seed = _check_int("seed", seed, 0)
     stop = runs if stop is None else stop
-    if start % RUN_BLOCK or not 0 <= start < stop <= runs:
+    if start % _RUN_BLOCK or not 0 <= start < stop <= runs:
         raise ParameterError(f"run range [{start}, {stop}) must lie in [0, {runs}] and start on a "
-                             f"multiple of {RUN_BLOCK}")
+                             f"multiple of {_RUN_BLOCK}")
     laws = tuple(laws)
     for law in laws:
-        if law not in LAWS:
-            raise ParameterError(f"law must be one of {', '.join(LAWS)}; got {law!r}")
+        if law not in _LAWS:
+            raise ParameterError(f"law must be one of {', '.join(_LAWS)}; got {law!r}")
     p = problem.params
     if p.noise != "matrix":
         raise ParameterError(f"convergence needs noise='matrix'; got noise={p.noise!r}")
@@ -185,7 +185,7 @@ def coupled_samples(
     names = tuple(problem.statistics)
     fns = [_STATISTICS[k] for k in names]
     at = _strong_steps(strong_at, lv, ref_steps)
-    bs = max(RUN_BLOCK, _batch_size(execution) // RUN_BLOCK * RUN_BLOCK)
+    bs = max(_RUN_BLOCK, _batch_size(execution) // _RUN_BLOCK * _RUN_BLOCK)
     m = stop - start
     net = np.empty((len(laws), len(lv), len(names), m))
     ref_f, ref_h = np.empty((len(names), m)), np.empty((len(names), m))
@@ -197,12 +197,12 @@ def coupled_samples(
             for law in laws], -2)
 
     steps = np.array(sorted(at))
-    book = Observations([Observer("sq_err", strong, checkpoints=steps.tolist())], m, [steps],
+    book = _Observations([Observer("sq_err", strong, checkpoints=steps.tolist())], m, [steps],
                         problem.T / ref_steps)
     def advance(block: Block) -> None:
         lo, hi = block.start, block.stop
         rs_init = RunStreams(derive_seed(seed, 1), runs, lo, hi)
-        x0 = initial_tokens(problem.init, p, rs_init, lo, torch.float64, problem.rho0)
+        x0 = _initial_tokens(problem.init, p, rs_init, lo, torch.float64, problem.rho0)
         cols = slice(lo - start, hi - start)
         rs = block.streams
         nets, fine, half = coupled_states(x0, p, problem.T, lv, ref_steps, rs, laws, progress,
@@ -222,7 +222,7 @@ def coupled_samples(
     kept = book.arrays()["sq_err"]  # (runs, steps, laws, levels), steps sorted
     column = {int(j): c for c, j in enumerate(steps)}
     sq = np.stack([kept[:, column[j]] for j in _steps_in_order(strong_at, ref_steps)])
-    return CoupledSamples(lv, laws, names, net, ref_f, ref_h,
+    return _CoupledSamples(lv, laws, names, net, ref_f, ref_h,
                           np.ascontiguousarray(sq.transpose(0, 2, 3, 1)),
                           tuple(float(f) for f in strong_at))
 
@@ -247,29 +247,29 @@ def _steps_in_order(strong_at: Sequence[float], ref_steps: int) -> list[int]:
     return [round(float(f) * ref_steps) for f in strong_at]
 
 
-def concat_samples(parts: Sequence[CoupledSamples]) -> CoupledSamples:
+def _concat_samples(parts: Sequence[_CoupledSamples]) -> _CoupledSamples:
     """Join samples of consecutive run ranges of one experiment."""
     first = parts[0]
     cat = lambda name: np.concatenate([getattr(q, name) for q in parts], axis=-1)  # noqa: E731
-    return CoupledSamples(first.levels, first.laws, first.stats, cat("net"), cat("ref_fine"),
+    return _CoupledSamples(first.levels, first.laws, first.stats, cat("net"), cat("ref_fine"),
                           cat("ref_half"), cat("sq_err"), first.strong_at)
 
 
 _SAMPLE_ARRAYS: tuple[str, ...] = ("net", "ref_fine", "ref_half", "sq_err")
 
 
-def samples_to_arrays(s: CoupledSamples) -> dict[str, np.ndarray]:
+def _samples_to_arrays(s: _CoupledSamples) -> dict[str, np.ndarray]:
     """Arrays (and a JSON `meta` entry) from which `samples_from_arrays` rebuilds `s`."""
     meta = {"levels": list(s.levels), "laws": list(s.laws), "stats": list(s.stats),
             "strong_at": list(s.strong_at)}
     return {"meta": np.array(json.dumps(meta)), **{k: getattr(s, k) for k in _SAMPLE_ARRAYS}}
 
 
-def samples_from_arrays(data: Any) -> CoupledSamples:
+def _samples_from_arrays(data: Any) -> _CoupledSamples:
     """Inverse of `samples_to_arrays` (a dict or an open .npz)."""
     meta = json.loads(str(data["meta"]))
     net, fine, half, sq = (np.asarray(data[k]) for k in _SAMPLE_ARRAYS)
-    return CoupledSamples(tuple(meta["levels"]), tuple(meta["laws"]), tuple(meta["stats"]),
+    return _CoupledSamples(tuple(meta["levels"]), tuple(meta["laws"]), tuple(meta["stats"]),
                           net, fine, half, sq, tuple(meta["strong_at"]))
 
 

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from .._version import __version__
-from ..model.params import Law, ModelParams, ParameterError, TimeGrid, check_int, check_real
+from ..model.params import ModelParams, ParameterError, TimeGrid, _check_int, _check_real, _Law
 from ..sim.budget import Budget
-from ..sim.options import DECIDE_TOL, Execution, InitialState, StepControl, StoppingRule
+from ..sim.options import _DECIDE_TOL, Execution, InitialState, StepControl, StoppingRule
 from ..sim.reduced import reduced_diffusion
 from ..sim.simulate import plan_run, simulate
 from ..theory.coefficients import pair_model
@@ -33,10 +33,12 @@ from ..theory.two_tokens import (
     hybrid_lyapunov,
     hybrid_p_anti,
 )
-from .stats import Estimate, censored_quantiles, estimate_with_undecided, wilson
+from .stats import _censored_quantiles, _Estimate, estimate_with_undecided, wilson
+
+__all__ = ["PairOutcome", "hybrid_monte_carlo", "monte_carlo", "pair_budget", "spec_params"]
 
 
-def pair_log_gaps(x: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pair_log_gaps(x: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`(log(1 + rho), log(1 - rho))` of token pairs `x` `(runs, 2, d)`, from `|x_1 +- x_2|^2/2`
     (exact where `rho = <x_1, x_2>` itself rounds to +-1)."""
     x = torch.as_tensor(x)
@@ -80,7 +82,7 @@ class PairOutcome:
         return self.runs - self.antipodal - self.merged
 
     @property
-    def estimate(self) -> Estimate:
+    def estimate(self) -> _Estimate:
         """P_anti by the project's rule for undecided runs (`stats.estimate_with_undecided`):
         over the decided runs, with the bounds the undecided runs allow."""
         return estimate_with_undecided(self.antipodal, self.merged, self.runs, self.level,
@@ -107,7 +109,7 @@ class PairOutcome:
         later than the horizon, so a quantile past it is nan), and the mean over decided runs."""
         if self.times is None:
             return {"until": "horizon"}
-        q = censored_quantiles(self.times, [0.1, 0.5, 0.9])
+        q = _censored_quantiles(self.times, [0.1, 0.5, 0.9])
         done = ~np.isnan(self.times)
         return {"until": "decided", "t_decided_q10": q[0], "t_decided_median": q[1],
                 "t_decided_q90": q[2],
@@ -136,12 +138,12 @@ class PairOutcome:
 
 def _check_common(runs: int, T: float, dt: float, seed: int, tol: float, level: float
                   ) -> TimeGrid:
-    check_int("runs", runs, 1)
-    check_int("seed", seed, 0)
-    t = check_real("tol", tol, 0.0, strict=True)
+    _check_int("runs", runs, 1)
+    _check_int("seed", seed, 0)
+    t = _check_real("tol", tol, 0.0, strict=True)
     if t >= 1:
         raise ParameterError(f"tol must be a number in (0, 1); got {tol!r}")
-    lv = check_real("level", level, 0.0, strict=True)
+    lv = _check_real("level", level, 0.0, strict=True)
     if lv >= 1:
         raise ParameterError(f"level must be a number in (0, 1); got {level!r}")
     return TimeGrid.make(T=T, dt=dt)
@@ -155,7 +157,7 @@ def _network_outcome(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: in
     by `stopping`), the wall time and the decision times."""
     res = simulate(p, grid, runs=runs, seed=seed, initial=_pair_start(rho0), stopping=stopping,
                    execution=execution, progress=progress)
-    anti, merged = classify_pair(*pair_log_gaps(res.state), tol)
+    anti, merged = classify_pair(*_pair_log_gaps(res.state), tol)
     times = None if stopping.until == "horizon" else res.decision_times()
     return int(anti.sum()), int(merged.sum()), res.wall_s, times
 
@@ -181,13 +183,13 @@ def _pair_theory(p: ModelParams, rho0: float | str) -> float:
     return hitting_probability(model, rho0, 0.0)
 
 
-def spec_params(beta: float, d: int, sigma: float = 1.0, law: Law = "gaussian",
+def spec_params(beta: float, d: int, sigma: float = 1.0, law: _Law = "gaussian",
                 mlp: str = "none", mlp_sigma: float = 1.0) -> ModelParams:
     """The two-token model of `monte_carlo` (§5: softmax, matrix noise, M = 0, n = 2)."""
     return ModelParams(n=2, d=d, beta=beta, sigma=sigma, law=law, mlp=mlp, mlp_sigma=mlp_sigma)
 
 
-def hybrid_params(beta: float, eps: float, d: int = 3, law: Law = "gaussian") -> ModelParams:
+def _hybrid_params(beta: float, eps: float, d: int = 3, law: _Law = "gaussian") -> ModelParams:
     """The two-token model of `hybrid_monte_carlo` (§6: USA, M = I, scalar noise eps, n = 2)."""
     return ModelParams(n=2, d=d, beta=beta, attention="usa", mean="identity", noise="scalar",
                        eps=eps, law=law)
@@ -206,7 +208,7 @@ def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
     'uniform', with the coupled runs of `step` measuring the step error beside it:
     `sim.simulate.plan_run`), or for the reduced engine REDUCED_BYTES and REDUCED_WORK per run
     (and layer), one layer step a layer for all runs (no step error measured)."""
-    runs = check_int("runs", runs, 1)
+    runs = _check_int("runs", runs, 1)
     if engine == "reduced":
         return Budget("this Monte Carlo", _REDUCED_BYTES * runs, _REDUCED_BYTES, runs,
                       _REDUCED_WORK * runs * grid.steps, f"{runs} runs, {grid.steps} layers, "
@@ -217,13 +219,13 @@ def pair_budget(p: ModelParams, rho0: float | str, grid: TimeGrid, runs: int,
     return replace(b, what="this Monte Carlo", lower=("runs", "d"), longer=("runs", "time", "d"))
 
 
-ENGINES: tuple[str, ...] = ("network", "reduced")
+_ENGINES: tuple[str, ...] = ("network", "reduced")
 
 
 def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 1000,
                 T: float = 200.0, dt: float | None = None, seed: int = 0, sigma: float = 1.0,
                 stopping: StoppingRule = StoppingRule.decided(), outcome_tol: float | None = None,
-                level: float = 0.95, engine: str = "network", law: Law = "gaussian",
+                level: float = 0.95, engine: str = "network", law: _Law = "gaussian",
                 mlp: str = "none", mlp_sigma: float = 1.0, execution: Execution = Execution(),
                 progress: Callable[[int], None] | None = None) -> PairOutcome:
     """Fractions of two-token runs (§5: softmax, matrix noise) that end antipodal / merged.
@@ -263,11 +265,11 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
         A `PairOutcome`: counts, P_anti with its interval, and the theory value beside.
     """
     if dt is None:
-        dt = default_dt(check_int("d", d, 2))
+        dt = default_dt(_check_int("d", d, 2))
     tol = _outcome_tol(stopping, outcome_tol)
     grid = _check_common(runs, T, dt, seed, tol, level)
-    if engine not in ENGINES:
-        raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    if engine not in _ENGINES:
+        raise ParameterError(f"engine must be one of {', '.join(_ENGINES)}; got {engine!r}")
     p = spec_params(beta, d, sigma, law, mlp, mlp_sigma)
     if p.mlp_block.active and engine != "network":
         raise ParameterError(f"engine must be 'network' with an MLP block; got engine={engine!r}")
@@ -291,7 +293,7 @@ def monte_carlo(beta: float, d: int, rho0: float | str = 0.0, *, runs: int = 100
                        exact=p.sigma == 0 and not p.mlp_block.active and rho0 != "uniform")
 
 
-def pair_stopping(until: str, tol: float) -> tuple[StoppingRule, float | None]:
+def _pair_stopping(until: str, tol: float) -> tuple[StoppingRule, float | None]:
     """`monte_carlo`'s `stopping` and `outcome_tol` of runs classified at `tol`, each stopped
     once decided (`until='decided'`) or all run to the horizon (`'horizon'`)."""
     if until == "decided":
@@ -308,14 +310,14 @@ def _outcome_tol(stopping: StoppingRule, outcome_tol: float | None) -> float:
         if outcome_tol is not None:
             raise ParameterError("outcome_tol is for runs to the horizon; a decided run is "
                                  "classified at its rule's tol (StoppingRule.decided(tol))")
-        return DECIDE_TOL if stopping.tol is None else stopping.tol
-    return DECIDE_TOL if outcome_tol is None else outcome_tol
+        return _DECIDE_TOL if stopping.tol is None else stopping.tol
+    return _DECIDE_TOL if outcome_tol is None else outcome_tol
 
 
 def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str = 0.0,
                        runs: int = 1000, T: float = 40.0, dt: float = 0.01, seed: int = 0,
                        tol: float = 1e-6, level: float = 0.95, engine: str = "network",
-                       law: Law = "gaussian",
+                       law: _Law = "gaussian",
                        progress: Callable[[int], None] | None = None) -> PairOutcome:
     """Two-token outcome fractions for the §6 hybrid model (USA, `M = I`, scalar noise `eps`).
 
@@ -340,9 +342,9 @@ def hybrid_monte_carlo(beta: float, eps: float, *, d: int = 3, rho0: float | str
         A `PairOutcome`: counts, P_anti with its interval, and the theory value beside.
     """
     grid = _check_common(runs, T, dt, seed, tol, level)
-    if engine not in ENGINES:
-        raise ParameterError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
-    p = hybrid_params(beta, eps, d, law)
+    if engine not in _ENGINES:
+        raise ParameterError(f"engine must be one of {', '.join(_ENGINES)}; got {engine!r}")
+    p = _hybrid_params(beta, eps, d, law)
     rho0 = check_rho0(rho0)
     theory = hybrid_p_anti(p.beta, p.noise_scale, 0.0 if isinstance(rho0, str) else rho0)
     wall = 0.0

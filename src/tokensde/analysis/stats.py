@@ -10,21 +10,21 @@ from typing import Any
 import numpy as np
 from scipy import stats as _st
 
-from ..model.checks import check_int, check_real, real_array, require
+from ..model.checks import _check_int, _check_real, _real_array, _require
 
 
 def _count(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
     """A count: an integer (or a float of integer value, e.g. from a table) in [minimum, maximum]."""
     if isinstance(value, float | np.floating) and math.isfinite(value) and float(value).is_integer():
         value = int(value)
-    return check_int(name, value, minimum, maximum)
+    return _check_int(name, value, minimum, maximum)
 
 
-def check_level(level: float, name: str = "level") -> float:
+def _check_level(level: float, name: str = "level") -> float:
     """`level` as a float strictly between 0 and 1 (a confidence level or a test size), or
     ParameterError naming `name`."""
-    v = check_real(name, level, 0.0, strict=True)
-    require(v < 1.0, name, "a number in (0, 1)", level)
+    v = _check_real(name, level, 0.0, strict=True)
+    _require(v < 1.0, name, "a number in (0, 1)", level)
     return v
 
 
@@ -40,11 +40,11 @@ def wilson(successes: np.ndarray | int, trials: np.ndarray | int, level: float =
     Returns:
         `(lo, hi)`, arrays of the broadcast shape.
     """
-    k = real_array("successes", successes)
-    n = real_array("trials", trials)
-    level = check_level(level)
-    require(bool(np.all(np.isfinite(n)) and np.all(n > 0)), "trials", "finite and > 0", trials)
-    require(bool(np.all(np.isfinite(k)) and np.all(k >= 0) and np.all(k <= n)), "successes",
+    k = _real_array("successes", successes)
+    n = _real_array("trials", trials)
+    level = _check_level(level)
+    _require(bool(np.all(np.isfinite(n)) and np.all(n > 0)), "trials", "finite and > 0", trials)
+    _require(bool(np.all(np.isfinite(k)) and np.all(k >= 0) and np.all(k <= n)), "successes",
             "finite, from 0 to trials (wilson needs 0 <= successes <= trials)", successes)
     z = _st.norm.ppf(0.5 + level / 2)
     p = k / n
@@ -67,10 +67,10 @@ def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]
     Returns:
         `(mean, lo, hi)`.
     """
-    x = real_array("x", x)
-    level = check_level(level)
-    require(x.ndim == 1, "x", "a 1-d sample", f"shape {x.shape}")
-    require(bool(np.all(np.isfinite(x))), "x", "finite (a sample without nan or inf)",
+    x = _real_array("x", x)
+    level = _check_level(level)
+    _require(x.ndim == 1, "x", "a 1-d sample", f"shape {x.shape}")
+    _require(bool(np.all(np.isfinite(x))), "x", "finite (a sample without nan or inf)",
             "non-finite entries")
     if len(x) == 0:
         return math.nan, math.nan, math.nan
@@ -86,7 +86,7 @@ def chance_excess(outside: int, cells: int, level: float = 0.95) -> float:
     true values: `P(X >= outside)`, `X ~ Binomial(cells, 1 - level)`."""
     cells = _count("cells", cells, 0)
     outside = _count("outside", outside, 0, cells)
-    level = check_level(level)
+    level = _check_level(level)
     return float(_st.binom.sf(outside - 1, cells, 1.0 - level)) if outside else 1.0
 
 
@@ -97,11 +97,11 @@ def chance_explains(outside: int, cells: int, level: float = 0.95, alpha: float 
                     ) -> bool:
     """True when `outside` misses in `cells` intervals are what chance gives: `chance_excess`
     is at least `alpha` (so a correct theory is flagged wrongly in at most 1 % of sections)."""
-    alpha = check_level(alpha, "alpha")
+    alpha = _check_level(alpha, "alpha")
     return chance_excess(outside, cells, level) >= alpha
 
 
-def censored_quantiles(times: np.ndarray, qs: list[float]) -> list[float]:
+def _censored_quantiles(times: np.ndarray, qs: list[float]) -> list[float]:
     """Quantiles of times with `nan` for runs censored at the horizon (counted as later than
     every observed time); a quantile that falls among the censored runs is nan."""
     t = np.where(np.isnan(np.asarray(times, dtype=float)), np.inf, times)
@@ -112,7 +112,7 @@ def censored_quantiles(times: np.ndarray, qs: list[float]) -> list[float]:
 # ----------------------------------------------------------------------------- undecided runs
 
 @dataclass(frozen=True)
-class Estimate:
+class _Estimate:
     """A probability from `runs` runs of which `hits` ended in the event, `other` in its
     complement and the rest are undecided (see `estimate_with_undecided`)."""
 
@@ -177,7 +177,7 @@ class Estimate:
 
 
 def estimate_with_undecided(hits: int, other: int, runs: int, level: float = 0.95,
-                            exact: bool = False) -> Estimate:
+                            exact: bool = False) -> _Estimate:
     """The project's rule for a probability from runs with an undecided part (docs/reporting.md).
 
     Estimate `p = hits / (hits + other)` over the decided runs with its Wilson interval at
@@ -189,7 +189,7 @@ def estimate_with_undecided(hits: int, other: int, runs: int, level: float = 0.9
     half-width (of the bounds' when nothing is decided), at most 6.
     """
     k, m, n = _count("hits", hits, 0), _count("other", other, 0), _count("runs", runs, 1)
-    level = check_level(level)
+    level = _check_level(level)
     if n < 1 or k < 0 or m < 0 or k + m > n:
         raise ValueError(f"estimate_with_undecided needs hits, other >= 0 and hits + other <= "
                          f"runs >= 1; got hits={hits}, other={other}, runs={runs}")
@@ -203,4 +203,4 @@ def estimate_with_undecided(hits: int, other: int, runs: int, level: float = 0.9
         bounds = (float(wilson(k, n, level)[0]), float(wilson(n - m, n, level)[1]))
     width = (ci[1] - ci[0]) / 2 if ci is not None else (bounds[1] - bounds[0]) / 2
     digits = 6 if width <= 0 else int(min(6, max(1, -math.floor(math.log10(width)))))
-    return Estimate(k, m, n, level, exact, p, ci, bounds, digits)  # type: ignore[arg-type]
+    return _Estimate(k, m, n, level, exact, p, ci, bounds, digits)  # type: ignore[arg-type]

@@ -1,10 +1,10 @@
 """The step error of outcome probabilities, measured by coupled step doubling.
 
 A probability read at layer step `dt` is `P(dt) = P(0) + c1 dt + c2 dt^2 + O(dt^3)`. The model
-runs at `dt`, `2 dt` and `4 dt` on one path of value matrices (`sim.coupled.coupled_steps`: a
+runs at `dt`, `2 dt` and `4 dt` on one path of value matrices (`sim.coupled._coupled_steps`: a
 layer at `k dt` takes the sum of the `V` of its `k` fine layers over `sqrt k`, the law of a
 network drawn at `k dt`), and each run's outcome at every step is read with the one outcome rule
-(`clusters.outcome_codes`, through `token_clusters.tokens_outcome`), at its first passage when
+(`clusters._outcome_codes`, through `token_clusters._tokens_outcome`), at its first passage when
 runs stop once decided. With `b1 = P(2 dt) - P(dt)` and `b2 = P(4 dt) - P(2 dt)`:
 
 - `b2 - 2 b1 = 6 c2 dt^2`, the order check, reported: 'first order' where it is within
@@ -44,26 +44,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..model.params import ModelParams, ParameterError, TimeGrid, check_int
-from ..sim.coupled import levels_of, why_not_coupled
+from ..model.params import ModelParams, ParameterError, TimeGrid, _check_int
+from ..sim.coupled import _levels_of, _why_not_coupled
 from ..sim.driver import Block, run_blocks
-from ..sim.loop import Progress
+from ..sim.loop import _Progress
 from ..sim.options import (
-    DECIDE_TOL,
+    _DECIDE_TOL,
     Execution,
     InitialState,
     Recording,
     StepControl,
     StoppingRule,
-    check_token_weights,
+    _check_token_weights,
 )
 from ..sim.planning import COUPLED_BATCH
 from ..sim.result import SimResult
 from .clusters import Outcome
-from .step_error import StepError, mc_error
+from .step_error import _StepError, mc_error
 
-#: the probabilities of `clusters.outcome_summary`, by the outcome they count
-OUTCOMES: dict[str, Outcome] = {"p_one_cluster": Outcome.SINGLE, "p_bipolar": Outcome.BIPOLAR}
+#: the probabilities of `clusters._outcome_summary`, by the outcome they count
+_OUTCOMES: dict[str, Outcome] = {"p_one_cluster": Outcome.SINGLE, "p_bipolar": Outcome.BIPOLAR}
 #: runs of the coupled subsample that measures the step error beside a run (at most `runs`)
 _COUPLED_RUNS = StepControl().coupled_runs  # what `pair_step` measures on, as the budget counts
 #: runs of the pilot that chooses the step (at most `runs`)
@@ -86,7 +86,7 @@ _ORDER_Z = 2.0
 
 
 @dataclass(frozen=True)
-class Paired:
+class _Paired:
     """One probability from runs coupled at `dt`, `2 dt` and (three levels) `4 dt`: `fine` =
     P(dt), `coarse` = P(2 dt), `bias` = b1 = P(2 dt) - P(dt) (the first-order step error of
     P(dt)), `richardson` = 2 P(dt) - P(2 dt); with three levels also `coarse4` = P(4 dt),
@@ -156,13 +156,13 @@ class Paired:
             return self.step, math.hypot(self.step_se, self.spread())
         return self.bias, self.bias_se
 
-    def step_error(self, dt: float) -> StepError:
+    def step_error(self, dt: float) -> _StepError:
         """The measured step error (`estimate`) as a `StepError` of P(dt)."""
         if not math.isfinite(self.bias):
-            return StepError(None, math.nan, dt, "no run decided at every step")
+            return _StepError(None, math.nan, dt, "no run decided at every step")
         b, se = self.estimate()
         at = "dt, 2 dt and 4 dt" if self.levels == 3 else "dt and 2 dt"
-        return StepError(b, se, dt, f"measured on {self.runs} runs coupled at {at}; "
+        return _StepError(b, se, dt, f"measured on {self.runs} runs coupled at {at}; "
                          f"{self.order_text()}", resolve=True)
 
     def extrapolated(self, level: float = 0.95) -> dict[str, Any]:
@@ -209,11 +209,11 @@ def _combined(ps: list[float], us: list[np.ndarray], w: tuple[float, ...]) -> tu
             _se(sum((a * b for a, b in zip(w, us[:n], strict=True)), np.zeros(us[0].shape))))
 
 
-def _paired(ps: list[float], us: list[np.ndarray], runs: int, decided: int) -> Paired:
+def _paired(ps: list[float], us: list[np.ndarray], runs: int, decided: int) -> _Paired:
     """`Paired` of the probabilities `ps` at dt, 2 dt (and 4 dt) and their influences `us`."""
     b1, b1_se = _combined(ps, us, (-1, 1))
     r1, r1_se = _combined(ps, us, (2, -1))
-    base = Paired(ps[0], ps[1], b1, b1_se, r1, r1_se, math.hypot(_se(us[0]), _se(us[1])),
+    base = _Paired(ps[0], ps[1], b1, b1_se, r1, r1_se, math.hypot(_se(us[0]), _se(us[1])),
                   runs, decided)
     if len(ps) == 2:
         return base
@@ -226,7 +226,7 @@ def _paired(ps: list[float], us: list[np.ndarray], runs: int, decided: int) -> P
                    richardson2_se=r2_se)
 
 
-def paired_estimates(codes: np.ndarray) -> dict[str, Paired]:
+def _paired_estimates(codes: np.ndarray) -> dict[str, _Paired]:
     """The probabilities of `OUTCOMES` at each step from outcome codes `(runs, 2)` or `(runs,
     3)` (columns at `dt`, `2 dt`, `4 dt`), paired by run.
 
@@ -242,7 +242,7 @@ def paired_estimates(codes: np.ndarray) -> dict[str, Paired]:
     dec = (codes == Outcome.SINGLE) | (codes == Outcome.BIPOLAR)
     both = int(dec.all(1).sum())
     out = {}
-    for name, o in OUTCOMES.items():
+    for name, o in _OUTCOMES.items():
         ps, us = zip(*(_influence((codes[:, k] == o).astype(float), dec[:, k].astype(float))
                        for k in range(codes.shape[1])), strict=True)
         out[name] = _paired(list(ps), list(us), codes.shape[0], both)
@@ -256,13 +256,13 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
                      device: str = "cpu", batch_size: int = COUPLED_BATCH, levels: int | None = None,
                      decide_every: int | None = None) -> np.ndarray:
     """Outcome codes `(runs, levels)` of `runs` runs of `p` at steps `dt`, `2 dt` (and `4 dt`)
-    on one path each (`sim.coupled.coupled_steps`), read at the horizon `T` or, with
+    on one path each (`sim.coupled._coupled_steps`), read at the horizon `T` or, with
     `until='decided'`, at each step's first test decided (a first passage, as a run stopped once
-    decided reads it; tested every `options.decide_every(dt)` fine steps rounded up to a multiple
+    decided reads it; tested every `options._decide_every(dt)` fine steps rounded up to a multiple
     of the coarsest step).
 
     Args:
-        p: the model (`sim.coupled.check_step_coupling`).
+        p: the model (`sim.coupled._check_step_coupling`).
         T: the horizon, a whole even number of steps `dt` (a multiple of 4 for three levels).
         dt: the fine step.
         runs: the coupled runs.
@@ -279,35 +279,35 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
         levels: 2 or 3 steps coupled; None: `levels_of` the number of steps.
         decide_every: with `until='decided'`, fine steps between two decision tests (rounded up to a
             multiple of the coarsest step), as the run's `StoppingRule.decide_every`; None:
-            `options.decide_every(dt)`.
+            `options._decide_every(dt)`.
 
     Returns:
         The codes, int8.
     """
-    from ..sim.batch import initial_tokens
-    from ..sim.coupled import check_step_coupling, coupled_steps
-    from ..sim.options import decide_every as decide_every_of
-    from ..sim.rng import RUN_BLOCK
+    from ..sim.batch import _initial_tokens
+    from ..sim.coupled import _check_step_coupling, _coupled_steps
+    from ..sim.options import _decide_every as decide_every_of
+    from ..sim.rng import _RUN_BLOCK
 
-    check_step_coupling(p)
-    runs = check_int("runs", runs, 1)
+    _check_step_coupling(p)
+    runs = _check_int("runs", runs, 1)
     steps = round(T / dt)
     if steps < 2 or steps % 2 or not math.isclose(steps * dt, T, rel_tol=1e-9):
         raise ParameterError(f"step doubling needs T = {T:g} to be an even number of steps dt = "
                              f"{dt:g}; got T/dt = {T / dt:g}")
-    levels = levels_of(steps) if levels is None else levels
-    every = decide_every_of(dt) if decide_every is None else check_int(
+    levels = _levels_of(steps) if levels is None else levels
+    every = decide_every_of(dt) if decide_every is None else _check_int(
         "decide_every", decide_every, 1)
     decide = (tol, every) if until == "decided" else None
-    batch_size = max(RUN_BLOCK, batch_size // RUN_BLOCK * RUN_BLOCK)
+    batch_size = max(_RUN_BLOCK, batch_size // _RUN_BLOCK * _RUN_BLOCK)
     wt = None if weights is None else torch.as_tensor(np.asarray(weights), dtype=dtype,
                                                       device=device)
 
     def advance(block: Block) -> np.ndarray:
         rs = block.streams
-        x0 = initial_tokens(init, p, rs, block.start, dtype, rho0)
+        x0 = _initial_tokens(init, p, rs, block.start, dtype, rho0)
         w = wt if wt is None or wt.ndim == 1 else wt[block.start:block.stop]
-        return _codes(coupled_steps(x0, p, steps, dt, rs, scheme, decide, w, levels), p, tol)
+        return _codes(_coupled_steps(x0, p, steps, dt, rs, scheme, decide, w, levels), p, tol)
 
     return np.concatenate(run_blocks(runs, batch_size, advance, seed=seed, device=device))
 
@@ -315,15 +315,15 @@ def _coupled_outcomes(p: ModelParams, T: float, dt: float, runs: int, seed: int,
 def _codes(both: torch.Tensor, p: ModelParams, tol: float) -> np.ndarray:
     """Outcome codes `(runs, levels)` of the states `(runs, levels, n, d)` (`tokens_outcome`, of
     the directions off the sphere)."""
-    from .token_clusters import tokens_outcome
+    from .token_clusters import _tokens_outcome
 
     if p.norm != "post":  # the residual stream: its directions
         both = both / torch.linalg.vector_norm(both, dim=-1, keepdim=True)
-    return np.stack([tokens_outcome(both[:, k], tol)[0] for k in range(both.shape[1])], 1)
+    return np.stack([_tokens_outcome(both[:, k], tol)[0] for k in range(both.shape[1])], 1)
 
 
 def measure_step_error(p: ModelParams, T: float, dt: float, runs: int, seed: int, **kw: Any
-                       ) -> dict[str, Paired]:
+                       ) -> dict[str, _Paired]:
     """The step error of each outcome probability at step `dt`, `paired_estimates` of
     `_coupled_outcomes` (runs coupled at dt, 2 dt and, for a multiple of 4 layers, 4 dt).
 
@@ -338,10 +338,10 @@ def measure_step_error(p: ModelParams, T: float, dt: float, runs: int, seed: int
     Returns:
         The `Paired` estimates by summary key ('p_one_cluster', 'p_bipolar').
     """
-    return paired_estimates(_coupled_outcomes(p, T, dt, runs, seed, **kw))
+    return _paired_estimates(_coupled_outcomes(p, T, dt, runs, seed, **kw))
 
 
-def coupled_seed(seed: int) -> int:
+def _coupled_seed(seed: int) -> int:
     """The root seed of the coupled runs beside a run of root seed `seed` (streams of their
     own)."""
     from ..sim.rng import derive_seed
@@ -350,13 +350,13 @@ def coupled_seed(seed: int) -> int:
 
 
 @dataclass(frozen=True)
-class StepChoice:
+class _StepChoice:
     """The step chosen for a run of horizon `T` (`choose_step`): the grid, the pilot's step
     `dt0` and its measured `Paired` estimates, and `why`, one line."""
 
     grid: TimeGrid
     dt0: float
-    pilot: dict[str, Paired]
+    pilot: dict[str, _Paired]
     capped: bool
     why: str
 
@@ -373,14 +373,14 @@ def _start_step(p: ModelParams) -> float:
     return 0.4 / max(p.d, 1.0 + p.beta)
 
 
-def layers_for(T: float, dt: float) -> int:
+def _layers_for(T: float, dt: float) -> int:
     """The smallest number of layers, a multiple of `_LAYER_MULTIPLE`, whose step `T / L` is at
     most `dt`."""
     m = _LAYER_MULTIPLE
     return m * max(1, math.ceil(T / dt / m - 1e-9))
 
 
-def wanted_step(pilot: dict[str, Paired], dt0: float, runs: int) -> float:
+def _wanted_step(pilot: dict[str, _Paired], dt0: float, runs: int) -> float:
     """The step at which the upper bound `|b0| + 2 s0` of each pilot step error
     (`Paired.estimate`), scaled linearly to the step, equals the Monte Carlo error of its
     probability over `runs` runs (`mc_error` at the pilot's P(dt0), kept off 0 and 1 by half a
@@ -401,7 +401,7 @@ def wanted_step(pilot: dict[str, Paired], dt0: float, runs: int) -> float:
 
 
 def choose_step(p: ModelParams, T: float, runs: int, seed: int, *, scheme: str = "network",
-                pilot_runs: int = _PILOT_RUNS, **kw: Any) -> StepChoice:
+                pilot_runs: int = _PILOT_RUNS, **kw: Any) -> _StepChoice:
     """The step of a run of `runs` runs to horizon `T` by `_STEP_RULE`: a pilot of `min(runs,
     pilot_runs)` runs coupled at `dt0`, `2 dt0` and `4 dt0` (`_start_step`), then `wanted_step`,
     as a whole number of layers, a multiple of 4 (`layers_for`; at most `_MAX_CHOSEN_LAYERS`:
@@ -421,12 +421,12 @@ def choose_step(p: ModelParams, T: float, runs: int, seed: int, *, scheme: str =
     """
     from ..sim.rng import derive_seed
 
-    L0 = layers_for(T, _start_step(p))
+    L0 = _layers_for(T, _start_step(p))
     dt0 = T / L0
-    n_pilot = min(runs, check_int("pilot_runs", pilot_runs, 2))
+    n_pilot = min(runs, _check_int("pilot_runs", pilot_runs, 2))
     pilot = measure_step_error(p, T, dt0, n_pilot, derive_seed(seed, 44, 1), scheme=scheme, **kw)
-    dt = wanted_step(pilot, dt0, runs)
-    L = layers_for(T, dt)
+    dt = _wanted_step(pilot, dt0, runs)
+    L = _layers_for(T, dt)
     capped = L > _MAX_CHOSEN_LAYERS
     L = min(L, _MAX_CHOSEN_LAYERS)
     bounds = ", ".join(f"{k} {e.estimate()[0]:+.4f} ± {e.estimate()[1]:.4f} ({e.order_text()})"
@@ -439,12 +439,12 @@ def choose_step(p: ModelParams, T: float, runs: int, seed: int, *, scheme: str =
                   "decided no run at every step, so the rule could not be checked: dt0 kept")
     if capped:
         why += f"; capped at {_MAX_CHOSEN_LAYERS} layers, so the rule may not hold"
-    return StepChoice(TimeGrid.make(T=T, dt=T / L), dt0, pilot, capped, why)
+    return _StepChoice(TimeGrid.make(T=T, dt=T / L), dt0, pilot, capped, why)
 
 
-def _add_measured(summary: dict[str, Any], measured: dict[str, Paired] | None, dt: float,
+def _add_measured(summary: dict[str, Any], measured: dict[str, _Paired] | None, dt: float,
                  extrapolate: bool = False) -> None:
-    """Fill the step error of each probability of `summary` (`clusters.outcome_summary`) that
+    """Fill the step error of each probability of `summary` (`clusters._outcome_summary`) that
     has none with the measured one (`Paired.step_error`), and with
     `extrapolate` add the Richardson value (`summary[key]['extrapolated']`); with `measured`
     None, nothing.
@@ -468,7 +468,7 @@ def _add_measured(summary: dict[str, Any], measured: dict[str, Paired] | None, d
             est["extrapolated"] = e.extrapolated()
 
 
-def _add_scaled(summary: dict[str, Any], choice: StepChoice) -> None:
+def _add_scaled(summary: dict[str, Any], choice: _StepChoice) -> None:
     """Put the pilot's step error (`Paired.estimate`), scaled linearly to the chosen step (`b0
     dt / dt0`, its error likewise), beside each probability of `summary` that has none."""
     dt, r = choice.grid.dt, choice.grid.dt / choice.dt0
@@ -477,9 +477,9 @@ def _add_scaled(summary: dict[str, Any], choice: StepChoice) -> None:
         if est is None or (est.get("step_error") or {}).get("bias") is not None:
             continue
         b, se = e.estimate()
-        step = (StepError(None, math.nan, dt, "no pilot run decided at every step")
+        step = (_StepError(None, math.nan, dt, "no pilot run decided at every step")
                 if not math.isfinite(e.bias) else
-                StepError(b * r, se * r, dt, f"scaled linearly from {e.runs} runs coupled at "
+                _StepError(b * r, se * r, dt, f"scaled linearly from {e.runs} runs coupled at "
                           f"dt0 = {choice.dt0:.4g}, 2 dt0 and 4 dt0; {e.order_text()}",
                           resolve=True))
         est["step_error"] = step.to_dict(mc_error(est["p"], est["decided"]))
@@ -488,10 +488,10 @@ def _add_scaled(summary: dict[str, Any], choice: StepChoice) -> None:
 def _not_estimated(summary: dict[str, Any], dt: float, why: str) -> None:
     """Mark each probability of `summary` without a step error 'not estimated' (`why`); one
     already marked keeps its reason."""
-    for key in OUTCOMES:
+    for key in _OUTCOMES:
         est = summary.get(key)
         if est is not None and est.get("step_error") is None:
-            est["step_error"] = StepError(None, math.nan, dt, why).to_dict(
+            est["step_error"] = _StepError(None, math.nan, dt, why).to_dict(
                 mc_error(est["p"], est["decided"]))
 
 
@@ -502,32 +502,32 @@ def _beside_run(p: ModelParams, grid: TimeGrid, runs: int, seed: int, coupled: i
     (`levels_of`), as a JSON-ready dict (`estimates`: `Paired.to_dict()` by summary key;
     `reason` where nothing was measured)."""
     why = None if coupled > 0 else "switched off"
-    why = why or why_not_coupled(p, grid.steps, kw.get("scheme", "network"))
+    why = why or _why_not_coupled(p, grid.steps, kw.get("scheme", "network"))
     if why is not None or p.n < 2:
         return {"coupled_runs": 0, "dt": grid.dt, "reason": why or "one token"}
-    est = measure_step_error(p, grid.T, grid.dt, coupled, coupled_seed(seed), **kw)
+    est = measure_step_error(p, grid.T, grid.dt, coupled, _coupled_seed(seed), **kw)
     return {"coupled_runs": coupled, "dt": grid.dt, "runs": runs,
-            "levels": levels_of(grid.steps), "estimates": {k: v.to_dict() for k, v in est.items()}}
+            "levels": _levels_of(grid.steps), "estimates": {k: v.to_dict() for k, v in est.items()}}
 
 
-def estimates_of(record: dict[str, Any]) -> dict[str, Paired] | None:
+def estimates_of(record: dict[str, Any]) -> dict[str, _Paired] | None:
     """The `Paired` estimates of a `_beside_run` record (None where nothing was measured)."""
     est = record.get("estimates")
-    return None if est is None else {k: Paired(**v) for k, v in est.items()}
+    return None if est is None else {k: _Paired(**v) for k, v in est.items()}
 
 
-def grid_or_chosen(p: ModelParams, layers: int | None, alpha: float | None, T: float | None,
+def _grid_or_chosen(p: ModelParams, layers: int | None, alpha: float | None, T: float | None,
                    dt: float | None, runs: int, seed: int, scheme: str = "network", **kw: Any
-                   ) -> tuple[TimeGrid, StepChoice | None]:
+                   ) -> tuple[TimeGrid, _StepChoice | None]:
     """The `TimeGrid` of `(layers, alpha)` or `(T, dt)` (`TimeGrid.make`, exact), or, with `T`
     and no `dt`, the step chosen by `choose_step` (`kw` as `_coupled_outcomes`) with its
     `StepChoice` (None otherwise); ParameterError where step doubling cannot run."""
     if T is None or dt is not None:
         return TimeGrid.make(layers, alpha, T, dt, exact=True), None
-    from ..sim.expansion import choose_evaluator
+    from ..sim.expansion import _choose_evaluator
 
-    evaluator = choose_evaluator(p, "auto", "fast", kw.get("dtype", torch.float64))
-    why = why_not_coupled(p, 2, scheme, evaluator) or (
+    evaluator = _choose_evaluator(p, "auto", "fast", kw.get("dtype", torch.float64))
+    why = _why_not_coupled(p, 2, scheme, evaluator) or (
         None if p.n >= 2 else "one token has no outcome")
     if why is not None:
         raise ParameterError(f"--time without --dt chooses the step by step doubling, which "
@@ -536,9 +536,9 @@ def grid_or_chosen(p: ModelParams, layers: int | None, alpha: float | None, T: f
     return choice.grid, choice
 
 
-def step_summary(pairs: dict[str, Any], res: Any, choice: StepChoice | None,
+def _step_summary(pairs: dict[str, Any], res: Any, choice: _StepChoice | None,
                  extrapolate: bool) -> dict[str, Any]:
-    """Put a step error beside each probability of `pairs` (`clusters.outcome_summary` of the
+    """Put a step error beside each probability of `pairs` (`clusters._outcome_summary` of the
     run `res`): the pilot's scaled estimate where the step was chosen (`choice`), else the
     coupled measurement `res.extra['step']`, else 'not estimated' with the reason; with
     `extrapolate`, the Richardson values. Returns `{'coupled_runs': ..., 'reason': ...}`."""
@@ -552,22 +552,22 @@ def step_summary(pairs: dict[str, Any], res: Any, choice: StepChoice | None,
                                                      else {})}
 
 
-def pair_step(p: ModelParams, rho0: float | str, result: dict[str, Any], engine: str,
-              tol: float, until: str, seed: int, coupled: int = _COUPLED_RUNS) -> StepError:
+def _pair_step(p: ModelParams, rho0: float | str, result: dict[str, Any], engine: str,
+              tol: float, until: str, seed: int, coupled: int = _COUPLED_RUNS) -> _StepError:
     """The step error of P_anti of a two-token run (`pair_monte_carlo.monte_carlo`'s `result`),
     measured on `min(runs, coupled)` coupled runs (`coupled_seed(seed)`); none for the
     reduced engine or where step doubling cannot run (`why_not_coupled`)."""
     dt, steps = result["dt"], result["steps"]
     if engine != "network":
-        return StepError(None, math.nan, dt, "engine 'reduced' (the 1-D diffusion) is not "
+        return _StepError(None, math.nan, dt, "engine 'reduced' (the 1-D diffusion) is not "
                          "measured")
-    why = why_not_coupled(p, steps, "network")
+    why = _why_not_coupled(p, steps, "network")
     if why is not None:
-        return StepError(None, math.nan, dt, why)
+        return _StepError(None, math.nan, dt, why)
     init, r0 = ("uniform", None) if isinstance(rho0, str) else ("pair", rho0)
     every = 1 if p.mlp_block.active else None  # a first passage, as the run tests it
     e = measure_step_error(p, result["T"], result["T"] / steps,
-                           min(result["counts"]["runs"], coupled), coupled_seed(seed),
+                           min(result["counts"]["runs"], coupled), _coupled_seed(seed),
                            init=init, rho0=r0, tol=tol, until=until, decide_every=every)["p_bipolar"]
     return e.step_error(result["T"] / steps)
 
@@ -578,7 +578,7 @@ def simulate_with_step_error(params: ModelParams, grid: TimeGrid, *,
                              stopping: StoppingRule = StoppingRule(),
                              recording: Recording = Recording(),
                              execution: Execution = Execution(),
-                             progress: Progress | None = None) -> SimResult:
+                             progress: _Progress | None = None) -> SimResult:
     """`simulate`, and beside it the step error of its outcome probabilities measured on runs
     coupled at dt, 2 dt (and 4 dt) (`_beside_run`), in `extra['step']`.
 
@@ -605,7 +605,7 @@ def simulate_with_step_error(params: ModelParams, grid: TimeGrid, *,
     Returns:
         The `SimResult`, with `extra['step']`.
     """
-    from ..sim.simulate import coupling_refusal, simulate, step_runs
+    from ..sim.simulate import _coupling_refusal, _step_runs, simulate
 
     if not isinstance(step, StepControl):
         raise TypeError(f"step must be a StepControl (e.g. StepControl(extrapolate=True)); got "
@@ -613,7 +613,7 @@ def simulate_with_step_error(params: ModelParams, grid: TimeGrid, *,
     why = None
     if isinstance(params, ModelParams) and isinstance(grid, TimeGrid) and isinstance(
             initial, InitialState) and isinstance(execution, Execution):
-        why = coupling_refusal(params, grid, check_int("runs", runs, 1), scheme, initial,
+        why = _coupling_refusal(params, grid, _check_int("runs", runs, 1), scheme, initial,
                                execution)
         if why is not None and step.extrapolate:
             raise ParameterError(f"extrapolate (Richardson over dt, 2 dt and 4 dt) cannot run "
@@ -621,9 +621,9 @@ def simulate_with_step_error(params: ModelParams, grid: TimeGrid, *,
     res = simulate(params, grid, runs=runs, seed=seed, scheme=scheme, initial=initial,
                    stopping=stopping, recording=recording, execution=execution,
                    progress=progress)
-    tol = res.extra.get("tol", DECIDE_TOL if step.tol is None else step.tol)
-    n = step_runs(params, grid, res.runs, scheme, initial, step, execution)
-    weights = check_token_weights(initial.weights, params.n, res.runs)
+    tol = res.extra.get("tol", _DECIDE_TOL if step.tol is None else step.tol)
+    n = _step_runs(params, grid, res.runs, scheme, initial, step, execution)
+    weights = _check_token_weights(initial.weights, params.n, res.runs)
     rec = _beside_run(params, grid, res.runs, res.seed, n, init=initial.init, rho0=initial.rho0,
                      tol=tol, until=stopping.until, decide_every=stopping.decide_every,
                      scheme=scheme, weights=weights,

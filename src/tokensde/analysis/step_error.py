@@ -16,7 +16,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class StepError:
+class _StepError:
     """The estimated step error `P(dt) - P(0)` of a probability at step `dt` (`bias` with its
     error `se`, None where there is no estimate; `source` says how it was obtained, or why not);
     `resolve`: a measured estimate, compared with the Monte Carlo error through its interval

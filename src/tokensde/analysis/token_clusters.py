@@ -3,7 +3,7 @@
 `analysis.clusters` works on Gram matrices, `n x n` per run; at `n = 65536` one of them takes
 34 GB. The same statistics come from the tokens `(runs, n, d)`:
 
-- **outcome** (`tokens_outcome`): the rule of `clusters.outcome_codes`, which `clusters.analyze`
+- **outcome** (`tokens_outcome`): the rule of `clusters._outcome_codes`, which `clusters.analyze`
   applies to Gram matrices: a run is *one cluster* or *bipolar* when it is decided
   (`sim.decide.decided_tokens`: every pair within tol of +1 or -1, O(n log n) on the circle), its
   two sides the signs of `<x_i, x_1>`; any other run is *undecided*. Many tokens spread round
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from ..model.checks import ParameterError, check_tol
-from ..sim.decide import ROW_BLOCK, angle_of_gap, decided_tokens
-from .clusters import is_antipodal, is_merged, outcome_codes, outcome_summary
+from ..sim.decide import _ROW_BLOCK, _angle_of_gap, decided_tokens
+from .clusters import _outcome_codes, _outcome_summary, is_antipodal, is_merged
 
 
 def _as_tokens(x: Any) -> torch.Tensor:
@@ -60,7 +60,7 @@ def _close_pairs(angle: torch.Tensor, period: float, a: float) -> torch.Tensor:
     return (upto - torch.arange(srt.shape[-1]) - 1).sum(-1)
 
 
-def tokens_outcome(x: Any, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
+def _tokens_outcome(x: Any, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
     """Outcome codes (`clusters.Outcome`: single, bipolar, undecided) and minority side sizes
     of runs of tokens `(runs, n, d)`, without Gram matrices: a run is single or bipolar only
     when it is decided (module docstring).
@@ -78,7 +78,7 @@ def tokens_outcome(x: Any, tol: float = 1e-4) -> tuple[np.ndarray, np.ndarray]:
     done = decided_tokens(t, tol).cpu()
     m = ((t @ t[:, 0].unsqueeze(-1)).squeeze(-1) < 0).sum(-1)  # tokens opposite the first
     minor = torch.where(done & (m > 0), torch.minimum(m, n - m), 0)
-    return outcome_codes(done, m > 0), minor.numpy().astype(np.int64)
+    return _outcome_codes(done, m > 0), minor.numpy().astype(np.int64)
 
 
 def _decided_counts(t: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,15 +98,15 @@ def _block_counts(t: torch.Tensor, tol: float) -> tuple[torch.Tensor, torch.Tens
     runs, n, _ = t.shape
     merged = torch.zeros(runs, dtype=torch.float64)
     anti = torch.zeros(runs, dtype=torch.float64)
-    for lo in range(0, n, ROW_BLOCK):
-        g = t[:, lo:lo + ROW_BLOCK] @ t.transpose(-1, -2)  # rows lo.., all columns
-        upper = torch.arange(n) > torch.arange(lo, min(lo + ROW_BLOCK, n)).unsqueeze(-1)
+    for lo in range(0, n, _ROW_BLOCK):
+        g = t[:, lo:lo + _ROW_BLOCK] @ t.transpose(-1, -2)  # rows lo.., all columns
+        upper = torch.arange(n) > torch.arange(lo, min(lo + _ROW_BLOCK, n)).unsqueeze(-1)
         merged += (is_merged(g, tol) & upper).sum((-2, -1))
         anti += (is_antipodal(g, tol) & upper).sum((-2, -1))
     return merged, anti
 
 
-def tokens_pair_fractions(x: Any, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _tokens_pair_fractions(x: Any, tol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per run: the fractions of pairs `i < j` merged and antipodal, and the mean inner
     product, from tokens `(runs, n, d)` (circle: sorted angles; else the two sides of a decided
     run, row blocks for the others).
@@ -125,7 +125,7 @@ def tokens_pair_fractions(x: Any, tol: float) -> tuple[np.ndarray, np.ndarray, n
     s = t.sum(-2)
     mean = ((s * s).sum(-1) - n) / (2 * pairs) if pairs else torch.full((runs,), math.nan)
     if d == 2:
-        a = angle_of_gap(tol)
+        a = _angle_of_gap(tol)
         theta = torch.atan2(t[..., 1], t[..., 0])
         near = _close_pairs(theta, 2 * math.pi, a)
         either = _close_pairs(torch.where(theta < 0, theta + math.pi, theta), math.pi, a)
@@ -141,8 +141,8 @@ def tokens_pair_fractions(x: Any, tol: float) -> tuple[np.ndarray, np.ndarray, n
     return (merged / pairs).numpy(), (anti / pairs).numpy(), mean.numpy()
 
 
-def token_summary(x: Any, tol: float, exact: bool = False) -> dict[str, Any]:
-    """`clusters.pair_summary` from the final tokens `(runs, n, d)` instead of Gram matrices
+def _token_summary(x: Any, tol: float, exact: bool = False) -> dict[str, Any]:
+    """`clusters._pair_summary` from the final tokens `(runs, n, d)` instead of Gram matrices
     (`tokens_pair_fractions`, `tokens_outcome`: O(n log n) per run on the circle);
     `{'pairs': 0}` for one token.
 
@@ -152,11 +152,11 @@ def token_summary(x: Any, tol: float, exact: bool = False) -> dict[str, Any]:
         exact: every run the same (no interval).
 
     Returns:
-        The summary of `clusters.outcome_summary`.
+        The summary of `clusters._outcome_summary`.
     """
     n = np.shape(x)[-2]
     if n < 2:
         return {"pairs": 0}
-    merged, antipodal, mean = tokens_pair_fractions(x, tol)
-    return outcome_summary(n * (n - 1) // 2, float(mean.mean()), float(merged.mean()),
-                           float(antipodal.mean()), tokens_outcome(x, tol)[0], exact)
+    merged, antipodal, mean = _tokens_pair_fractions(x, tol)
+    return _outcome_summary(n * (n - 1) // 2, float(mean.mean()), float(merged.mean()),
+                           float(antipodal.mean()), _tokens_outcome(x, tol)[0], exact)

@@ -21,7 +21,7 @@ app = typer.Typer(
 )
 
 # Sub-modules of tokensde.cli, each defining `register(app)`.
-COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "real", "meanfield", "figure",
+_COMMAND_MODULES = ("simulate", "two_token", "sweep", "vit", "real", "meanfield", "figure",
                    "reproduce", "token_noise")
 
 
@@ -39,7 +39,7 @@ def _root(
     """Token dynamics of deep Transformers at random initialisation."""
 
 
-for _name in COMMAND_MODULES:
+for _name in _COMMAND_MODULES:
     importlib.import_module(f"{__name__}.{_name}").register(app)
 attach(app)  # an Examples section on every help page
 enforce(app)  # an option typed outside its modes is refused (_applies.COMMANDS)

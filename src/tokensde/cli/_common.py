@@ -29,9 +29,9 @@ YES = typer.Option(False, "--yes", help="Run even when the time estimate exceeds
 
 def emit_json(obj: Any) -> None:
     """Print one JSON document on stdout."""
-    from ..io.store import to_jsonable
+    from ..io.store import _to_jsonable
 
-    typer.echo(json.dumps(to_jsonable(obj), indent=2))
+    typer.echo(json.dumps(_to_jsonable(obj), indent=2))
 
 
 def progress_bar(total: int, desc: str, enabled: bool = True, unit: str = "") -> Any:
@@ -137,15 +137,15 @@ def _errors() -> Iterator[None]:
 def depth_grid(time: float, dt: float) -> Any:
     """The `TimeGrid` of `--time` and `--dt` (a whole number of steps), every error naming the
     options as typed."""
-    from ..model.checks import check_real
-    from ..model.params import MAX_LAYERS, ParameterError, TimeGrid
+    from ..model.checks import _check_real
+    from ..model.params import _MAX_LAYERS, ParameterError, TimeGrid
 
-    t = check_real("--time", time, 0.0, strict=True)
-    h = check_real("--dt", dt, 0.0, strict=True)
+    t = _check_real("--time", time, 0.0, strict=True)
+    h = _check_real("--dt", dt, 0.0, strict=True)
     if h > t:
         raise ParameterError(f"--dt must be <= --time = {t:g}; got {h:g}")
-    if t / h > MAX_LAYERS:
-        raise ParameterError(f"--time / --dt must be at most {MAX_LAYERS} layers; got "
+    if t / h > _MAX_LAYERS:
+        raise ParameterError(f"--time / --dt must be at most {_MAX_LAYERS} layers; got "
                              f"{t:g} / {h:g}")
     return TimeGrid.make(T=t, dt=h, exact=True)
 

@@ -11,12 +11,12 @@ import typer
 from ._common import JSON, SEED, WORKERS, YES, emit_json, user_errors
 from ._options import size_option
 
-DEFAULT_OUT = Path("results")
+_DEFAULT_OUT = Path("results")
 
 
-def figure_cmd(
+def _figure_cmd(
     name: str = typer.Argument(None, help="Figure name (see --list)."),
-    out: Path = typer.Option(DEFAULT_OUT, "--out", help="Results directory (data/ and figures/)."),
+    out: Path = typer.Option(_DEFAULT_OUT, "--out", help="Results directory (data/ and figures/)."),
     quick: bool = typer.Option(False, "--quick", help="Quick size instead of the full one."),
     size: str = size_option("--quick", "full"),
     seed: int = SEED,
@@ -28,7 +28,7 @@ def figure_cmd(
     yes: bool = YES,
 ) -> None:
     """Draw one figure from its saved result (computing and saving the result if absent)."""
-    from ..model.checks import ParameterError, check_choice
+    from ..model.checks import ParameterError, _check_choice
     from ..study import FIGURES, Context
 
     if list_:
@@ -37,7 +37,7 @@ def figure_cmd(
     with user_errors():
         if name is None:
             raise ParameterError("NAME is required: one of " + ", ".join(FIGURES))
-        check_choice("NAME", name, tuple(FIGURES))
+        _check_choice("NAME", name, tuple(FIGURES))
         from ..io.store import check_output
 
         check_output(out, "--out", directory=True)
@@ -72,4 +72,4 @@ def _list(json_out: bool) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add `tokensde figure` to `app`."""
-    app.command("figure")(figure_cmd)
+    app.command("figure")(_figure_cmd)

@@ -12,15 +12,15 @@ from ._common import JSON, SEED, YES, check_run, emit_json, user_errors
 from ._options import time_option, tol_option, until_option
 
 # the table's decision tolerance, looser than the 1e-8 of the other commands
-TABLE_TOL = 1e-4
+_TABLE_TOL = 1e-4
 
-meanfield_app = typer.Typer(no_args_is_help=True, add_completion=False,
+_meanfield_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="n particles and the many-token limit (K weighted nodes) on "
                                  "common noise paths (docs/meanfield.md).")
 
 
-@meanfield_app.command("table")
-def table(
+@_meanfield_app.command("table")
+def _table(
     d: list[int] = typer.Option([2], "--d", help="Dimensions (repeat the option)."),
     beta: list[float] = typer.Option([3.0], "--beta", help="Attention strengths (repeat)."),
     n: list[int] = typer.Option([16, 64], "--n", help="Particle counts (repeat)."),
@@ -36,7 +36,7 @@ def table(
     T: float = time_option(40.0),
     until: str = until_option("decided", ("decided",)),
     dt: float = typer.Option(0.02, "--dt", help="Layer step dt = alpha^2."),
-    tol: float = tol_option(TABLE_TOL, "Looser than the 1e-8 of the other commands: the limit "
+    tol: float = tol_option(_TABLE_TOL, "Looser than the 1e-8 of the other commands: the limit "
                             "takes about twice the depth to decide at 1e-8, and more runs stay "
                             "undecided by --time (docs/absorption.md)."),
     device: str = typer.Option("cpu", "--device", help="cpu | cuda."),
@@ -54,21 +54,21 @@ def table(
     import shutil
     import tempfile
 
-    from ..io.outputs import clear_results, guard_output
-    from ..meanfield.absorption import bipolar_text, table_budget
+    from ..io.outputs import _clear_results, _guard_output
+    from ..meanfield.absorption import _bipolar_text, table_budget
     from ..meanfield.kind import table_config, table_frame
-    from ..model.params import ParameterError, check_choice
+    from ..model.params import ParameterError, _check_choice
     from ..sim.options import Execution
     from ..sweep import load_table
-    from .sweep import run_resumable
+    from .sweep import _run_resumable
 
     with user_errors():
-        check_choice("--until", until, ("decided",))
+        _check_choice("--until", until, ("decided",))
         _check_options(d, beta, n, start, K, runs, T, dt, tol, device, seed)
         _check_mixture(mixture, d)  # checked whatever --start, like every option
         mix = mixture if "mixture" in start else None
         if out is not None:
-            guard_output(out, "--out", directory=True, force=force, resumable=True)
+            _guard_output(out, "--out", directory=True, force=force, resumable=True)
         check_run(table_budget(d, beta, n, K, start, runs, T, dt,
                                execution=Execution(device=device)), device, yes=yes)
         cfg = table_config(d, beta, n, K, start, runs, seed, T, dt, tol, device, mix)
@@ -77,12 +77,12 @@ def table(
             if _done(out) is None:
                 raise ParameterError(f"--out: {out} is in use by a running sweep; wait for it, "
                                      "or choose another --out")
-            clear_results(out, "--out")
+            _clear_results(out, "--out")
         where = out if out is not None else Path(tempfile.mkdtemp(prefix="tokensde-meanfield-"))
         resume = _command(d, beta, n, start, K, runs, T, dt, tol, device, seed, json_out, where,
                           mix)
         try:
-            summary = run_resumable(cfg, where, quiet=True, resume=resume, on_cell=_log,
+            summary = _run_resumable(cfg, where, quiet=True, resume=resume, on_cell=_log,
                                     yes=yes, estimate=False)  # check_run said it
             rows = load_table(where)
         except BaseException:
@@ -99,7 +99,7 @@ def table(
     if json_out:
         emit_json(tab.to_dict(orient="records"))
     elif len(tab):
-        tab.insert(5, "P(bipolar)", [bipolar_text(r) for r in tab.to_dict("records")])
+        tab.insert(5, "P(bipolar)", [_bipolar_text(r) for r in tab.to_dict("records")])
         cols = ["d", "beta", "start", "n", "runs", "p_decided", "P(bipolar)", "minority_mean",
                 "minority_lo", "minority_hi", "t_decided_median"]
         typer.echo("n = 0 is the limit (K nodes); P(bipolar) over the decided runs with its 95 % "
@@ -118,35 +118,35 @@ def _check_options(d: list[int], beta: list[float], n: list[int], start: list[st
     """Every option of `meanfield table` in its range, before any work; ParameterError naming
     the option otherwise."""
     from ..meanfield.absorption import STARTS
-    from ..meanfield.kind import check_device
-    from ..model.params import MAX_SIZE, check_choice, check_int, check_real
-    from ..sim.options import resolve_device
+    from ..meanfield.kind import _check_device
+    from ..model.params import _MAX_SIZE, _check_choice, _check_int, _check_real
+    from ..sim.options import _resolve_device
 
     for v in d:
-        check_int("--d", v, 2, MAX_SIZE)
+        _check_int("--d", v, 2, _MAX_SIZE)
     for b in beta:
-        check_real("--beta", b, 0.0)
+        _check_real("--beta", b, 0.0)
     for m in n:
-        check_int("--n", m, 2, MAX_SIZE)
+        _check_int("--n", m, 2, _MAX_SIZE)
     for st in start:
-        check_choice("--start", st, STARTS)
-    check_int("--K", K, 2, MAX_SIZE)
-    check_int("--runs", runs, 1)
-    check_int("--seed", seed, 0)
+        _check_choice("--start", st, STARTS)
+    _check_int("--K", K, 2, _MAX_SIZE)
+    _check_int("--runs", runs, 1)
+    _check_int("--seed", seed, 0)
     for name, x in (("--time", T), ("--dt", dt), ("--tol", tol)):
-        check_real(name, x, 0.0, strict=True)
-    check_device("--device", device)
-    resolve_device(device, "--device")
+        _check_real(name, x, 0.0, strict=True)
+    _check_device("--device", device)
+    _resolve_device(device, "--device")
 
 
 def _check_mixture(text: str, d: list[int]) -> str:
     """`--mixture` parsed in every dimension of the table (ParameterError naming it)."""
-    from ..meanfield.absorption import parse_mixture
+    from ..meanfield.absorption import _parse_mixture
     from ..model.params import ParameterError
 
     try:
         for v in d:
-            parse_mixture(text, v)
+            _parse_mixture(text, v)
     except ParameterError as e:
         raise ParameterError(f"--mixture: {e}") from None
     return text
@@ -166,10 +166,10 @@ def _done(out: Path) -> int | None:
 
 def _log(row: dict[str, Any]) -> None:
     """The line of a finished system on stderr."""
-    from ..meanfield.absorption import system_line
+    from ..meanfield.absorption import _system_line
 
     if row["status"] == "ok":
-        typer.echo(system_line(row), err=True)
+        typer.echo(_system_line(row), err=True)
 
 
 def _command(d: list[int], beta: list[float], n: list[int], start: list[str], K: int, runs: int,
@@ -187,7 +187,7 @@ def _command(d: list[int], beta: list[float], n: list[int], start: list[str], K:
     return shlex.join(words + (["--json"] if json_out else []))
 
 
-@meanfield_app.command("convergence")
+@_meanfield_app.command("convergence")
 def convergence(
     beta: list[float] = typer.Option([1.0, 3.0], "--beta", help="Attention strengths (repeat)."),
     K: list[int] = typer.Option([8, 16, 32, 64, 128], "--K", help="Node counts (repeat)."),
@@ -198,7 +198,7 @@ def convergence(
     json_out: bool = JSON,
 ) -> None:
     """d = 2, uniform start, one noise path: the error of K trapezoid nodes against K_ref."""
-    from ..meanfield.convergence import MIN_FIT_POINTS, fit_rate, node_convergence
+    from ..meanfield.convergence import _MIN_FIT_POINTS, fit_rate, node_convergence
 
     with user_errors():
         import pandas as pd
@@ -209,12 +209,12 @@ def convergence(
     typer.echo(df.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     for (b, t), g in df.groupby(["beta", "T"]):
         slope = (f"{fit_rate(g['K'], g['arc_err_interp']):.2f} in log K"
-                 if g.loc[g["arc_err_interp"] > 0, "K"].nunique() >= MIN_FIT_POINTS
-                 else f"not fitted (it needs {MIN_FIT_POINTS} or more distinct --K with an "
+                 if g.loc[g["arc_err_interp"] > 0, "K"].nunique() >= _MIN_FIT_POINTS
+                 else f"not fitted (it needs {_MIN_FIT_POINTS} or more distinct --K with an "
                       "error > 0)")
         typer.echo(f"beta {b:g}, T {t:g}: arc-mass (interpolated) slope {slope}")
 
 
 def register(app: typer.Typer) -> None:
     """Add `tokensde meanfield ...` to `app`."""
-    app.add_typer(meanfield_app, name="meanfield")
+    app.add_typer(_meanfield_app, name="meanfield")

@@ -16,14 +16,14 @@ import typer
 from ._applies import ARCHS as ARCH_COMMANDS  # the options each reads: _applies.COMMANDS
 from ._common import JSON, SEED, YES, check_run, emit_json, fail, progress_bar, user_errors
 
-MAX_THREADS = 1024
+_MAX_THREADS = 1024
 
 # options shared by the family runs and `real module`
-SDE_STEPS_OPT = typer.Option(64, "--sde-steps", help="Euler steps of the limit.")
-SDE_RUNS_OPT = typer.Option(32, "--sde-runs", help="Runs of the limit.")
-THREADS = typer.Option(1, "--threads", help="torch threads (1: fastest on a shared machine; "
+_SDE_STEPS_OPT = typer.Option(64, "--sde-steps", help="Euler steps of the limit.")
+_SDE_RUNS_OPT = typer.Option(32, "--sde-runs", help="Runs of the limit.")
+_THREADS = typer.Option(1, "--threads", help="torch threads (1: fastest on a shared machine; "
                        "docs/benchmarks.md).")
-FORCE = typer.Option(False, "--force", help="Replace the results in an existing --out folder.")
+_FORCE = typer.Option(False, "--force", help="Replace the results in an existing --out folder.")
 
 
 def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, inputs: int,
@@ -31,7 +31,7 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
          centring: bool, qk: bool, mlp: bool, bias: bool, value_scale: float, sde_steps: int,
          as_json: bool, value_law: str = "product", sde_runs: int = 32, threads: int = 1,
          force: bool = False, yes: bool = False) -> None:
-    from ..io.outputs import guard_output
+    from ..io.outputs import _guard_output
     from ..real.models import INSTALL_HINT, MissingExtraError, RealSpec, has_transformers
 
     if arch != "torch-encoder" and not has_transformers():
@@ -41,12 +41,12 @@ def _run(arch: str, layers: int, width: int, heads: int, ctx: int, inits: int, i
                         norm_first=norm_first, residual_scaling=residual_scaling,
                         centring=centring, qk=qk, mlp=mlp, bias=bias, value_scale=value_scale,
                         value_law=value_law)
-        guard_output(out, "--out", directory=True, force=force)
+        _guard_output(out, "--out", directory=True, force=force)
         import torch
 
-        from ..model.checks import check_int
+        from ..model.checks import _check_int
 
-        torch.set_num_threads(check_int("--threads", threads, 1, MAX_THREADS))
+        torch.set_num_threads(_check_int("--threads", threads, 1, _MAX_THREADS))
         from ..real.experiment import real_budget, run_real
 
         check_run(real_budget(spec, inits, inputs, sde_steps, sde_runs), yes=yes)
@@ -73,7 +73,7 @@ def _report(run: Any, out: Path, head: str, limit: str, as_json: bool) -> None:
     """Write the run's table (real.parquet), figure (real.png) and mapping (mapping.json) into
     `out`, print the summary (or JSON) and the verdict, and exit 1 when it disagrees."""
     from ..io.store import atomic_write
-    from ..plots.real import plot_real
+    from ..plots.real import _plot_real
     from ..real.experiment import save_run
 
     with user_errors():
@@ -82,7 +82,7 @@ def _report(run: Any, out: Path, head: str, limit: str, as_json: bool) -> None:
         a = run.agreement
         title = (f"{head}: max |z| {a['max_abs_z']:.2f} {'<=' if a['agrees'] else '>'} "
                  f"{a['threshold']:.2f}{'' if a['agrees'] else ' DISAGREES'}")
-        fig = plot_real(run.table, out / "real.png", title)
+        fig = _plot_real(run.table, out / "real.png", title)
         mapping = json.dumps({"rows": [list(map(str, r)) for r in run.mapping.rows],
                               **run.meta}, indent=1, default=str)
         atomic_write(out / "mapping.json", lambda tmp: tmp.write_text(mapping))
@@ -99,14 +99,14 @@ def _report(run: Any, out: Path, head: str, limit: str, as_json: bool) -> None:
     typer.echo(f"agreement: {a['within']}/{a['layers']} layers within 3 combined SE "
                f"({a['fraction_within']:.0%}); largest |real - tokensde| = "
                f"{a['max_abs_diff']:.4f} at layer {a['at_layer']}")
-    for line in verdict_lines(a):
+    for line in _verdict_lines(a):
         typer.echo(line)
     typer.echo(f"depth limit: {limit}")
     typer.echo(f"wrote {table}, {fig}, {out / 'mapping.json'}")
     _verdict_exit(a)
 
 
-def verdict_lines(a: dict) -> list[str]:
+def _verdict_lines(a: dict) -> list[str]:
     """The per-layer z, the verdict against the Sidak threshold and the inits that would
     resolve the largest unresolved gap, as printed lines.
 
@@ -138,7 +138,7 @@ def _verdict_exit(a: dict) -> None:
         raise typer.Exit(1)
 
 
-def make_command(arch: str) -> Callable[..., None]:
+def _make_command(arch: str) -> Callable[..., None]:
     """The command `tokensde real <arch>`."""
     def command(
         layers: int = typer.Option(12, "--layers", help="Number of blocks L."),
@@ -165,8 +165,8 @@ def make_command(arch: str) -> Callable[..., None]:
             "product", "--value-law",
             help="gpt2: each head's value path W_O W_V as built (product) or a Gaussian matrix "
                  "of the same entry variance (gaussian, the mapping's law)."),
-        sde_steps: int = SDE_STEPS_OPT, sde_runs: int = SDE_RUNS_OPT,
-        threads: int = THREADS, force: bool = FORCE,
+        sde_steps: int = _SDE_STEPS_OPT, sde_runs: int = _SDE_RUNS_OPT,
+        threads: int = _THREADS, force: bool = _FORCE,
         as_json: bool = JSON,
         yes: bool = YES,
     ) -> None:
@@ -185,15 +185,15 @@ def _run_module(factory: str, ctx: int | None, inits: int, inputs: int, out: Pat
     """`tokensde real module FILE:FUNC`: `introspect.run_own` on the user's factory, checked
     (file, function, network, inputs) and estimated before the run, written and judged as the
     family runs are."""
-    from ..io.outputs import guard_output
+    from ..io.outputs import _guard_output
 
     with user_errors():
-        guard_output(out, "--out", directory=True, force=force)
+        _guard_output(out, "--out", directory=True, force=force)
         import torch
 
-        from ..model.checks import check_int
+        from ..model.checks import _check_int
 
-        torch.set_num_threads(check_int("--threads", threads, 1, MAX_THREADS))
+        torch.set_num_threads(_check_int("--threads", threads, 1, _MAX_THREADS))
         from ..real.introspect import IntrospectionError, own_budget, prepare_own, run_own
 
         where = f"FACTORY {factory}"
@@ -218,7 +218,7 @@ def _run_module(factory: str, ctx: int | None, inits: int, inputs: int, out: Pat
         _report(run, out, head, limit, as_json)
 
 
-def module_command(
+def _module_command(
     factory: str = typer.Argument(
         ..., metavar="FACTORY",
         help="FILE.py:FUNC, a function FUNC(seed) -> torch.nn.Module in FILE (FILE alone: make). "
@@ -242,8 +242,8 @@ def module_command(
              "limit, drawn too. One network at one depth cannot show it: you state it."),
     read_seeds: int = typer.Option(3, "--read-seeds", help="Inits the weights' variances are "
                                    "read from."),
-    sde_steps: int = SDE_STEPS_OPT, sde_runs: int = SDE_RUNS_OPT,
-    threads: int = THREADS, force: bool = FORCE,
+    sde_steps: int = _SDE_STEPS_OPT, sde_runs: int = _SDE_RUNS_OPT,
+    threads: int = _THREADS, force: bool = _FORCE,
     as_json: bool = JSON,
     yes: bool = YES,
 ) -> None:
@@ -261,6 +261,6 @@ def register(app: typer.Typer) -> None:
                       help="Real Transformers at init against tokensde (needs the extra: "
                            "pip install 'tokensde\\[real]').")
     for arch in ARCH_COMMANDS:
-        sub.command(arch)(make_command(arch))
-    sub.command("module")(module_command)
+        sub.command(arch)(_make_command(arch))
+    sub.command("module")(_module_command)
     app.add_typer(sub, name="real")

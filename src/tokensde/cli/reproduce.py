@@ -15,7 +15,7 @@ from ._common import JSON, SEED, WORKERS, YES, emit_json, user_errors
 from ._options import size_option
 
 
-def reproduce_cmd(
+def _reproduce_cmd(
     out: Path = typer.Option(..., "--out", help="Results directory; DIR/report.html is written."),
     quick: bool = typer.Option(False, "--quick", help="Quick size (the default): 2 to 3 min "
                                "on 2 cores; the estimate is printed first."),
@@ -45,11 +45,11 @@ def reproduce_cmd(
         chosen = size or ("full" if full else "quick")
         if chosen not in STUDY_SIZES:
             raise ParameterError(f"size must be one of {', '.join(STUDY_SIZES)}; got {chosen!r}")
-        from ..io.report import check_report_path
+        from ..io.report import _check_report_path
         from ..io.store import check_output
 
         check_output(out, "--out", directory=True)
-        check_report_path(out / "report.html", "--out", force)
+        _check_report_path(out / "report.html", "--out", force)
         names = _figures("--only", only)
         left_out = _figures("--skip", skip)
         path, sections, record = reproduce(out, chosen, seed, workers, names,
@@ -87,4 +87,4 @@ def _figures(option: str, text: str | None) -> list[str] | None:
 
 def register(app: typer.Typer) -> None:
     """Add `tokensde reproduce` to `app`."""
-    app.command("reproduce")(reproduce_cmd)
+    app.command("reproduce")(_reproduce_cmd)

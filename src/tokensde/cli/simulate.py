@@ -13,14 +13,14 @@ from ._options import time_option, tol_option, until_option
 if TYPE_CHECKING:  # numpy, the model and torch load when a run starts (tests/test_cli_startup.py)
     import numpy as np
 
-    from ..model.params import Attention, Law, ModelParams, Noise
+    from ..model.params import ModelParams, _Attention, _Law, _Noise
 
 
 def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.ndarray:
     """`value` if it is one of `names`, else the real array in the .npy file it names."""
     import numpy as np
 
-    from ..model.params import ParameterError, real_array
+    from ..model.params import ParameterError, _real_array
 
     if value in names:
         return value
@@ -37,10 +37,10 @@ def _name_or_npy(param: str, value: str, names: tuple[str, ...]) -> str | np.nda
         a.close()
         raise ParameterError(f"{param} must be {allowed}; {path} is an .npz archive (save one "
                              "array with numpy.save)")
-    return real_array(f"{param} (from {path})", a)
+    return _real_array(f"{param} (from {path})", a)
 
 
-DEFAULT_CHECKPOINTS = 11
+_DEFAULT_CHECKPOINTS = 11
 
 
 def _check_depth(time: float | None, layers: int | None, alpha: float | None,
@@ -62,14 +62,14 @@ def _check_depth(time: float | None, layers: int | None, alpha: float | None,
                              f"--dt, not both; got {given} and {name} {t}")
 
 
-def decision_summary(res: Any) -> dict[str, Any]:
+def _decision_summary(res: Any) -> dict[str, Any]:
     """Fraction of runs decided, and the median and 90 % quantile of the time to decision
     (nan past the horizon), for a result run with until='decided'."""
     if res.decided_at is None:
         return {}
-    from ..sweep.kinds import decision_stats
+    from ..sweep.kinds import _decision_stats
 
-    st = decision_stats(res.decided_at, res.grid.steps, res.grid.dt, res.runs)
+    st = _decision_stats(res.decided_at, res.grid.steps, res.grid.dt, res.runs)
     return {"until": "decided", **{k: st[k] for k in ("p_decided", "t_decided_median",
                                                       "t_decided_q90", "run_layers")}}
 
@@ -80,7 +80,7 @@ def _model_params(value_init: str | None, law: str | None, sigma: float | None,
     from ..model.params import ModelParams, ParameterError
 
     if value_init is None:
-        return ModelParams(law=cast("Law", "gaussian" if law is None else law),
+        return ModelParams(law=cast("_Law", "gaussian" if law is None else law),
                            sigma=1.0 if sigma is None else sigma, **kw)
     given = [f"--{k}" for k, v in (("law", law), ("sigma", sigma)) if v is not None]
     if given:
@@ -117,7 +117,7 @@ def _warn_steps(summary: dict[str, Any]) -> None:
             typer.echo(f"warning: {key}: {step['text']}", err=True)
 
 
-def simulate_cmd(
+def _simulate_cmd(
     n: int = typer.Option(8, "--n", help="Number of tokens (>= 1)."),
     d: int = typer.Option(3, "--d", help="Dimension of each token (>= 2)."),
     beta: float = typer.Option(3.0, "--beta", help="Interaction strength (>= 0)."),
@@ -198,12 +198,12 @@ def simulate_cmd(
     with user_errors():
         check_tol(tol, "--tol", dtype)
         _check_depth(time, layers, alpha, dt)  # a bare command says what it needs, torch unloaded
-        from ..analysis.step_coupled import grid_or_chosen, simulate_with_step_error, step_summary
-        from ..io.outputs import guard_output
+        from ..analysis.step_coupled import _grid_or_chosen, _step_summary, simulate_with_step_error
+        from ..io.outputs import _guard_output
         from ..io.store import save_result
-        from ..plots.style import check_figure
+        from ..plots.style import _check_figure
         from ..sim.options import (
-            GRAM_RECORD_MAX,
+            _GRAM_RECORD_MAX,
             Execution,
             InitialState,
             Recording,
@@ -212,30 +212,30 @@ def simulate_cmd(
         )
         from ..sim.simulate import simulation_budget
         if out is not None:
-            guard_output(out, "--out", force=force, suffixes=(".npz",))
+            _guard_output(out, "--out", force=force, suffixes=(".npz",))
         if plot is not None:
-            check_figure(plot, "--plot")
-            guard_output(plot, "--plot", force=force)
-            if n > GRAM_RECORD_MAX:
+            _check_figure(plot, "--plot")
+            _guard_output(plot, "--plot", force=force)
+            if n > _GRAM_RECORD_MAX:
                 raise ParameterError(f"--plot draws pairwise inner products from Gram matrices, "
-                                     f"recorded up to n = {GRAM_RECORD_MAX}; got n = {n}")
+                                     f"recorded up to n = {_GRAM_RECORD_MAX}; got n = {n}")
         # the names as typed: ModelParams checks them
         p = _model_params(value_init, law, sigma, n=n, d=d, beta=beta,
-                          attention=cast("Attention", attention), causal=causal,
-                          noise=cast("Noise", noise), eps=eps, heads=heads, qk=qk,
+                          attention=cast("_Attention", attention), causal=causal,
+                          noise=cast("_Noise", noise), eps=eps, heads=heads, qk=qk,
                           qk_scale=qk_scale, qk_redraw=qk_redraw, qk_samples=qk_samples,
                           norm=norm, mlp=mlp, mlp_sigma=mlp_sigma, mlp_width=mlp_width,
                           token_noise=token_noise,
                           mean=_name_or_npy("mean", mean, ("none", "identity")))
         x0 = _name_or_npy("init", init, ("uniform", "pair"))
         InitialState(x0, rho0)  # before a pilot runs
-        grid, chosen = grid_or_chosen(p, layers, alpha, time, dt, runs, seed, scheme, init=x0,
+        grid, chosen = _grid_or_chosen(p, layers, alpha, time, dt, runs, seed, scheme, init=x0,
                                       rho0=rho0, tol=tol, until=until, device=device,
                                       dtype=Execution(dtype=dtype).torch_dtype)
         if chosen is not None:
             typer.echo(f"step: {chosen.why}", err=True)
         if checkpoints is None:
-            checkpoints = min(DEFAULT_CHECKPOINTS, grid.steps + 1)
+            checkpoints = min(_DEFAULT_CHECKPOINTS, grid.steps + 1)
         # the library's option objects, made once: the budget and the run see the same ones
         options: dict[str, Any] = {"initial": InitialState(x0, rho0),
                    "stopping": StoppingRule.decided(tol) if until == "decided" else
@@ -252,17 +252,17 @@ def simulate_cmd(
                                            progress=bar, step=step, **options)
         # the default record: Gram matrices up to GRAM_RECORD_MAX tokens, the tokens above
         exact = _identical_runs(p, init)
-        from ..analysis.clusters import pair_summary
-        from ..analysis.token_clusters import token_summary
+        from ..analysis.clusters import _pair_summary
+        from ..analysis.token_clusters import _token_summary
 
-        pairs = (pair_summary(res.gram[:, -1], tol, exact) if res.gram is not None
-                 else token_summary(res.state, tol, exact))
-        steps = step_summary(pairs, res, chosen, extrapolate)
+        pairs = (_pair_summary(res.gram[:, -1], tol, exact) if res.gram is not None
+                 else _token_summary(res.state, tol, exact))
+        steps = _step_summary(pairs, res, chosen, extrapolate)
         summary = {"runs": runs, "n": n, "d": d, "beta": beta, "layers": grid.steps,
                    "dt": grid.dt, "T": grid.T, "sampler": res.sampler,
                    "attention_eval": res.extra["attention_eval"], "scheme": scheme,
                    "seed": seed, **pairs,
-                   **decision_summary(res),
+                   **_decision_summary(res),
                    **({"step_choice": chosen.why} if chosen is not None else {}),
                    **({"step_coupled_runs": steps["coupled_runs"]} if steps["coupled_runs"]
                       else {}),
@@ -270,9 +270,9 @@ def simulate_cmd(
         if out is not None:
             summary["out"] = str(save_result(res, out))
         if plot is not None:
-            from ..plots.simulation import plot_simulation
+            from ..plots.simulation import _plot_simulation
 
-            summary["plot"] = str(plot_simulation(res, plot, tol))
+            summary["plot"] = str(_plot_simulation(res, plot, tol))
     _warn_steps(summary)
     if json_out:
         emit_json(summary)
@@ -282,4 +282,4 @@ def simulate_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add `simulate` to `app`."""
-    app.command("simulate")(simulate_cmd)
+    app.command("simulate")(_simulate_cmd)

@@ -17,12 +17,12 @@ if TYPE_CHECKING:
 
 from ._common import YES, announce, emit_json, fail, user_errors
 
-sweep_app = typer.Typer(no_args_is_help=True, add_completion=False,
+_sweep_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Run TOML parameter sweeps (local process pool or Ray) into a "
                              "resumable Parquet table.")
 
 
-class Bar:
+class _Bar:
     """A tqdm bar of cells with the failure count; tqdm supplies the ETA."""
 
     def __init__(self, enabled: bool) -> None:
@@ -51,7 +51,7 @@ class Bar:
 
 
 @contextmanager
-def term_as_interrupt() -> Iterator[dict[str, Any]]:
+def _term_as_interrupt() -> Iterator[dict[str, Any]]:
     """Turn SIGTERM (from `timeout` or a batch scheduler) into KeyboardInterrupt while the sweep
     runs, so the pool is shut down and the workers stopped; yields which signal came."""
     got: dict[str, Any] = {"signal": "SIGINT", "number": signal.SIGINT}
@@ -70,18 +70,18 @@ def term_as_interrupt() -> Iterator[dict[str, Any]]:
         signal.signal(signal.SIGTERM, old)
 
 
-def run_with_bar(start: Any, out: Path, table: str, unit: str, quiet: bool) -> None:
+def _run_with_bar(start: Any, out: Path, table: str, unit: str, quiet: bool) -> None:
     """Run `start(bar)` (a sweep into `out` and its report) with a progress bar; on SIGINT or
     SIGTERM say what is saved and exit 128 + signal; print `out/table` and the summary."""
-    from ..sweep.store import SweepDir
+    from ..sweep.store import _SweepDir
 
-    bar = Bar(not quiet)
-    with user_errors(), term_as_interrupt() as got:
+    bar = _Bar(not quiet)
+    with user_errors(), _term_as_interrupt() as got:
         try:
             summary = start(bar)
         except KeyboardInterrupt:
             bar.close()
-            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))
+            done = len(list(_SweepDir(out).cells_dir.glob("*.parquet")))
             fail(f"interrupted by {got['signal']}: {done} finished {unit} are saved in {out}; "
                  "run the same command again to resume", 128 + got["number"])
         finally:
@@ -94,7 +94,7 @@ def run_with_bar(start: Any, out: Path, table: str, unit: str, quiet: bool) -> N
         raise typer.Exit(1)
 
 
-def run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "local",
+def _run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "local",
                   address: str | None = None, quiet: bool = False, resume: str | None = None,
                   on_cell: Callable[[dict[str, Any]], None] | None = None, yes: bool = False,
                   estimate: bool = True) -> dict[str, Any]:
@@ -104,23 +104,23 @@ def run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "loca
     `yes`: run cells estimated longer than TOKENSDE_MAX_HOURS; `estimate`: print the time
     estimate of the cells left on stderr (`announce`)."""
     from ..sweep.engine import run_sweep
-    from ..sweep.store import SweepDir
+    from ..sweep.store import _SweepDir
 
-    bar = Bar(not quiet)
+    bar = _Bar(not quiet)
 
     def each(row: dict[str, Any], counts: dict[str, int]) -> None:
         bar.cell(row, counts)
         if on_cell is not None:
             on_cell(row)
 
-    with term_as_interrupt() as got:
+    with _term_as_interrupt() as got:
         try:
             return run_sweep(config, out, workers=workers, backend=backend, address=address,
                              on_start=bar.start, on_cell=each, yes=yes,
                              on_estimate=announce if estimate else None)
         except KeyboardInterrupt:
             bar.close()
-            done = len(list(SweepDir(out).cells_dir.glob("*.parquet")))  # counts may lag a write
+            done = len(list(_SweepDir(out).cells_dir.glob("*.parquet")))  # counts may lag a write
             saved = "no cell had finished" if not done else f"{done} finished cells are saved"
             how = f"to resume, run: {resume}" if resume else "run the same command again to resume"
             fail(f"interrupted by {got['signal']}: {saved} in {out}; cells in progress were "
@@ -129,8 +129,8 @@ def run_resumable(config: Any, out: Path, workers: int = 1, backend: str = "loca
             bar.close()
 
 
-@sweep_app.command("run")
-def run_cmd(
+@_sweep_app.command("run")
+def _run_cmd(
     config: Path = typer.Argument(..., help="TOML sweep file."),
     out: Path = typer.Option(..., "--out", help="Output directory (resumed if it exists)."),
     workers: int = typer.Option(1, "--workers", help="Parallel cells (1: in this process)."),
@@ -141,15 +141,15 @@ def run_cmd(
 ) -> None:
     """Run or resume CONFIG into --out; print a JSON summary (exit 1 if some cells failed)."""
     with user_errors():
-        summary = run_resumable(config, out, workers, backend, address, quiet, yes=yes,
+        summary = _run_resumable(config, out, workers, backend, address, quiet, yes=yes,
                                 estimate=not quiet)
     emit_json(summary)
     if summary["failed"]:
         raise typer.Exit(1)
 
 
-@sweep_app.command("status")
-def status_cmd(out: Path = typer.Argument(..., help="Sweep output directory.")) -> None:
+@_sweep_app.command("status")
+def _status_cmd(out: Path = typer.Argument(..., help="Sweep output directory.")) -> None:
     """Cells done, failed and pending (JSON); checks every stored file."""
     from ..sweep.engine import sweep_status
 
@@ -157,8 +157,8 @@ def status_cmd(out: Path = typer.Argument(..., help="Sweep output directory.")) 
         emit_json(sweep_status(out))
 
 
-@sweep_app.command("table")
-def table_cmd(
+@_sweep_app.command("table")
+def _table_cmd(
     out: Path = typer.Argument(..., help="Sweep output directory."),
     fmt: str = typer.Option("parquet", "--format", help="parquet, csv or json."),
     output: str = typer.Option(None, "--output", show_default="DIR/table.<format>",
@@ -166,20 +166,20 @@ def table_cmd(
     force: bool = typer.Option(False, "--force", help="Replace an existing --output file."),
 ) -> None:
     """Consolidate the finished cells into one table (one row per cell); print where it went."""
-    from ..io.outputs import guard_output
-    from ..sweep.store import export_table, render_table
+    from ..io.outputs import _guard_output
+    from ..sweep.store import _render_table, export_table
 
     with user_errors():
         if output == "-":
-            typer.echo(render_table(out, fmt), nl=False)
+            typer.echo(_render_table(out, fmt), nl=False)
             return
         if output is not None:
-            guard_output(output, "--output", force=force)
+            _guard_output(output, "--output", force=force)
         emit_json(export_table(out, fmt, output))
 
 
-@sweep_app.command("plot")
-def plot_cmd(
+@_sweep_app.command("plot")
+def _plot_cmd(
     out: Path = typer.Argument(..., help="Sweep output directory (or its table file)."),
     out_dir: Path = typer.Argument(..., help="Where the figures go."),
     prefix: str = typer.Option(None, "--prefix", show_default="multi_token or phase, by kind",
@@ -190,28 +190,28 @@ def plot_cmd(
     `beta_offset` cells, P_anti against beta - beta_c(d))."""
     from ..io.store import check_output
     from ..plots import multi, phase
-    from ..sweep.store import ok_rows
+    from ..sweep.store import _ok_rows
 
     with user_errors():
         check_output(out_dir, "OUT_DIR", directory=True)
-        df = ok_rows(out)
+        df = _ok_rows(out)
         if "p_anti" in df.columns:
-            typer.echo(str(phase.plot_sweep(df, out_dir, prefix or "phase")))
+            typer.echo(str(phase._plot_sweep(df, out_dir, prefix or "phase")))
             return
-        for path in multi.make_all(df, out_dir, prefix or "multi_token"):
+        for path in multi._make_all(df, out_dir, prefix or "multi_token"):
             typer.echo(str(path))
-        typer.echo(multi.readme_tables(df), nl=False)
+        typer.echo(multi._readme_tables(df), nl=False)
 
 
-@sweep_app.command("kinds")
-def kinds_cmd() -> None:
+@_sweep_app.command("kinds")
+def _kinds_cmd() -> None:
     """List every experiment kind that `sweep run` accepts, with its parameters (JSON)."""
-    from ..sweep.kinds import describe, kind_names
+    from ..sweep.kinds import _describe, kind_names
 
     with user_errors():
-        emit_json([describe(name) for name in kind_names()])
+        emit_json([_describe(name) for name in kind_names()])
 
 
 def register(app: typer.Typer) -> None:
     """Add the `sweep` command group to `app`."""
-    app.add_typer(sweep_app, name="sweep")
+    app.add_typer(_sweep_app, name="sweep")

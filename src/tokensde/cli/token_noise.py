@@ -10,15 +10,15 @@ import typer
 
 from ._common import JSON, SEED, YES, check_run, comma_numbers, emit_json, user_errors
 
-token_noise_app = typer.Typer(no_args_is_help=True, add_completion=False,
+_token_noise_app = typer.Typer(no_args_is_help=True, add_completion=False,
                               help="Independent token noise: the theory's threshold and the "
                                    "simulated order parameter (docs/token-noise.md).")
 
-KIND_ORDER = "tokensde.token_noise_order"
+_KIND_ORDER = "tokensde.token_noise_order"
 
-BETA = typer.Option(1.0, "--beta", help="Attention strength (> 0).")
-DIM = typer.Option(2, "--d", help="Dimension (integer >= 2).")
-ATTENTION = typer.Option("usa", "--attention", help="usa | softmax.")
+_BETA = typer.Option(1.0, "--beta", help="Attention strength (> 0).")
+_DIM = typer.Option(2, "--d", help="Dimension (integer >= 2).")
+_ATTENTION = typer.Option("usa", "--attention", help="usa | softmax.")
 
 
 def _fmt(x: float) -> str:
@@ -26,42 +26,42 @@ def _fmt(x: float) -> str:
 
 
 def _check_model(beta: float, d: int, attention: str) -> tuple[float, int, str]:
-    from ..model.checks import check_choice, check_int, check_real
-    from ..model.params import MAX_SIZE
+    from ..model.checks import _check_choice, _check_int, _check_real
+    from ..model.params import _MAX_SIZE
     from ..theory.token_noise import ATTENTIONS
 
-    return (check_real("--beta", beta, 0.0, strict=True), check_int("--d", d, 2, MAX_SIZE),
-            check_choice("--attention", attention, ATTENTIONS))
+    return (_check_real("--beta", beta, 0.0, strict=True), _check_int("--d", d, 2, _MAX_SIZE),
+            _check_choice("--attention", attention, ATTENTIONS))
 
 
-STEP_TOL = typer.Option(0.01, "--step-tol", help="Bound on the layer step's relative shift "
+_STEP_TOL = typer.Option(0.01, "--step-tol", help="Bound on the layer step's relative shift "
                         "of the threshold (in (0, 1)); sets the default --dt.")
 
 
-@token_noise_app.command("theory")
-def theory_cmd(
-    beta: float = BETA, d: int = DIM, attention: str = ATTENTION,
+@_token_noise_app.command("theory")
+def _theory_cmd(
+    beta: float = _BETA, d: int = _DIM, attention: str = _ATTENTION,
     mean_scale: float = typer.Option(1.0, "--mean-scale", help="a in M = a I (> 0)."),
     branch: bool = typer.Option(True, "--branch/--no-branch", help="Also find where the "
                                 "limit's ordered branch ends (about a second)."),
     dt: float | None = typer.Option(None, "--dt", help="Also give each scheme's shift of the "
                                     "threshold at this layer step (> 0)."),
-    step_tol: float = STEP_TOL,
+    step_tol: float = _STEP_TOL,
     json_out: bool = JSON,
 ) -> None:
     """The critical coupling K_c = a / tau_c^2, the critical token noise tau_c, beta_*(d) (USA),
     the end of the many-token limit's ordered branch (tau_s / tau_c) and the layer steps that
     keep each scheme's threshold within --step-tol."""
-    from ..model.checks import check_real
-    from ..study.noise_threshold import theory_summary
+    from ..model.checks import _check_real
+    from ..study.noise_threshold import _theory_summary
 
     with user_errors():
         beta, d, attention = _check_model(beta, d, attention)
-        a = check_real("--mean-scale", mean_scale, 0.0, strict=True)
+        a = _check_real("--mean-scale", mean_scale, 0.0, strict=True)
         if dt is not None:
-            dt = check_real("--dt", dt, 0.0, strict=True)
+            dt = _check_real("--dt", dt, 0.0, strict=True)
         tol = _check_tol(step_tol)
-        r = theory_summary(beta, d, attention, a, branch=branch, dt=dt, tol=tol)
+        r = _theory_summary(beta, d, attention, a, branch=branch, dt=dt, tol=tol)
     if json_out:
         emit_json(r)
         return
@@ -91,17 +91,17 @@ def theory_cmd(
 
 
 def _check_tol(step_tol: float) -> float:
-    from ..model.checks import ParameterError, check_real
+    from ..model.checks import ParameterError, _check_real
 
-    tol = check_real("--step-tol", step_tol, 0.0, strict=True)
+    tol = _check_real("--step-tol", step_tol, 0.0, strict=True)
     if tol >= 1.0:
         raise ParameterError(f"--step-tol must be a number in (0, 1); got {_fmt(tol)}")
     return tol
 
 
-@token_noise_app.command("order")
-def order_cmd(
-    beta: float = BETA, d: int = DIM, attention: str = ATTENTION,
+@_token_noise_app.command("order")
+def _order_cmd(
+    beta: float = _BETA, d: int = _DIM, attention: str = _ATTENTION,
     n: int = typer.Option(256, "--n", help="Tokens (integer >= 1)."),
     taus: str | None = typer.Option(None, "--taus", help="Comma-separated token noise values "
                                     "tau (>= 0); or give --ratios."),
@@ -116,7 +116,7 @@ def order_cmd(
     samples: int = typer.Option(61, "--samples", help="Checkpoints over [0, T] (>= 2)."),
     scheme: str = typer.Option("auto", "--scheme", help="auto (the scheme with the smaller "
                                "step bias) | network | sde."),
-    step_tol: float = STEP_TOL,
+    step_tol: float = _STEP_TOL,
     extrapolate: bool = typer.Option(False, "--extrapolate", help="Also run at --dt / 2 and "
                                      "report 2 X(dt/2) - X(dt) (Richardson; twice the work)."),
     start: str = typer.Option("uniform", "--start", help="uniform | ordered (every token at "
@@ -130,53 +130,53 @@ def order_cmd(
     sigma = 0), time-averaged from depth burn to T, mean and standard error over runs, at each
     token noise, against tau_c, with the layer step's shift of the threshold."""
     from ..io.store import header, write_json
-    from ..model.checks import ParameterError, check_choice, check_int, check_real
-    from ..model.params import MAX_SIZE
+    from ..model.checks import ParameterError, _check_choice, _check_int, _check_real
+    from ..model.params import _MAX_SIZE
     from ..study.noise_threshold import (
+        _order_budget,
+        _resolve_taus,
+        _step_plan,
         critical_token_noise,
-        order_budget,
-        resolve_taus,
         stationary_order,
-        step_plan,
     )
     from ._common import depth_grid
 
     with user_errors():
         beta, d, attention = _check_model(beta, d, attention)
-        n = check_int("--n", n, 1, MAX_SIZE)
+        n = _check_int("--n", n, 1, _MAX_SIZE)
         if taus is not None and ratios is not None:
             raise ParameterError(f"give one of --taus and --ratios; got --taus {taus!r} and "
                                  f"--ratios {ratios!r}")
         if taus is not None:
-            values = [check_real("--taus", t, 0.0) for t in comma_numbers("--taus", taus)]
+            values = [_check_real("--taus", t, 0.0) for t in comma_numbers("--taus", taus)]
         else:
-            qs = [check_real("--ratios", q, 0.0, strict=True)
+            qs = [_check_real("--ratios", q, 0.0, strict=True)
                   for q in comma_numbers("--ratios", ratios or "0.8,1.25")]
-            values = resolve_taus(None, qs, beta, d, attention)
-        runs = check_int("--runs", runs, 2)
-        burn = check_real("--burn", burn, 0.0)
-        scheme = check_choice("--scheme", scheme, ("auto", "network", "sde"))
+            values = _resolve_taus(None, qs, beta, d, attention)
+        runs = _check_int("--runs", runs, 2)
+        burn = _check_real("--burn", burn, 0.0)
+        scheme = _check_choice("--scheme", scheme, ("auto", "network", "sde"))
         tol = _check_tol(step_tol)
         if dt is not None:
-            dt = check_real("--dt", dt, 0.0, strict=True)
-        plan = step_plan(beta, d, attention, scheme, dt, tol, token_noise=max(values))
+            dt = _check_real("--dt", dt, 0.0, strict=True)
+        plan = _step_plan(beta, d, attention, scheme, dt, tol, token_noise=max(values))
         grid = depth_grid(time, plan.dt)
         if not burn < grid.T:
             raise ParameterError(f"--burn must be < --time = {_fmt(grid.T)}; got {_fmt(burn)}")
-        samples = check_int("--samples", samples, 2)
+        samples = _check_int("--samples", samples, 2)
         if samples > grid.steps + 1:
             raise ParameterError(f"--samples must be an integer from 2 to {grid.steps + 1} (the "
                                  f"layers --time / --dt, plus 1); got {samples}")
-        start = check_choice("--start", start, ("uniform", "ordered"))
-        seed = check_int("--seed", seed, 0)
+        start = _check_choice("--start", start, ("uniform", "ordered"))
+        seed = _check_int("--seed", seed, 0)
         if out is not None:
-            from ..io.outputs import guard_output
+            from ..io.outputs import _guard_output
 
-            guard_output(out, "--out", force=force, suffixes=(".json",))
+            _guard_output(out, "--out", force=force, suffixes=(".json",))
         if plan.warning:
             typer.echo(f"warning: {plan.warning}", err=True)
         # the budget counts both steps of --extrapolate: dt and dt / 2 cost 3 runs at dt
-        check_run(order_budget(max(values), n, d, beta, attention, runs, grid.T, grid.dt,
+        check_run(_order_budget(max(values), n, d, beta, attention, runs, grid.T, grid.dt,
                                samples, len(values) * (3 if extrapolate else 1)),
                   flags={"T": "--time", "taus": "--taus or --ratios"}, yes=yes)
         tau_c = critical_token_noise(beta, d, attention)
@@ -190,7 +190,7 @@ def order_cmd(
                                   "tau_c": tau_c, "seed": seed, "step": plan.to_dict(),
                                   "rows": rows}
         if out is not None:
-            write_json(out, header(KIND_ORDER, **result), indent=2)
+            write_json(out, header(_KIND_ORDER, **result), indent=2)
             result["out"] = str(out)
     if json_out:
         emit_json(result)
@@ -219,4 +219,4 @@ def order_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add the `token-noise` command group to `app`."""
-    app.add_typer(token_noise_app, name="token-noise")
+    app.add_typer(_token_noise_app, name="token-noise")

@@ -10,11 +10,11 @@ import typer
 from ._common import JSON, SEED, YES, check_run, comma_numbers, depth_grid, emit_json, user_errors
 from ._options import time_option, tol_option, until_option
 
-two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
+_two_token_app = typer.Typer(no_args_is_help=True, add_completion=False,
                             help="Two tokens: exact antipodal probability, phase boundary, "
                                  "Monte Carlo of the full network (spec §5-§6).")
 
-KIND_MC = "tokensde.two_token_mc"
+_KIND_MC = "tokensde.two_token_mc"
 
 
 # options that several two-token commands declare alike: constants, or a factory where each
@@ -28,14 +28,14 @@ def _dim(default: Any) -> Any:
     return typer.Option(default, "--d", help="Dimension (integer >= 2).")
 
 
-RHO0 = _rho0("0")
-RUNS = typer.Option(1000, "--runs", help="Independent runs (>= 1).")
-BETA = typer.Option(..., "--beta", help="Interaction strength (>= 0).")
-TIME = time_option(40.0)
-OUT = typer.Option(None, "--out", help="Also save the result (JSON with parameters, version).")
-FORCE = typer.Option(False, "--force", help="Replace an existing --out file.")
-QUIET = typer.Option(False, "--no-progress", help="No progress bar on stderr.")
-ENGINE = typer.Option("network", "--engine",
+_RHO0 = _rho0("0")
+_RUNS = typer.Option(1000, "--runs", help="Independent runs (>= 1).")
+_BETA = typer.Option(..., "--beta", help="Interaction strength (>= 0).")
+_TIME = time_option(40.0)
+_OUT = typer.Option(None, "--out", help="Also save the result (JSON with parameters, version).")
+_FORCE = typer.Option(False, "--force", help="Replace an existing --out file.")
+_QUIET = typer.Option(False, "--no-progress", help="No progress bar on stderr.")
+_ENGINE = typer.Option("network", "--engine",
                       help="network (full d-dimensional network) | reduced (1-D rho diffusion).")
 
 
@@ -47,15 +47,15 @@ def _check_out(out: Path | None, force: bool) -> None:
     """--out can take the JSON result: writable, and no finished file replaced without --force
     (checked before any run)."""
     if out is not None:
-        from ..io.outputs import guard_output
+        from ..io.outputs import _guard_output
 
-        guard_output(out, "--out", force=force, suffixes=(".json",))
+        _guard_output(out, "--out", force=force, suffixes=(".json",))
 
 
 def _save(result: dict[str, Any], out: Path) -> str:
     from ..io.store import header, write_json
 
-    write_json(out, header(KIND_MC, **result), indent=2)
+    write_json(out, header(_KIND_MC, **result), indent=2)
     return str(out)
 
 
@@ -67,7 +67,7 @@ def _run(fn: Any, steps: int, quiet: bool, json_out: bool, **kwargs: Any) -> dic
 
 
 def _step_error(result: dict[str, Any], step: Any) -> None:
-    """Put the step error `step` (`analysis.step_error.StepError`) of the estimate of `result`
+    """Put the step error `step` (`analysis.step_error._StepError`) of the estimate of `result`
     beside its Monte Carlo error, in `result['step_error']`."""
     from ..analysis.step_error import mc_error
 
@@ -107,11 +107,11 @@ def _show_outcome(r: dict[str, Any]) -> None:
         typer.echo(f"  theory     {_fmt(r['theory'])} ({verdict})")
 
 
-@two_token_app.command("prob")
-def prob_cmd(
-    beta: float = BETA,
+@_two_token_app.command("prob")
+def _prob_cmd(
+    beta: float = _BETA,
     d: float = typer.Option(..., "--d", help="Dimension (any real >= 2)."),
-    rho0: str = RHO0,
+    rho0: str = _RHO0,
     json_out: bool = JSON,
 ) -> None:
     """Exact probability that the pair ends antipodal (scale function of spec §5)."""
@@ -135,8 +135,8 @@ def prob_cmd(
     typer.echo(f"beta_c({_fmt(d)}) = {result['beta_c']:.8g}: {verdict}")
 
 
-@two_token_app.command("critical")
-def critical_cmd(
+@_two_token_app.command("critical")
+def _critical_cmd(
     d: float = typer.Option(..., "--d", help="Dimension (any real >= 2)."),
     json_out: bool = JSON,
 ) -> None:
@@ -152,9 +152,9 @@ def critical_cmd(
                f"{_fmt(d - 2)})")
 
 
-@two_token_app.command("mc")
-def mc_cmd(
-    beta: float = BETA, d: int = _dim(...), rho0: str = RHO0, runs: int = RUNS,
+@_two_token_app.command("mc")
+def _mc_cmd(
+    beta: float = _BETA, d: int = _dim(...), rho0: str = _RHO0, runs: int = _RUNS,
     time: float = time_option(200.0),
     until: str = until_option("decided"),
     dt: float | None = typer.Option(None, "--dt", show_default="0.05/d",
@@ -166,16 +166,16 @@ def mc_cmd(
     mlp: str = typer.Option("none", "--mlp", help="Random MLP block: none | relu | gelu (each run "
                             "then tested every layer; docs/variants.md §5)."),
     mlp_sigma: float = typer.Option(1.0, "--mlp-sigma", help="Output scale of the MLP block."),
-    engine: str = ENGINE, out: Path | None = OUT, force: bool = FORCE, quiet: bool = QUIET,
+    engine: str = _ENGINE, out: Path | None = _OUT, force: bool = _FORCE, quiet: bool = _QUIET,
     json_out: bool = JSON, yes: bool = YES,
 ) -> None:
     """Monte Carlo of the two-token network (softmax, matrix noise) against the exact P_anti
     (with an MLP block: against the exact first-passage probability at --tol)."""
 
     from ..analysis import pair_monte_carlo as mc
-    from ..analysis.step_coupled import pair_step
-    from ..model.checks import check_int
-    from ..model.params import MAX_SIZE
+    from ..analysis.step_coupled import _pair_step
+    from ..model.checks import _check_int
+    from ..model.params import _MAX_SIZE
     from ..sim.options import Execution, StepControl
     from ..theory import two_tokens as tt
     from ..theory.coefficients import pair_model
@@ -183,9 +183,9 @@ def mc_cmd(
 
     with user_errors():
         _check_out(out, force)
-        dt = tt.default_dt(check_int("d", d, 2, MAX_SIZE)) if dt is None else dt
+        dt = tt.default_dt(_check_int("d", d, 2, _MAX_SIZE)) if dt is None else dt
         grid = depth_grid(time, dt)
-        stopping, outcome_tol = mc.pair_stopping(until, tol)
+        stopping, outcome_tol = mc._pair_stopping(until, tol)
         execution = Execution(sampler=sampler)
         check_run(mc.pair_budget(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
                                  tt.check_rho0(rho0), grid, runs, engine, stopping, execution,
@@ -197,7 +197,7 @@ def mc_cmd(
                       execution=execution, mlp=mlp, mlp_sigma=mlp_sigma)
         model = pair_model(beta, d, sigma=sigma, mlp=mlp, mlp_sigma=mlp_sigma)
         result["theory_at_tol"] = hitting_probability(model, tt.check_rho0(rho0), tol)
-        _step_error(result, pair_step(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
+        _step_error(result, _pair_step(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
                                       tt.check_rho0(rho0), result, engine, tol, until, seed))
         if out is not None:
             result["out"] = _save(result, out)
@@ -208,8 +208,8 @@ def mc_cmd(
         _show_outcome(result)
 
 
-@two_token_app.command("grid")
-def grid_cmd(
+@_two_token_app.command("grid")
+def _grid_cmd(
     out_dir: Path = typer.Option(..., "--out", help="Sweep directory of the grid (resumed if it "
                                  "exists)."),
     out: Path = typer.Option(..., "--figure", help="Phase diagram (PNG), drawn from the table."),
@@ -220,46 +220,46 @@ def grid_cmd(
     runs: int = typer.Option(200, "--runs", help="Runs per cell (>= 1)."),
     time: float = time_option(30.0, always_decided=True),
     seed: int = SEED,
-    engine: str = ENGINE,
+    engine: str = _ENGINE,
     workers: int = typer.Option(1, "--workers", help="Parallel cells (1: in this process)."),
-    quiet: bool = QUIET,
+    quiet: bool = _QUIET,
 ) -> None:
     """Monte Carlo P_anti over a (beta, d) grid (dt = 0.05/d) as a `two_token` sweep in --out
     (every finished cell saved; the same command resumes), then the phase diagram drawn from
     the sweep's table. Prints the table's path and the figure's."""
     from ..io.store import check_output
-    from ..plots.phase import plot_phase_diagram
-    from ..plots.style import check_figure
-    from ..sweep.store import SweepDir, ok_rows
+    from ..plots.phase import _plot_phase_diagram
+    from ..plots.style import _check_figure
+    from ..sweep.store import _ok_rows, _SweepDir
     from ..sweep.two_token import grid_config
-    from .sweep import run_resumable
+    from .sweep import _run_resumable
 
     with user_errors():
-        check_figure(out, "--figure")
+        _check_figure(out, "--figure")
         check_output(out_dir, "--out", directory=True)
         cfg = grid_config(comma_numbers("--betas", betas), comma_numbers("--ds", ds, int), rho0,
                           runs=runs, T=time, seed=seed, engine=engine)
-        run_resumable(cfg, out_dir, workers, quiet=quiet)
-        typer.echo(str(SweepDir(out_dir).table_path))
-        typer.echo(str(plot_phase_diagram(ok_rows(out_dir), out)))
+        _run_resumable(cfg, out_dir, workers, quiet=quiet)
+        typer.echo(str(_SweepDir(out_dir).table_path))
+        typer.echo(str(_plot_phase_diagram(_ok_rows(out_dir), out)))
 
 
-@two_token_app.command("hybrid")
-def hybrid_cmd(
-    beta: float = BETA,
+@_two_token_app.command("hybrid")
+def _hybrid_cmd(
+    beta: float = _BETA,
     eps: float | None = typer.Option(None, "--eps", help="Scalar noise scale; runs Monte Carlo."),
-    d: int = _dim(3), rho0: str = RHO0, runs: int = RUNS,
-    time: float = TIME,
+    d: int = _dim(3), rho0: str = _RHO0, runs: int = _RUNS,
+    time: float = _TIME,
     dt: float = typer.Option(0.01, "--dt", help="Layer step dt = alpha^2."),
     seed: int = SEED, tol: float = tol_option(extra=" at the horizon"),
-    engine: str = ENGINE, out: Path | None = OUT, force: bool = FORCE, quiet: bool = QUIET,
+    engine: str = _ENGINE, out: Path | None = _OUT, force: bool = _FORCE, quiet: bool = _QUIET,
     json_out: bool = JSON, yes: bool = YES,
 ) -> None:
     """Hybrid model of §6 (USA, M = I, scalar noise): threshold eps^2 = 2 e^-beta; MC with --eps."""
     import math
 
     from ..analysis import pair_monte_carlo as mc
-    from ..analysis.step_error import StepError
+    from ..analysis.step_error import _StepError
     from ..sim.options import StoppingRule
     from ..theory import two_tokens as tt
 
@@ -269,7 +269,7 @@ def hybrid_cmd(
         result: dict[str, Any] = {"beta": beta, "eps2_c": eps2_c, "eps_c": math.sqrt(eps2_c)}
         if eps is not None:
             grid = depth_grid(time, dt)
-            check_run(mc.pair_budget(mc.hybrid_params(beta, eps, d), tt.check_rho0(rho0), grid,
+            check_run(mc.pair_budget(mc._hybrid_params(beta, eps, d), tt.check_rho0(rho0), grid,
                                      runs, engine, StoppingRule()), yes=yes)
             steps = grid.steps
             lam_m, lam_p = tt.hybrid_lyapunov(beta, eps)
@@ -279,7 +279,7 @@ def hybrid_cmd(
             result["mc"] = _run(mc.hybrid_monte_carlo, steps, quiet, json_out, beta=beta,
                                 eps=eps, d=d, rho0=tt.check_rho0(rho0), runs=runs, T=time,
                                 dt=dt, seed=seed, tol=tol, engine=engine)
-            _step_error(result["mc"], StepError(None, math.nan, dt,
+            _step_error(result["mc"], _StepError(None, math.nan, dt,
                                                 "the hybrid model is not calibrated"))
             if out is not None:
                 result["out"] = _save(result, out)
@@ -297,4 +297,4 @@ def hybrid_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add the `two-token` command group to `app`."""
-    app.add_typer(two_token_app, name="two-token")
+    app.add_typer(_two_token_app, name="two-token")

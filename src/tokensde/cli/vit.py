@@ -18,41 +18,41 @@ from typing import Annotated, Any
 import typer
 
 from ._common import YES, check_estimate, check_output, emit_json, progress_bar, user_errors
-from .sweep import run_with_bar
+from .sweep import _run_with_bar
 
-DEFAULT_ARMS = "default,noise:0,noise:0.1,identity,shared"
+_DEFAULT_ARMS = "default,noise:0,noise:0.1,identity,shared"
 
-Arms = Annotated[str, typer.Option(help="Comma-separated arms: default, noise:LAM, hybrid:LAM, "
+_Arms = Annotated[str, typer.Option(help="Comma-separated arms: default, noise:LAM, hybrid:LAM, "
                                         "gaussian:VAR, identity, shared.")]
-Dataset = Annotated[str, typer.Option(help="fashion-mnist, cifar10 or digits.")]
-DataDir = Annotated[Path | None, typer.Option(help="Directory of the data set files.",
+_Dataset = Annotated[str, typer.Option(help="fashion-mnist, cifar10 or digits.")]
+_DataDir = Annotated[Path | None, typer.Option(help="Directory of the data set files.",
                                               show_default="Debian's, for fashion-mnist")]
-Out = Annotated[Path, typer.Option(help="Output directory (runs, tables, figures).")]
-Dim = Annotated[int, typer.Option(help="Token width D.")]
-Depth = Annotated[int, typer.Option(help="Number of blocks L.")]
-Heads = Annotated[int, typer.Option(help="Attention heads.")]
-Patch = Annotated[int | None, typer.Option(help="Patch side.", show_default="7, 4, 4 by data set")]
-MlpRatio = Annotated[int, typer.Option(help="MLP hidden width / D.")]
-Norm = Annotated[str, typer.Option(help="layer or rms.")]
+_Out = Annotated[Path, typer.Option(help="Output directory (runs, tables, figures).")]
+_Dim = Annotated[int, typer.Option(help="Token width D.")]
+_Depth = Annotated[int, typer.Option(help="Number of blocks L.")]
+_Heads = Annotated[int, typer.Option(help="Attention heads.")]
+_Patch = Annotated[int | None, typer.Option(help="Patch side.", show_default="7, 4, 4 by data set")]
+_MlpRatio = Annotated[int, typer.Option(help="MLP hidden width / D.")]
+_Norm = Annotated[str, typer.Option(help="layer or rms.")]
 Block = Annotated[str, typer.Option(help="standard (pre-norm, MLP) or attention-only (spec).")]
-ResScale = Annotated[bool, typer.Option(help="Scale residual branches by 1/sqrt(depth).")]
-Json = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+_ResScale = Annotated[bool, typer.Option(help="Scale residual branches by 1/sqrt(depth).")]
+_Json = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 
 
-def compare_cmd(
-    arms: Arms = DEFAULT_ARMS,
+def _compare_cmd(
+    arms: _Arms = _DEFAULT_ARMS,
     seeds: Annotated[int, typer.Option(help="Number of seeds (seed0, seed0+1, ...).")] = 4,
     seed0: Annotated[int, typer.Option(help="First seed.")] = 0,
     epochs: Annotated[int, typer.Option(help="Training epochs per run.")] = 10,
-    dataset: Dataset = "fashion-mnist",
-    data_dir: DataDir = None,
+    dataset: _Dataset = "fashion-mnist",
+    data_dir: _DataDir = None,
     train_subset: Annotated[int | None, typer.Option(
         help="Train on the first N training images (0 = all).",
         show_default="10000; digits: all")] = None,
     test_subset: Annotated[int, typer.Option(help="Test on the first N (0 = all).")] = 0,
-    dim: Dim = 64, depth: Depth = 6, heads: Heads = 4, patch: Patch = None,
-    mlp_ratio: MlpRatio = 2, norm: Norm = "layer", block: Block = "standard",
-    residual_scale: ResScale = False,
+    dim: _Dim = 64, depth: _Depth = 6, heads: _Heads = 4, patch: _Patch = None,
+    mlp_ratio: _MlpRatio = 2, norm: _Norm = "layer", block: Block = "standard",
+    residual_scale: _ResScale = False,
     batch_size: Annotated[int | None, typer.Option(help="Batch size.",
                                                    show_default="128; digits: 32")] = None,
     lr: Annotated[float, typer.Option(help="Peak AdamW learning rate.")] = 2e-3,
@@ -62,14 +62,14 @@ def compare_cmd(
     augment: Annotated[bool, typer.Option(help="Random shifts (and flips for cifar10).")] = True,
     threads: Annotated[int, typer.Option(help="torch threads per run.")] = 1,
     jobs: Annotated[int, typer.Option(help="Runs trained in parallel processes.")] = 2,
-    out: Out = Path("vit-compare"),
-    json_out: Json = False,
+    out: _Out = Path("vit-compare"),
+    json_out: _Json = False,
     progress: Annotated[bool, typer.Option(help="Progress bar on stderr.")] = True,
     yes: bool = YES,
 ) -> None:
     """Train every arm on every seed; write the accuracy table (paired gap to default, 95 % t-CI).
     The estimate (a few timed steps) is printed first; above TOKENSDE_MAX_HOURS, refused."""
-    from ..plots.vit import plot_accuracy
+    from ..plots.vit import _plot_accuracy
     from ..vit import compact, format_table
     from ..vit.compare import compare_plan
     from ..vit.estimate import vit_budget
@@ -87,7 +87,7 @@ def compare_cmd(
         with progress_bar(plan.total_steps, f"vit compare ({len(plan.arms)} arms x {seeds} "
                           "seeds)", progress) as update:
             summary = plan.run(out, threads, jobs, update)
-        figure = plot_accuracy(out / "summary.json", out / "accuracy.png")
+        figure = _plot_accuracy(out / "summary.json", out / "accuracy.png")
     if json_out:
         emit_json(compact(summary))
     else:
@@ -97,35 +97,35 @@ def compare_cmd(
         typer.echo(f"wrote {out / 'summary.json'}, {out / 'table.md'}, {figure}")
 
 
-def geometry_cmd(
-    arms: Arms = DEFAULT_ARMS,
-    dataset: Dataset = "fashion-mnist",
-    data_dir: DataDir = None,
+def _geometry_cmd(
+    arms: _Arms = _DEFAULT_ARMS,
+    dataset: _Dataset = "fashion-mnist",
+    data_dir: _DataDir = None,
     images: Annotated[int, typer.Option(help="Test images fed to each model.")] = 64,
     seeds: Annotated[int, typer.Option(help="Models per arm (seeds 0..S-1).")] = 3,
-    dim: Dim = 64, depth: Depth = 6, heads: Heads = 4, patch: Patch = None,
-    mlp_ratio: MlpRatio = 2, norm: Norm = "layer", block: Block = "standard",
-    residual_scale: ResScale = False,
+    dim: _Dim = 64, depth: _Depth = 6, heads: _Heads = 4, patch: _Patch = None,
+    mlp_ratio: _MlpRatio = 2, norm: _Norm = "layer", block: Block = "standard",
+    residual_scale: _ResScale = False,
     bins: Annotated[int, typer.Option(help="Histogram bins on [-1, 1].")] = 40,
     tol: Annotated[float, typer.Option(help="'Near +-1' means within tol.")] = 0.05,
-    out: Out = Path("vit-geometry"),
-    json_out: Json = False,
+    out: _Out = Path("vit-geometry"),
+    json_out: _Json = False,
     force: Annotated[bool, typer.Option(help="Replace the results in an existing --out.")] = False,
 ) -> None:
     """Token cosine similarity across depth at initialisation, per arm, on real test images."""
-    from ..io.outputs import guard_output
-    from ..plots.vit import plot_geometry
+    from ..io.outputs import _guard_output
+    from ..plots.vit import _plot_geometry
     from ..vit import parse_arms
-    from ..vit.geometry import geometry_study
+    from ..vit.geometry import _geometry_study
 
     with user_errors():
-        guard_output(out, "--out", directory=True, force=force)
-        result = geometry_study(parse_arms(arms), dataset, data_dir, images, seeds, patch,
+        _guard_output(out, "--out", directory=True, force=force)
+        result = _geometry_study(parse_arms(arms), dataset, data_dir, images, seeds, patch,
                                 {"dim": dim, "depth": depth, "heads": heads,
                                  "mlp_ratio": mlp_ratio, "norm": norm,
                                  "residual_scale": residual_scale, "block": block}, bins, tol,
                                 out)
-        figure = plot_geometry(out / "geometry.json", out / "geometry.png")
+        figure = _plot_geometry(out / "geometry.json", out / "geometry.png")
     if json_out:
         emit_json({"arms": {a: {k: v[k] for k in ("near_pos", "near_neg", "mean")}
                             for a, v in result["arms"].items()},
@@ -138,26 +138,26 @@ def geometry_cmd(
     typer.echo(f"wrote {out / 'geometry.json'}, {figure}")
 
 
-def plot_cmd(out: Out = Path("vit-compare")) -> None:
+def _plot_cmd(out: _Out = Path("vit-compare")) -> None:
     """Redraw accuracy.png / geometry.png from summary.json / geometry.json in DIR."""
-    from ..plots.vit import redraw
+    from ..plots.vit import _redraw
 
     with user_errors():
-        done = redraw(out)
+        done = _redraw(out)
     typer.echo("wrote " + ", ".join(map(str, done)))
 
 
-def depth_cmd(
+def _depth_cmd(
     size: Annotated[str, typer.Option(help="quick, full, or a TOML sweep file of kind "
                                            "vit_depth.")] = "quick",
-    out: Out = Path("vit-depth"),
+    out: _Out = Path("vit-depth"),
     workers: Annotated[int, typer.Option(help="Cells (training runs) in parallel.")] = 2,
     backend: Annotated[str, typer.Option(help="local (process pool) or ray.")] = "local",
     address: Annotated[str | None, typer.Option(help="Ray cluster address (backend ray).")]
     = None,
     dataset: Annotated[str | None, typer.Option(help="Replace the sweep's data set: "
                                                      "fashion-mnist, cifar10 or digits.")] = None,
-    data_dir: DataDir = None,
+    data_dir: _DataDir = None,
     epochs: Annotated[int | None, typer.Option(help="Replace the epochs per run.")] = None,
     train_subset: Annotated[int | None, typer.Option(
         help="Replace the training subset (0 = all).")] = None,
@@ -168,36 +168,36 @@ def depth_cmd(
 ) -> None:
     """Run (or resume) the ViT depth sweep: arms x depths x seeds x blocks, one training run a
     cell; then write gaps.json, gaps.md and the figures into --out (estimate printed first)."""
-    from ..vit.depth import depth_config, run_depth
+    from ..vit.depth import _depth_config, _run_depth
     from ..vit.estimate import depth_budget
 
     def start(bar: Any) -> dict[str, Any]:
         check_output(out, "--out", directory=True)
-        cfg = depth_config(size, dataset=dataset,
+        cfg = _depth_config(size, dataset=dataset,
                            data_dir=None if data_dir is None else str(data_dir), epochs=epochs,
                            train_subset=train_subset, test_subset=test_subset)
         check_estimate(depth_budget(cfg, out, workers, backend), yes)
-        return run_depth(cfg, out, workers, backend, address, bar.cell, bar.start)
+        return _run_depth(cfg, out, workers, backend, address, bar.cell, bar.start)
 
-    run_with_bar(start, out, "gaps.md", "runs", quiet)
+    _run_with_bar(start, out, "gaps.md", "runs", quiet)
 
 
-def depth_report_cmd(
+def _depth_report_cmd(
     out: Annotated[Path, typer.Argument(help="Depth sweep directory (the report goes here).")],
     also: Annotated[list[Path] | None, typer.Option(
         help="Another depth sweep directory whose cells are pooled in (repeatable).")] = None,
 ) -> None:
     """Rebuild gaps.json, gaps.md and the figures of a (finished or partial) depth sweep."""
-    from ..vit.depth import depth_report
+    from ..vit.depth import _depth_report
 
     with user_errors():
-        files = depth_report(out, also=also or ())
+        files = _depth_report(out, also=also or ())
     typer.echo((out / "gaps.md").read_text())
     typer.echo("wrote " + ", ".join(files.values()))
 
 
-def fair_cmd(
-    out: Out = Path("vit-fair"),
+def _fair_cmd(
+    out: _Out = Path("vit-fair"),
     size: Annotated[str, typer.Option(help="fair, fair-wide (its grid widened at 1 and 3 "
                                            "epochs), fair-tiny, fair-pilot, fair-cifar, or a TOML "
                                            "sweep file of kind vit_fair.")] = "fair",
@@ -226,27 +226,27 @@ def fair_cmd(
     (with the sweeps given by --with)."""
     import os
 
-    from ..model.checks import check_choice
-    from ..vit.depth import DEVICE_ENV
+    from ..model.checks import _check_choice
+    from ..vit.depth import _DEVICE_ENV
     from ..vit.estimate import fair_budget
-    from ..vit.fair import fair_config
-    from ..vit.fair_run import run_fair
+    from ..vit.fair import _fair_config
+    from ..vit.fair_run import _run_fair
 
     def start(bar: Any) -> dict[str, Any]:
         check_output(out, "--out", directory=True)
-        check_choice("device", device, ("cpu", "cuda"))
-        cfg = fair_config(size, data_dir=None if data_dir is None else str(data_dir),
+        _check_choice("device", device, ("cpu", "cuda"))
+        cfg = _fair_config(size, data_dir=None if data_dir is None else str(data_dir),
                           train_subset=train_subset, val_subset=val_subset,
                           test_subset=test_subset)
-        os.environ[DEVICE_ENV] = device
+        os.environ[_DEVICE_ENV] = device
         check_estimate(fair_budget(cfg, out, workers, device), yes)
-        return run_fair(cfg, out, workers, bar.cell, bar.start, figures=figures,
+        return _run_fair(cfg, out, workers, bar.cell, bar.start, figures=figures,
                         more=with_ or ())
 
-    run_with_bar(start, out, "fair.md", "cells", quiet)
+    _run_with_bar(start, out, "fair.md", "cells", quiet)
 
 
-def fair_report_cmd(
+def _fair_report_cmd(
     out: Annotated[Path, typer.Argument(help="Fair sweep directory (the report goes here).")],
     more: Annotated[list[Path] | None, typer.Argument(
         help="Fair sweeps that widen its grid (e.g. vit-fair-wide), reported with it.")] = None,
@@ -254,18 +254,18 @@ def fair_report_cmd(
 ) -> None:
     """Rebuild fair.json, fair.md and the figures of a (finished or partial) fair sweep, with the
     sweeps that widen its grid."""
-    from ..vit.fair_report import fair_report
+    from ..vit.fair_report import _fair_report
 
     with user_errors():
-        files = fair_report(out, figures=figures, more=more or ())
+        files = _fair_report(out, figures=figures, more=more or ())
     typer.echo((out / "fair.md").read_text())
     typer.echo("wrote " + ", ".join(files.values()))
 
 
-def export_data_cmd(
+def _export_data_cmd(
     out: Annotated[Path, typer.Option(help="The .npz file to write.")],
-    dataset: Dataset = "fashion-mnist",
-    data_dir: DataDir = None,
+    dataset: _Dataset = "fashion-mnist",
+    data_dir: _DataDir = None,
     train: Annotated[int, typer.Option(help="First N training images (training and "
                                             "validation splits come from these).")] = 7000,
     test: Annotated[int, typer.Option(help="First N test images.")] = 2000,
@@ -273,12 +273,12 @@ def export_data_cmd(
 ) -> None:
     """Write the first N training and test images of a data set into one compressed .npz file,
     which --data-dir accepts on a machine without the data set."""
-    from ..io.outputs import guard_output
-    from ..vit.data import export_npz
+    from ..io.outputs import _guard_output
+    from ..vit.data import _export_npz
 
     with user_errors():
-        guard_output(out, "--out", force=force, suffixes=(".npz",))
-        info = export_npz(dataset, out, train, test, data_dir)
+        _guard_output(out, "--out", force=force, suffixes=(".npz",))
+        info = _export_npz(dataset, out, train, test, data_dir)
     typer.echo(f"wrote {info['path']}: {dataset}, {train} training + {test} test images, "
                f"{info['bytes'] / 2**20:.1f} MiB")
 
@@ -286,12 +286,12 @@ def export_data_cmd(
 def register(app: typer.Typer) -> None:
     """Add the `vit` sub-app (compare, geometry, plot) to `app`."""
     sub = typer.Typer(no_args_is_help=True, help="Value-matrix noise in a small Vision Transformer.")
-    sub.command("compare")(compare_cmd)
-    sub.command("geometry")(geometry_cmd)
-    sub.command("plot")(plot_cmd)
-    sub.command("depth")(depth_cmd)
-    sub.command("depth-report")(depth_report_cmd)
-    sub.command("fair")(fair_cmd)
-    sub.command("fair-report")(fair_report_cmd)
-    sub.command("export-data")(export_data_cmd)
+    sub.command("compare")(_compare_cmd)
+    sub.command("geometry")(_geometry_cmd)
+    sub.command("plot")(_plot_cmd)
+    sub.command("depth")(_depth_cmd)
+    sub.command("depth-report")(_depth_report_cmd)
+    sub.command("fair")(_fair_cmd)
+    sub.command("fair-report")(_fair_report_cmd)
+    sub.command("export-data")(_export_data_cmd)
     app.add_typer(sub, name="vit")

@@ -44,7 +44,7 @@ CACHE_FILE = "estimate.json"
 # the timed runs: (n, d, layers, runs, sampler), from a fixed cost per layer (n = 2, one run) to
 # mostly work (n = d = 32); each is timed at `layers` and 3 x `layers`, and the difference kept,
 # so that the set-up of a call (milliseconds) is not taken for work: about 0.6 s in all
-CASES: tuple[tuple[int, int, int, int, str], ...] = (
+_CASES: tuple[tuple[int, int, int, int, str], ...] = (
     (2, 2, 200, 1, "full"),
     (2, 3, 50, 1, "gram"),
     (2, 3, 60, 512, "auto"),
@@ -84,7 +84,7 @@ def calibration_samples(repeats: int = 2) -> list[tuple[float, float, float]]:
     two = Recording(checkpoints=2)
     simulate(ModelParams(n=2, d=2), TimeGrid.make(layers=20), recording=two)  # warm-up
     out = []
-    for n, d, layers, runs, sampler in CASES:
+    for n, d, layers, runs, sampler in _CASES:
         p, parts = ModelParams(n=n, d=d), []
         for grid in (TimeGrid.make(layers), TimeGrid.make(3 * layers)):
             execution = Execution(sampler=sampler)

@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from ..model.params import ParameterError
-from .store import PARQUET_META_KEY, check_output, check_path_type
+from .store import _PARQUET_META_KEY, _check_path_type, check_output
 
 _SWEEP_MANIFEST = "sweep.json"  # the file that marks a sweep's folder (docs/sweeps.md)
 _SHOWN = 3  # names listed in a refusal
@@ -30,7 +30,7 @@ def _is_ours_scratch(p: Path) -> bool:
                                                        or p.stat().st_size == 0)
 
 
-def enclosing_sweep(path: str | os.PathLike) -> Path | None:
+def _enclosing_sweep(path: str | os.PathLike) -> Path | None:
     """The sweep folder strictly above `path` (a parent holding `_SWEEP_MANIFEST`), or None.
 
     Args:
@@ -39,14 +39,14 @@ def enclosing_sweep(path: str | os.PathLike) -> Path | None:
     Returns:
         The nearest such folder, or None when `path` is not inside a sweep's folder.
     """
-    check_path_type(path, "path")
+    _check_path_type(path, "path")
     for above in Path(os.path.abspath(path)).parents:
         if (above / _SWEEP_MANIFEST).is_file():
             return above
     return None
 
 
-def is_sweep_dir(path: str | os.PathLike) -> bool:
+def _is_sweep_dir(path: str | os.PathLike) -> bool:
     """Whether `path` is a sweep's folder (it holds `_SWEEP_MANIFEST`).
 
     Args:
@@ -55,11 +55,11 @@ def is_sweep_dir(path: str | os.PathLike) -> bool:
     Returns:
         True when `path/SWEEP_MANIFEST` is a file.
     """
-    check_path_type(path, "path")
+    _check_path_type(path, "path")
     return (Path(path) / _SWEEP_MANIFEST).is_file()
 
 
-def written_by_tokensde(path: str | os.PathLike) -> bool:
+def _written_by_tokensde(path: str | os.PathLike) -> bool:
     """Whether the file at `path` carries a tokensde header (`store.header`): Parquet with the
     tokensde schema metadata, JSON whose `package` is 'tokensde', or an `.npz` with a `meta`
     entry; anything unreadable counts as not ours.
@@ -70,13 +70,13 @@ def written_by_tokensde(path: str | os.PathLike) -> bool:
     Returns:
         True for a results file that tokensde wrote.
     """
-    check_path_type(path, "path")
+    _check_path_type(path, "path")
     p = Path(path)
     try:
         if p.suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            return PARQUET_META_KEY in (pq.read_schema(p).metadata or {})
+            return _PARQUET_META_KEY in (pq.read_schema(p).metadata or {})
         if p.suffix == ".json":
             doc = json.loads(p.read_text())
             return isinstance(doc, dict) and doc.get("package") == "tokensde"
@@ -93,7 +93,7 @@ def _listing(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir() if not _is_ours_scratch(p))
 
 
-def guard_output(path: str | os.PathLike, name: str, *, directory: bool = False,
+def _guard_output(path: str | os.PathLike, name: str, *, directory: bool = False,
                  force: bool = False, resumable: bool = False,
                  suffixes: tuple[str, ...] | None = None) -> Path:
     """`path` if a command may write its results there, checked before any work: writable
@@ -114,7 +114,7 @@ def guard_output(path: str | os.PathLike, name: str, *, directory: bool = False,
         `path`, as a `Path`.
     """
     where = check_output(path, name, directory=directory, suffixes=suffixes)
-    sweep = enclosing_sweep(where)
+    sweep = _enclosing_sweep(where)
     if sweep is not None:
         raise ParameterError(f"{name}: {where} lies inside the sweep folder {sweep}, whose files "
                              f"the sweep owns; choose a {name} outside it")
@@ -123,7 +123,7 @@ def guard_output(path: str | os.PathLike, name: str, *, directory: bool = False,
     if not directory:
         raise ParameterError(f"{name}: {where} exists; choose another {name}, or pass --force "
                              "to replace it")
-    if resumable and is_sweep_dir(where):
+    if resumable and _is_sweep_dir(where):
         return where
     held = _listing(where)
     if held:
@@ -134,7 +134,7 @@ def guard_output(path: str | os.PathLike, name: str, *, directory: bool = False,
     return where
 
 
-def clear_results(path: str | os.PathLike, name: str) -> list[Path]:
+def _clear_results(path: str | os.PathLike, name: str) -> list[Path]:
     """Empty folder `path` of what tokensde wrote there (results files with a tokensde header,
     `written_by_tokensde`; lock and temporary files; folders holding only those), for `--force`.
     Refuses, removing nothing, when anything else is there: ParameterError naming `name`.
@@ -146,12 +146,12 @@ def clear_results(path: str | os.PathLike, name: str) -> list[Path]:
     Returns:
         The entries removed.
     """
-    check_path_type(path, name)
+    _check_path_type(path, name)
     root = Path(path)
     if not root.is_dir():
         return []
     foreign = [p for p in root.rglob("*") if p.is_file() and not _is_ours_scratch(p)
-               and not written_by_tokensde(p)]
+               and not _written_by_tokensde(p)]
     foreign += [p for p in root.rglob("*") if not p.is_file() and not p.is_dir()]  # links, fifos
     if foreign:
         names = ", ".join(str(p.relative_to(root)) for p in sorted(foreign)[:_SHOWN])

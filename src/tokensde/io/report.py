@@ -86,7 +86,7 @@ class Section:
                              f"{self.status!r}")
 
 
-def fmt(value: Any, digits: int = 4) -> str:
+def _fmt(value: Any, digits: int = 4) -> str:
     """A table cell: floats to `digits` significant digits, intervals `[lo, hi]`, None as '—'."""
     if value is None:
         return "—"
@@ -101,13 +101,13 @@ def fmt(value: Any, digits: int = 4) -> str:
             return f"{value:.{digits}g}"
         return f"{value:.{max(digits - 1, 1)}e}"
     if isinstance(value, tuple) and len(value) == 2:
-        return f"[{fmt(value[0], digits)}, {fmt(value[1], digits)}]"
+        return f"[{_fmt(value[0], digits)}, {_fmt(value[1], digits)}]"
     if isinstance(value, list | dict):
         return json.dumps(value, separators=(",", ":"), default=str)
     return str(value)
 
 
-def interval(lo: Any, hi: Any) -> tuple[Any, Any] | None:
+def _interval(lo: Any, hi: Any) -> tuple[Any, Any] | None:
     """An interval cell, or None when either end is missing."""
     return None if lo is None or hi is None else (lo, hi)
 
@@ -168,8 +168,8 @@ def _table(t: Table) -> str:
     body = []
     flagged = set(t.flagged)
     for i, row in enumerate(t.rows):
-        cells = "".join(f'<td class="num">{e(fmt(v))}</td>' if _is_num(v) else
-                        f"<td>{e(fmt(v))}</td>" for v in row)
+        cells = "".join(f'<td class="num">{e(_fmt(v))}</td>' if _is_num(v) else
+                        f"<td>{e(_fmt(v))}</td>" for v in row)
         mark = ' class="outside"' if i in flagged else ""
         body.append(f"<tr{mark}>{cells}</tr>")
     note = f'<p class="note">{e(t.note)}</p>' if t.note else ""
@@ -204,7 +204,7 @@ def _section(s: Section) -> str:
     return "\n".join(parts)
 
 
-def render(sections: Sequence[Section], title: str = "tokensde report",
+def _render(sections: Sequence[Section], title: str = "tokensde report",
            meta: dict[str, Any] | None = None) -> str:
     """The whole report as one HTML document (no external resources)."""
     e = html.escape
@@ -242,7 +242,7 @@ def _written_by_us(path: str | os.PathLike) -> bool:
     return _MARKS[0] in head or _MARKS[1] in tail
 
 
-def check_report_path(path: str | os.PathLike, name: str = "path", force: bool = False) -> Path:
+def _check_report_path(path: str | os.PathLike, name: str = "path", force: bool = False) -> Path:
     """`path` if a report may be written there: writable (`check_output`, `.html`), and either
     absent, a report of ours, or `force` given; ParameterError naming `name` otherwise."""
     path = check_output(path, name, suffixes=(".html", ".htm"))
@@ -269,6 +269,6 @@ def write_report(sections: Sequence[Section], path: str | os.PathLike,
     Returns:
         The path written.
     """
-    check_report_path(path, "report path", force)
-    text = render(sections, title, meta)
+    _check_report_path(path, "report path", force)
+    text = _render(sections, title, meta)
     return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

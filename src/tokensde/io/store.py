@@ -22,7 +22,7 @@ from .._version import __version__
 from ..model.params import ModelParams, ParameterError, TimeGrid
 from ..sim.result import SimResult
 
-SCHEMA = 1
+_SCHEMA = 1
 _KIND_SIM = "tokensde.simulation"
 _OBSERVED = "observed/"  # prefix of the observers' arrays in a results file
 
@@ -31,7 +31,7 @@ class StoreError(ValueError):
     """A results file that cannot be read: corrupt, foreign, or written by a newer schema."""
 
 
-def check_path_type(path: Any, name: str) -> None:
+def _check_path_type(path: Any, name: str) -> None:
     """TypeError naming `name` unless `path` is a str or an os.PathLike (not bytes, a number or
     None)."""
     if not isinstance(path, str | os.PathLike):
@@ -56,7 +56,7 @@ def check_output(path: str | os.PathLike, name: str, directory: bool = False,
     Returns:
         `path` as a `Path`.
     """
-    check_path_type(path, name)
+    _check_path_type(path, name)
     path = Path(path)
     want = "a directory" if directory else "a file path"
     if path.exists() and path.is_dir() != directory:
@@ -117,7 +117,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], object]) -> Pa
     return path
 
 
-def check_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
+def _check_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
     """Validate the header of a stored object: right kind, schema not newer than ours."""
     if not isinstance(meta, dict) or meta.get("kind") != kind:
         found = meta.get("kind") if isinstance(meta, dict) else type(meta).__name__
@@ -125,16 +125,16 @@ def check_meta(meta: Any, kind: str, where: str) -> dict[str, Any]:
     schema = meta.get("schema")
     if not isinstance(schema, int) or schema < 1:
         raise StoreError(f"{where} has no valid schema version (found {schema!r})")
-    if schema > SCHEMA:
+    if schema > _SCHEMA:
         raise StoreError(f"{where} was written with schema {schema} by tokensde "
-                         f"{meta.get('version')}; this tokensde {__version__} reads up to {SCHEMA}")
+                         f"{meta.get('version')}; this tokensde {__version__} reads up to {_SCHEMA}")
     return meta
 
 
-def read_json(path: str | os.PathLike, kind: str, remedy: str) -> dict[str, Any]:
+def _read_json(path: str | os.PathLike, kind: str, remedy: str) -> dict[str, Any]:
     """A JSON document of `kind` (see `header`); StoreError naming the file and `remedy` when it
     is truncated, corrupt or foreign."""
-    check_path_type(path, "path")
+    _check_path_type(path, "path")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
@@ -144,19 +144,19 @@ def read_json(path: str | os.PathLike, kind: str, remedy: str) -> dict[str, Any]
         raise StoreError(f"{path} is not readable JSON (truncated or corrupt?): {err}; "
                          f"{remedy}") from err
     try:
-        return check_meta(doc, kind, str(path))
+        return _check_meta(doc, kind, str(path))
     except StoreError as err:
         raise StoreError(f"{err}; {remedy}") from err
 
 
-def to_jsonable(obj: Any) -> Any:
+def _to_jsonable(obj: Any) -> Any:
     """Convert numpy / torch scalars and arrays (and nan) to plain JSON values."""
     if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return {str(k): _to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [to_jsonable(v) for v in obj]
+        return [_to_jsonable(v) for v in obj]
     if hasattr(obj, "tolist"):
-        return to_jsonable(obj.tolist())
+        return _to_jsonable(obj.tolist())
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, np.generic):
@@ -175,7 +175,7 @@ def write_json(path: str | os.PathLike, doc: Any, indent: int = 1) -> Path:
     Returns:
         The path written.
     """
-    return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(to_jsonable(doc),
+    return atomic_write(path, lambda tmp: tmp.write_text(json.dumps(_to_jsonable(doc),
                                                                     indent=indent)))
 
 
@@ -189,7 +189,7 @@ def header(kind: str, **fields: Any) -> dict[str, Any]:
     Returns:
         `{"kind", "schema", "package", "version", **fields}`.
     """
-    return {"kind": kind, "schema": SCHEMA, "package": "tokensde", "version": __version__, **fields}
+    return {"kind": kind, "schema": _SCHEMA, "package": "tokensde", "version": __version__, **fields}
 
 
 def save_result(result: SimResult, path: str | os.PathLike) -> Path:
@@ -209,7 +209,7 @@ def save_result(result: SimResult, path: str | os.PathLike) -> Path:
     if not isinstance(result, SimResult):
         raise TypeError(f"result must be a SimResult (what simulate returns); got "
                         f"{type(result).__name__}")
-    check_path_type(path, "path")
+    _check_path_type(path, "path")
     check_output(path, "path", suffixes=(".npz",))
     meta = header(_KIND_SIM, **result.metadata())
     arrays: dict[str, np.ndarray] = {"x": np.asarray(result.state), "checkpoints": result.checkpoints}
@@ -240,7 +240,7 @@ def load_result(path: str | os.PathLike) -> SimResult:
     Raises:
         StoreError: The file is truncated, foreign or of a newer schema.
     """
-    check_path_type(path, "path")
+    _check_path_type(path, "path")
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {path} does not exist")
@@ -258,7 +258,7 @@ def load_result(path: str | os.PathLike) -> SimResult:
         raise
     except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError) as err:
         raise StoreError(f"{path} is not a readable tokensde results file: {err}") from err
-    check_meta(meta, _KIND_SIM, str(path))
+    _check_meta(meta, _KIND_SIM, str(path))
     try:
         _check_arrays(meta, data, str(path))
         return _sim_result(meta, data)
@@ -337,7 +337,7 @@ def _sim_result(meta: dict[str, Any], data: dict[str, np.ndarray]) -> SimResult:
 
 # ----------------------------------------------------------------------------- Parquet tables
 
-PARQUET_META_KEY = b"tokensde"
+_PARQUET_META_KEY = b"tokensde"
 
 
 def write_parquet(table: Any, path: str | os.PathLike, meta: dict[str, Any]) -> Path:
@@ -364,7 +364,7 @@ def write_parquet(table: Any, path: str | os.PathLike, meta: dict[str, Any]) -> 
     t = table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, preserve_index=False)
     old = dict(t.schema.metadata or {})
     old.pop(b"pandas", None)
-    t = t.replace_schema_metadata({**old, PARQUET_META_KEY: json.dumps(meta).encode()})
+    t = t.replace_schema_metadata({**old, _PARQUET_META_KEY: json.dumps(meta).encode()})
     return atomic_write(path, lambda tmp: pq.write_table(t, tmp))
 
 
@@ -383,7 +383,7 @@ def read_parquet(path: str | os.PathLike, kind: str) -> tuple[Any, dict[str, Any
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    check_path_type(path, "path")
+    _check_path_type(path, "path")
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"results file {path} does not exist")
@@ -392,11 +392,11 @@ def read_parquet(path: str | os.PathLike, kind: str) -> tuple[Any, dict[str, Any
     except (pa.ArrowException, OSError) as err:
         raise StoreError(f"{path} is not a readable Parquet file (truncated or corrupt?): "
                          f"{err}") from err
-    raw = (t.schema.metadata or {}).get(PARQUET_META_KEY)
+    raw = (t.schema.metadata or {}).get(_PARQUET_META_KEY)
     try:
         meta = json.loads(raw) if raw is not None else None
     except ValueError as err:
         raise StoreError(f"{path} has an unreadable tokensde header: {err}") from err
     if meta is None:
         raise StoreError(f"{path} is not a tokensde file (no tokensde header in its metadata)")
-    return t, check_meta(meta, kind, str(path))
+    return t, _check_meta(meta, kind, str(path))

@@ -22,79 +22,88 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis.clusters import Outcome, outcome_codes
-from ..analysis.stats import Estimate, censored_quantiles, estimate_with_undecided, t_interval
+from ..analysis.clusters import Outcome, _outcome_codes
+from ..analysis.stats import _censored_quantiles, _Estimate, estimate_with_undecided, t_interval
 from ..io.store import check_output, header, write_parquet
-from ..model.checks import ParameterError, check_choice, check_int, check_real, require
+from ..model.checks import ParameterError, _check_choice, _check_int, _check_real, _require
 from ..model.params import ModelParams, TimeGrid
 from ..sim.budget import Budget
-from ..sim.options import DECIDE_TOL, Execution, StoppingRule
+from ..sim.options import _DECIDE_TOL, Execution, StoppingRule
 from ..sim.rng import derive_seed
 from .flow import MERGE_TOL, FlowPlan, FlowResult, run_coupled
-from .quadrature import Component, check_mixture, density_weights, quasi_uniform, sample_initial, sphere_rule
-from .statistics import atom_count, minority_mass
+from .quadrature import (
+    _check_mixture,
+    _Component,
+    _density_weights,
+    _quasi_uniform,
+    sample_initial,
+    sphere_rule,
+)
+from .statistics import _atom_count, minority_mass
+
+__all__ = ["STARTS", "absorption_table", "gap_slope", "run_table", "table_budget", "write_tables"]
 
 STARTS: tuple[str, ...] = ("iid", "quasi", "mixture")
 # the `mixture` start's law when none is given: one von Mises(-Fisher) law of concentration 1
 # about e_1 (`parse_mixture`), an antipodally asymmetric start
 _DEFAULT_MIXTURE = "1:1:0"
-DEFAULT_STARTS: tuple[str, ...] = ("iid", "quasi")  # the uniform law's two starts
-LIMIT = 0  # the value of `n` that stands for the limit (n = infinity) in tables
+_DEFAULT_STARTS: tuple[str, ...] = ("iid", "quasi")  # the uniform law's two starts
+_LIMIT = 0  # the value of `n` that stands for the limit (n = infinity) in tables
 _INIT_STREAM = 0x494E4954  # `derive_seed` key of the i.i.d. initial samples
 # the tables' decision tolerance, looser than DECIDE_TOL: the limit's nodes decide slowly
 # (docs/absorption.md)
-TABLE_TOL = 1e-4
-_TABLE_STOP = StoppingRule.decided(TABLE_TOL)
+_TABLE_TOL = 1e-4
+_TABLE_STOP = StoppingRule.decided(_TABLE_TOL)
 
 
-def parse_mixture(text: str, d: int) -> list[Component]:
+def _parse_mixture(text: str, d: int) -> list[_Component]:
     """A von Mises(-Fisher) mixture written `MASS:KAPPA:ANGLE[;MASS:KAPPA:ANGLE...]`: components of
     mass > 0, concentration kappa >= 0 and mean direction `(cos a, sin a, 0, ...)`, a the ANGLE in
     degrees from e_1 in the plane of e_1, e_2 (the density is `sum mass exp(kappa <mu, x>)`,
-    normalised, `quadrature.vmf_density`).
+    normalised, `quadrature._vmf_density`).
 
     Args:
         text: The components, e.g. '1:1:0' (one law about e_1) or '0.7:4:0;0.3:4:90'.
         d: The dimension (>= 2).
 
     Returns:
-        The components `(mass, kappa, mean)`, checked (`quadrature.check_mixture`).
+        The components `(mass, kappa, mean)`, checked (`quadrature._check_mixture`).
     """
-    d = check_int("d", d, 2)
+    d = _check_int("d", d, 2)
     form = "components MASS:KAPPA:ANGLE separated by ';' (mass > 0, kappa >= 0, angle in degrees)"
-    require(isinstance(text, str) and text.strip() != "", "mixture", form, text)
-    comps: list[Component] = []
+    _require(isinstance(text, str) and text.strip() != "", "mixture", form, text)
+    comps: list[_Component] = []
     for part in text.split(";"):
         fields = part.split(":")
-        require(len(fields) == 3, "mixture", form, text)
+        _require(len(fields) == 3, "mixture", form, text)
         try:
             mass, kappa, angle = (float(f) for f in fields)
         except ValueError:
             raise ParameterError(f"mixture must be {form}; got {text!r}") from None
-        a = math.radians(check_real("mixture angle", angle))
+        a = math.radians(_check_real("mixture angle", angle))
         comps.append((mass, kappa, [math.cos(a), math.sin(a), *([0.0] * (d - 2))]))
-    check_mixture(comps, d)
+    _check_mixture(comps, d)
     return comps
 
 
-def particle_starts(n: int, d: int, runs: int, start: str, seed: int,
-                    mixture: Sequence[Component] | None = None) -> np.ndarray:
+def _particle_starts(n: int, d: int, runs: int, start: str, seed: int,
+                    mixture: Sequence[_Component] | None = None) -> np.ndarray:
     """Initial particles `(runs, n, d)`: i.i.d. from the initial law (run r from the stream
     `derive_seed(seed, INIT_STREAM, n, r)`; 'iid', or 'mixture' from `mixture`, default
     DEFAULT_MIXTURE), or the quasi-uniform set (`quasi_uniform`) for all."""
-    check_choice("start", start, STARTS)
+    _check_choice("start", start, STARTS)
     if start == "mixture" and mixture is None:
-        mixture = parse_mixture(_DEFAULT_MIXTURE, d)
+        mixture = _parse_mixture(_DEFAULT_MIXTURE, d)
     if start == "quasi":
         if mixture is not None:
             raise ParameterError("start='quasi' is the uniform law's quasi-uniform set; with a "
                                  "von Mises mixture use start='iid'")
-        return np.broadcast_to(quasi_uniform(n, d, seed), (runs, n, d)).copy()
+        return np.broadcast_to(_quasi_uniform(n, d, seed), (runs, n, d)).copy()
     return np.stack([sample_initial(n, d, np.random.default_rng(
         derive_seed(seed, _INIT_STREAM, n, r)), mixture) for r in range(runs)])
 
 
-def system_stats(res: FlowResult, index: int) -> dict[str, Any]:
+def _system_stats(res: FlowResult, index: int) -> dict[str, Any]:
     """Statistics of system `index` of `res` over its runs (see the module docstring); P(bipolar)
     `p_bipolar` is over the decided runs (nan when none is), `p_bipolar_lo, _hi` its 95 % Wilson
     interval, `p_bipolar_bound_lo, _hi` the bounds with every undecided run counted each way.
@@ -111,8 +120,8 @@ def system_stats(res: FlowResult, index: int) -> dict[str, Any]:
     runs = len(at)
     done = at >= 0
     m = minority_mass(x, w)
-    atoms = atom_count(x, w)
-    outcome = outcome_codes(done, m > 0)  # the one outcome rule (analysis.clusters)
+    atoms = _atom_count(x, w)
+    outcome = _outcome_codes(done, m > 0)  # the one outcome rule (analysis.clusters)
     k_bi, k_done = int((outcome == Outcome.BIPOLAR).sum()), int(done.sum())
     est = estimate_with_undecided(k_bi, k_done - k_bi, runs)
     lo, hi = est.ci or (math.nan, math.nan)
@@ -120,7 +129,7 @@ def system_stats(res: FlowResult, index: int) -> dict[str, Any]:
     mean, mlo, mhi = t_interval(md) if len(md) > 1 else (math.nan, math.nan, math.nan)
     qs = np.quantile(md, [0.1, 0.5, 0.9]) if len(md) else [math.nan] * 3
     t = np.where(done, at * res.grid.dt, np.nan)
-    tq = censored_quantiles(t, [0.5, 0.9])
+    tq = _censored_quantiles(t, [0.5, 0.9])
     return {"runs": runs, "p_decided": float(done.mean()), "k_decided": k_done,
             "k_bipolar": k_bi, "p_bipolar": est.p, "p_bipolar_lo": lo, "p_bipolar_hi": hi,
             "p_bipolar_bound_lo": est.bounds[0], "p_bipolar_bound_hi": est.bounds[1],
@@ -131,7 +140,7 @@ def system_stats(res: FlowResult, index: int) -> dict[str, Any]:
             "horizon": res.grid.T}
 
 
-def _bipolar_estimate(row: dict[str, Any]) -> Estimate:
+def _bipolar_estimate(row: dict[str, Any]) -> _Estimate:
     """P(bipolar) of a row of `system_stats` by the reporting rule: `k_bipolar` hits and
     `k_decided - k_bipolar` one-cluster runs of `runs` (`stats.estimate_with_undecided`).
 
@@ -145,7 +154,7 @@ def _bipolar_estimate(row: dict[str, Any]) -> Estimate:
     return estimate_with_undecided(k, dec - k, int(row["runs"]))
 
 
-def bipolar_text(row: dict[str, Any]) -> str:
+def _bipolar_text(row: dict[str, Any]) -> str:
     """P(bipolar) of a row as text: 'undecided' when no run decided (no probability); else the
     estimate over the decided runs with its 95 % Wilson interval, and, when some runs are
     undecided, the bounds with every undecided run counted each way.
@@ -166,7 +175,7 @@ def bipolar_text(row: dict[str, Any]) -> str:
 def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str = "iid",
                      runs: int = 100, seed: int = 0, T: float = 40.0, dt: float = 0.02, *,
                      stopping: StoppingRule = _TABLE_STOP, merge_tol: float | None = MERGE_TOL,
-                     mixture: Sequence[Component] | None = None,
+                     mixture: Sequence[_Component] | None = None,
                      execution: Execution = Execution(), with_limit: bool = True
                      ) -> tuple[list[dict[str, Any]], dict[int, np.ndarray]]:
     """Rows (one per system: the K-node limit, `n = LIMIT`, unless not `with_limit`, then each n of `ns`) of
@@ -197,26 +206,26 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
         `(rows, masses)`: one row of statistics per system, and each system's minority mass per
         run `(runs,)` (nan where undecided), keyed by n (`LIMIT` for the limit).
     """
-    d, K = check_int("d", d, 2), check_int("K", K, 2)
-    beta = check_real("beta", beta, 0.0)
-    require(not isinstance(ns, str), "ns", "a sequence of particle counts", ns)
-    ns = [check_int("ns", n, 2) for n in ns]
-    runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
+    d, K = _check_int("d", d, 2), _check_int("K", K, 2)
+    beta = _check_real("beta", beta, 0.0)
+    _require(not isinstance(ns, str), "ns", "a sequence of particle counts", ns)
+    ns = [_check_int("ns", n, 2) for n in ns]
+    runs, seed = _check_int("runs", runs, 1), _check_int("seed", seed, 0)
     tol = _table_tol(stopping)
     p = ModelParams(n=2, d=d, beta=beta)
-    if check_choice("start", start, STARTS) == "mixture" and mixture is None:
-        mixture = parse_mixture(_DEFAULT_MIXTURE, d)
+    if _check_choice("start", start, STARTS) == "mixture" and mixture is None:
+        mixture = _parse_mixture(_DEFAULT_MIXTURE, d)
     nodes, q = sphere_rule(K, d)
-    systems: list[tuple[str, Any, Any]] = [("limit", nodes, density_weights(nodes, q, mixture))
+    systems: list[tuple[str, Any, Any]] = [("limit", nodes, _density_weights(nodes, q, mixture))
                                             ] if with_limit else []
-    systems += [(f"n{n}", particle_starts(n, d, runs, start, seed, mixture), None) for n in ns]
+    systems += [(f"n{n}", _particle_starts(n, d, runs, start, seed, mixture), None) for n in ns]
     res = run_coupled(p, TimeGrid.make(T=T, dt=dt), systems, runs=runs, seed=seed,
                       stopping=StoppingRule.decided(tol, stopping.decide_every),
                       merge_tol=merge_tol, execution=execution)
     rows, masses = [], {}
-    for i, n in enumerate([LIMIT, *ns] if with_limit else ns):
-        st = system_stats(res, i)
-        rows.append({"d": d, "beta": beta, "n": n, "K": K if n == LIMIT else n, "start": start,
+    for i, n in enumerate([_LIMIT, *ns] if with_limit else ns):
+        st = _system_stats(res, i)
+        rows.append({"d": d, "beta": beta, "n": n, "K": K if n == _LIMIT else n, "start": start,
                      "seed": seed, "tol": tol, **st})
         m = minority_mass(res.x[i], res.w[i])
         masses[n] = np.where(res.decided_at[i] >= 0, m, np.nan)
@@ -226,9 +235,9 @@ def absorption_table(d: int, beta: float, ns: Sequence[int], K: int, start: str 
 def _table_tol(stopping: StoppingRule) -> float:
     """The decision tolerance of a table's rule (DECIDE_TOL when None); ParameterError unless
     the rule is a `StoppingRule.decided` (the table is of systems at absorption)."""
-    require(isinstance(stopping, StoppingRule) and stopping.until == "decided", "stopping",
+    _require(isinstance(stopping, StoppingRule) and stopping.until == "decided", "stopping",
             "StoppingRule.decided(tol) (a table runs each system until it is decided)", stopping)
-    return DECIDE_TOL if stopping.tol is None else stopping.tol
+    return _DECIDE_TOL if stopping.tol is None else stopping.tol
 
 
 def gap_slope(masses: dict[int, Sequence[float]], boots: int = 2000, seed: int = 0,
@@ -249,18 +258,18 @@ def gap_slope(masses: dict[int, Sequence[float]], boots: int = 2000, seed: int =
         `slope`, `lo`, `hi`, `intercept`, `n`, `gap` and `paths` (per n, in increasing n),
         `boots`, and `degenerate` (replicates with a gap <= 0 at some n, left out).
     """
-    require(isinstance(masses, dict) and len(masses) >= 2, "masses",
+    _require(isinstance(masses, dict) and len(masses) >= 2, "masses",
             "a dict {n: per-path minority masses} with at least 2 particle counts", masses)
-    ns = sorted(check_int("n", n, 2) for n in masses)
+    ns = sorted(_check_int("n", n, 2) for n in masses)
     cols = [np.asarray(masses[n], dtype=np.float64) for n in ns]
     for n, c in zip(ns, cols, strict=True):
-        require(c.ndim == 1 and len(c) >= 2 and bool(np.all(np.isfinite(c)))
+        _require(c.ndim == 1 and len(c) >= 2 and bool(np.all(np.isfinite(c)))
                 and bool(np.all((c >= 0) & (c <= 0.5))), "masses",
                 "per-path minority masses in [0, 1/2], at least 2 per n, every run decided",
                 f"n = {n}: {c!r}")
-    boots = check_int("boots", boots, 100)
-    level = check_real("level", level, 0.0, strict=True)
-    require(level < 1, "level", "a coverage in (0, 1)", level)
+    boots = _check_int("boots", boots, 100)
+    level = _check_real("level", level, 0.0, strict=True)
+    _require(level < 1, "level", "a coverage in (0, 1)", level)
     held = np.array([len(c) for c in cols])
     top = int(held.max())
     table = np.full((top, len(ns)), np.nan)
@@ -273,7 +282,7 @@ def gap_slope(masses: dict[int, Sequence[float]], boots: int = 2000, seed: int =
         return float(b), float(a)
 
     gap = 0.5 - np.array([c.mean() for c in cols])
-    require(bool(np.all(gap > 0)), "masses", "a mean minority mass below 1/2 at every n",
+    _require(bool(np.all(gap > 0)), "masses", "a mean minority mass below 1/2 at every n",
             dict(zip(ns, gap.tolist(), strict=True)))
     slope, intercept = fit(gap)
     # strata: paths held by the same set of n (the first `held` paths of each n)
@@ -297,7 +306,7 @@ _ROW_BYTES = 600  # a row of the long minority table while it is built (a Python
 
 
 def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
-                 starts: Sequence[str] = DEFAULT_STARTS, runs: int = 100, T: float = 40.0,
+                 starts: Sequence[str] = _DEFAULT_STARTS, runs: int = 100, T: float = 40.0,
                  dt: float = 0.02, with_limit: bool = True,
                  execution: Execution = Execution()) -> Budget:
     """Memory and work of `run_table` before it runs: per cell (d, beta, start) the budget of
@@ -305,11 +314,11 @@ def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
     each n, their attention as `execution.attention_eval` takes it), the cells one after
     another (the memory of the largest), plus ROW_BYTES per run and system of the table kept;
     an upper bound (runs stop once decided)."""
-    runs = check_int("runs", runs, 1)
-    sizes = [*([check_int("K", K, 2)] if with_limit else []), *(check_int("n", n, 2) for n in ns)]
+    runs = _check_int("runs", runs, 1)
+    sizes = [*([_check_int("K", K, 2)] if with_limit else []), *(_check_int("n", n, 2) for n in ns)]
     cells = len(ds) * len(betas) * len(starts)
     grid = TimeGrid.make(T=T, dt=dt)
-    plans = [FlowPlan.of(ModelParams(n=2, d=check_int("d", d, 2), beta=check_real("beta", b, 0.0)),
+    plans = [FlowPlan.of(ModelParams(n=2, d=_check_int("d", d, 2), beta=_check_real("beta", b, 0.0)),
                           grid, sizes, runs, execution) for d in ds for b in betas]
     bs = [p.budget() for p in plans]
     per_run = max(b.per_run for b in bs) + _ROW_BYTES * len(sizes) * cells
@@ -322,7 +331,7 @@ def table_budget(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K
                   steps=sum(b.steps for b in bs) * len(starts))
 
 
-def system_line(row: dict[str, Any]) -> str:
+def _system_line(row: dict[str, Any]) -> str:
     """One line on a finished system: its cell, the decided fraction, P(bipolar) (`bipolar_text`)
     and the mean minority mass with its 95 % t interval.
 
@@ -333,13 +342,13 @@ def system_line(row: dict[str, Any]) -> str:
         The line.
     """
     return (f"d {row['d']} beta {row['beta']:g} {row['start']} n {row['n']}: decided "
-            f"{row['p_decided']:.3f}, P(bipolar) {bipolar_text(row)}, minority "
+            f"{row['p_decided']:.3f}, P(bipolar) {_bipolar_text(row)}, minority "
             f"{row['minority_mean']:.4f} [{row['minority_lo']:.4f}, {row['minority_hi']:.4f}], "
             f"{row['wall_s']:.0f} s")
 
 
 def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: int,
-              starts: Sequence[str] = DEFAULT_STARTS, runs: int = 100, seed: int = 0, T: float = 40.0,
+              starts: Sequence[str] = _DEFAULT_STARTS, runs: int = 100, seed: int = 0, T: float = 40.0,
               dt: float = 0.02, *, stopping: StoppingRule = _TABLE_STOP,
               merge_tol: float | None = MERGE_TOL, execution: Execution = Execution(),
               budget_s: float | None = None, log: Callable[[str], None] | None = None
@@ -350,7 +359,7 @@ def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: i
     cells left out are simply absent from the table); `log` gets a line per system as each cell
     ends."""
     for st in starts:
-        check_choice("start", st, STARTS)
+        _check_choice("start", st, STARTS)
     t0 = time.perf_counter()
     rows, long = [], []
     for st in starts:  # i.i.d. starts (the question) first, then the quasi-uniform contrast
@@ -366,7 +375,7 @@ def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: i
                 for row in r:
                     row["wall_s"] = time.perf_counter() - tc
                     if log is not None:
-                        log(system_line(row))
+                        log(_system_line(row))
                 rows += r
                 for n, v in m.items():
                     long += [{"d": d, "beta": beta, "start": st, "n": n, "run": i,
@@ -374,7 +383,7 @@ def run_table(ds: Sequence[int], betas: Sequence[float], ns: Sequence[int], K: i
     return pd.DataFrame(rows), pd.DataFrame(long)
 
 
-KIND_TABLE = "meanfield_table"
+_KIND_TABLE = "meanfield_table"
 
 
 def write_tables(out: str | os.PathLike, table: pd.DataFrame, minority: pd.DataFrame,
@@ -383,6 +392,6 @@ def write_tables(out: str | os.PathLike, table: pd.DataFrame, minority: pd.DataF
     header carrying `params` and the package version."""
     where = check_output(out, "out", directory=True)
     where.mkdir(parents=True, exist_ok=True)
-    meta = header(KIND_TABLE, **params)
+    meta = header(_KIND_TABLE, **params)
     return [write_parquet(table, where / "table.parquet", meta),
             write_parquet(minority, where / "minority.parquet", meta)]

@@ -16,28 +16,30 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..model.checks import ParameterError, check_int, check_real, real_array, require
+from ..model.checks import ParameterError, _check_int, _check_real, _real_array, _require
 from ..model.params import ModelParams, TimeGrid
 from ..sim.budget import GIB, MEMORY_ENV, available_memory
 from ..sim.options import StoppingRule
 from ..sim.rng import derive_seed
 from .flow import run_coupled
 from .quadrature import circle_rule, sample_initial
-from .statistics import arc_counts, arc_masses, field_at
+from .statistics import _arc_counts, _field_at, arc_masses
+
+__all__ = ["field_error_at", "fit_rate", "node_convergence", "particle_convergence"]
 
 _TEST_POINTS = 64
 _ARC_STARTS = np.array([0.0, np.pi / 2, np.pi, 3 * np.pi / 2])  # the four quarter-circles
 _ARC = np.pi / 2  # half-circles carry exactly 1/2 from an antipodally symmetric start (docs)
 
 
-MIN_FIT_POINTS = 2  # a slope needs two points at distinct k
-NODE_BYTES = 1024  # memory a node of a system takes while it runs (state, weights, temporaries)
+_MIN_FIT_POINTS = 2  # a slope needs two points at distinct k
+_NODE_BYTES = 1024  # memory a node of a system takes while it runs (state, weights, temporaries)
 
 
-def max_nodes() -> int:
+def _max_nodes() -> int:
     """The most nodes (or particles) one system may have: NODE_BYTES a node within
     `sim.budget.available_memory()` (TOKENSDE_MEMORY sets it)."""
-    return max(2, available_memory() // NODE_BYTES)
+    return max(2, available_memory() // _NODE_BYTES)
 
 
 def _non_empty(values: Any) -> bool:
@@ -46,12 +48,12 @@ def _non_empty(values: Any) -> bool:
     return (seq or (isinstance(values, np.ndarray) and values.ndim == 1)) and len(values) > 0
 
 
-def check_nodes(name: str, value: Any, minimum: int) -> int:
+def _check_nodes(name: str, value: Any, minimum: int) -> int:
     """`value` as a node count from `minimum` to `max_nodes()`, or ParameterError naming `name`
     with that range and where its top comes from."""
-    count = check_int(name, value, minimum)
-    top = max_nodes()
-    require(count <= top, name, f"an integer from {minimum} to {top} (about {NODE_BYTES} bytes "
+    count = _check_int(name, value, minimum)
+    top = _max_nodes()
+    _require(count <= top, name, f"an integer from {minimum} to {top} (about {_NODE_BYTES} bytes "
             f"a node fill the {available_memory() / GIB:.1f} GiB of memory available; "
             f"{MEMORY_ENV} sets it)", value)
     return count
@@ -73,13 +75,13 @@ def fit_rate(k: Sequence[float], err: Sequence[float]) -> float:
             and > 0, or fewer than MIN_FIT_POINTS points with an error that is finite and > 0
             sit at distinct counts (the slope would be undefined).
     """
-    kk, ee = real_array("k", k).ravel(), real_array("err", err).ravel()
-    require(kk.size == ee.size, "k and err", "of the same length", (kk.size, ee.size))
-    require(bool(np.all(np.isfinite(kk) & (kk > 0))), "k", "finite numbers > 0", k)
+    kk, ee = _real_array("k", k).ravel(), _real_array("err", err).ravel()
+    _require(kk.size == ee.size, "k and err", "of the same length", (kk.size, ee.size))
+    _require(bool(np.all(np.isfinite(kk) & (kk > 0))), "k", "finite numbers > 0", k)
     ok = np.isfinite(ee) & (ee > 0)
-    require(np.unique(kk[ok]).size >= MIN_FIT_POINTS, "err",
-            f"finite and > 0 at {MIN_FIT_POINTS} or more distinct k (a slope needs "
-            f"{MIN_FIT_POINTS} points)", err)
+    _require(np.unique(kk[ok]).size >= _MIN_FIT_POINTS, "err",
+            f"finite and > 0 at {_MIN_FIT_POINTS} or more distinct k (a slope needs "
+            f"{_MIN_FIT_POINTS} points)", err)
     return float(np.polyfit(np.log(kk[ok]), np.log(ee[ok]), 1)[0])
 
 
@@ -94,15 +96,15 @@ def _states(p: ModelParams, T: float, dt: float, systems: list, seed: int
 def field_error_at(state: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.Tensor, torch.Tensor],
                    p: ModelParams) -> float:
     """Max over `_TEST_POINTS` equispaced points of the circle of `|y_state(z) - y_ref(z)|`
-    (`statistics.field_at`; one run each)."""
+    (`statistics._field_at`; one run each)."""
     a = 2 * np.pi * np.arange(_TEST_POINTS) / _TEST_POINTS
     pts = torch.as_tensor(np.stack([np.cos(a), np.sin(a)], -1))
-    return float((field_at(pts, *state, p) - field_at(pts, *ref, p)).norm(dim=-1).max())
+    return float((_field_at(pts, *state, p) - _field_at(pts, *ref, p)).norm(dim=-1).max())
 
 
 def _errors(state: tuple[torch.Tensor, torch.Tensor], ref: tuple[torch.Tensor, torch.Tensor],
             p: ModelParams, ordered: bool) -> dict[str, float]:
-    hm, hr = arc_counts(*state, _ARC_STARTS, _ARC), arc_masses(*ref, _ARC_STARTS, _ARC)
+    hm, hr = _arc_counts(*state, _ARC_STARTS, _ARC), arc_masses(*ref, _ARC_STARTS, _ARC)
     out = {"field_err": field_error_at(state, ref, p),
            "arc_err_count": float(np.abs(hm - hr).max())}
     if ordered:
@@ -130,11 +132,11 @@ def node_convergence(beta: float, Ks: Sequence[int], times: Sequence[float], K_r
         A DataFrame, one row per (time, K): `beta`, `T`, `K`, `field_err`, `arc_err_count`,
         `arc_err_interp`.
     """
-    require(_non_empty(Ks), "Ks", "a non-empty sequence of node counts", Ks)
-    Ks = [check_nodes("Ks", k, 2) for k in Ks]
-    require(_non_empty(times), "times", "a non-empty sequence of depth times", times)
-    times = [check_real("times", t, 0.0, strict=True) for t in times]
-    K_ref = check_nodes("K_ref", K_ref, 3)
+    _require(_non_empty(Ks), "Ks", "a non-empty sequence of node counts", Ks)
+    Ks = [_check_nodes("Ks", k, 2) for k in Ks]
+    _require(_non_empty(times), "times", "a non-empty sequence of depth times", times)
+    times = [_check_real("times", t, 0.0, strict=True) for t in times]
+    K_ref = _check_nodes("K_ref", K_ref, 3)
     if max(Ks) >= K_ref:
         raise ParameterError(f"K_ref must exceed every K; got K_ref = {K_ref}, max K = {max(Ks)}")
     p = ModelParams(n=2, d=2, beta=beta)
@@ -165,9 +167,9 @@ def particle_convergence(beta: float, ns: Sequence[int], T: float, draws: int = 
     Returns:
         A DataFrame, one row per (n, draw): `field_err` and `arc_err_count`.
     """
-    require(_non_empty(ns), "ns", "a non-empty sequence of particle counts", ns)
-    ns = [check_nodes("ns", n, 1) for n in ns]
-    draws, K_ref = check_int("draws", draws, 1), check_nodes("K_ref", K_ref, 2)
+    _require(_non_empty(ns), "ns", "a non-empty sequence of particle counts", ns)
+    ns = [_check_nodes("ns", n, 1) for n in ns]
+    draws, K_ref = _check_int("draws", draws, 1), _check_nodes("K_ref", K_ref, 2)
     p = ModelParams(n=2, d=2, beta=beta)
     grid = TimeGrid.make(T=T, dt=dt)
     kw: dict = {"seed": seed, "stopping": StoppingRule(), "merge_tol": None}

@@ -14,7 +14,7 @@ own stream (`noise_path`, independent of every system's size and of batching) an
 Nodes closer than `merge_tol` (`1 - <x_i, x_j> < merge_tol`) are merged (weights summed, position
 their weighted mean), so a measure that concentrates into atoms costs what its atoms cost.
 The batches of runs go through the one batch driver `tokensde.sim.driver.run_blocks` (their
-streams: `path_streams`) and the layers through the one layer loop `tokensde.sim.loop.march`:
+streams: `path_streams`) and the layers through the one layer loop `tokensde.sim.loop._march`:
 `_Layer` steps every system, the stopping rule `_Absorb` merges, decides and takes decided runs
 out of the batch.
 """
@@ -28,17 +28,17 @@ import numpy as np
 import torch
 
 from ..analysis.clusters import is_antipodal, is_merged
-from ..model.checks import ParameterError, check_int, check_real
+from ..model.checks import ParameterError, _check_int, _check_real
 from ..model.noise import apply_matrices
 from ..model.params import ModelParams, TimeGrid
 from ..sim.budget import EXPANSION_UNITS, RUN_UNITS, SCORE_UNITS, Budget
-from ..sim.decide import DENSE_MAX, geometric_decided
+from ..sim.decide import _DENSE_MAX, _geometric_decided
 from ..sim.driver import Block, run_blocks
-from ..sim.expansion import choose_evaluator, expansion_basis
-from ..sim.layers import attention_output, network_step, normalize
-from ..sim.loop import march
-from ..sim.options import Execution, StoppingRule, decide_every
-from ..sim.rng import RUN_BLOCK, RunStreams
+from ..sim.expansion import _choose_evaluator, _expansion_basis
+from ..sim.layers import _attention_output, network_step, normalize
+from ..sim.loop import _march
+from ..sim.options import Execution, StoppingRule, _decide_every
+from ..sim.rng import _RUN_BLOCK, RunStreams
 from ..sim.sde import sde_step
 from .merge import merge_nodes
 
@@ -96,11 +96,11 @@ def check_flow_params(p: ModelParams) -> ModelParams:
 def decided(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     """`(runs,)`: every pair of live nodes (weight > 0) has `1 - |<x_i, x_j>| < tol`; on the
     circle at every K, and above DENSE_MAX nodes elsewhere, without the `K x K` inner products
-    (`sim.decide.geometric_decided`, each dead node replaced by a copy of the first live one)."""
-    if x.shape[0] and (x.shape[-1] == 2 or x.shape[-2] > DENSE_MAX):
+    (`sim.decide._geometric_decided`, each dead node replaced by a copy of the first live one)."""
+    if x.shape[0] and (x.shape[-1] == 2 or x.shape[-2] > _DENSE_MAX):
         live = w > 0
         first = live.to(torch.int8).argmax(-1).view(-1, 1, 1).expand(-1, 1, x.shape[-1])
-        return geometric_decided(torch.where(live.unsqueeze(-1), x, x.gather(-2, first)), tol)
+        return _geometric_decided(torch.where(live.unsqueeze(-1), x, x.gather(-2, first)), tol)
     g = x @ x.transpose(-1, -2)
     live = w > 0
     ok = is_merged(g, tol) | is_antipodal(g, tol) | ~(live.unsqueeze(-1) & live.unsqueeze(-2))
@@ -145,8 +145,8 @@ def path_streams(seed: int, lo: int, hi: int, device: torch.device | str = "cpu"
     Returns:
         The streams, serving runs lo..hi-1 in order.
     """
-    first = lo // RUN_BLOCK * RUN_BLOCK
-    top = -(-hi // RUN_BLOCK) * RUN_BLOCK
+    first = lo // _RUN_BLOCK * _RUN_BLOCK
+    top = -(-hi // _RUN_BLOCK) * _RUN_BLOCK
     rs = RunStreams(seed, top, first, top, device)
     mask = torch.zeros(top - first, dtype=torch.bool)
     mask[lo - first:hi - first] = True
@@ -206,8 +206,8 @@ class FlowPlan:
         ev, basis = [], []
         for k, w in zip(sizes, ws, strict=True):
             q = p.with_(n=k)
-            ev.append(choose_evaluator(q, attention_eval, "full", dtype, w))
-            basis.append(expansion_basis(q, dtype, w) if ev[-1] == "expansion" else 0)
+            ev.append(_choose_evaluator(q, attention_eval, "full", dtype, w))
+            basis.append(_expansion_basis(q, dtype, w) if ev[-1] == "expansion" else 0)
         bs = runs if execution.batch_size is None else execution.batch_size
         return cls(p, grid, runs, bs, tuple(sizes), tuple(ev), tuple(basis), dtype)
 
@@ -222,7 +222,7 @@ class FlowPlan:
         work, or the expansion of R basis functions, `(1 + d)(2 k + R)` numbers and
         `EXPANSION_UNITS k R (1 + d)` work (`sim.budget.estimate_work`'s units); node merging
         forms `k x k` inner products up to `DENSE_MAX` nodes and above 3 dimensions
-        (`merge.group_leads`); plus the value noise, `k d^2`, and RUN_UNITS."""
+        (`merge._group_leads`); plus the value noise, `k d^2`, and RUN_UNITS."""
         k, d, r = self.sizes[i], self.params.d, self.basis[i]
         held, work = _ROW_HELD * k * d, float(k * d * d + RUN_UNITS)
         if self.evaluators[i] == "expansion":
@@ -231,7 +231,7 @@ class FlowPlan:
         else:
             held += k * k
             work += float(k * k * (d + SCORE_UNITS))
-        if d > 3 or (d == 3 and k <= DENSE_MAX):  # merging's inner products
+        if d > 3 or (d == 3 and k <= _DENSE_MAX):  # merging's inner products
             held += k * k
             work += float(k * k * d)
         return held, work
@@ -270,7 +270,7 @@ def run_coupled(
     through `grid.steps` layers of `scheme` ('network': `x <- N(x + dt M y + sqrt(dt) V_k y)`;
     'sde': its Euler-projected Ito limit) driven by the same `V_k` (`noise_path`) per layer.
 
-    Every `stopping.decide_every` layers (default: depth time 0.05, `options.decide_every`)
+    Every `stopping.decide_every` layers (default: depth time 0.05, `options._decide_every`)
     nodes are merged (`merge_nodes`, unless `merge_tol` is None) and, with
     `StoppingRule.decided(tol)`, a run leaves once every system is decided (`decided` at `tol`,
     default `_FLOW_TOL`). `execution.batch_size` runs advance together (default all); numbers
@@ -303,7 +303,7 @@ def run_coupled(
         A `FlowResult`: final nodes and weights of each system and run, and the layer of decision.
     """
     p = check_flow_params(p)
-    runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
+    runs, seed = _check_int("runs", runs, 1), _check_int("seed", seed, 0)
     if scheme not in _STEPS:
         raise ParameterError(f"scheme must be one of {', '.join(_STEPS)}; got {scheme!r}")
     if not isinstance(stopping, StoppingRule):
@@ -312,7 +312,7 @@ def run_coupled(
     until = stopping.until
     tol = _FLOW_TOL if stopping.tol is None else stopping.tol
     if merge_tol is not None:
-        merge_tol = check_real("merge_tol", merge_tol, 0.0, strict=True)
+        merge_tol = _check_real("merge_tol", merge_tol, 0.0, strict=True)
         if until == "decided" and merge_tol >= tol:
             raise ParameterError(f"merge_tol must be < tol = {tol:g} (merging must not decide "
                                  f"a run); got {merge_tol!r}")
@@ -351,8 +351,8 @@ def run_coupled(
 def _merge_every(stopping: StoppingRule, merge_every: int | None, dt: float) -> int:
     """Layers between merges (and decision tests) of `run_coupled`."""
     if merge_every is None:
-        return decide_every(dt) if stopping.decide_every is None else stopping.decide_every
-    every = check_int("merge_every", merge_every, 1)
+        return _decide_every(dt) if stopping.decide_every is None else stopping.decide_every
+    every = _check_int("merge_every", merge_every, 1)
     if stopping.decide_every not in (None, every):
         raise ParameterError(f"merge_every={every} differs from the stopping rule's decide_every"
                              f"={stopping.decide_every}: the decision tests run at the merges; "
@@ -366,7 +366,7 @@ def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], block: Block,
              final_w: list[list[torch.Tensor | None]], shared_path: bool = False,
              attention_eval: str = "auto") -> None:
     """One batch of `run_coupled` (`sim.driver.run_blocks`: the runs of `block`, their streams)
-    through the one layer loop `sim.loop.march`: `_Layer` applies a layer to every system,
+    through the one layer loop `sim.loop._march`: `_Layer` applies a layer to every system,
     `_Absorb` (the stopping rule) merges, decides and keeps; fills `at`, `final_x`, `final_w`
     at the block's runs."""
     rs = block.streams
@@ -374,7 +374,7 @@ def _advance(p: ModelParams, grid: TimeGrid, sy: list[System], block: Block,
     rule = block.use(_Absorb(p, np.arange(block.start, block.stop), until, tol, every,
                              merge_tol, at, final_x, final_w,
                              None if shared_path else rs.retain))
-    march(batch, grid.steps, _Layer(p, grid, rs, step, shared_path), stop_test=rule)
+    _march(batch, grid.steps, _Layer(p, grid, rs, step, shared_path), stop_test=rule)
 
 
 class _Batch:
@@ -409,13 +409,13 @@ class _Layer:
         if self.shared_path:
             v = v.expand(b.shape[0], p.d, p.d)
         for s, e in zip(b.systems, b.evaluators, strict=True):
-            y = attention_output(s.x, p, weights=s.w, evaluator=e)
+            y = _attention_output(s.x, p, weights=s.w, evaluator=e)
             s.x = self.step(s.x, y, apply_matrices(y, v), p, self.dt)
         return b
 
 
 class _Absorb:
-    """`run_coupled`'s stopping rule (a `sim.loop.StopTest`): every `every` layers and at the last,
+    """`run_coupled`'s stopping rule (a `sim.loop._StopTest`): every `every` layers and at the last,
     merge each system's nodes (unless `merge_tol` is None; its evaluator chosen afresh), and with
     `until='decided'` mark each system decided at `tol` (`at[s, run] = k`, its live nodes and
     weights stored then); a run leaves once every system of it is decided (`retain`: drop it from
@@ -470,7 +470,7 @@ def _evaluator(p: ModelParams, s: System, attention_eval: str = "auto") -> str:
     """How the attention of system `s` is evaluated: `attention_eval`, where 'auto' is
     `choose_evaluator`'s fixed rule at its node count and weights (the O(n) expansion on the
     circle and the sphere from a few hundred nodes, `sim.expansion.auto_uses_expansion`)."""
-    return choose_evaluator(p.with_(n=s.x.shape[-2]), attention_eval, "full", s.x.dtype, s.w)
+    return _choose_evaluator(p.with_(n=s.x.shape[-2]), attention_eval, "full", s.x.dtype, s.w)
 
 
 def _pad(parts: list[torch.Tensor | None]) -> torch.Tensor:

@@ -17,18 +17,18 @@ import math
 
 import torch
 
-from ..analysis.clusters import check_gap_tol, is_merged
+from ..analysis.clusters import _check_gap_tol, is_merged
 from ..model.checks import ParameterError
-from ..sim.decide import DENSE_MAX, angle_of_gap
+from ..sim.decide import _DENSE_MAX, _angle_of_gap
 from ..sim.layers import normalize
 
 # bits of one grid coordinate and of the run index in a packed int64 cube key (`sphere_leads`)
-KEY_BITS = 62
+_KEY_BITS = 62
 # relative margin of the squared distances in `sphere_leads`' certificates (cube diagonal, box
 # spans and gaps), far above the rounding of unit vectors' inner products at tolerances of at
 # least CERTIFY_ULPS machine epsilons
 _CELL_MARGIN = 1e-3
-CERTIFY_ULPS = 1e5
+_CERTIFY_ULPS = 1e5
 _PAIR_CHUNK = 1 << 18  # node pairs tested at once where boxes do not decide (`_any_close_pair`)
 
 
@@ -46,8 +46,8 @@ def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
     Returns:
         The merged nodes and weights.
     """
-    check_nodes(x, w)
-    lead = group_leads(x, w, check_gap_tol(tol))
+    _check_nodes(x, w)
+    lead = _group_leads(x, w, _check_gap_tol(tol))
     wn = torch.zeros_like(w).scatter_add_(-1, lead, w)
     xs = torch.zeros_like(x).scatter_add_(-2, lead.unsqueeze(-1).expand_as(x), w.unsqueeze(-1) * x)
     keep = wn > 0
@@ -58,7 +58,7 @@ def merge_nodes(x: torch.Tensor, w: torch.Tensor, tol: float
     return xn.gather(-2, order.unsqueeze(-1).expand(*order.shape, x.shape[-1])), wn.gather(-1, order)
 
 
-def check_nodes(x: torch.Tensor, w: torch.Tensor) -> None:
+def _check_nodes(x: torch.Tensor, w: torch.Tensor) -> None:
     """Raise TypeError / ParameterError (naming `x` or `w`) unless `x` is a tensor of nodes
     `(runs, K, d)`, d >= 2, and `w` a tensor of their weights `(runs, K)`."""
     for name, t in (("x", x), ("w", w)):
@@ -71,7 +71,7 @@ def check_nodes(x: torch.Tensor, w: torch.Tensor) -> None:
                              f"shape {tuple(w.shape)}")
 
 
-def group_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
+def _group_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     """`(runs, K)`: the smallest index of each live node's group (nodes joined transitively when
     `1 - <x_i, x_j> < tol`); a dead node leads itself. Sorted angles on the circle; on the
     sphere `K x K` inner products up to `DENSE_MAX` nodes, a grid above; inner products above 3
@@ -87,13 +87,13 @@ def group_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     """
     K, d = x.shape[-2], x.shape[-1]
     if d == 2:
-        return circle_leads(x, w, tol)
-    if K <= DENSE_MAX or d > 3:
-        return dense_leads(x, w, tol)
-    return sphere_leads(x, w, tol)
+        return _circle_leads(x, w, tol)
+    if K <= _DENSE_MAX or d > 3:
+        return _dense_leads(x, w, tol)
+    return _sphere_leads(x, w, tol)
 
 
-def dense_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
+def _dense_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     """`group_leads` from the `K x K` inner products: each node takes the smallest lead among
     its close nodes, then follows its lead's lead, until nothing changes (the connected
     components of the graph of close pairs)."""
@@ -110,7 +110,7 @@ def dense_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
         lead = nxt
 
 
-def circle_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
+def _circle_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     """`group_leads` for circle nodes `(runs, K, 2)` in O(K log K): `1 - <x_i, x_j> < tol` iff the
     angles are closer than `A = arccos(1 - tol)`, so the groups are the chains of sorted live
     angles split at the gaps of at least `A` (the last chain joins the first when the gap across
@@ -121,7 +121,7 @@ def circle_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     srt, perm = torch.where(live, theta, math.inf).sort(-1)  # live angles first, ascending
     count = live.sum(-1, keepdim=True)
     pos = torch.arange(K, device=x.device).expand(runs, K)
-    a = angle_of_gap(tol)
+    a = _angle_of_gap(tol)
     nxt = torch.cat([srt[:, 1:], srt[:, :1]], -1)
     cut = (nxt - srt >= a) & (pos < count - 1)  # a gap after sorted position i (i < L - 1)
     chain = torch.cat([torch.zeros_like(cut[:, :1]), cut[:, :-1]], -1).long().cumsum(-1)
@@ -135,7 +135,7 @@ def circle_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     return lead.gather(-1, node)
 
 
-def sphere_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
+def _sphere_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     """`group_leads` for sphere nodes `(runs, K, 3)` without a `K x K` array, in O(K log K) time
     and O(K) memory when the groups are tight (as at absorption). Close nodes are less than `h =
     sqrt(2 tol)` apart (`|x_i - x_j|^2 = 2 (1 - <x_i, x_j>)`). The nodes go into cubes of side
@@ -147,15 +147,15 @@ def sphere_leads(x: torch.Tensor, w: torch.Tensor, tol: float) -> torch.Tensor:
     (a tolerance the certificates cannot tell from rounding) every pair in neighbouring cubes of
     side `h` is tested instead (`_pair_leads`)."""
     runs = x.shape[0]
-    certify = tol >= CERTIFY_ULPS * float(torch.finfo(x.dtype).eps)
+    certify = tol >= _CERTIFY_ULPS * float(torch.finfo(x.dtype).eps)
     h = math.sqrt(2.0 * tol)
     cell = h * (1.0 - _CELL_MARGIN) / math.sqrt(3.0) if certify else (
         h * (1.0 + 1e-6) + 1e-15)  # a margin above rounding of the unit norms
     side = math.ceil(1.0 / cell) + 2  # grid coordinates lie in [-side, side)
     bits = max(1, math.ceil(math.log2(2 * side + 3)))
-    room = KEY_BITS - 3 * bits
+    room = _KEY_BITS - 3 * bits
     if room < 1:
-        return dense_leads(x, w, tol)
+        return _dense_leads(x, w, tol)
     step = 1 << room  # runs whose keys fit in one int64 sort
     fn = _cell_leads if certify else _pair_leads
     return torch.cat([fn(x[lo:lo + step], w[lo:lo + step], tol, cell, bits)

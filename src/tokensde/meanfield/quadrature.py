@@ -22,23 +22,25 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import special, stats
 
-from ..model.checks import ParameterError, check_int, check_real, real_array, require
+from ..model.checks import ParameterError, _check_int, _check_real, _real_array, _require
+
+__all__ = ["circle_rule", "sample_initial", "sphere_rule"]
 
 _RULES: tuple[str, ...] = ("auto", "circle", "gauss", "fibonacci", "qmc")
 
 
 def circle_rule(K: int, phase: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Trapezoid rule on the circle: `x_k = (cos a_k, sin a_k)`, `a_k = 2 pi (k + phase)/K`, `w_k = 1/K`."""
-    K = check_int("K", K, 1)
-    phase = check_real("phase", phase, -math.inf)
+    K = _check_int("K", K, 1)
+    phase = _check_real("phase", phase, -math.inf)
     a = 2.0 * np.pi * (np.arange(K) + phase) / K
     return np.stack([np.cos(a), np.sin(a)], -1), np.full(K, 1.0 / K)
 
 
-def gauss_sphere_rule(m: int) -> tuple[np.ndarray, np.ndarray]:
+def _gauss_sphere_rule(m: int) -> tuple[np.ndarray, np.ndarray]:
     """Product rule on S^2, `2 m^2` nodes: Gauss-Legendre in `z` (m nodes) times the trapezoid
     rule in the azimuth (2m nodes, half-step offset); exact for polynomials of degree <= 2m - 1."""
-    m = check_int("m", m, 1)
+    m = _check_int("m", m, 1)
     z, gw = np.polynomial.legendre.leggauss(m)
     phi = 2.0 * np.pi * (np.arange(2 * m) + 0.5) / (2 * m)
     zz, pp = np.meshgrid(z, phi, indexing="ij")
@@ -48,9 +50,9 @@ def gauss_sphere_rule(m: int) -> tuple[np.ndarray, np.ndarray]:
     return x, w
 
 
-def fibonacci_rule(K: int) -> tuple[np.ndarray, np.ndarray]:
+def _fibonacci_rule(K: int) -> tuple[np.ndarray, np.ndarray]:
     """Fibonacci lattice on S^2: `z_k = 1 - (2k + 1)/K`, azimuth `k` times the golden angle."""
-    K = check_int("K", K, 1)
+    K = _check_int("K", K, 1)
     k = np.arange(K)
     z = 1.0 - (2.0 * k + 1.0) / K
     phi = k * np.pi * (3.0 - math.sqrt(5.0))
@@ -58,9 +60,9 @@ def fibonacci_rule(K: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([r * np.cos(phi), r * np.sin(phi), z], -1), np.full(K, 1.0 / K)
 
 
-def qmc_rule(K: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def _qmc_rule(K: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Scrambled Sobol' points in (0,1)^d through the normal inverse CDF, normalised; `w_k = 1/K`."""
-    K, d, seed = check_int("K", K, 1), check_int("d", d, 2), check_int("seed", seed, 0)
+    K, d, seed = _check_int("K", K, 1), _check_int("d", d, 2), _check_int("seed", seed, 0)
     u = stats.qmc.Sobol(d, scramble=True, seed=np.random.default_rng(seed)).random(K)
     g = stats.norm.ppf(np.clip(u, 1e-12, 1.0 - 1e-12))
     return g / np.linalg.norm(g, axis=-1, keepdims=True), np.full(K, 1.0 / K)
@@ -84,7 +86,7 @@ def sphere_rule(K: int, d: int, rule: str = "auto", seed: int = 0
     Returns:
         `(nodes (K', d), weights (K',))`, weights summing to 1.
     """
-    K, d, seed = check_int("K", K, 1), check_int("d", d, 2), check_int("seed", seed, 0)
+    K, d, seed = _check_int("K", K, 1), _check_int("d", d, 2), _check_int("seed", seed, 0)
     if rule not in _RULES:
         raise ParameterError(f"rule must be one of {', '.join(_RULES)}; got {rule!r}")
     rule = _default_rule(d) if rule == "auto" else rule
@@ -95,36 +97,36 @@ def sphere_rule(K: int, d: int, rule: str = "auto", seed: int = 0
     if rule in ("gauss", "fibonacci") and d != 3:
         raise ParameterError(f"rule={rule!r} needs d = 3; got d = {d}")
     if rule == "gauss":
-        return gauss_sphere_rule(max(1, round(math.sqrt(K / 2))))
+        return _gauss_sphere_rule(max(1, round(math.sqrt(K / 2))))
     if rule == "fibonacci":
-        return fibonacci_rule(K)
-    return qmc_rule(K, d, seed)
+        return _fibonacci_rule(K)
+    return _qmc_rule(K, d, seed)
 
 
-def quasi_uniform(n: int, d: int, seed: int = 0) -> np.ndarray:
+def _quasi_uniform(n: int, d: int, seed: int = 0) -> np.ndarray:
     """`n` equal-weight, evenly spread points on S^{d-1} `(n, d)`: equispaced (d = 2), Fibonacci
     (d = 3), scrambled Sobol' (d > 3); the quasi-uniform particle start."""
-    n, d, seed = check_int("n", n, 1), check_int("d", d, 2), check_int("seed", seed, 0)
+    n, d, seed = _check_int("n", n, 1), _check_int("d", d, 2), _check_int("seed", seed, 0)
     rule = {2: "circle", 3: "fibonacci"}.get(d, "qmc")
     return sphere_rule(n, d, rule, seed)[0]
 
 
 # A von Mises(-Fisher) mixture: components (mass, concentration kappa, mean direction (d,)).
-Component = tuple[float, float, Sequence[float]]
+_Component = tuple[float, float, Sequence[float]]
 
 
-def vmf_density(x: np.ndarray, kappa: float, mu: np.ndarray) -> np.ndarray:
+def _vmf_density(x: np.ndarray, kappa: float, mu: np.ndarray) -> np.ndarray:
     """Density of vMF(mu, kappa) against the uniform probability on S^{d-1}:
     `exp(kappa (<mu, x> - 1)) / E_sigma[exp(kappa (x_1 - 1))]`, with
     `E_sigma[exp(kappa x_1)] = Gamma(d/2) (kappa/2)^(1 - d/2) I_{d/2-1}(kappa)`; `x` finite
     points `(..., d)`, `kappa >= 0`, `mu` a unit vector `(d,)`."""
-    x = real_array("x", x)
-    require(x.ndim >= 1 and x.shape[-1] >= 2 and bool(np.all(np.isfinite(x))), "x",
+    x = _real_array("x", x)
+    _require(x.ndim >= 1 and x.shape[-1] >= 2 and bool(np.all(np.isfinite(x))), "x",
             "finite points (..., d), d >= 2", f"shape {x.shape}" if x.ndim else x)
     d = x.shape[-1]
-    kappa = check_real("kappa", kappa, 0.0)
-    mu = real_array("mu", mu)
-    require(mu.shape == (d,) and bool(np.all(np.isfinite(mu))) and
+    kappa = _check_real("kappa", kappa, 0.0)
+    mu = _real_array("mu", mu)
+    _require(mu.shape == (d,) and bool(np.all(np.isfinite(mu))) and
             abs(float(np.linalg.norm(mu)) - 1.0) < 1e-6, "mu", f"a unit vector of length d = {d}",
             mu)
     if kappa == 0.0:
@@ -135,7 +137,7 @@ def vmf_density(x: np.ndarray, kappa: float, mu: np.ndarray) -> np.ndarray:
     return np.exp(kappa * (x @ mu - 1.0) - log_norm)
 
 
-def check_mixture(mixture: Sequence[Component], d: int) -> list[tuple[float, float, np.ndarray]]:
+def _check_mixture(mixture: Sequence[_Component], d: int) -> list[tuple[float, float, np.ndarray]]:
     """Components with masses > 0 (normalised to sum 1), kappa >= 0 and unit mean directions."""
     if len(mixture) == 0:
         raise ParameterError("mixture must hold at least one (mass, kappa, mean) component")
@@ -143,8 +145,8 @@ def check_mixture(mixture: Sequence[Component], d: int) -> list[tuple[float, flo
     for i, comp in enumerate(mixture):
         if len(comp) != 3:
             raise ParameterError(f"mixture[{i}] must be (mass, kappa, mean direction); got {comp!r}")
-        mass = check_real(f"mixture[{i}] mass", comp[0], 0.0, strict=True)
-        kappa = check_real(f"mixture[{i}] kappa", comp[1], 0.0)
+        mass = _check_real(f"mixture[{i}] mass", comp[0], 0.0, strict=True)
+        kappa = _check_real(f"mixture[{i}] kappa", comp[1], 0.0)
         mu = np.asarray(comp[2], dtype=np.float64)
         norm = float(np.linalg.norm(mu)) if mu.shape == (d,) else 0.0
         if not math.isfinite(norm) or norm == 0.0:
@@ -154,33 +156,33 @@ def check_mixture(mixture: Sequence[Component], d: int) -> list[tuple[float, flo
     return [(m / total, k, mu) for m, k, mu in out]
 
 
-def density_weights(nodes: np.ndarray, weights: np.ndarray,
-                    mixture: Sequence[Component] | None = None) -> np.ndarray:
+def _density_weights(nodes: np.ndarray, weights: np.ndarray,
+                    mixture: Sequence[_Component] | None = None) -> np.ndarray:
     """Node weights `w_k f(x_k)` of the initial density `f` (None: uniform, f = 1), renormalised to
     sum 1; `f` a von Mises(-Fisher) mixture against the uniform probability."""
-    nodes, weights = real_array("nodes", nodes), real_array("weights", weights)
-    require(nodes.ndim == 2 and bool(np.all(np.isfinite(nodes))), "nodes",
+    nodes, weights = _real_array("nodes", nodes), _real_array("weights", weights)
+    _require(nodes.ndim == 2 and bool(np.all(np.isfinite(nodes))), "nodes",
             "finite points (K, d)", f"shape {nodes.shape}")
-    require(weights.shape == nodes.shape[:1] and bool(np.all(np.isfinite(weights)))
+    _require(weights.shape == nodes.shape[:1] and bool(np.all(np.isfinite(weights)))
             and bool(np.all(weights >= 0)) and float(weights.sum()) > 0, "weights",
             f"finite, >= 0, not all 0, one per node ({nodes.shape[0]})", weights)
     if mixture is None:
         return weights / weights.sum()
-    f = sum(m * vmf_density(nodes, k, mu) for m, k, mu in check_mixture(mixture, nodes.shape[-1]))
+    f = sum(m * _vmf_density(nodes, k, mu) for m, k, mu in _check_mixture(mixture, nodes.shape[-1]))
     w = weights * f
     return w / w.sum()
 
 
 def sample_initial(n: int, d: int, rng: np.random.Generator,
-                   mixture: Sequence[Component] | None = None) -> np.ndarray:
+                   mixture: Sequence[_Component] | None = None) -> np.ndarray:
     """`n` i.i.d. points `(n, d)` of the initial law: uniform, or a von Mises mixture (d = 2, 3)."""
-    n, d = check_int("n", n, 1), check_int("d", d, 2)
-    require(isinstance(rng, np.random.Generator), "rng", "a numpy Generator "
+    n, d = _check_int("n", n, 1), _check_int("d", d, 2)
+    _require(isinstance(rng, np.random.Generator), "rng", "a numpy Generator "
             "(np.random.default_rng(seed))", rng)
     if mixture is None:
         g = rng.standard_normal((n, d))
         return g / np.linalg.norm(g, axis=-1, keepdims=True)
-    comps = check_mixture(mixture, d)
+    comps = _check_mixture(mixture, d)
     if d not in (2, 3):
         raise ParameterError(f"i.i.d. von Mises particles are drawn for d = 2 or 3; got d = {d}")
     which = rng.choice(len(comps), size=n, p=[c[0] for c in comps])

@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..analysis.clusters import check_gap_tol
+from ..analysis.clusters import _check_gap_tol
 from ..model.checks import ParameterError
 from ..model.params import ModelParams
-from ..sim.layers import attention_output
+from ..sim.layers import _attention_output
 from .flow import merge_nodes
-from .merge import check_nodes
+from .merge import _check_nodes
 
 
 def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
@@ -30,7 +30,7 @@ def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
     Returns:
         The minority mass of each run, `(runs,)`.
     """
-    check_nodes(x, w)
+    _check_nodes(x, w)
     if not bool(((w >= 0).all(-1) & (w.sum(-1) > 0)).all()):
         raise ParameterError("w must be weights >= 0 with a positive sum in every run")
     ref = x[torch.arange(x.shape[0]), w.argmax(-1)]
@@ -39,13 +39,13 @@ def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
     return torch.minimum(m, 1.0 - m).numpy()
 
 
-def atom_count(x: torch.Tensor, w: torch.Tensor, atom_tol: float = 1e-3) -> np.ndarray:
+def _atom_count(x: torch.Tensor, w: torch.Tensor, atom_tol: float = 1e-3) -> np.ndarray:
     """`(runs,)`: live nodes left after merging those with `1 - <x_i, x_j> < atom_tol`
     (`flow.merge_nodes`, transitive through the smallest-index link)."""
-    return (merge_nodes(x, w, check_gap_tol(atom_tol, "atom_tol"))[1] > 0).sum(-1).numpy()
+    return (merge_nodes(x, w, _check_gap_tol(atom_tol, "atom_tol"))[1] > 0).sum(-1).numpy()
 
 
-def arc_counts(x: torch.Tensor, w: torch.Tensor, starts: np.ndarray, length: float = np.pi
+def _arc_counts(x: torch.Tensor, w: torch.Tensor, starts: np.ndarray, length: float = np.pi
                ) -> np.ndarray:
     """d = 2: the weight of nodes with angle in `[a, a + length)`, `a` in `starts` (node counting,
     first order in the spacing); `(runs, m)` from `x` `(runs, K, 2)`, `w` `(runs, K)`."""
@@ -76,11 +76,11 @@ def arc_masses(x: torch.Tensor, w: torch.Tensor, starts: np.ndarray, length: flo
     return out
 
 
-def field_at(points: torch.Tensor, x: torch.Tensor, w: torch.Tensor, p: ModelParams
+def _field_at(points: torch.Tensor, x: torch.Tensor, w: torch.Tensor, p: ModelParams
              ) -> torch.Tensor:
     """The attention field `y(z) = sum_k w_k e^{beta <z, x_k>} x_k / sum_k w_k e^{beta <z, x_k>}`
     of the measure `sum_k w_k delta_{x_k}` at test points `points` `(m, d)`: `(runs, m, d)`."""
     z = points.to(x).expand(x.shape[0], *points.shape)
     both = torch.cat([z, x], -2)
     wz = torch.cat([torch.zeros(z.shape[:-1], dtype=x.dtype), w], -1)
-    return attention_output(both, p, weights=wz)[:, :points.shape[0]]
+    return _attention_output(both, p, weights=wz)[:, :points.shape[0]]

@@ -16,24 +16,24 @@ class ParameterError(ValueError):
     """An invalid parameter: the message names it and the allowed range."""
 
 
-def require(ok: bool | np.bool_, name: str, allowed: str, value: Any) -> None:
+def _require(ok: bool | np.bool_, name: str, allowed: str, value: Any) -> None:
     """Raise `ParameterError` "`name` must be `allowed`; got `value`" unless `ok`."""
     if not ok:
         raise ParameterError(f"{name} must be {allowed}; got {value!r}")
 
 
-def check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+def _check_int(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
     """Return `value` as an int in [minimum, maximum] (no upper end when None), or raise
     ParameterError naming `name`."""
     ok = isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= minimum \
         and (maximum is None or value <= maximum)
     want = f"an integer >= {minimum}" if maximum is None else \
         f"an integer from {minimum} to {maximum}"
-    require(ok, name, want, value)
+    _require(ok, name, want, value)
     return int(value)
 
 
-def check_real(name: str, value: Any, minimum: float = 0.0, strict: bool = False) -> float:
+def _check_real(name: str, value: Any, minimum: float = 0.0, strict: bool = False) -> float:
     """Return `value` as a finite float >= minimum (> if strict), or raise ParameterError."""
     try:
         v = float(value)
@@ -42,17 +42,17 @@ def check_real(name: str, value: Any, minimum: float = 0.0, strict: bool = False
     ok = math.isfinite(v) and (v > minimum if strict else v >= minimum)
     rel = ">" if strict else ">="
     want = "a finite number" if minimum == -math.inf else f"a finite number {rel} {minimum:g}"
-    require(ok, name, want, value)
+    _require(ok, name, want, value)
     return v
 
 
-def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     """Return `value` if it is one of `choices`, else raise ParameterError."""
-    require(value in choices, name, "one of " + ", ".join(choices), value)
+    _require(value in choices, name, "one of " + ", ".join(choices), value)
     return str(value)
 
 
-def real_array(name: str, value: Any) -> np.ndarray:
+def _real_array(name: str, value: Any) -> np.ndarray:
     """`value` as a float64 array; ParameterError naming `name` if it is ragged, complex or not
     numeric (numpy would raise a bare error, or drop the imaginary part)."""
     try:
@@ -68,7 +68,7 @@ def real_array(name: str, value: Any) -> np.ndarray:
 
 # Clustering tolerances (spec §7): float64 Gram entries resolve gaps down to TOL_MIN.
 TOL_MIN = 1e-12
-TOL_MAX = 0.5
+_TOL_MAX = 0.5
 # The smallest tol in machine epsilons of the Gram dtype (float32: 1.2e-4; float64 uses TOL_MIN).
 _TOL_EPS = 1000.0
 
@@ -90,11 +90,11 @@ def check_tol(tol: float, name: str = "tol", dtype: str = "float64") -> float:
     Raises:
         ParameterError: `tol` is not a finite number in the range.
     """
-    check_choice("dtype", dtype, _TOL_DTYPES)
-    t = check_real(name, tol, 0.0, strict=True)
+    _check_choice("dtype", dtype, _TOL_DTYPES)
+    t = _check_real(name, tol, 0.0, strict=True)
     eps = float(np.finfo(dtype).eps)
     low = max(TOL_MIN, _TOL_EPS * eps)
-    if not low <= t <= TOL_MAX:
-        raise ParameterError(f"{name} must be a number in [{low:g}, {TOL_MAX:g}] ({dtype} Gram "
+    if not low <= t <= _TOL_MAX:
+        raise ParameterError(f"{name} must be a number in [{low:g}, {_TOL_MAX:g}] ({dtype} Gram "
                              f"entries resolve gaps only down to ~{eps:.0e}); got {tol!r}")
     return t

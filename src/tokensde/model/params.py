@@ -14,8 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .attention import ATTENTION_KINDS, AttentionKind
-from .checks import ParameterError, check_choice, check_int, check_real, real_array
-from .checks import require as _require
+from .checks import ParameterError, _check_choice, _check_int, _check_real, _real_array, _require
 from .mlp import MLPS, Activation
 from .noise import NOISE_LAWS, NoiseLaw
 from .qk import QK_LAWS, QKLaw
@@ -23,9 +22,9 @@ from .qk.base import QK_SAMPLES
 
 # The built-in names. The fields take any name registered in tokensde.model.attention / tokensde.model.noise
 # (a new module adds one), so they are typed `str`; these aliases document the built-in ones.
-Attention = Literal["softmax", "usa"]
-Noise = Literal["matrix", "scalar", "symmetric"]
-Law = Literal["gaussian", "uniform", "rademacher"]
+_Attention = Literal["softmax", "usa"]
+_Noise = Literal["matrix", "scalar", "symmetric"]
+_Law = Literal["gaussian", "uniform", "rademacher"]
 NORMS: tuple[str, ...] = ("post", "pre", "peri")  # where the layer normalises (docs/variants.md §4)
 _MLP_WIDTH_FACTOR = 4  # default hidden width of the MLP block: 4 d, as in most Transformers
 
@@ -33,7 +32,7 @@ _MLP_WIDTH_FACTOR = 4  # default hidden width of the MLP block: 4 d, as in most 
 def _matrix(name: str, value: Any, d: int, heads: int = 1) -> np.ndarray | None:
     if value is None:
         return None
-    a = real_array(name, value)
+    a = _real_array(name, value)
     shapes = [(d, d)] if heads == 1 else [(d, d), (heads, d, d)]
     allowed = f"a {d}x{d} matrix (d = {d})" + ("" if heads == 1 else
                                                f" or one per head, shape ({heads}, {d}, {d})")
@@ -44,7 +43,7 @@ def _matrix(name: str, value: Any, d: int, heads: int = 1) -> np.ndarray | None:
 
 
 @dataclass(frozen=True)
-class ValueInit:
+class _ValueInit:
     """A value-matrix initialisation of a real model: entry law `law`, entry variance `variance(d)`."""
 
     name: str
@@ -54,24 +53,24 @@ class ValueInit:
 
     def sigma(self, d: int) -> float:
         """Entry standard deviation `sigma = sqrt(variance(d))`."""
-        return math.sqrt(self.variance(check_int("d", d, 2)))
+        return math.sqrt(self.variance(_check_int("d", d, 2)))
 
     def depth_rate(self, d: int) -> float:
         """`sigma^2 d`: depth time of the limit per unit of `T` (docs/variants.md)."""
-        return self.variance(check_int("d", d, 2)) * d
+        return self.variance(_check_int("d", d, 2)) * d
 
 
-VALUE_INIT_PRESETS: dict[str, ValueInit] = {
+VALUE_INIT_PRESETS: dict[str, _ValueInit] = {
     v.name: v for v in (
-        ValueInit("pytorch", "uniform", lambda d: 1.0 / (3.0 * d),
+        _ValueInit("pytorch", "uniform", lambda d: 1.0 / (3.0 * d),
                   "torch.nn.Linear default: U(-1/sqrt(d), 1/sqrt(d)), variance 1/(3d)"),
-        ValueInit("gpt2", "gaussian", lambda d: 0.02 ** 2, "GPT-2: N(0, 0.02^2)"),
-        ValueInit("gaussian", "gaussian", lambda d: 1.0 / d, "N(0, 1/d) (LeCun / Xavier-like)"),
+        _ValueInit("gpt2", "gaussian", lambda d: 0.02 ** 2, "GPT-2: N(0, 0.02^2)"),
+        _ValueInit("gaussian", "gaussian", lambda d: 1.0 / d, "N(0, 1/d) (LeCun / Xavier-like)"),
     )
 }
 
 
-def value_init_preset(name: str) -> ValueInit:
+def value_init_preset(name: str) -> _ValueInit:
     """The value-initialisation preset `name` (`VALUE_INIT_PRESETS`).
 
     Args:
@@ -83,7 +82,7 @@ def value_init_preset(name: str) -> ValueInit:
     Raises:
         ParameterError: no preset has that name (the message names `value_init`).
     """
-    return VALUE_INIT_PRESETS[check_choice("value_init", name, tuple(VALUE_INIT_PRESETS))]
+    return VALUE_INIT_PRESETS[_check_choice("value_init", name, tuple(VALUE_INIT_PRESETS))]
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,9 +149,9 @@ class ModelParams:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "n", check_int("n", self.n, 1, MAX_SIZE))
-        set_(self, "d", check_int("d", self.d, 2, MAX_SIZE))
-        set_(self, "beta", check_real("beta", self.beta, 0.0))
+        set_(self, "n", _check_int("n", self.n, 1, _MAX_SIZE))
+        set_(self, "d", _check_int("d", self.d, 2, _MAX_SIZE))
+        set_(self, "beta", _check_real("beta", self.beta, 0.0))
         kind = ATTENTION_KINDS.get(self.attention)
         set_(self, "attention", kind.name)
         _require(isinstance(self.causal, bool | np.bool_), "causal", "True or False", self.causal)
@@ -164,7 +163,7 @@ class ModelParams:
         set_(self, "eps", law.eps)
         set_(self, "_noise_law", law)
         set_(self, "_attention_kind", kind(self.beta))
-        set_(self, "heads", check_int("heads", self.heads, 1, MAX_SIZE))
+        set_(self, "heads", _check_int("heads", self.heads, 1, _MAX_SIZE))
         set_(self, "Q", _matrix("Q", self.Q, self.d, self.heads))
         set_(self, "K", _matrix("K", self.K, self.d, self.heads))
         qk = QK_LAWS.get(self.qk)(self.d, self.qk_scale, self.qk_redraw, self.qk_samples)
@@ -174,9 +173,9 @@ class ModelParams:
         for name, value in (("qk", qk.name), ("qk_scale", qk.scale), ("qk_redraw", qk.redraw),
                             ("qk_samples", qk.samples), ("_qk_law", qk)):
             set_(self, name, value)
-        set_(self, "norm", check_choice("norm", self.norm, NORMS))
+        set_(self, "norm", _check_choice("norm", self.norm, NORMS))
         set_(self, "_M", self._mean_matrix())
-        set_(self, "token_noise", check_real("token_noise", self.token_noise, 0.0))
+        set_(self, "token_noise", _check_real("token_noise", self.token_noise, 0.0))
         self._check_mlp()
         _require(self.norm != "peri" or self.has_mean or law.scale > 0, "norm",
                  "'post' or 'pre' when the branch output is zero (sigma = 0 and mean='none': "
@@ -185,16 +184,16 @@ class ModelParams:
     def _check_mlp(self) -> None:
         block = MLPS.get(self.mlp)()
         object.__setattr__(self, "_mlp_block", block)
-        sigma = check_real("mlp_sigma", self.mlp_sigma, 0.0)
-        width = None if self.mlp_width is None else check_int("mlp_width", self.mlp_width, 1)
+        sigma = _check_real("mlp_sigma", self.mlp_sigma, 0.0)
+        width = None if self.mlp_width is None else _check_int("mlp_width", self.mlp_width, 1)
         object.__setattr__(self, "mlp_sigma", sigma)
         object.__setattr__(self, "mlp_width", width)
         if width is not None:
             block.check_width(width)
         _require(not (block.active and self.norm == "peri" and sigma == 0), "mlp_sigma",
                  "> 0 with norm='peri' (peri-norm normalises the block output)", sigma)
-        object.__setattr__(self, "bias_sigma", check_real("bias_sigma", self.bias_sigma, 0.0))
-        hidden = check_real("mlp_bias", self.mlp_bias, 0.0)
+        object.__setattr__(self, "bias_sigma", _check_real("bias_sigma", self.bias_sigma, 0.0))
+        hidden = _check_real("mlp_bias", self.mlp_bias, 0.0)
         object.__setattr__(self, "mlp_bias", hidden)
         _require(block.active or hidden == 0.0, "mlp_bias", "0 with mlp='none' (the hidden bias "
                  "of the MLP block needs a block)", hidden)
@@ -211,7 +210,7 @@ class ModelParams:
         """The d x d array of `mean` when one is given; None for 'none' and 'identity' (the
         identity is never built: `M` makes it on demand, and d may be 10^6)."""
         if isinstance(self.mean, str):
-            check_choice("mean", self.mean, ("none", "identity"))
+            _check_choice("mean", self.mean, ("none", "identity"))
             return None
         return _matrix("mean", self.mean, self.d)
 
@@ -376,8 +375,8 @@ def _is_scaled_identity(a: np.ndarray, tol: float = 1e-12) -> bool:
     return bool(np.max(np.abs(a - c * np.eye(a.shape[0]))) <= tol * max(1.0, abs(c)))
 
 
-MAX_SIZE = 2**31 - 1  # the most tokens, dimensions or heads: torch indexes within int32 there
-MAX_LAYERS = 2**53  # the most layers a grid holds: beyond, T = steps * dt loses whole layers
+_MAX_SIZE = 2**31 - 1  # the most tokens, dimensions or heads: torch indexes within int32 there
+_MAX_LAYERS = 2**53  # the most layers a grid holds: beyond, T = steps * dt loses whole layers
 
 
 @dataclass(frozen=True)
@@ -388,8 +387,8 @@ class TimeGrid:
     dt: float
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "steps", check_int("steps", self.steps, 1, MAX_LAYERS))
-        object.__setattr__(self, "dt", check_real("dt", self.dt, 0.0, True))
+        object.__setattr__(self, "steps", _check_int("steps", self.steps, 1, _MAX_LAYERS))
+        object.__setattr__(self, "dt", _check_real("dt", self.dt, 0.0, True))
 
     @property
     def alpha(self) -> float:
@@ -420,19 +419,19 @@ class TimeGrid:
         if layers is not None:
             _require(T is None and dt is None, "time", "given as (layers, alpha) or (T, dt), not both",
                      {"layers": layers, "T": T, "dt": dt})
-            L = check_int("layers", layers, 1, MAX_LAYERS)
-            a = 1.0 / math.sqrt(L) if alpha is None else check_real("alpha", alpha, 0.0, True)
+            L = _check_int("layers", layers, 1, _MAX_LAYERS)
+            a = 1.0 / math.sqrt(L) if alpha is None else _check_real("alpha", alpha, 0.0, True)
             return cls(L, a * a)
         _require(alpha is None, "alpha", "given together with layers", alpha)
         given = {k: v for k, v in (("T", T), ("dt", dt)) if v is not None}
         _require(T is not None and dt is not None, "time", "given as (layers, alpha) or (T, dt)",
                  given or "neither")
-        t = check_real("T", T, 0.0, True)
-        h = check_real("dt", dt, 0.0, True)
+        t = _check_real("T", T, 0.0, True)
+        h = _check_real("dt", dt, 0.0, True)
         _require(h <= t, "dt", f"<= T = {t:g}", h)
         r = t / h
-        _require(r <= MAX_LAYERS, "T", f"at most {MAX_LAYERS} layer steps dt = {h:g} "
-                 f"(T <= {MAX_LAYERS * h:g})", t)
+        _require(r <= _MAX_LAYERS, "T", f"at most {_MAX_LAYERS} layer steps dt = {h:g} "
+                 f"(T <= {_MAX_LAYERS * h:g})", t)
         if exact and abs(r - round(r)) > 1e-9:
             k = max(1, math.floor(r))
             raise ParameterError(f"T must be a whole number of layer steps dt; got T = {t:g}, "

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from .checks import require
+from .checks import _require
 
 
 class _Named(Protocol):
@@ -23,18 +23,18 @@ class _Named(Protocol):
     name: ClassVar[str]
 
 
-S = TypeVar("S", bound=_Named)
+_S = TypeVar("_S", bound=_Named)
 
 
-class Registry(Generic[S]):
+class Registry(Generic[_S]):
     """Strategy classes by name, for the parameter `param` (named in error messages)."""
 
     def __init__(self, param: str) -> None:
         self.param = param
-        self._classes: dict[str, type[S]] = {}
-        self._families: list[tuple[str, Callable[[str], type[S] | None]]] = []
+        self._classes: dict[str, type[_S]] = {}
+        self._families: list[tuple[str, Callable[[str], type[_S] | None]]] = []
 
-    def register(self, cls: type[S]) -> type[S]:
+    def register(self, cls: type[_S]) -> type[_S]:
         """Class decorator: make `cls` selectable as `param=cls.name` (a name is taken once)."""
         name = cls.name
         old = self._classes.get(name)
@@ -49,7 +49,7 @@ class Registry(Generic[S]):
         """Remove the class registered as `name` (tests that register a toy one)."""
         del self._classes[name]
 
-    def add_family(self, form: str, resolve: Callable[[str], type[S] | None]) -> None:
+    def add_family(self, form: str, resolve: Callable[[str], type[_S] | None]) -> None:
         """Also accept the names of a parameterised family, described by `form` in error
         messages (e.g. 'gelu(q=<q>) with q > 0'): `resolve(name)` is its class, or None when
         `name` is not one of the family. Its classes are made on demand, never registered."""
@@ -59,7 +59,7 @@ class Registry(Generic[S]):
         """The registered names, in registration order (families not included)."""
         return tuple(self._classes)
 
-    def _resolve(self, name: Any) -> type[S] | None:
+    def _resolve(self, name: Any) -> type[_S] | None:
         if isinstance(name, str):
             if name in self._classes:
                 return self._classes[name]
@@ -74,11 +74,11 @@ class Registry(Generic[S]):
         of <the registered names> [or <each family's form>]"."""
         allowed = "one of " + ", ".join(self.names())
         allowed += "".join(f" or {form}" for form, _ in self._families)
-        require(self._resolve(name) is not None, self.param if param is None else param, allowed,
+        _require(self._resolve(name) is not None, self.param if param is None else param, allowed,
                 name)
         return str(name)
 
-    def get(self, name: Any) -> type[S]:
+    def get(self, name: Any) -> type[_S]:
         """The class of `name` (registered or of a family), or ParameterError naming the
         parameter."""
         cls = self._resolve(self.check(name))

@@ -21,19 +21,19 @@ from matplotlib.animation import PillowWriter
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgba_array
 
-from ..analysis.clusters import analyze, check_gap_tol, cluster_labels, is_antipodal
+from ..analysis.clusters import _check_gap_tol, _cluster_labels, analyze, is_antipodal
 from ..io.store import atomic_write
-from ..model.checks import ParameterError, check_int
-from .style import check_figure, new_figure, styled, token_color
+from ..model.checks import ParameterError, _check_int
+from .style import _check_figure, _new_figure, _styled, _token_color
 
-MOTION_KIND = "tokensde.tokens_in_motion"
-COLUMNS = ("d", "frame", "t", "token", "x", "y", "z")
+_MOTION_KIND = "tokensde.tokens_in_motion"
+_COLUMNS = ("d", "frame", "t", "token", "x", "y", "z")
 _ELEVATION = np.radians(20.0)  # of the sphere's view
 _TURN = np.pi / 2  # the view turns this far about the vertical axis over the animation
 _PLANE = np.eye(3)  # the circle's view: the plane itself
 
 
-def read_motion(path: str | os.PathLike) -> pd.DataFrame:
+def _read_motion(path: str | os.PathLike) -> pd.DataFrame:
     """The saved table of token positions at `path`, its settings in `attrs['settings']`.
 
     Args:
@@ -54,16 +54,16 @@ def read_motion(path: str | os.PathLike) -> pd.DataFrame:
             f"no saved tokens-in-motion table at {path}; the animation is drawn from saved "
             "data only: make it with `tokensde figure tokens-in-motion --out DIR` (it writes "
             "DIR/data/tokens-in-motion-<size>.parquet)")
-    table, meta = read_parquet(path, MOTION_KIND)
+    table, meta = read_parquet(path, _MOTION_KIND)
     df = table.to_pandas()
-    missing = [c for c in COLUMNS if c not in df.columns]
+    missing = [c for c in _COLUMNS if c not in df.columns]
     if missing:
         raise StoreError(f"{path} lacks the columns {missing}; delete it to recompute it")
     df.attrs["settings"] = meta.get("settings")
     return df
 
 
-def positions(table: pd.DataFrame, d: int) -> tuple[np.ndarray, np.ndarray]:
+def _positions(table: pd.DataFrame, d: int) -> tuple[np.ndarray, np.ndarray]:
     """Depth times `(K,)` and token positions `(K, n, d)` of dimension `d` in `table`."""
     rows = table[table["d"] == d].sort_values(["frame", "token"])
     if rows.empty:
@@ -73,14 +73,14 @@ def positions(table: pd.DataFrame, d: int) -> tuple[np.ndarray, np.ndarray]:
     return rows["t"].to_numpy(np.float64)[::n], xyz
 
 
-def formation(table: pd.DataFrame, d: int, tol: float) -> list[dict[str, Any]]:
+def _formation(table: pd.DataFrame, d: int, tol: float) -> list[dict[str, Any]]:
     """Per frame of dimension `d`: depth time, cluster label of each token (tokens within
     1 - <x_i, x_j> < tol, chained), pairs of antipodal clusters of two or more tokens each
     (1 + <x_a, x_b> < tol, as token indices), the number of clusters, the largest cluster and
     whether the tokens are bipolar (exactly two clusters, antipodal)."""
-    times, xs = positions(table, d)
+    times, xs = _positions(table, d)
     gram = np.einsum("kid,kjd->kij", xs, xs)
-    labels = cluster_labels(gram, tol)
+    labels = _cluster_labels(gram, tol)
     rep = analyze(gram, tol)
     out = []
     for k, t in enumerate(times):
@@ -99,7 +99,7 @@ def _final_colors(labels: np.ndarray) -> list[str]:
     """A colour per token: that of its final cluster, clusters ranked by size."""
     roots, counts = np.unique(labels, return_counts=True)
     rank = {int(r): i for i, r in enumerate(roots[np.lexsort((roots, -counts))])}
-    return [token_color(rank[int(lab)]) for lab in labels]
+    return [_token_color(rank[int(lab)]) for lab in labels]
 
 
 def _view(k: int, frames: int) -> np.ndarray:
@@ -175,24 +175,24 @@ def animate_motion(source: str | os.PathLike | pd.DataFrame, path: str | os.Path
     Returns:
         The path written; the GIF has one frame per depth time of the table.
     """
-    tol = check_gap_tol(tol)
-    fps, trail, dpi = check_int("fps", fps, 1), check_int("trail", trail, 0), check_int("dpi", dpi, 1)
-    path = check_figure(path, "path")
+    tol = _check_gap_tol(tol)
+    fps, trail, dpi = _check_int("fps", fps, 1), _check_int("trail", trail, 0), _check_int("dpi", dpi, 1)
+    path = _check_figure(path, "path")
     if path.suffix.lower() != ".gif":
         raise ParameterError(f"path must end in .gif (an animated GIF); got {str(path)!r}")
-    table = source if isinstance(source, pd.DataFrame) else read_motion(source)
+    table = source if isinstance(source, pd.DataFrame) else _read_motion(source)
     dims = sorted(int(d) for d in set(table["d"]))
     bad = [d for d in dims if d not in (2, 3)]
     if bad:
         raise ParameterError(f"d must be 2 or 3 in a tokens-in-motion table; got {bad}")
-    data = [(d, positions(table, d)[1], formation(table, d, tol)) for d in dims]
+    data = [(d, _positions(table, d)[1], _formation(table, d, tol)) for d in dims]
     frames = min(len(f) for _, _, f in data)
     colors = [_final_colors(f[-1]["labels"]) for _, _, f in data]
     s = table.attrs.get("settings") or {}
     head = (f"n = {s['n']} tokens, beta = {s['beta']:g}, one noise path per panel\n"
             if {"n", "beta"} <= set(s) else "")
-    with styled():
-        fig = new_figure(3.3 * len(dims), 3.75 + 0.2 * bool(head))
+    with _styled():
+        fig = _new_figure(3.3 * len(dims), 3.75 + 0.2 * bool(head))
         panels = [_Panel(fig.add_subplot(1, len(dims), j + 1), xs, c, d == 3, trail)
                   for j, ((d, xs, _), c) in enumerate(zip(data, colors, strict=True))]
 

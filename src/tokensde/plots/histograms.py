@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from ..analysis.clusters import pair_fractions, upper_pairs
-from .style import COLORS, new_figure, save, styled
+from .style import _COLORS, _new_figure, _save, _styled
 
-Panel = tuple[str, Any]  # (row title, SimResult with gram recorded)
+_Panel = tuple[str, Any]  # (row title, SimResult with gram recorded)
 
 
 def _pick_checkpoints(times: np.ndarray, count: int = 5) -> list[int]:
@@ -31,12 +31,12 @@ def _pick_checkpoints(times: np.ndarray, count: int = 5) -> list[int]:
     return idx
 
 
-def plot_histograms(panels: Sequence[Panel], path: str | Path, columns: int = 5,
+def _plot_histograms(panels: Sequence[_Panel], path: str | Path, columns: int = 5,
                     bins: int = 40, tol: float = 1e-3) -> Path:
     """Histograms of pairwise inner products at `columns` depth times for each result."""
     edges = np.linspace(-1, 1, bins + 1)
-    with styled():
-        fig = new_figure(2.1 * columns, 1.9 * len(panels) + 0.4)
+    with _styled():
+        fig = _new_figure(2.1 * columns, 1.9 * len(panels) + 0.4)
         axes = fig.subplots(len(panels), columns, squeeze=False, sharex=True, sharey=True)
         for r, (title, res) in enumerate(panels):
             if res.gram is None:
@@ -50,7 +50,7 @@ def plot_histograms(panels: Sequence[Panel], path: str | Path, columns: int = 5,
                     continue
                 vals = rho[:, idx[c]].ravel()
                 frac = np.histogram(vals, bins=edges)[0] / max(vals.size, 1)
-                ax.stairs(frac, edges, fill=True, color=COLORS["noise"], alpha=0.8)
+                ax.stairs(frac, edges, fill=True, color=_COLORS["noise"], alpha=0.8)
                 merged, anti = pair_fractions(vals, tol)
                 ax.text(0.03, 0.95, f"merged {merged:.0%}\nantipodal {anti:.0%}",
                         transform=ax.transAxes, va="top", fontsize=7)
@@ -64,4 +64,4 @@ def plot_histograms(panels: Sequence[Panel], path: str | Path, columns: int = 5,
                     ax.set_ylabel(f"{title}\nfraction of pairs", fontsize=8)
         fig.suptitle(f"Pairwise inner products across depth (all runs pooled; merged/antipodal: "
                      f"within tol = {tol:g} of +1/-1)", fontsize=9)
-    return save(fig, path)
+    return _save(fig, path)

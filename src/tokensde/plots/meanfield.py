@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .style import new_figure, save, styled
+from .style import _new_figure, _save, _styled
+
+__all__ = ["plot_meanfield"]
 
 
 def plot_meanfield(table: pd.DataFrame, path: str | os.PathLike) -> Path:
@@ -21,8 +23,8 @@ def plot_meanfield(table: pd.DataFrame, path: str | os.PathLike) -> Path:
     of runs still undecided at the horizon; the limit (n = 0 in the table) at the right edge,
     past the largest n, marked 'inf'."""
     panels = sorted({(int(d), str(s)) for d, s in zip(table["d"], table["start"], strict=True)})
-    with styled():
-        fig = new_figure(4.2 * len(panels), 5.6)
+    with _styled():
+        fig = _new_figure(4.2 * len(panels), 5.6)
         axes = fig.subplots(2, len(panels), squeeze=False, sharex="col",
                             gridspec_kw={"height_ratios": [2.2, 1]})
         for col, (d, start) in enumerate(panels):
@@ -65,4 +67,4 @@ def plot_meanfield(table: pd.DataFrame, path: str | os.PathLike) -> Path:
             low.set_ylim(-0.02, 1.02)
             low.set_ylabel("undecided at horizon")
             low.set_xlabel("tokens n (star: the limit; ring and band: undecided runs)")
-        return save(fig, path)
+        return _save(fig, path)

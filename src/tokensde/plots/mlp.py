@@ -13,10 +13,10 @@ import pandas as pd
 
 from ..theory.coefficients import pair_model
 from ..theory.first_passage import hitting_probability
-from .style import new_figure, save, styled
+from .style import _new_figure, _save, _styled
 
 
-def arm(row: dict[str, Any]) -> str:
+def _arm(row: dict[str, Any]) -> str:
     """The model a cell runs, in words (the MLP fields are absent or nan for the spec model)."""
     mlp = row.get("mlp")
     if not isinstance(mlp, str) or mlp == "none":
@@ -24,11 +24,11 @@ def arm(row: dict[str, Any]) -> str:
     return f"{mlp} MLP, mlp_sigma = {float(row['mlp_sigma']):g}"
 
 
-def mlp_rows(df: pd.DataFrame) -> pd.DataFrame:
+def _mlp_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The table with an `arm` column and a `panel` column: 'tol' for the cells at the beta with
     the most tolerances, 'beta' for the others; sorted."""
     star = df.groupby("beta")["tol"].nunique().idxmax()
-    out = df.assign(arm=[arm(r) for r in df.to_dict("records")],
+    out = df.assign(arm=[_arm(r) for r in df.to_dict("records")],
                     panel=np.where(df["beta"] == star, "tol", "beta"))
     return out.sort_values(["panel", "arm", "beta", "tol"], ignore_index=True)
 
@@ -53,13 +53,13 @@ def _points(ax: Any, g: pd.DataFrame, x: str, k: int, label: str) -> None:
                 ms=4, capsize=2, color=f"C{k}", label=label)
 
 
-def plot_mlp(df: pd.DataFrame, path: str | Path) -> Path:
+def _plot_mlp(df: pd.DataFrame, path: str | Path) -> Path:
     """Left: P(first within tol of antipodal) against beta per arm, exact curves; right: the same
     against tol at one beta, the curves continued to tol = 1e-8 (95 % Wilson intervals)."""
-    rows = df if "arm" in df.columns else mlp_rows(df)
+    rows = df if "arm" in df.columns else _mlp_rows(df)
     color = {name: k for k, name in enumerate(sorted(rows["arm"].unique()))}  # one per arm
-    with styled():
-        fig = new_figure(12.0, 4.6)
+    with _styled():
+        fig = _new_figure(12.0, 4.6)
         ax0, ax1 = fig.subplots(1, 2)
         for name, g in rows[rows["panel"] == "beta"].groupby("arm", sort=True):
             k = color[name]
@@ -86,4 +86,4 @@ def plot_mlp(df: pd.DataFrame, path: str | Path) -> Path:
                       "first passage", fontsize=9)
         fig.suptitle(f"two tokens, d = {int(r['d'])}, rho0 = {r['rho0']}, every layer tested; "
                      f"{int(r['runs'])} runs a cell", fontsize=8)
-    return save(fig, path)
+    return _save(fig, path)

@@ -24,9 +24,9 @@ from scipy.special import comb
 
 from ..model.checks import ParameterError
 from ..theory.two_tokens import beta_c
-from .style import save
+from .style import _save
 
-OUTCOMES = (("single", "#c0392b", "o"), ("bipolar", "#2c7a4b", "s"),
+_OUTCOMES = (("single", "#c0392b", "o"), ("bipolar", "#2c7a4b", "s"),
             ("hovering", "#76b07a", "D"), ("other", "#8e44ad", "^"),
             ("undecided", "#7f8c8d", "x"))
 
@@ -50,7 +50,7 @@ def _check_multi_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows of status 'ok' (a table read by `sweep.store.ok_rows` has no others)."""
+    """The rows of status 'ok' (a table read by `sweep.store._ok_rows` has no others)."""
     return df[df["status"] == "ok"].copy()
 
 
@@ -70,7 +70,7 @@ def _caption(rows: pd.DataFrame) -> str:
             f"motion window={r['window']:g}T, attention={r['attention']}")
 
 
-def plot_outcomes(df: pd.DataFrame, path: str | Path, model: str = "noise") -> Path:
+def _plot_outcomes(df: pd.DataFrame, path: str | Path, model: str = "noise") -> Path:
     """Outcome probabilities vs beta, one panel per (n, d), for one `model`."""
     df = _ok(df)
     df = df[df["model"] == model]
@@ -87,7 +87,7 @@ def plot_outcomes(df: pd.DataFrame, path: str | Path, model: str = "noise") -> P
         if rows.empty:
             ax.set_axis_off()
             continue
-        for name, color, marker in OUTCOMES:
+        for name, color, marker in _OUTCOMES:
             _errorbar(ax, rows["beta"].to_numpy(), rows, name, color, marker)
         if model != "flow" and beta_c(d) > 0:
             ax.axvline(beta_c(d), color="k", ls=":", lw=1)
@@ -105,10 +105,10 @@ def plot_outcomes(df: pd.DataFrame, path: str | Path, model: str = "noise") -> P
     fig.suptitle(f"Outcome at absorption: {label.format(s=df['sigma'].max())}; "
                  f"dotted: two-token beta_c(d); hovering: undecided runs that stay bipolar at "
                  f"the looser tolerance (a subset of undecided)\n{_caption(df)}", fontsize=9)
-    return save(fig, path, dpi=110, style=False)
+    return _save(fig, path, dpi=110, style=False)
 
 
-def plot_hybrid(df: pd.DataFrame, path: str | Path) -> Path:
+def _plot_hybrid(df: pd.DataFrame, path: str | Path) -> Path:
     """Hybrid model: outcome probabilities vs sigma, one panel per (n, d, beta)."""
     df = _ok(df)
     df = df[df["model"] == "hybrid"]
@@ -119,7 +119,7 @@ def plot_hybrid(df: pd.DataFrame, path: str | Path) -> Path:
     axes = fig.subplots(1, len(keys), sharey=True, squeeze=False)
     for ax, (n, d, b) in zip(axes[0], keys, strict=True):
         rows = df[(df["n"] == n) & (df["d"] == d) & (df["beta"] == b)].sort_values("sigma")
-        for name, color, marker in OUTCOMES:
+        for name, color, marker in _OUTCOMES:
             _errorbar(ax, rows["sigma"].to_numpy(), rows, name, color, marker)
         ax.set(title=f"n={n}, d={d}, beta={b:g}", xlabel=r"noise scale $\sigma$",
                ylim=(-0.03, 1.03))
@@ -127,10 +127,10 @@ def plot_hybrid(df: pd.DataFrame, path: str | Path) -> Path:
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(f"Hybrid model (M = I): noise turned down to the deterministic flow at "
                  f"sigma = 0\n{_caption(df)}", fontsize=9)
-    return save(fig, path, dpi=110, style=False)
+    return _save(fig, path, dpi=110, style=False)
 
 
-def coin_minority_law(n: int) -> np.ndarray:
+def _coin_minority_law(n: int) -> np.ndarray:
     """P(minority = m), m = 1..n//2, if each of n tokens picks a side by a fair coin, given
     both sides non-empty."""
     m = np.arange(1, n // 2 + 1)
@@ -156,17 +156,17 @@ def _plot_minority(df: pd.DataFrame, path: str | Path, model: str = "noise", min
             if counts.sum() >= min_bipolar:
                 ax.plot(m, counts / counts.sum(), "o-", ms=3, lw=1,
                         label=f"d={r.d} ({int(counts.sum())})")
-        ax.plot(m, coin_minority_law(n), "k--", lw=1, label="fair coins")
+        ax.plot(m, _coin_minority_law(n), "k--", lw=1, label="fair coins")
         ax.set(title=f"n={n}", xlabel="minority side size m", ylim=(0, None))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend(fontsize=7)
     axes[0, 0].set_ylabel("P(m | bipolar)")
     fig.suptitle(f"Minority side of bipolar states, {model} model, beta={df['beta'].max():g} "
                  f"(legend: bipolar runs)\n{_caption(df)}", fontsize=9)
-    return save(fig, path, dpi=110, style=False)
+    return _save(fig, path, dpi=110, style=False)
 
 
-def markdown_table(df: pd.DataFrame, stat: str = "bipolar", model: str = "noise",
+def _markdown_table(df: pd.DataFrame, stat: str = "bipolar", model: str = "noise",
                    keys: tuple[str, ...] = ("n", "d")) -> str:
     """`P(stat)` with its 95% Wilson interval and `u` = P(undecided); a row per value of `keys`,
     a column per beta."""
@@ -189,7 +189,7 @@ def markdown_table(df: pd.DataFrame, stat: str = "bipolar", model: str = "noise"
     return "\n".join(lines) + "\n"
 
 
-def make_all(df: pd.DataFrame, out_dir: str | Path, prefix: str = "multi_token") -> list[Path]:
+def _make_all(df: pd.DataFrame, out_dir: str | Path, prefix: str = "multi_token") -> list[Path]:
     """Every multi-token figure the table supports, as `OUT_DIR/<prefix>_<what>.png`; a table of
     another kind of sweep is refused (`_check_multi_table`)."""
     df = _check_multi_table(_ok(df))
@@ -197,15 +197,15 @@ def make_all(df: pd.DataFrame, out_dir: str | Path, prefix: str = "multi_token")
     made = []
     for model in ("noise", "flow"):
         if (df["model"] == model).any():
-            made.append(plot_outcomes(df, out / f"{prefix}_{model}.png", model))
+            made.append(_plot_outcomes(df, out / f"{prefix}_{model}.png", model))
     if (df["model"] == "hybrid").any():
-        made.append(plot_hybrid(df, out / f"{prefix}_hybrid.png"))
+        made.append(_plot_hybrid(df, out / f"{prefix}_hybrid.png"))
     if ((df["model"] == "noise") & (df["n"] >= 4)).any():
         made.append(_plot_minority(df, out / f"{prefix}_minority.png"))
     return made
 
 
-def readme_tables(df: pd.DataFrame) -> str:
+def _readme_tables(df: pd.DataFrame) -> str:
     """The README tables of a saved sweep table: `markdown_table` of P(bipolar) for the noise and
     hybrid models and of P(single) for the flow, each under a one-line heading; a table of
     another kind of sweep is refused (`_check_multi_table`)."""
@@ -215,5 +215,5 @@ def readme_tables(df: pd.DataFrame) -> str:
                               ("hybrid", "bipolar", ("n", "d", "sigma"))):
         if (df["model"] == model).any():
             parts.append(f"\nP({stat}) [95% Wilson interval] u = P(undecided); model = {model}\n\n"
-                         + markdown_table(df, stat, model, keys))
+                         + _markdown_table(df, stat, model, keys))
     return "".join(parts)

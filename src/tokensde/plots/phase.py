@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..theory import two_tokens as tt
-from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
+from .style import _COLORS, _TOKEN_COLORS, _new_figure, _save, _styled
 
 
 def _start_of(df: pd.DataFrame) -> str | float:
@@ -110,15 +110,15 @@ def _draw_curves(ax: Any, df: pd.DataFrame, ds: Sequence[int] | None = None) -> 
     betas = df["beta"].to_numpy(float)
     fb = np.linspace(0.0, betas.max() * 1.05, 300)
     for i, d in enumerate(ds):
-        colour = TOKEN_COLORS[i % len(TOKEN_COLORS)]
+        colour = _TOKEN_COLORS[i % len(_TOKEN_COLORS)]
         sub = df[df["d"] == d].sort_values("beta")
         ax.plot(fb, _theory_of(df, fb, d), color=colour, lw=1.3, label=f"d = {d}")
         yerr = np.vstack([sub["p_anti"] - sub["ci_lo"], sub["ci_hi"] - sub["p_anti"]])
         ax.errorbar(sub["beta"], sub["p_anti"], yerr=yerr, fmt="o", color=colour, ms=3.5,
                     capsize=2, lw=1)
         ax.axvline(tt.beta_c(d), color=colour, lw=0.8, ls=":")
-    ax.plot([], [], color=COLORS["theory"], lw=1.3, label="theory (scale function)")
-    ax.errorbar([], [], yerr=[], fmt="o", color=COLORS["theory"], label="network MC, 95% Wilson")
+    ax.plot([], [], color=_COLORS["theory"], lw=1.3, label="theory (scale function)")
+    ax.errorbar([], [], yerr=[], fmt="o", color=_COLORS["theory"], label="network MC, 95% Wilson")
     ax.set(xlabel=r"$\beta$", ylabel=r"$P_{anti}$", ylim=(-0.01, None),
            title=r"theory vs simulation at fixed d (dotted: $\beta_c$)")
     ax.legend(fontsize=7)
@@ -142,33 +142,33 @@ def _caption(df: pd.DataFrame) -> str:
             f"{first['version']}")
 
 
-def plot_phase_diagram(df: pd.DataFrame, path: str | Path, *, ds: Sequence[int] | None = None,
+def _plot_phase_diagram(df: pd.DataFrame, path: str | Path, *, ds: Sequence[int] | None = None,
                        caption: str | None = None) -> Path:
     """Two panels from a saved `two_token` sweep table: the heatmap with `beta_c(d)`, and the curves."""
-    with styled():
-        fig = new_figure(11.0, 4.4)
+    with _styled():
+        fig = _new_figure(11.0, 4.4)
         ax0, ax1 = fig.subplots(1, 2, width_ratios=[1.15, 1])
         mesh = _draw_heatmap(ax0, df)
         fig.colorbar(mesh, ax=ax0, label=r"$P_{anti}$ (Monte Carlo)")
         _draw_curves(ax1, df, ds)
         fig.suptitle(caption or _caption(df), fontsize=7.5)
-    return save(fig, path)
+    return _save(fig, path)
 
 
-def plot_phase_over_d(df: pd.DataFrame, path: str | Path) -> Path:
+def _plot_phase_over_d(df: pd.DataFrame, path: str | Path) -> Path:
     """A `two_token` sweep table whose betas sit at offsets from `beta_c(d)`, d on a log scale: left, the
     Monte Carlo `P_anti` over `(beta, d)` with `beta_c(d)`; right, `P_anti` against
     `beta - beta_c(d)` for every d with the exact curves (theory at the tolerance, dashed)."""
     df = df.assign(offset=np.round(df["beta"] - df["beta_c"], 6))
     rho0 = float(df["rho0"].iloc[0])
     ds = sorted(int(d) for d in df["d"].unique())
-    with styled():
-        fig = new_figure(11.0, 4.4)
+    with _styled():
+        fig = _new_figure(11.0, 4.4)
         ax0, ax1 = fig.subplots(1, 2, width_ratios=[1.0, 1.1])
         sc = ax0.scatter(df["beta"], df["d"], c=df["p_anti"], cmap="viridis", vmin=0, vmax=1,
                          s=90, marker="s", edgecolors="none")
         fine = np.geomspace(min(ds), max(ds), 200)
-        ax0.plot(tt.beta_c(fine), fine, color=COLORS["theory"], lw=1.5,
+        ax0.plot(tt.beta_c(fine), fine, color=_COLORS["theory"], lw=1.5,
                  label=r"$\beta_c(d)$")
         ax0.set(xscale="linear", yscale="log", xlabel=r"$\beta$", ylabel="d (log scale)",
                 title=f"Monte Carlo $P_{{anti}}$, $\\rho_0 = {rho0:g}$")
@@ -176,7 +176,7 @@ def plot_phase_over_d(df: pd.DataFrame, path: str | Path) -> Path:
         fig.colorbar(sc, ax=ax0, label=r"$P_{anti}$")
         off = np.linspace(df["offset"].min() - 0.1, df["offset"].max() + 0.1, 200)
         for i, d in enumerate(ds):
-            colour = TOKEN_COLORS[i % len(TOKEN_COLORS)]
+            colour = _TOKEN_COLORS[i % len(_TOKEN_COLORS)]
             sub = df[df["d"] == d].sort_values("offset")
             bc = tt.beta_c(d)
             ax1.plot(off, tt.p_anti(np.maximum(off + bc, 0.0), d, rho0), color=colour, lw=1.1,
@@ -194,19 +194,19 @@ def plot_phase_over_d(df: pd.DataFrame, path: str | Path) -> Path:
                 title="theory (lines) vs network (95% Wilson)")
         ax1.legend(fontsize=6.5, ncol=2)
         fig.suptitle(_caption(df), fontsize=7.5)
-    return save(fig, path)
+    return _save(fig, path)
 
 
-def plot_theory_vs_mc(df: pd.DataFrame, path: str | Path, ds: Sequence[int] | None = None
+def _plot_theory_vs_mc(df: pd.DataFrame, path: str | Path, ds: Sequence[int] | None = None
                       ) -> Path:
     """The theory-vs-simulation panel alone."""
-    with styled():
-        fig = new_figure(5.5, 4.0)
+    with _styled():
+        fig = _new_figure(5.5, 4.0)
         _draw_curves(fig.subplots(), df, ds)
-    return save(fig, path)
+    return _save(fig, path)
 
 
-def plot_decision_times(two: dict[str, np.ndarray], many: dict[str, np.ndarray],
+def _plot_decision_times(two: dict[str, np.ndarray], many: dict[str, np.ndarray],
                         path: str | Path, tol2: float, tol_n: float,
                         horizons: tuple[float, float] = (math.inf, math.inf)) -> Path:
     """Survival `P(still undecided at t)`: two-token cells (steps) against the exact survival
@@ -215,31 +215,31 @@ def plot_decision_times(two: dict[str, np.ndarray], many: dict[str, np.ndarray],
     on the grid `'t'`."""
     from ..theory import decision_time as absorption
 
-    with styled():
-        fig = new_figure(11.0, 4.2)
+    with _styled():
+        fig = _new_figure(11.0, 4.2)
         ax0, ax1 = fig.subplots(1, 2)
         for i, (key, times) in enumerate(sorted((k, v) for k, v in two.items() if "," in k
                                                 and not k.startswith("t"))):
             beta, d = (float(v) for v in key.split(","))
-            colour = TOKEN_COLORS[i % len(TOKEN_COLORS)]
+            colour = _TOKEN_COLORS[i % len(_TOKEN_COLORS)]
             _survival_steps(ax0, times, colour, f"beta={beta:g}, d={d:g}", horizons[0])
             grid = np.linspace(0.0, float(np.nanmax(times)) if np.isfinite(times).any() else 1.0,
                                200)
             ax0.plot(grid, absorption.survival(grid, beta, d, "uniform", tol2), color=colour,
                      ls="--", lw=1)
-        ax0.plot([], [], color=COLORS["theory"], ls="--", label="exact survival (§5 diffusion)")
+        ax0.plot([], [], color=_COLORS["theory"], ls="--", label="exact survival (§5 diffusion)")
         ax0.set(yscale="log", ylim=(1e-3, 1.2), xlabel="depth time t",
                 ylabel="P(undecided at t)",
                 title=f"two tokens, uniform pair, tol = {tol2:g}: network vs theory")
         ax0.legend(fontsize=7)
         for i, (key, times) in enumerate(sorted(many.items())):
-            _survival_steps(ax1, times, TOKEN_COLORS[i % len(TOKEN_COLORS)],
+            _survival_steps(ax1, times, _TOKEN_COLORS[i % len(_TOKEN_COLORS)],
                             "n={}, d={}, beta={}".format(*key.split(",")), horizons[1])
         ax1.set(yscale="log", ylim=(1e-3, 1.2), xlabel="depth time t",
                 ylabel="P(undecided at t)",
                 title=f"many tokens, tol = {tol_n:g} (the curve ends at the maximum horizon)")
         ax1.legend(fontsize=7)
-    return save(fig, path)
+    return _save(fig, path)
 
 
 def _survival_steps(ax: Any, times: np.ndarray, colour: str, label: str,
@@ -255,10 +255,10 @@ def _survival_steps(ax: Any, times: np.ndarray, colour: str, label: str,
     ax.step(x, np.maximum(y, 0.5 / n), where="post", color=colour, lw=1.4, label=label)
 
 
-def plot_sweep(df: pd.DataFrame, out_dir: str | Path, prefix: str = "phase") -> Path:
+def _plot_sweep(df: pd.DataFrame, out_dir: str | Path, prefix: str = "phase") -> Path:
     """The figure of a `two_token` sweep table: `plot_phase_over_d` when its cells sit at
     `beta_offset` from `beta_c(d)`, else `plot_phase_diagram`; `OUT_DIR/<prefix>.png`."""
     path = Path(out_dir) / f"{prefix}.png"
     if "beta_offset" in df.columns and df["beta_offset"].notna().all():
-        return plot_phase_over_d(df, path)
-    return plot_phase_diagram(df, path)
+        return _plot_phase_over_d(df, path)
+    return _plot_phase_diagram(df, path)

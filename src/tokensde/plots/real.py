@@ -14,11 +14,13 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.axes import Axes
 
-from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
+from .style import _COLORS, _TOKEN_COLORS, _new_figure, _save, _styled
 
-_SIDE_STYLE = {"real": ("real network (95 % over inits)", COLORS["merged"]),
-              "network": ("tokensde network, same depth", COLORS["gaussian"]),
-              "sde": ("depth limit (SDE)", COLORS["theory"])}
+__all__ = ["plot_depths"]
+
+_SIDE_STYLE = {"real": ("real network (95 % over inits)", _COLORS["merged"]),
+              "network": ("tokensde network, same depth", _COLORS["gaussian"]),
+              "sde": ("depth limit (SDE)", _COLORS["theory"])}
 _PANELS: tuple[tuple[str, str], ...] = (("cos_mean", "mean token cosine"),
                                        ("erank", "effective rank"))
 
@@ -42,10 +44,10 @@ def _draw_sides(ax: Axes, table: pd.DataFrame, stat: str, label: str = "") -> No
             ax.plot(x, y, "--", lw=1.2, color=color, label=tag)
 
 
-def plot_real(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -> Path:
+def _plot_real(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -> Path:
     """Mean token cosine and effective rank against depth fraction: real vs predictions."""
-    with styled():
-        fig = new_figure(9.0, 3.6)
+    with _styled():
+        fig = _new_figure(9.0, 3.6)
         axes = fig.subplots(1, len(_PANELS))
         for ax, (stat, name) in zip(axes, _PANELS, strict=True):
             _draw_sides(ax, table, stat)
@@ -54,18 +56,18 @@ def plot_real(table: pd.DataFrame, path: str | os.PathLike, title: str = "") -> 
         axes[0].legend(fontsize=7)
         if title:
             fig.suptitle(title, fontsize=9)
-        return save(fig, path, tight=True)
+        return _save(fig, path, tight=True)
 
 
 def plot_depths(tables: Sequence[tuple[str, pd.DataFrame]], path: str | os.PathLike,
                 title: str = "") -> Path:
     """Mean token cosine of several depths (label, table) against depth fraction and against
     layer index: an init with a depth limit lines up in the first, one without in the second."""
-    with styled():
-        fig = new_figure(9.0, 3.6)
+    with _styled():
+        fig = _new_figure(9.0, 3.6)
         left, right = fig.subplots(1, 2)
         for i, (label, t) in enumerate(tables):
-            color = TOKEN_COLORS[i % len(TOKEN_COLORS)]
+            color = _TOKEN_COLORS[i % len(_TOKEN_COLORS)]
             c = t[t.stat == "cos_mean"]
             for side, mark in (("real", "o"), ("network", "-")):
                 s = c[c.side == side].sort_values("layer")
@@ -77,7 +79,7 @@ def plot_depths(tables: Sequence[tuple[str, pd.DataFrame]], path: str | os.PathL
                 right.plot(s["layer"], s["mean"], mark, color=color, **kw)
             lim = c[c.side == "sde"].sort_values("frac")
             if not lim.empty and i == len(tables) - 1:
-                left.plot(lim["frac"], lim["mean"], "--", color=COLORS["theory"],
+                left.plot(lim["frac"], lim["mean"], "--", color=_COLORS["theory"],
                           label="depth limit (SDE)")
         left.set_xlabel("depth fraction k / L")
         right.set_xlabel("layer k")
@@ -86,4 +88,4 @@ def plot_depths(tables: Sequence[tuple[str, pd.DataFrame]], path: str | os.PathL
         left.legend(fontsize=6)
         if title:
             fig.suptitle(title, fontsize=9)
-        return save(fig, path, tight=True)
+        return _save(fig, path, tight=True)

@@ -9,10 +9,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..analysis.clusters import is_antipodal, is_merged, upper_pairs
-from .style import save
+from .style import _save
 
 
-def plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
+def _plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
     """Left: histogram of final pairwise <x_i, x_j>; right: merged / antipodal pair fractions vs t."""
     gram = np.asarray(result.gram, dtype=np.float64)  # merged / antipodal in float64, as clusters
     rho = upper_pairs(gram)  # (runs, K, pairs)
@@ -33,4 +33,4 @@ def plot_simulation(result: Any, path: str | Path, tol: float = 1e-3) -> Path:
     fig.suptitle(f"n={p.n}, d={p.d}, beta={p.beta:g}, noise={p.noise}/{p.law}, sigma="
                  f"{p.noise_scale:g}, mean={p.mean_kind}, runs={result.runs}, seed={result.seed}",
                  fontsize=9)
-    return save(fig, path, dpi=110, style=False)
+    return _save(fig, path, dpi=110, style=False)

@@ -19,7 +19,7 @@ from ..io.store import atomic_write, check_output
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
 
-COLORS: dict[str, str] = {
+_COLORS: dict[str, str] = {
     "gaussian": "#1f5a99",
     "uniform": "#d9822b",
     "theory": "#222222",
@@ -32,7 +32,7 @@ COLORS: dict[str, str] = {
     "grid": "#e4e4e4",
 }
 # qualitative colours for tokens (colour-blind friendly, Okabe-Ito order)
-TOKEN_COLORS: tuple[str, ...] = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9",
+_TOKEN_COLORS: tuple[str, ...] = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9",
                                  "#d55e00", "#f0e442", "#000000")
 _SEQUENTIAL = "viridis"
 
@@ -44,7 +44,7 @@ _RC: dict[RcKeyType, Any] = {
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,
-    "grid.color": COLORS["grid"],
+    "grid.color": _COLORS["grid"],
     "grid.linewidth": 0.6,
     "axes.edgecolor": "#555555",
     "axes.axisbelow": True,
@@ -61,19 +61,19 @@ _RC: dict[RcKeyType, Any] = {
 }
 
 
-def token_color(i: int) -> str:
+def _token_color(i: int) -> str:
     """Colour of token `i` (cycles)."""
-    return TOKEN_COLORS[i % len(TOKEN_COLORS)]
+    return _TOKEN_COLORS[i % len(_TOKEN_COLORS)]
 
 
 @contextmanager
-def styled() -> Iterator[None]:
+def _styled() -> Iterator[None]:
     """Apply the tokensde rcParams inside the block."""
     with mpl.rc_context(_RC):
         yield
 
 
-def new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
+def _new_figure(width: float = 7.0, height: float = 4.0) -> Figure:
     """A blank figure of `width x height` inches with constrained layout and the tokensde look.
 
     Build it inside `styled()` so that axes added later pick up the rcParams too.
@@ -86,13 +86,13 @@ _FIGURE_SUFFIXES: tuple[str, ...] = (".png", ".pdf", ".svg", ".svgz", ".eps", ".
                                     ".jpeg", ".tif", ".tiff", ".webp", ".gif", ".pgf")
 
 
-def check_figure(path: str | os.PathLike, name: str) -> Path:
+def _check_figure(path: str | os.PathLike, name: str) -> Path:
     """`path` if a figure can be written there (`check_output`) in a format that `save` knows
     (`_FIGURE_SUFFIXES`); ParameterError naming `name` otherwise, before anything is drawn."""
     return check_output(path, name, suffixes=_FIGURE_SUFFIXES)
 
 
-def save(fig: Figure, path: str | os.PathLike, dpi: int | None = None, tight: bool = False,
+def _save(fig: Figure, path: str | os.PathLike, dpi: int | None = None, tight: bool = False,
          style: bool = True) -> Path:
     """Write `fig` to `path` (format from the suffix, png without one) atomically; return the
     path. Every figure of tokensde is written here.
@@ -104,7 +104,7 @@ def save(fig: Figure, path: str | os.PathLike, dpi: int | None = None, tight: bo
     path = Path(path)
     fmt = path.suffix.lstrip(".") or "png"
     bbox = "tight" if tight else None
-    with styled() if style else nullcontext():
+    with _styled() if style else nullcontext():
         return atomic_write(path, lambda tmp: fig.savefig(
             tmp, format=fmt, dpi=dpi or _RC["savefig.dpi"], bbox_inches=bbox))
 

@@ -22,7 +22,9 @@ import numpy as np
 
 from ..theory import token_noise as tn
 from ..theory import two_tokens as tt
-from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
+from .style import _COLORS, _TOKEN_COLORS, _new_figure, _save, _styled
+
+__all__ = ["plot_token_noise_phase"]
 
 
 def _tau_c(beta: float, d: int, attention: str) -> float:
@@ -65,11 +67,11 @@ def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "us
     betas = np.linspace(0.05, beta_max, 300)
     tau_c = np.array([_tau_c(b, d, attention) for b in betas])
     ends = sorted(branch_end)
-    with styled():
-        fig = new_figure(13.0, 4.4)
+    with _styled():
+        fig = _new_figure(13.0, 4.4)
         ax0, ax1, ax2 = fig.subplots(1, 3, width_ratios=[1.0, 1.0, 0.85])
         # left: (beta, tau), log tau
-        ax0.plot(betas, tau_c, color=COLORS["theory"], lw=1.5,
+        ax0.plot(betas, tau_c, color=_COLORS["theory"], lw=1.5,
                  label=r"$\tau_c(\beta)$: uniform state loses stability")
         top = tau_c.max() * 1.6
         ax0.fill_between(betas, tau_c, top, color="#dddddd", alpha=0.6, lw=0)
@@ -79,7 +81,7 @@ def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "us
             te = np.array([q * _tau_c(b, d, attention) for b, q in ends])
             ax0.fill_between(be, [_tau_c(b, d, attention) for b in be], te, color="#f2c6a0",
                              lw=0, label=r"both branches stable (limit)")
-            ax0.plot(be, te, color=TOKEN_COLORS[1], lw=1.2, ls="--",
+            ax0.plot(be, te, color=_TOKEN_COLORS[1], lw=1.2, ls="--",
                      label=r"$\tau_s(\beta)$: ordered branch ends")
         ax0.axvline(bstar, color="black", lw=0.8, ls=":",
                     label=rf"$\beta_* = {bstar:.3f}$")
@@ -88,7 +90,7 @@ def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "us
             lab = m.get("label", "measured")
             ax0.errorbar([m["beta"]], [m["tau"]], yerr=[[m["tau"] - m["low"]],
                          [m["high"] - m["tau"]]], fmt=m.get("marker", "o"), ms=3, capsize=2,
-                         lw=1, color=m.get("color", TOKEN_COLORS[0]),
+                         lw=1, color=m.get("color", _TOKEN_COLORS[0]),
                          label=None if lab in seen else lab)
             seen.add(lab)
         ax0.text(0.3, 0.45, "ordered", fontsize=8)
@@ -104,13 +106,13 @@ def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "us
                       f", d = {d}, M = I")
         ax0.legend(fontsize=6.5, loc="upper left")
         # middle: tau / tau_c(beta), where the intervals can be seen
-        ax1.axhline(1.0, color=COLORS["theory"], lw=1.5, label=r"$\tau_c$ (theory)")
+        ax1.axhline(1.0, color=_COLORS["theory"], lw=1.5, label=r"$\tau_c$ (theory)")
         if ends:
             be = np.array([b for b, _ in ends])
             qe = np.array([q for _, q in ends])
             ax1.fill_between(be, 1.0, qe, color="#f2c6a0", lw=0,
                              label="both branches stable (limit)")
-            ax1.plot(be, qe, color=TOKEN_COLORS[1], lw=1.2, ls="--", label=r"$\tau_s / \tau_c$")
+            ax1.plot(be, qe, color=_TOKEN_COLORS[1], lw=1.2, ls="--", label=r"$\tau_s / \tau_c$")
         ax1.axvline(bstar, color="black", lw=0.8, ls=":")
         if step_curve:
             ax1.plot([b for b, _ in step_curve], [q for _, q in step_curve], color="#7f8c8d",
@@ -121,7 +123,7 @@ def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "us
             lab = m.get("label", "measured")
             ax1.errorbar([m["beta"]], [m["tau"] / tc], yerr=[[(m["tau"] - m["low"]) / tc],
                          [(m["high"] - m["tau"]) / tc]], fmt=m.get("marker", "o"), ms=3,
-                         capsize=2, lw=1, color=m.get("color", TOKEN_COLORS[0]),
+                         capsize=2, lw=1, color=m.get("color", _TOKEN_COLORS[0]),
                          label=None if lab in seen else lab)
             seen.add(lab)
         styles = {
@@ -136,7 +138,7 @@ def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "us
             "agree": dict(marker="s", s=22, facecolors="none", edgecolors="#555555",
                           label="starts agree"),
         }
-        kinds = [hysteresis_kind(h, ends) for h in hysteresis]
+        kinds = [_hysteresis_kind(h, ends) for h in hysteresis]
         for kind, style in styles.items():
             pts = [h for h, k in zip(hysteresis, kinds, strict=True) if k == kind]
             if pts:
@@ -148,7 +150,7 @@ def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "us
         # right: common noise, two tokens
         ds = np.linspace(2, d_max, 300)
         bc = tt.beta_c(ds)
-        ax2.plot(bc, ds, color=COLORS["theory"], lw=1.5, label=r"$\cosh 2\beta = d - 2$")
+        ax2.plot(bc, ds, color=_COLORS["theory"], lw=1.5, label=r"$\cosh 2\beta = d - 2$")
         ax2.fill_betweenx(ds, bc, beta_max, color="#cde3f2", alpha=0.6, lw=0)
         ax2.fill_betweenx(ds, 0, bc, color="#dddddd", alpha=0.6, lw=0)
         ax2.text(0.15, d_max * 0.8, "pairs merge\nalmost surely", fontsize=8)
@@ -157,10 +159,10 @@ def plot_token_noise_phase(path: str | Path, *, d: int = 2, attention: str = "us
         ax2.set(xlim=(0, beta_max), ylim=(2, d_max), xlabel=r"$\beta$", ylabel="d",
                 title="common noise, two tokens, softmax")
         ax2.legend(fontsize=6.5, loc="lower right")
-    return save(fig, path)
+    return _save(fig, path)
 
 
-def plot_order_scan(path: str | Path, rows: Sequence[dict[str, Any]], *,
+def _plot_order_scan(path: str | Path, rows: Sequence[dict[str, Any]], *,
                     limit: Sequence[tuple[float, float]] = (), title: str = "") -> Path:
     """The stationary order parameter against `tau / tau_c`: left `r = |(1/n) sum_i x_i|` with
     95 % t bars per (n, start) (`t95 * se`; 2 standard errors where a row has no `t95`), the
@@ -182,15 +184,15 @@ def plot_order_scan(path: str | Path, rows: Sequence[dict[str, Any]], *,
     groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((int(r["n"]), str(r["start"])), []).append(r)
-    with styled():
-        fig = new_figure(10.0, 4.0)
+    with _styled():
+        fig = _new_figure(10.0, 4.0)
         ax0, ax1 = fig.subplots(1, 2)
         if limit:
             lq, lr = zip(*sorted(limit), strict=True)
-            ax0.plot(lq, lr, color=COLORS["theory"], lw=1.2, label="many-token limit")
+            ax0.plot(lq, lr, color=_COLORS["theory"], lw=1.2, label="many-token limit")
         steps = sorted({round(float(r["step"]), 6) for r in rows if "step" in r})
         for ax in (ax0, ax1):
-            ax.axvline(1.0, color=COLORS["accent"], lw=1.0, ls="--",
+            ax.axvline(1.0, color=_COLORS["accent"], lw=1.0, ls="--",
                        label=r"theory: $\tau_c$" if ax is ax0 else None)
             for k, st in enumerate(steps):
                 ax.axvline(1.0 + st, color="#7f8c8d", lw=0.8, ls="-.",
@@ -199,7 +201,7 @@ def plot_order_scan(path: str | Path, rows: Sequence[dict[str, Any]], *,
         for k, ((n, start), g) in enumerate(sorted(groups.items())):
             g = sorted(g, key=lambda r: r["ratio"])
             q = np.array([r["ratio"] for r in g])
-            color = TOKEN_COLORS[k % len(TOKEN_COLORS)]
+            color = _TOKEN_COLORS[k % len(_TOKEN_COLORS)]
             marker = "o" if start == "uniform" else "s"
             bar = "95 % t" if all("t95" in r for r in g) else "2 SE"
             ax0.errorbar(q, [r["r"] for r in g], yerr=[r.get("t95", 2.0) * r["se"] for r in g],
@@ -210,7 +212,7 @@ def plot_order_scan(path: str | Path, rows: Sequence[dict[str, Any]], *,
                      mfc="none" if start != "uniform" else color, label=f"n = {n}, {start}")
             ax0.axhline(n ** -0.5, color=color, lw=0.6, ls=":")
         qs = np.linspace(1.02, max([1.6, *(r["ratio"] for r in rows)]), 100)
-        ax1.plot(qs, 1 / (1 - qs**-2), color=COLORS["theory"], lw=1.0, ls="-.",
+        ax1.plot(qs, 1 / (1 - qs**-2), color=_COLORS["theory"], lw=1.0, ls="-.",
                  label=r"linear fluctuations $1/(1 - \tau_c^2/\tau^2)$")
         ax0.set(xlabel=r"$\tau / \tau_c$", ylabel=r"$r = |\frac{1}{n}\sum_i x_i|$",
                 ylim=(0, 1.02), title=title or "stationary order parameter")
@@ -218,10 +220,10 @@ def plot_order_scan(path: str | Path, rows: Sequence[dict[str, Any]], *,
                 title="fluctuations (dotted left: $1/\\sqrt{n}$)")
         ax0.legend(fontsize=6.5, loc="upper right")
         ax1.legend(fontsize=6.5, loc="upper right")
-    return save(fig, path)
+    return _save(fig, path)
 
 
-def hysteresis_kind(point: dict[str, Any], branch_end: Sequence[tuple[float, float]]) -> str:
+def _hysteresis_kind(point: dict[str, Any], branch_end: Sequence[tuple[float, float]]) -> str:
     """What a two-start outcome shows: 'agree'; 'slow' (the starts differ at or below `tau_c`,
     where the uniform state is unstable and the uniform start has only not ordered yet);
     'bistable' (they differ inside the limit's window `(1, tau_s / tau_c)` and `confirmed`);

@@ -19,12 +19,12 @@ from matplotlib.animation import PillowWriter
 from matplotlib.axes import Axes
 
 from ..io.store import atomic_write
-from .style import COLORS, new_figure, save, styled, token_color
+from .style import _COLORS, _new_figure, _save, _styled, _token_color
 
-Panel = tuple[str, Any]  # (title, SimResult)
+_Panel = tuple[str, Any]  # (title, SimResult)
 
 
-def token_paths(result: Any, run: int = 0) -> np.ndarray:
+def _token_paths(result: Any, run: int = 0) -> np.ndarray:
     """Token coordinates of one run across checkpoints, `(K, n, d)`; ValueError if not recorded."""
     if result.tokens is None:
         raise ValueError("trajectories need a result recorded with record=('gram', 'tokens')")
@@ -42,7 +42,7 @@ def _circle_paths(ax: Axes, toks: np.ndarray, times: np.ndarray) -> None:
     for rr, ls in ((r[0], ":"), (r[-1], "-")):
         ax.plot(rr * np.cos(ring), rr * np.sin(ring), ls, color="#c8c8c8", lw=0.8)
     for i in range(toks.shape[1]):
-        c = token_color(i)
+        c = _token_color(i)
         ax.plot(r * np.cos(theta[:, i]), r * np.sin(theta[:, i]), color=c, lw=1.2)
         ax.plot(r[0] * np.cos(theta[0, i]), r[0] * np.sin(theta[0, i]), "o", mfc="white", mec=c)
         ax.plot(r[-1] * np.cos(theta[-1, i]), r[-1] * np.sin(theta[-1, i]), "o", color=c, ms=6)
@@ -64,13 +64,13 @@ def _sphere(ax: Any) -> None:
 def _sphere_paths(ax: Any, toks: np.ndarray) -> None:
     _sphere(ax)
     for i in range(toks.shape[1]):
-        c = token_color(i)
+        c = _token_color(i)
         ax.plot(toks[:, i, 0], toks[:, i, 1], toks[:, i, 2], color=c, lw=0.8, alpha=0.85)
         ax.scatter(*toks[0, i], s=14, facecolors="white", edgecolors=c, depthshade=False)
         ax.scatter(*toks[-1, i], s=30, color=c, depthshade=False)
 
 
-def _grid(panels: Sequence[Panel]) -> tuple[list[int], int]:
+def _grid(panels: Sequence[_Panel]) -> tuple[list[int], int]:
     dims = sorted({res.params.d for _, res in panels})
     for d in dims:
         if d not in (2, 3):
@@ -79,7 +79,7 @@ def _grid(panels: Sequence[Panel]) -> tuple[list[int], int]:
     return dims, ncol
 
 
-def _axes(fig: Any, panels: Sequence[Panel]) -> list[tuple[Any, str, Any]]:
+def _axes(fig: Any, panels: Sequence[_Panel]) -> list[tuple[Any, str, Any]]:
     dims, ncol = _grid(panels)
     out = []
     for row, d in enumerate(dims):
@@ -100,13 +100,13 @@ def _describe(res: Any) -> str:
     return f"d={p.d}, n={p.n}, beta={p.beta:g}, mean={p.mean_kind}, {kind}"
 
 
-def plot_trajectories(panels: Sequence[Panel], path: str | Path, run: int = 0) -> Path:
+def _plot_trajectories(panels: Sequence[_Panel], path: str | Path, run: int = 0) -> Path:
     """Whole token paths of run `run`, one panel per (title, result); rows by dimension."""
-    with styled():
+    with _styled():
         dims, ncol = _grid(panels)
-        fig = new_figure(3.6 * ncol, 3.5 * len(dims))
+        fig = _new_figure(3.6 * ncol, 3.5 * len(dims))
         for ax, title, res in _axes(fig, panels):
-            toks = token_paths(res, run)
+            toks = _token_paths(res, run)
             if res.params.d == 2:
                 _circle_paths(ax, toks, res.times)
                 ax.set_title(f"{title}\n(radius = depth time, T = {res.times[-1]:g})",
@@ -118,8 +118,8 @@ def plot_trajectories(panels: Sequence[Panel], path: str | Path, run: int = 0) -
             text(0.5, -0.04, _describe(res), transform=ax.transAxes, ha="center", fontsize=7,
                  color="#555555")
         fig.suptitle("Tokens across depth: hollow = start, filled = end, one colour per token",
-                     fontsize=9, color=COLORS["theory"])
-    return save(fig, path)
+                     fontsize=9, color=_COLORS["theory"])
+    return _save(fig, path)
 
 
 def _short(res: Any) -> str:
@@ -137,7 +137,7 @@ def _frame(fig: Any, axes: list[tuple[Any, str, Any]], paths: list[np.ndarray], 
             ring = np.linspace(0, 2 * np.pi, 200)
             ax.plot(np.cos(ring), np.sin(ring), color="#c8c8c8", lw=0.8)
             for i in range(toks.shape[1]):
-                c = token_color(i)
+                c = _token_color(i)
                 ax.plot(toks[lo:k + 1, i, 0], toks[lo:k + 1, i, 1], color=c, lw=1.0, alpha=0.6)
                 ax.plot(toks[k, i, 0], toks[k, i, 1], "o", color=c, ms=6)
             ax.set_aspect("equal")
@@ -147,24 +147,24 @@ def _frame(fig: Any, axes: list[tuple[Any, str, Any]], paths: list[np.ndarray], 
         else:
             _sphere(ax)
             for i in range(toks.shape[1]):
-                c = token_color(i)
+                c = _token_color(i)
                 ax.plot(toks[lo:k + 1, i, 0], toks[lo:k + 1, i, 1], toks[lo:k + 1, i, 2],
                         color=c, lw=1.0, alpha=0.6)
                 ax.scatter(*toks[k, i], s=30, color=c, depthshade=False)
         ax.set_title(_short(res), fontsize=9)
 
 
-def animate_trajectories(panels: Sequence[Panel], path: str | Path, run: int = 0,
+def _animate_trajectories(panels: Sequence[_Panel], path: str | Path, run: int = 0,
                          fps: int = 10, trail: int = 8, max_frames: int = 60, dpi: int = 80
                          ) -> Path:
     """Animated GIF of the tokens of run `run`, one frame per (sub-sampled) checkpoint."""
     K = min(len(res.checkpoints) for _, res in panels)
     frames = np.unique(np.round(np.linspace(0, K - 1, min(K, max_frames))).astype(int))
-    with styled():
+    with _styled():
         dims, ncol = _grid(panels)
-        fig = new_figure(3.2 * ncol, 3.2 * len(dims) + 0.3)
+        fig = _new_figure(3.2 * ncol, 3.2 * len(dims) + 0.3)
         axes = _axes(fig, panels)
-        paths = [token_paths(res, run) for _, _, res in axes]
+        paths = [_token_paths(res, run) for _, _, res in axes]
 
         def write(tmp: Path) -> None:
             gif = tmp.with_suffix(".gif")  # Pillow picks the format from the suffix

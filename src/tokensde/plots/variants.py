@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..theory import two_tokens as tt
-from .style import new_figure, save, styled
+from .style import _new_figure, _save, _styled
 
 
 def _value(row: dict[str, Any], key: str, default: Any) -> Any:
@@ -21,7 +21,7 @@ def _value(row: dict[str, Any], key: str, default: Any) -> Any:
     return default if v is None or (isinstance(v, float) and np.isnan(v)) else v
 
 
-def arm(row: dict[str, Any]) -> str:
+def _arm(row: dict[str, Any]) -> str:
     """The variant a cell runs, in words (parameters at their defaults are absent or nan)."""
     norm = _value(row, "norm", "post")
     if row.get("until") == "horizon":
@@ -35,7 +35,7 @@ def arm(row: dict[str, Any]) -> str:
     return f"{qk} forms (s = {scale:g}) fixed per run, H = {heads}"
 
 
-def forms_redrawn(row: dict[str, Any]) -> float | None:
+def _forms_redrawn(row: dict[str, Any]) -> float | None:
     """The scale of a cell's GOE forms when they are redrawn every layer (an exact two-token
     theory exists then, `tokensde.theory.redrawn_forms`), else None."""
     if _value(row, "qk", "identity") == "goe" and _value(row, "qk_redraw", "run") == "layer":
@@ -43,9 +43,9 @@ def forms_redrawn(row: dict[str, Any]) -> float | None:
     return None
 
 
-def variant_rows(df: pd.DataFrame) -> pd.DataFrame:
+def _variant_rows(df: pd.DataFrame) -> pd.DataFrame:
     """The table with an `arm` column, sorted by arm and beta."""
-    out = df.assign(arm=[arm(r) for r in df.to_dict("records")])
+    out = df.assign(arm=[_arm(r) for r in df.to_dict("records")])
     return out.sort_values(["arm", "beta"], ignore_index=True)
 
 
@@ -59,21 +59,21 @@ def _panel(ax: Any, rows: pd.DataFrame) -> None:
     ax.legend(fontsize=7, loc="upper left")
 
 
-def plot_variants(df: pd.DataFrame, path: str | Path) -> Path:
+def _plot_variants(df: pd.DataFrame, path: str | Path) -> Path:
     """Left: P(antipodal) at absorption per variant with the spec model's exact curve; right:
     near-antipodal fraction at a fixed horizon for post-, pre- and peri-norm (95 % Wilson)."""
-    rows = df if "arm" in df.columns else variant_rows(df)
+    rows = df if "arm" in df.columns else _variant_rows(df)
     absorbed, horizon = rows[rows["until"] != "horizon"], rows[rows["until"] == "horizon"]
     d = int(rows["d"].iloc[0])
-    with styled():
-        fig = new_figure(12.0, 4.6)
+    with _styled():
+        fig = _new_figure(12.0, 4.6)
         ax0, ax1 = fig.subplots(1, 2)
         if len(absorbed):
             _panel(ax0, absorbed)
             b = np.linspace(0.0, float(absorbed["beta"].max()) * 1.05, 200)
             ax0.plot(b, tt.p_anti_uniform(b, d), color="k", lw=1, ls="--",
                      label="exact P_anti, spec model")
-            scales = {forms_redrawn(r) for r in absorbed.to_dict("records")} - {None}
+            scales = {_forms_redrawn(r) for r in absorbed.to_dict("records")} - {None}
             s = next(iter(scales), None)
             if s is not None:
                 from ..theory.redrawn_forms import p_first_forms
@@ -94,4 +94,4 @@ def plot_variants(df: pd.DataFrame, path: str | Path) -> Path:
                           f"{horizon['T'].iloc[0]:g}", fontsize=9)
         fig.suptitle(f"two tokens, d = {d}, uniform start, pure noise; "
                      f"{int(rows['runs'].iloc[0])} runs a cell; dotted: beta_c(d)", fontsize=8)
-    return save(fig, path)
+    return _save(fig, path)

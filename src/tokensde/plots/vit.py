@@ -11,16 +11,16 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..io.store import check_meta, read_json
-from .style import save
+from ..io.store import _check_meta, _read_json
+from .style import _save
 
 
 def _read(source: str | os.PathLike | dict[str, Any], kind: str) -> dict[str, Any]:
     if isinstance(source, dict):
-        return check_meta(source, kind, "summary")
+        return _check_meta(source, kind, "summary")
     path = Path(source)
     cmd = "compare" if kind.endswith("compare") else "geometry"
-    return read_json(path, kind, f"re-run `tokensde vit {cmd} --out {path.parent}` to rewrite it"
+    return _read_json(path, kind, f"re-run `tokensde vit {cmd} --out {path.parent}` to rewrite it"
                      + (" (finished runs are reused)" if cmd == "compare" else ""))
 
 
@@ -31,7 +31,7 @@ def _title(s: dict[str, Any]) -> str:
             f"{len(s['seeds'])} seeds, {t['epochs']} epochs")
 
 
-def plot_accuracy(summary: str | os.PathLike | dict[str, Any], out: str | os.PathLike) -> Path:
+def _plot_accuracy(summary: str | os.PathLike | dict[str, Any], out: str | os.PathLike) -> Path:
     """Left: test accuracy vs epoch per arm (mean +- sd over seeds); right: gap to default."""
     s = _read(summary, "tokensde.vit.compare")
     fig = Figure(figsize=(11, 4.4), layout="constrained")
@@ -62,10 +62,10 @@ def plot_accuracy(summary: str | os.PathLike | dict[str, Any], out: str | os.Pat
     for axis in (ax, bx):
         axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(_title(s), fontsize=9)
-    return save(fig, out, tight=True, style=False)
+    return _save(fig, out, tight=True, style=False)
 
 
-def plot_geometry(geometry: str | os.PathLike | dict[str, Any], out: str | os.PathLike) -> Path:
+def _plot_geometry(geometry: str | os.PathLike | dict[str, Any], out: str | os.PathLike) -> Path:
     """Per arm: histogram of token cosines vs depth (heat map); last panel: fraction near +-1."""
     g = _read(geometry, "tokensde.vit.geometry")
     arms = g["arms"]
@@ -91,10 +91,10 @@ def plot_geometry(geometry: str | os.PathLike | dict[str, Any], out: str | os.Pa
     fig.suptitle(f"token geometry at initialisation: {g['dataset']}, {g['images']} images x "
                  f"{len(g['seeds'])} models; ViT D={m['dim']}, L={m['depth']}, {m['block']}",
                  fontsize=9)
-    return save(fig, out, tight=True, style=False)
+    return _save(fig, out, tight=True, style=False)
 
 
-def redraw(folder: str | os.PathLike) -> list[Path]:
+def _redraw(folder: str | os.PathLike) -> list[Path]:
     """Redraw `accuracy.png` and `geometry.png` from `summary.json` and `geometry.json` in
     `folder`, each where its file is present.
 
@@ -110,9 +110,9 @@ def redraw(folder: str | os.PathLike) -> list[Path]:
     folder = Path(folder)
     done = []
     if (folder / "summary.json").is_file():
-        done.append(plot_accuracy(folder / "summary.json", folder / "accuracy.png"))
+        done.append(_plot_accuracy(folder / "summary.json", folder / "accuracy.png"))
     if (folder / "geometry.json").is_file():
-        done.append(plot_geometry(folder / "geometry.json", folder / "geometry.png"))
+        done.append(_plot_geometry(folder / "geometry.json", folder / "geometry.png"))
     if not done:
         raise FileNotFoundError(f"{folder} holds neither summary.json nor geometry.json")
     return done

@@ -17,14 +17,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
+from .style import _COLORS, _TOKEN_COLORS, _new_figure, _save, _styled
 
 _BLOCK_ORDER = ("attention-only", "standard")
 
 
 def _arm_color(arm: str, arms: list[str]) -> str:
     """A fixed colour per arm within one figure."""
-    return TOKEN_COLORS[arms.index(arm) % len(TOKEN_COLORS)]
+    return _TOKEN_COLORS[arms.index(arm) % len(_TOKEN_COLORS)]
 
 
 def _legend(ax: Axes) -> None:
@@ -55,7 +55,7 @@ def _panels(frame: pd.DataFrame, width: float = 5.0, height: float = 3.8
     """A figure with one panel per block of `frame` (shared y axis): `(fig, [(ax, block, rows of
     that block)])`; call inside `styled()`."""
     blocks = _blocks(frame)
-    fig = new_figure(width * len(blocks), height)
+    fig = _new_figure(width * len(blocks), height)
     axes = np.atleast_1d(fig.subplots(1, len(blocks), sharey=True))
     return fig, [(ax, b, frame[frame["block"] == b]) for ax, b in zip(axes, blocks, strict=True)]
 
@@ -74,7 +74,7 @@ def _plot_depth_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
     """One panel per block: the paired gap to default against depth, one line per arm that was
     run at two depths or more."""
     arms = _arms(gaps)
-    with styled():
+    with _styled():
         fig, panels = _panels(gaps)
         for ax, block, g in panels:
             for k, arm in enumerate(arms):
@@ -92,7 +92,7 @@ def _plot_depth_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
         _label_first(panels, "accuracy − default (points)")
         fig.suptitle("paired gap to default, 95 % t-interval (open: contains 0); "
                      + _seeds_note(gaps), fontsize=9)
-        return save(fig, out)
+        return _save(fig, out)
 
 
 def _plot_lambda(gaps: pd.DataFrame, out: str | os.PathLike, block: str = "attention-only",
@@ -105,10 +105,10 @@ def _plot_lambda(gaps: pd.DataFrame, out: str | os.PathLike, block: str = "atten
         depth = int(counts.idxmax())
     g = g[g["depth"] == depth].copy()
     g["family"] = g["arm"].str.split(":").str[0].replace({"default": "noise"})
-    with styled():
-        fig = new_figure(5.2, 3.8)
+    with _styled():
+        fig = _new_figure(5.2, 3.8)
         ax = fig.subplots()
-        for family, color in (("noise", COLORS["noise"]), ("hybrid", COLORS["accent"])):
+        for family, color in (("noise", _COLORS["noise"]), ("hybrid", _COLORS["accent"])):
             rows = g[g["family"] == family].sort_values("lam")
             if rows.empty:
                 continue
@@ -117,19 +117,19 @@ def _plot_lambda(gaps: pd.DataFrame, out: str | os.PathLike, block: str = "atten
             label = "pure noise (M = 0)" if family == "noise" else "hybrid (M = I at r²)"
             _errorbars(ax, rows["lam"].to_numpy(float), rows, color, label)
         ax.axhline(0.0, color="k", lw=0.8)
-        ax.axvline(1.0, color=COLORS["deterministic"], lw=0.8, ls=":")
+        ax.axvline(1.0, color=_COLORS["deterministic"], lw=0.8, ls=":")
         ax.set(xlabel="value-noise amplitude λ (× PyTorch's default draw)",
                ylabel="accuracy − default (points)",
                title=f"{block} block, depth {depth}: accuracy against λ")
         _legend(ax)
-        return save(fig, out)
+        return _save(fig, out)
 
 
 def _plot_collapse(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
     """The gap to default against the collapse of the untrained model: the fraction of token
     pairs within tol of +1 after its last block; one marker per (arm, depth)."""
     arms = _arms(gaps)
-    with styled():
+    with _styled():
         fig, panels = _panels(gaps)
         for ax, block, g in panels:
             for arm in arms:
@@ -144,27 +144,27 @@ def _plot_collapse(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
                    title=f"{block} block")
         _label_first(panels, "accuracy − default (points)")
         fig.suptitle("does collapse at initialisation predict the accuracy cost?", fontsize=9)
-        return save(fig, out)
+        return _save(fig, out)
 
 
 def _plot_curves(table: pd.DataFrame, out: str | os.PathLike, arm: str = "default") -> Path:
     """Test accuracy after each epoch of `arm`, mean over seeds, one line per (block, depth):
     whether training had stopped improving fast."""
     t = table[(table["arm"] == arm) & (table["status"] == "ok")]
-    with styled():
+    with _styled():
         fig, panels = _panels(t, 4.6, 3.6)
         for ax, block, g in panels:
             for k, (depth, rows) in enumerate(g.groupby("depth")):
                 c = 100 * np.array(rows["acc_curve"].tolist(), dtype=float)
                 ax.plot(np.arange(1, c.shape[1] + 1), c.mean(0), marker="o",
-                        color=TOKEN_COLORS[k % len(TOKEN_COLORS)], label=f"L = {depth}")
+                        color=_TOKEN_COLORS[k % len(_TOKEN_COLORS)], label=f"L = {depth}")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set(xlabel="epoch", title=f"{block} block, arm {arm}")
         _label_first(panels, "test accuracy (%)")
-        return save(fig, out)
+        return _save(fig, out)
 
 
-def draw_all(gaps: pd.DataFrame, table: pd.DataFrame, out_dir: str | os.PathLike
+def _draw_all(gaps: pd.DataFrame, table: pd.DataFrame, out_dir: str | os.PathLike
              ) -> dict[str, Any]:
     """Every figure of the depth sweep into `out_dir`; returns name -> path."""
     d = Path(out_dir)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .style import COLORS, TOKEN_COLORS, new_figure, save, styled
+from .style import _COLORS, _TOKEN_COLORS, _new_figure, _save, _styled
 
 
 def _arms(arms: Any) -> list[str]:
@@ -28,8 +28,8 @@ def _plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
     """Validation accuracy (mean over seeds) against the learning rate; chosen rates ringed."""
     budgets = sorted(chosen["epochs"].unique())
     arms = _arms(chosen["arm"])
-    with styled():
-        fig = new_figure(3.0 * len(budgets), 3.4)
+    with _styled():
+        fig = _new_figure(3.0 * len(budgets), 3.4)
         axes = np.atleast_1d(fig.subplots(1, len(budgets)))
         for ax, e in zip(axes, budgets, strict=True):
             for k, arm in enumerate(arms):
@@ -37,7 +37,7 @@ def _plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
                 if rows.empty:
                     continue
                 r = rows.iloc[0]
-                color = TOKEN_COLORS[k % len(TOKEN_COLORS)]
+                color = _TOKEN_COLORS[k % len(_TOKEN_COLORS)]
                 ax.plot(r["grid"], r["val_by_lr"], "o-", color=color, label=arm, ms=3)
                 ax.plot([r["lr"]], [r["val"]], "o", mfc="none", color=color, ms=9)
             grid = sorted({float(g) for gr in chosen["grid"] for g in gr})
@@ -51,19 +51,19 @@ def _plot_lr(chosen: pd.DataFrame, out: str | os.PathLike) -> Path:
         axes[0].legend(fontsize=7)
         fig.suptitle("learning-rate grid per arm (ringed: chosen, highest validation accuracy)",
                      fontsize=9)
-        return save(fig, out)
+        return _save(fig, out)
 
 
 def _plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
     """Paired gap to default against the budget, per arm at its chosen rate (solid) and with
     both at 2e-3 (dashed)."""
     arms = [a for a in _arms(gaps["arm"]) if a != "default"]
-    with styled():
-        fig = new_figure(5.4, 3.8)
+    with _styled():
+        fig = _new_figure(5.4, 3.8)
         ax = fig.subplots()
         for k, arm in enumerate(arms):
             rows = gaps[gaps["arm"] == arm].sort_values("epochs")
-            color = TOKEN_COLORS[(k + 1) % len(TOKEN_COLORS)]
+            color = _TOKEN_COLORS[(k + 1) % len(_TOKEN_COLORS)]
             x = rows["epochs"].to_numpy(float) * 1.04 ** (k - len(arms) / 2)
             y = rows["gap"].to_numpy(float)
             lo, hi = rows["gap_lo"].to_numpy(float), rows["gap_hi"].to_numpy(float)
@@ -79,7 +79,7 @@ def _plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
             if rows["gap_fixed"].notna().any():
                 ax.plot(x, rows["gap_fixed"].to_numpy(float), "--", color=color, lw=0.9,
                         alpha=0.7, label=f"{arm} (both at 2e-3)")
-        ax.axhline(0.0, color=COLORS["theory"], lw=0.8)
+        ax.axhline(0.0, color=_COLORS["theory"], lw=0.8)
         budgets = sorted(gaps["epochs"].unique())
         ax.set_xscale("log")
         ax.set_xticks(budgets, [str(e) for e in budgets])
@@ -88,10 +88,10 @@ def _plot_gaps(gaps: pd.DataFrame, out: str | os.PathLike) -> Path:
                title="paired gap to default, 95 % t-interval\n"
                      "(open: contains 0; †: rate from a partial grid)")
         ax.legend(fontsize=7)
-        return save(fig, out)
+        return _save(fig, out)
 
 
-def draw_fair(doc: dict[str, Any], out: str | os.PathLike) -> dict[str, Path]:
+def _draw_fair(doc: dict[str, Any], out: str | os.PathLike) -> dict[str, Path]:
     """Both figures, from the saved report `doc` (the content of `fair.json`), into `out`."""
     chosen, gaps = pd.DataFrame(doc["chosen"]), pd.DataFrame(doc["gaps"])
     out = Path(out)

@@ -21,13 +21,13 @@ import pandas as pd
 import torch
 from scipy import stats as st
 
-from ..model.checks import check_int, require
+from ..model.checks import _check_int, _require
 from ..sim.budget import Budget
 from ..sim.rng import derive_seed
-from .mapping import Mapping, map_network, spec_law_note
-from .measure import TOL, directions_gram, gram_stats, summarise
+from .mapping import Mapping, _spec_law_note, map_network
+from .measure import _TOL, directions_gram, gram_stats, summarise
 from .models import RealSpec, build, hidden_states, make_inputs
-from .predict import SDE_RUNS, SDE_STEPS, predict
+from .predict import _SDE_RUNS, _SDE_STEPS, predict
 
 __all__ = ["KIND", "RealRun", "agreement", "layer_threshold", "measure_real", "predicted_run",
            "real_budget", "real_run_cost", "run_real", "save_run"]
@@ -63,8 +63,8 @@ def layer_threshold(layers: int, fwer: float = _FWER) -> float:
         `P(max_k |z_k| > c) <= fwer`: equal to fwer for independent layers, and at most fwer
         for correlated ones (Sidak's inequality for jointly normal z).
     """
-    k = check_int("layers", layers, 1)
-    require(0 < fwer < 1, "fwer", "in (0, 1)", fwer)
+    k = _check_int("layers", layers, 1)
+    _require(0 < fwer < 1, "fwer", "in (0, 1)", fwer)
     a = -math.expm1(math.log1p(-fwer) / k)
     return float(st.norm.isf(a / 2))
 
@@ -127,7 +127,7 @@ def agreement(table: pd.DataFrame, stat: str = "cos_mean", k: float = _AGREE_SE,
     return out
 
 
-def measure_real(spec: RealSpec, inits: int, inputs: int, seed: int, tol: float = TOL,
+def measure_real(spec: RealSpec, inits: int, inputs: int, seed: int, tol: float = _TOL,
                  progress: Callable[[int], None] | None = None,
                  images: torch.Tensor | None = None) -> tuple[dict[str, np.ndarray], torch.Tensor, Any]:
     """Per-init statistics `{stat: (inits, L + 1)}` (each the mean over the init's `inputs`), the
@@ -181,14 +181,14 @@ def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads:
     runs = inits * per_init
     from ..model.params import ModelParams, TimeGrid
     from ..sim.options import Execution, InitialState, Recording
-    from ..sim.rng import RUN_BLOCK
+    from ..sim.rng import _RUN_BLOCK
     from ..sim.simulate import plan_run
 
     p = ModelParams(n=n, d=d, heads=heads)
-    sde_steps = check_int("sde_steps", sde_steps, 1)
+    sde_steps = _check_int("sde_steps", sde_steps, 1)
     # predict's execution (the Gram sampler without biases) and records (every layer)
     how = Execution(sampler="fast" if biased else "gram", attention_eval="dense", dtype="float64",
-                    batch_size=RUN_BLOCK)
+                    batch_size=_RUN_BLOCK)
     work = float(_QK_DRAW_UNITS * runs * layers * heads * d * d * qk)
     steps = float(inits * (layers + _INIT_STEPS))
     for scheme, grid, r in (("network", TimeGrid.make(layers=layers), runs),
@@ -199,7 +199,7 @@ def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads:
     return work, steps
 
 
-def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int = SDE_STEPS,
+def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int = _SDE_STEPS,
                 sde_runs: int = 32) -> Budget:
     """Memory and work of `run_real` before it runs. Memory: one model's float32 weights
     (`layers (4 + 2 mlp_ratio) width^2 + vocabulary width`; Llama's SwiGLU: 3 mlp_ratio) and one
@@ -209,7 +209,7 @@ def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int
     predictions' (`real_run_cost`: the plans of the network's and the depth limit's
     simulations); layer steps: `inits x (layers + INIT_STEPS)` forward blocks (the inputs of an
     init together) and the building of a model, and the predictions'."""
-    inits, inputs = check_int("inits", inits, 2), check_int("inputs", inputs, 1)
+    inits, inputs = _check_int("inits", inits, 2), _check_int("inputs", inputs, 1)
     mlp_mats = 3 if spec.arch == "llama" else 2  # SwiGLU: gate, input and output projections
     n, w, L, m = spec.tokens, spec.width, spec.layers, 4 + mlp_mats * spec.mlp_ratio
     fixed = 4 * (L * m * w * w + spec.vocabulary * w + inputs * (L + 1) * n * w)
@@ -227,8 +227,8 @@ def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int
                   steps=steps)
 
 
-def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, tol: float = TOL,
-             sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = SDE_RUNS,
+def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, tol: float = _TOL,
+             sde: bool | None = None, sde_steps: int = _SDE_STEPS, sde_runs: int = _SDE_RUNS,
              progress: Callable[[int], None] | None = None,
              images: torch.Tensor | None = None) -> RealRun:
     """Measure `inits` x `inputs` runs of the real network `spec` and predict them (module docstring).
@@ -249,12 +249,12 @@ def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, to
         A `RealRun`: the per-layer table (real, network and SDE sides), the mapping, the
         embeddings and the verdict (`agreement`).
     """
-    inits = check_int("inits", inits, 2)
-    inputs = check_int("inputs", inputs, 1)
-    seed = check_int("seed", seed, 0)
-    sde_steps = check_int("sde_steps", sde_steps, 1)
-    sde_runs = check_int("sde_runs", sde_runs, 2)
-    require(0 < tol < 1, "tol", "in (0, 1)", tol)
+    inits = _check_int("inits", inits, 2)
+    inputs = _check_int("inputs", inputs, 1)
+    seed = _check_int("seed", seed, 0)
+    sde_steps = _check_int("sde_steps", sde_steps, 1)
+    sde_runs = _check_int("sde_runs", sde_runs, 2)
+    _require(0 < tol < 1, "tol", "in (0, 1)", tol)
     t0 = time.perf_counter()
     per, x0, net = measure_real(spec, inits, inputs, seed, tol, progress, images)
     t_real = time.perf_counter() - t0
@@ -262,7 +262,7 @@ def run_real(spec: RealSpec, inits: int = 32, inputs: int = 2, seed: int = 0, to
     m = map_network(net, radius2)
     use_sde = m.has_limit if sde is None else sde
     meta = {"spec": spec.to_dict(), "inits": inits, "inputs": inputs, "seed": seed,
-            "init_note": spec_law_note(spec),
+            "init_note": _spec_law_note(spec),
             "seeds": {"init s": "derive_seed(seed, 1, s)", "inputs s": "derive_seed(seed, 2, s)",
                       "network": derive_seed(seed, 3), "sde": derive_seed(seed, 4)}}
     return predicted_run(per, x0, m, spec.layers, seed, tol, use_sde, sde_steps, sde_runs,

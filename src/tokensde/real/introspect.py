@@ -54,14 +54,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..model.checks import ParameterError, check_int, require
+from ..model.checks import ParameterError, _check_int, _require
 from ..sim.budget import Budget
 from ..sim.rng import derive_seed
 from .experiment import RealRun, predicted_run, real_run_cost
 from .mapping import BlockLaw, Mapping, to_model
-from .measure import TOL, directions_gram, gram_stats
-from .models import RMSNorm as TokensdeRMSNorm
-from .predict import SDE_RUNS, SDE_STEPS
+from .measure import _TOL, directions_gram, gram_stats
+from .models import _RMSNorm as TokensdeRMSNorm
+from .predict import _SDE_RUNS, _SDE_STEPS
 
 __all__ = ["ATTENTIONS", "BlockRead", "IntrospectionError", "Moment", "NetworkRead", "block_states",
            "draw", "effective", "find_blocks", "gaussian_inputs", "load_factory", "map_read",
@@ -182,7 +182,7 @@ class NetworkRead:
 
 def draw(make: Callable[[int], nn.Module], seed: int) -> nn.Module:
     """`make(seed)` under torch's global generator seeded with `seed` (restored after), eval mode."""
-    seed = check_int("seed", seed, 0)
+    seed = _check_int("seed", seed, 0)
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
@@ -666,7 +666,7 @@ def read_network(make: Callable[[int], nn.Module], sample: torch.Tensor | Callab
     Raises:
         IntrospectionError: a block or part that is not read, named.
     """
-    seeds = tuple(check_int("seed", s, 0) for s in seeds)
+    seeds = tuple(_check_int("seed", s, 0) for s in seeds)
     if not seeds:
         raise IntrospectionError("seeds must hold at least one seed")
     raw: list[list[dict[str, tuple[float, float, int, float]]]] = []
@@ -906,7 +906,7 @@ def block_states(model: nn.Module, blocks: Sequence[nn.Module], x: Any) -> torch
 
 def _measure_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch.Tensor],
                 inits: int, per_init: int, seed: int, blocks: str | None = None,
-                tol: float = TOL, progress: Callable[[int], None] | None = None
+                tol: float = _TOL, progress: Callable[[int], None] | None = None
                 ) -> tuple[dict[str, np.ndarray], torch.Tensor]:
     """Per-init statistics `{stat: (inits, L + 1)}` (each the mean over the init's inputs) and the
     embeddings `(inits * per_init, n, d)`, as `experiment.measure_real`: init s is `make` drawn
@@ -929,8 +929,8 @@ def _measure_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], 
 
 def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch.Tensor],
             inits: int = 32, per_init: int = 2, seed: int = 0, blocks: str | None = None,
-            depth_scaled: bool = False, read_seeds: int = 3, tol: float = TOL,
-            sde: bool | None = None, sde_steps: int = SDE_STEPS, sde_runs: int = SDE_RUNS,
+            depth_scaled: bool = False, read_seeds: int = 3, tol: float = _TOL,
+            sde: bool | None = None, sde_steps: int = _SDE_STEPS, sde_runs: int = _SDE_RUNS,
             progress: Callable[[int], None] | None = None) -> RealRun:
     """`experiment.run_real` for a user's network: measure `inits` x `per_init` runs of `make`,
     read its law from its first `read_seeds` inits (`read_network`), map it with the measured r0^2
@@ -955,11 +955,11 @@ def run_own(make: Callable[[int], nn.Module], inputs: Callable[[int, int], torch
     Returns:
         A `RealRun` (its meta names the network class and the read law instead of a RealSpec).
     """
-    inits, per_init = check_int("inits", inits, 2), check_int("inputs", per_init, 1)
-    seed, read_seeds = check_int("seed", seed, 0), check_int("read_seeds", read_seeds, 1)
-    require(0 < tol < 1, "tol", "in (0, 1)", tol)
+    inits, per_init = _check_int("inits", inits, 2), _check_int("inputs", per_init, 1)
+    seed, read_seeds = _check_int("seed", seed, 0), _check_int("read_seeds", read_seeds, 1)
+    _require(0 < tol < 1, "tol", "in (0, 1)", tol)
     t0 = time.perf_counter()
-    sde_steps, sde_runs = check_int("sde_steps", sde_steps, 1), check_int("sde_runs", sde_runs, 2)
+    sde_steps, sde_runs = _check_int("sde_steps", sde_steps, 1), _check_int("sde_runs", sde_runs, 2)
     per, x0 = _measure_own(make, inputs, inits, per_init, seed, blocks, tol, progress)
     read = read_network(make, inputs(per_init, derive_seed(seed, 2, 0)),
                         [derive_seed(seed, 1, s) for s in range(min(read_seeds, inits))], blocks)
@@ -1036,7 +1036,7 @@ def gaussian_inputs(tokens: int, width: int) -> Callable[[int, int], torch.Tenso
     """`(batch, seed) -> ` tokens `(batch, tokens, width)` with i.i.d. standard normal entries
     (per-coordinate variance 1), drawn by a generator seeded with `seed`: the input of a network
     whose forward takes embeddings."""
-    tokens, width = check_int("tokens", tokens, 1), check_int("width", width, 1)
+    tokens, width = _check_int("tokens", tokens, 1), _check_int("width", width, 1)
 
     def inputs(batch: int, seed: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(seed)
@@ -1053,13 +1053,13 @@ def network_width(model: nn.Module, blocks: str | None = None) -> int:
 
 
 def own_budget(read: NetworkRead, parameters: int, inits: int, per_init: int,
-               sde_steps: int = SDE_STEPS, sde_runs: int = SDE_RUNS) -> Budget:
+               sde_steps: int = _SDE_STEPS, sde_runs: int = _SDE_RUNS) -> Budget:
     """Memory and work of `run_own` on the network `read` (`parameters` numbers), as
     `experiment.real_budget` for a family: one model's float32 parameters and one init's hidden
     states, per init its inputs' float64 tokens and Gram matrices; the forward passes `inits x
     per_init x L x n x d x (n + 4 d + k m)` (k = 2 MLP matrices, 3 gated), the predictions' work
     and layer steps (`experiment.real_run_cost`)."""
-    inits, per_init = check_int("inits", inits, 2), check_int("inputs", per_init, 1)
+    inits, per_init = _check_int("inits", inits, 2), _check_int("inputs", per_init, 1)
     b, L, n = read.blocks[0], read.layers, read.tokens
     d, heads, m = b.d, b.heads, b.width
     mats = 3 if b.activation == "swiglu" else 2 if m else 0
@@ -1107,12 +1107,12 @@ def prepare_own(target: str, tokens: int | None, per_init: int, seed: int,
             f"{tok}: {target} defines inputs(batch, seed), which sets the tokens; drop {tok}"
             if feed is not None else f"{tok}: {target} defines no inputs(batch, seed); give "
             f"{tok}, the tokens of the Gaussian inputs")
-    s0 = derive_seed(check_int("seed", seed, 0), 1, 0)
+    s0 = derive_seed(_check_int("seed", seed, 0), 1, 0)
     try:
         model = draw(make, s0)
         if feed is None:
-            feed = gaussian_inputs(check_int(tok, tokens, 1), network_width(model, blocks))
-        read = read_network(make, feed(check_int("inputs", per_init, 1), derive_seed(seed, 2, 0)),
+            feed = gaussian_inputs(_check_int(tok, tokens, 1), network_width(model, blocks))
+        read = read_network(make, feed(_check_int("inputs", per_init, 1), derive_seed(seed, 2, 0)),
                             (s0,), blocks)
     except ParameterError:
         raise

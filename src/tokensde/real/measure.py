@@ -16,9 +16,11 @@ from scipy import stats as st
 
 from ..analysis.clusters import is_antipodal, is_merged, upper_pairs
 
+__all__ = ["directions_gram", "gram_stats", "summarise"]
+
 _QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)
-TOL = 1e-2  # default distance to +1 / -1 for "merged" / "antipodal"
-STATS: tuple[str, ...] = ("cos_mean", *(f"cos_q{int(q * 100):02d}" for q in _QUANTILES),
+_TOL = 1e-2  # default distance to +1 / -1 for "merged" / "antipodal"
+_STATS: tuple[str, ...] = ("cos_mean", *(f"cos_q{int(q * 100):02d}" for q in _QUANTILES),
                           "frac_merged", "frac_anti", "erank")
 
 
@@ -28,7 +30,7 @@ def directions_gram(x: torch.Tensor) -> torch.Tensor:
     return u @ u.transpose(-1, -2)
 
 
-def gram_stats(g: torch.Tensor, tol: float = TOL) -> dict[str, np.ndarray]:
+def gram_stats(g: torch.Tensor, tol: float = _TOL) -> dict[str, np.ndarray]:
     """Per-matrix statistics of Gram matrices of directions `g` `(..., n, n)`: mean, quantiles,
     fraction within `tol` of +1 (merged) and of -1 (antipodal) of the off-diagonal cosines
     `<u_i, u_j>` (i < j), and the effective rank `exp(H(s / sum s))` (s the singular values of

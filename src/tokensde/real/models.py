@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..model.checks import ParameterError, check_choice, check_int, check_real, require
-from ..model.params import MAX_SIZE
+from ..model.checks import ParameterError, _check_choice, _check_int, _check_real, _require
+from ..model.params import _MAX_SIZE
 
 ARCHS: tuple[str, ...] = ("gpt2", "bert", "vit", "torch-encoder", "llama")
 INSTALL_HINT = 'the real-network models need HuggingFace transformers: pip install "tokensde[real]"'
@@ -99,39 +99,39 @@ class RealSpec:
     mlp_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        check_choice("arch", self.arch, ARCHS)
-        check_int("layers", self.layers, 1)
-        check_int("width", self.width, 2)
-        check_int("heads", self.heads, 1)
-        require(self.width % self.heads == 0, "heads", f"a divisor of width = {self.width}",
+        _check_choice("arch", self.arch, ARCHS)
+        _check_int("layers", self.layers, 1)
+        _check_int("width", self.width, 2)
+        _check_int("heads", self.heads, 1)
+        _require(self.width % self.heads == 0, "heads", f"a divisor of width = {self.width}",
                 self.heads)
-        check_int("ctx", self.ctx, 2)
+        _check_int("ctx", self.ctx, 2)
         if self.vocab is not None:
-            check_int("vocab", self.vocab, 2, MAX_SIZE)
-        check_int("mlp_ratio", self.mlp_ratio, 1)
-        check_int("patch", self.patch, 1)
-        require(_IMAGE_SIDE % self.patch == 0, "patch", f"a divisor of {_IMAGE_SIDE}", self.patch)
-        check_real("value_scale", self.value_scale, 0.0, strict=True)
-        require(self.value_scale <= _MAX_VALUE_SCALE, "value_scale",
+            _check_int("vocab", self.vocab, 2, _MAX_SIZE)
+        _check_int("mlp_ratio", self.mlp_ratio, 1)
+        _check_int("patch", self.patch, 1)
+        _require(_IMAGE_SIDE % self.patch == 0, "patch", f"a divisor of {_IMAGE_SIDE}", self.patch)
+        _check_real("value_scale", self.value_scale, 0.0, strict=True)
+        _require(self.value_scale <= _MAX_VALUE_SCALE, "value_scale",
                 f"a finite number in (0, {_MAX_VALUE_SCALE:g}]", self.value_scale)
-        require(self.residual_scaling or self.arch == "gpt2", "residual_scaling",
+        _require(self.residual_scaling or self.arch == "gpt2", "residual_scaling",
                 "True except for gpt2 (only GPT-2 scales its residual projections)",
                 self.residual_scaling)
-        require(self.bias or self.arch == "torch-encoder", "bias", "True except for "
+        _require(self.bias or self.arch == "torch-encoder", "bias", "True except for "
                 "torch-encoder (the HuggingFace models' biases are zero at init)", self.bias)
-        require(self.norm_first or self.arch == "torch-encoder", "norm_first", "True except "
+        _require(self.norm_first or self.arch == "torch-encoder", "norm_first", "True except "
                 "for torch-encoder (the others place their norms as built)", self.norm_first)
-        require(self.centring or self.arch != "llama", "centring", "True for llama (its norms "
+        _require(self.centring or self.arch != "llama", "centring", "True for llama (its norms "
                 "are RMSNorms: there is no centring to remove)", self.centring)
-        require(self.rope or self.arch == "llama", "rope", "True except for llama (the only "
+        _require(self.rope or self.arch == "llama", "rope", "True except for llama (the only "
                 "architecture with rotary position embeddings)", self.rope)
-        check_real("mlp_scale", self.mlp_scale, 0.0, strict=True)
-        require(self.mlp_scale <= _MAX_VALUE_SCALE and (self.mlp_scale == 1.0
+        _check_real("mlp_scale", self.mlp_scale, 0.0, strict=True)
+        _require(self.mlp_scale <= _MAX_VALUE_SCALE and (self.mlp_scale == 1.0
                                                        or self.arch == "llama"), "mlp_scale",
                 f"1 except for llama, where a finite number in (0, {_MAX_VALUE_SCALE:g}]",
                 self.mlp_scale)
-        check_choice("value_law", self.value_law, ("product", "gaussian"))
-        require(self.value_law == "product" or self.arch == "gpt2", "value_law",
+        _check_choice("value_law", self.value_law, ("product", "gaussian"))
+        _require(self.value_law == "product" or self.arch == "gpt2", "value_law",
                 "'product' except for gpt2 (the Gaussian value path is built for GPT-2 only)",
                 self.value_law)
 
@@ -163,7 +163,7 @@ class RealSpec:
         return {**asdict(self), "vocab": self.vocabulary, "tokens": self.tokens}
 
 
-class RMSNorm(nn.Module):
+class _RMSNorm(nn.Module):
     """LayerNorm without the centring: `x / sqrt(mean(x^2) + eps) * weight + bias`."""
 
     def __init__(self, ln: nn.LayerNorm) -> None:
@@ -185,7 +185,7 @@ def _uncentre(module: nn.Module) -> int:
     count = 0
     for name, child in list(module.named_children()):
         if isinstance(child, nn.LayerNorm):
-            setattr(module, name, RMSNorm(child))
+            setattr(module, name, _RMSNorm(child))
             count += 1
         else:
             count += _uncentre(child)
@@ -193,7 +193,7 @@ def _uncentre(module: nn.Module) -> int:
 
 
 @dataclass
-class RealNet:
+class _RealNet:
     """A built network: `model` (eval mode), `blocks` (the residual blocks, in order), `run`
     (inputs -> hidden states `(batch, layers + 1, n, d)`), the spec and the init seed."""
 
@@ -228,7 +228,7 @@ def _hooked_run(model: nn.Module, blocks: list[nn.Module],
     return run
 
 
-def switch(spec: RealSpec, parts: Sequence[tuple[torch.Tensor, ...]]) -> None:
+def _switch(spec: RealSpec, parts: Sequence[tuple[torch.Tensor, ...]]) -> None:
     """Apply `value_scale`, `qk` and `mlp` of `spec` to each block's (query, key, value, MLP
     output) weights, given as views into the parameters."""
     with torch.no_grad():
@@ -255,18 +255,18 @@ def _gpt2(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.T
             if not spec.residual_scaling:  # the what-if: GPT-2 without 1/sqrt(2 L)
                 b.attn.c_proj.weight.normal_(0.0, sd)
                 b.mlp.c_proj.weight.normal_(0.0, sd)
-    switch(spec, [(*b.attn.c_attn.weight.split(d, 1), b.mlp.c_proj.weight)  # Conv1D (d, 3d)
+    _switch(spec, [(*b.attn.c_attn.weight.split(d, 1), b.mlp.c_proj.weight)  # Conv1D (d, 3d)
                   for b in blocks])
     if spec.value_law == "gaussian":
         dh = d // spec.heads
         var_o = sd ** 2 / (2 * L) if spec.residual_scaling else sd ** 2
         entry_sd = math.sqrt(dh * var_o * (sd * spec.value_scale) ** 2)
         for b in blocks:
-            gaussian_value_path(b.attn, entry_sd * torch.randn(spec.heads, d, d), causal=True)
+            _gaussian_value_path(b.attn, entry_sd * torch.randn(spec.heads, d, d), causal=True)
     return model, blocks, lambda ids: model(input_ids=ids)
 
 
-def head_products(attn: Any, heads: int) -> torch.Tensor:
+def _head_products(attn: Any, heads: int) -> torch.Tensor:
     """`(heads, d, d)`: each head's value path `W_O^h W_V^h` of a GPT-2 attention (Conv1D weights
     act as `u @ W`, so the matrix acting on a column token is the transpose)."""
     d = attn.c_proj.weight.shape[0]
@@ -278,7 +278,7 @@ def head_products(attn: Any, heads: int) -> torch.Tensor:
                             for h in range(heads)])
 
 
-def gaussian_value_path(attn: Any, g: torch.Tensor, causal: bool) -> Any:
+def _gaussian_value_path(attn: Any, g: torch.Tensor, causal: bool) -> Any:
     """Make a GPT-2 attention module output `sum_h A_h u G_h^T + b_O` (its own softmax attention
     `A_h` of scaled, masked logits, the value path replaced by `g` `(heads, d, d)`), by a forward
     hook; returns the hook's handle. With `g = head_products(attn, heads)` it is the module's own
@@ -316,7 +316,7 @@ def _bert(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.T
                         **_encoder_sizes(spec))
     model = tf.BertModel(cfg, add_pooling_layer=False).eval()
     blocks = list(model.encoder.layer)
-    switch(spec, [(b.attention.self.query.weight, b.attention.self.key.weight,
+    _switch(spec, [(b.attention.self.query.weight, b.attention.self.key.weight,
                    b.attention.self.value.weight, b.output.dense.weight) for b in blocks])
     return model, blocks, lambda ids: model(input_ids=ids)
 
@@ -336,7 +336,7 @@ def _vit(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Te
         else:  # older transformers
             a = att.attention
             parts.append((a.query.weight, a.key.weight, a.value.weight, b.output.dense.weight))
-    switch(spec, parts)
+    _switch(spec, parts)
     return model, blocks, lambda x: model(pixel_values=x)
 
 
@@ -370,7 +370,7 @@ def _torch_encoder(spec: RealSpec) -> tuple[nn.Module, list[nn.Module],
                                              Callable[[torch.Tensor], Any]]:
     model = _TorchEncoder(spec).eval()
     blocks: list[Any] = list(model.layers)
-    switch(spec, [(*b.self_attn.in_proj_weight.split(spec.width, 0), b.linear2.weight)
+    _switch(spec, [(*b.self_attn.in_proj_weight.split(spec.width, 0), b.linear2.weight)
                   for b in blocks])  # rows q|k|v
     return model, blocks, model
 
@@ -386,7 +386,7 @@ def llama_config(spec: RealSpec) -> Any:
                           vocab_size=spec.vocabulary, pad_token_id=None, attention_dropout=0.0)
 
 
-def rope_at_zero(model: nn.Module) -> Any:
+def _rope_at_zero(model: nn.Module) -> Any:
     """Make `model.rotary_emb` rotate every token as at position 0 (cos 1, sin 0: queries and keys
     unrotated) by a forward pre-hook; returns its handle. The model's own position ids still
     reach the attention mask: all-zero `position_ids` given to the model would instead be read
@@ -403,14 +403,14 @@ def rope_at_zero(model: nn.Module) -> Any:
 def _llama(spec: RealSpec) -> tuple[nn.Module, list[nn.Module], Callable[[torch.Tensor], Any]]:
     model = require_transformers().LlamaModel(llama_config(spec)).eval()
     blocks = list(model.layers)
-    switch(spec, [(b.self_attn.q_proj.weight, b.self_attn.k_proj.weight,
+    _switch(spec, [(b.self_attn.q_proj.weight, b.self_attn.k_proj.weight,
                    b.self_attn.v_proj.weight, b.mlp.down_proj.weight) for b in blocks])
     with torch.no_grad():
         for b in blocks:
             b.mlp.gate_proj.weight.mul_(spec.mlp_scale)
             b.mlp.up_proj.weight.mul_(spec.mlp_scale)
     if not spec.rope:
-        rope_at_zero(model)
+        _rope_at_zero(model)
     return model, blocks, lambda ids: model(input_ids=ids)
 
 
@@ -418,7 +418,7 @@ _BUILDERS = {"gpt2": _gpt2, "bert": _bert, "vit": _vit, "torch-encoder": _torch_
             "llama": _llama}
 
 
-def build(spec: RealSpec, seed: int) -> RealNet:
+def build(spec: RealSpec, seed: int) -> _RealNet:
     """The network of `spec` at its init under torch's global RNG seeded with `seed`.
 
     The libraries draw their init from that RNG; the network is in eval mode, dropout off, float32
@@ -431,7 +431,7 @@ def build(spec: RealSpec, seed: int) -> RealNet:
     Returns:
         The `RealNet`.
     """
-    seed = check_int("seed", seed, 0)
+    seed = _check_int("seed", seed, 0)
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
@@ -442,7 +442,7 @@ def build(spec: RealSpec, seed: int) -> RealNet:
         for b in blocks:
             _uncentre(b)
     model.eval()
-    return RealNet(model, blocks, _hooked_run(model, blocks, call), spec, seed)
+    return _RealNet(model, blocks, _hooked_run(model, blocks, call), spec, seed)
 
 
 def make_inputs(spec: RealSpec, batch: int, seed: int, images: torch.Tensor | None = None
@@ -459,20 +459,20 @@ def make_inputs(spec: RealSpec, batch: int, seed: int, images: torch.Tensor | No
     Returns:
         Token ids `(batch, ctx)` or images `(batch, 1, 28, 28)`.
     """
-    batch = check_int("inputs", batch, 1)
-    gen = torch.Generator().manual_seed(check_int("seed", seed, 0))
+    batch = _check_int("inputs", batch, 1)
+    gen = torch.Generator().manual_seed(_check_int("seed", seed, 0))
     if spec.arch != "vit":
         return torch.randint(0, spec.vocabulary, (batch, spec.ctx), generator=gen)
     if images is None or images.dim() != 4 or tuple(images.shape[1:]) != (1, _IMAGE_SIDE,
                                                                          _IMAGE_SIDE):
         raise ParameterError(f"images must be a tensor (N, 1, {_IMAGE_SIDE}, {_IMAGE_SIDE}) for "
                              f"arch='vit'; got {None if images is None else tuple(images.shape)}")
-    require(batch <= len(images), "inputs", f"<= the {len(images)} images given", batch)
+    _require(batch <= len(images), "inputs", f"<= the {len(images)} images given", batch)
     pick = torch.randperm(len(images), generator=gen)[:batch]
     return images[pick]
 
 
-def hidden_states(net: RealNet, inputs: torch.Tensor) -> torch.Tensor:
+def hidden_states(net: _RealNet, inputs: torch.Tensor) -> torch.Tensor:
     """The embeddings and every block's output of `net` on `inputs`.
 
     Args:

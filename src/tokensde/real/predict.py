@@ -22,19 +22,21 @@ import torch
 from ..model.params import TimeGrid
 from ..sim.observe import Observer
 from ..sim.options import Execution, InitialState, Recording
-from ..sim.rng import RUN_BLOCK
+from ..sim.rng import _RUN_BLOCK
 from ..sim.simulate import simulate
 from .mapping import Mapping
-from .measure import TOL, directions_gram, gram_stats
+from .measure import _TOL, directions_gram, gram_stats
 
-SDE_STEPS = 64  # Euler steps of the depth limit on [0, 1] (a default run; docs/benchmarks.md)
-SDE_RUNS = 32  # runs of the depth limit in a default run (the first embeddings)
+__all__ = ["initial_state", "predict"]
+
+_SDE_STEPS = 64  # Euler steps of the depth limit on [0, 1] (a default run; docs/benchmarks.md)
+_SDE_RUNS = 32  # runs of the depth limit in a default run (the first embeddings)
 _SDE_QK_SAMPLES = 2  # draws of the query/key law per head and SDE step (docs/variants.md §3): the
 # logits of a real init are small (standard deviation d s var_QK ~ 0.1), so the average over the
 # law barely moves the attention, and each draw costs a head of noise
 
 
-def centred_coordinates(x: torch.Tensor) -> torch.Tensor:
+def _centred_coordinates(x: torch.Tensor) -> torch.Tensor:
     """The coordinates `(..., d - 1)` of the centred `x - mean(x) 1` in an orthonormal basis of
     the d - 1 dimensions orthogonal to `1 = (1, ..., 1)`: `x` after the Householder reflection
     that takes `1 / sqrt(d)` to the last axis, without that axis (inner products of centred
@@ -53,13 +55,13 @@ def initial_state(m: Mapping, x0: torch.Tensor) -> torch.Tensor:
     x = x0.to(torch.float64)
     if m.params.norm == "post":
         if m.law.model_d < m.law.d:
-            x = centred_coordinates(x)
+            x = _centred_coordinates(x)
         return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     return x / (m.params.d * m.radius2) ** 0.5
 
 
 def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
-            steps: int = SDE_STEPS, tol: float = TOL,
+            steps: int = _SDE_STEPS, tol: float = _TOL,
             progress: Callable[[int], None] | None = None
             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Statistics of the prediction at every recorded layer: `(fractions (K,), {stat: (runs, K)})`
@@ -91,7 +93,7 @@ def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
                                                     check=False)),
                        execution=Execution(sampler="fast" if p.has_bias else "gram",
                                            attention_eval="dense", dtype="float64",
-                                           batch_size=RUN_BLOCK),
+                                           batch_size=_RUN_BLOCK),
                        progress=progress)
     kept = res.observed["stats"]  # (runs, K, stats)
     return np.arange(grid.steps + 1) / grid.steps, {

@@ -20,9 +20,9 @@ import math
 
 import torch
 
-from ..model.checks import check_choice, check_int, check_real
+from ..model.checks import _check_choice, _check_int, _check_real
 
-LAWS: tuple[str, ...] = ("product", "gaussian")
+_LAWS: tuple[str, ...] = ("product", "gaussian")
 
 
 def value_moments(k: int, d: int, var_o: float, var_v: float, law: str = "product"
@@ -40,10 +40,10 @@ def value_moments(k: int, d: int, var_o: float, var_v: float, law: str = "produc
         Entry variance, entry fourth moment, entry kurtosis, and the mean and relative variance of
         `|P x|^2` for a unit `x`.
     """
-    k, d = check_int("k", k, 1), check_int("d", d, 1)
-    s2 = check_real("var_o", var_o, 0.0, strict=True) * check_real("var_v", var_v, 0.0,
+    k, d = _check_int("k", k, 1), _check_int("d", d, 1)
+    s2 = _check_real("var_o", var_o, 0.0, strict=True) * _check_real("var_v", var_v, 0.0,
                                                                     strict=True)
-    product = check_choice("law", law, LAWS) == "product"
+    product = _check_choice("law", law, _LAWS) == "product"
     var = k * s2
     m4 = 3.0 * k * (k + 2) * s2 * s2 if product else 3.0 * var * var
     return {"entry_var": var, "entry_m4": m4, "entry_kurtosis": m4 / var ** 2,
@@ -69,8 +69,8 @@ def draw_value_paths(k: int, d: int, var_o: float, var_v: float, draws: int,
     Returns:
         `(draws, d, d)`.
     """
-    k, d, draws = check_int("k", k, 1), check_int("d", d, 1), check_int("draws", draws, 1)
-    check_choice("law", law, LAWS)
+    k, d, draws = _check_int("k", k, 1), _check_int("d", d, 1), _check_int("draws", draws, 1)
+    _check_choice("law", law, _LAWS)
     if law == "gaussian":
         sd = math.sqrt(k * var_o * var_v)
         return sd * torch.randn(draws, d, d, generator=gen, dtype=dtype)

@@ -17,24 +17,26 @@ import torch
 
 from ..model.params import ModelParams, ParameterError, TimeGrid
 from ..model.qk import QKDraws
-from .bias import BIAS_STREAM, check_bias, mlp_branch
-from .layers import NORM_STEPS, attention_output, layer_step, network_step, normalize, residual_step
-from .loop import DecidedStop, Progress, Recorder, march
-from .norm_sde import peri_noise, peri_sde_step
-from .rng import MLP_STREAM, QK_STREAM, RUN_BLOCK, RunStreams
-from .samplers import mlp_sampler, noise_sampler, scheme_params
-from .sde import sde_layer, sde_step
-from .token_noise import add_token_noise, check_token_noise, token_noise_streams
+from .bias import _BIAS_STREAM, _check_bias, _mlp_branch
+from .layers import _NORM_STEPS, _attention_output, _layer_step, _residual_step, network_step, normalize
+from .loop import _DecidedStop, _march, _Progress, _Recorder
+from .norm_sde import _peri_noise, _peri_sde_step
+from .rng import _RUN_BLOCK, MLP_STREAM, QK_STREAM, RunStreams
+from .samplers import _mlp_sampler, _noise_sampler, _scheme_params
+from .sde import _sde_layer, sde_step
+from .token_noise import _add_token_noise, _check_token_noise, _token_noise_streams
 
-SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
+__all__ = ["Draws", "default_batch", "run_batch"]
+
+_SCHEMES: dict[str, Callable[..., torch.Tensor]] = {"network": network_step, "sde": sde_step}
 # the step of each (scheme, norm) other than post-norm (docs/variants.md §4): the Euler step of the
 # pre-norm limit is the residual update itself
 _NORM_SCHEMES: dict[tuple[str, str], Callable[..., torch.Tensor]] = {
-    **{("network", k): v for k, v in NORM_STEPS.items()},
-    ("sde", "pre"): residual_step, ("sde", "peri"): peri_sde_step}
+    **{("network", k): v for k, v in _NORM_STEPS.items()},
+    ("sde", "pre"): _residual_step, ("sde", "peri"): _peri_sde_step}
 
-BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
-CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
+_BATCH_BYTES = 1 << 30  # CUDA: the whole noise workspace of a batch
+_CACHE_BYTES = 4 << 20  # CPU: one per-layer tensor of a batch (benchmarks/bench_batch.py)
 
 
 def _pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -46,7 +48,7 @@ def _pair_tokens(rho0: float, d: int, dtype: torch.dtype, device: torch.device) 
     return x
 
 
-def initial_tokens(
+def _initial_tokens(
     init: str | np.ndarray | torch.Tensor,
     p: ModelParams,
     rs: RunStreams,
@@ -72,7 +74,7 @@ def initial_tokens(
     return a.clone() if as_is else normalize(a.clone())
 
 
-def mlp_width(p: ModelParams, sampler: str) -> int:
+def _mlp_width(p: ModelParams, sampler: str) -> int:
     """Per-run size of the MLP block's largest draw: both weight matrices (`full`) or the hidden
     units' pre-activations and what draws them (`fast`, `gram`); 0 without a block."""
     if not p.mlp_block.active:
@@ -94,23 +96,23 @@ def default_batch(runs: int, p: ModelParams, sampler: str, dtype: torch.dtype,
     if p.qk_law.random:  # the drawn query/key forms, one d x d per head (gram: the noise factor
         # of the heads' stacked outputs, 2n x heads n; the forms in the frame are n x n)
         width = max(width, p.heads * (2 * n * n if sampler == "gram" else d * d))
-    width = max(width, mlp_width(p, sampler))
+    width = max(width, _mlp_width(p, sampler))
     if torch.device(device).type == "cuda":
-        per_run, budget = (width + n * d) * 4 + 2 * n * n, BATCH_BYTES
+        per_run, budget = (width + n * d) * 4 + 2 * n * n, _BATCH_BYTES
     else:
-        per_run, budget = width, CACHE_BYTES
+        per_run, budget = width, _CACHE_BYTES
     fit = budget // (per_run * (torch.finfo(dtype).bits // 8))
-    return min(runs, max(RUN_BLOCK, fit // RUN_BLOCK * RUN_BLOCK))
+    return min(runs, max(_RUN_BLOCK, fit // _RUN_BLOCK * _RUN_BLOCK))
 
 
-def qk_draws(p: ModelParams, scheme: str, rs: RunStreams, dtype: torch.dtype
+def _qk_draws(p: ModelParams, scheme: str, rs: RunStreams, dtype: torch.dtype
              ) -> QKDraws | None:
     """The random query/key forms of the runs of `rs` (None for qk='identity'), drawn from streams
     of their own (`rs.derived(QK_STREAM)`): the initial tokens and the value noise stay those of
     qk='identity' with the same seed."""
     if not p.qk_law.random:
         return None
-    q = scheme_params(p, scheme)
+    q = _scheme_params(p, scheme)
     return QKDraws(q.qk_law, q.heads, rs.derived(QK_STREAM), dtype)
 
 
@@ -137,10 +139,10 @@ class Draws:
     @classmethod
     def of(cls, p: ModelParams, scheme: str, rs: RunStreams, dtype: torch.dtype) -> Draws:
         """Every stream that the model `p` draws from, for the runs of `rs`."""
-        return cls(rs, qk_draws(p, scheme, rs, dtype),
+        return cls(rs, _qk_draws(p, scheme, rs, dtype),
                    rs.derived(MLP_STREAM) if p.mlp_block.active else None,
-                   rs.derived(BIAS_STREAM) if p.has_bias else None,
-                   token_noise_streams(p, rs))
+                   rs.derived(_BIAS_STREAM) if p.has_bias else None,
+                   _token_noise_streams(p, rs))
 
     def retain(self, mask: torch.Tensor) -> None:
         """Keep only the runs of `mask` in every stream (`DecidedStop`: decided runs leave)."""
@@ -156,9 +158,9 @@ def run_batch(
     draws: Draws,
     sampler: str,
     scheme: str,
-    recorder: Recorder | None = None,
-    progress: Progress | None = None,
-    stop_test: DecidedStop | None = None,
+    recorder: _Recorder | None = None,
+    progress: _Progress | None = None,
+    stop_test: _DecidedStop | None = None,
     weights: torch.Tensor | None = None,
     attention_eval: str = "dense",
 ) -> torch.Tensor:
@@ -172,41 +174,41 @@ def run_batch(
         draws: the batch's streams (`Draws.of`): each stream the model draws from must be there.
         sampler: 'fast' or 'full'.
         scheme: 'network' or 'sde'.
-        recorder: what records the state (`loop.Recorder`: `recorder.at(k, x, rows)` at each
+        recorder: what records the state (`loop._Recorder`: `recorder.at(k, x, rows)` at each
             layer `k` of `recorder.layers`), or None.
         progress: a progress callback, or None.
         stop: the stopping rule (`march`), or None for the horizon.
         weights: token weights `(n,)` or `(runs, n)` of the attention, or None.
-        attention_eval: 'dense' or 'expansion' (`expansion.choose_evaluator`).
+        attention_eval: 'dense' or 'expansion' (`expansion._choose_evaluator`).
 
     Returns:
         The final state `(runs, n, d)`.
     """
-    check_bias(p, scheme)
-    check_token_noise(p, sampler)
+    _check_bias(p, scheme)
+    _check_token_noise(p, sampler)
     needed = {"forms": p.qk_law.random, "mlp": p.mlp_block.active, "bias": p.has_bias,
               "token": p.token_noise > 0}
     missing = [k for k, used in needed.items() if used and getattr(draws, k) is None]
     if missing:
         raise ParameterError(f"the model draws {', '.join(missing)}: pass draws = "
                              "Draws.of(p, scheme, rs, dtype), which holds their streams")
-    q = scheme_params(p, scheme)
-    step = SCHEMES[scheme] if p.norm == "post" else _NORM_SCHEMES[scheme, p.norm]
-    noise = peri_noise if (scheme, p.norm) == ("sde", "peri") else noise_sampler(sampler, q)
+    q = _scheme_params(p, scheme)
+    step = _SCHEMES[scheme] if p.norm == "post" else _NORM_SCHEMES[scheme, p.norm]
+    noise = _peri_noise if (scheme, p.norm) == ("sde", "peri") else _noise_sampler(sampler, q)
     silent = p.noise_scale == 0.0
     inputs = (lambda t: t) if p.norm == "post" else normalize  # what attention sees
-    block = mlp_sampler(sampler, scheme) if p.mlp_block.active else None
+    block = _mlp_sampler(sampler, scheme) if p.mlp_block.active else None
     # the limit takes both noises in one step, the network one sublayer each (docs/variants.md §5)
-    advance = sde_layer if scheme == "sde" else layer_step
-    mlp = mlp_branch(q, sampler, block, draws.mlp, draws.bias)
+    advance = _sde_layer if scheme == "sde" else _layer_step
+    mlp = _mlp_branch(q, sampler, block, draws.mlp, draws.bias)
     rs, forms, token = draws.runs, draws.forms, draws.token
 
     def layer(xk: torch.Tensor) -> torch.Tensor:
-        y = attention_output(inputs(xk), q, None if forms is None else forms.next(), weights,
+        y = _attention_output(inputs(xk), q, None if forms is None else forms.next(), weights,
                              attention_eval)
         xi = torch.zeros_like(xk) if silent else noise(y, q, rs)
         if token is not None:
-            xi = add_token_noise(xi, q, token)
+            xi = _add_token_noise(xi, q, token)
         return advance(xk, y, xi, q, grid.dt, mlp, step)
 
-    return march(x, grid.steps, layer, recorder, progress, stop_test=stop_test)
+    return _march(x, grid.steps, layer, recorder, progress, stop_test=stop_test)

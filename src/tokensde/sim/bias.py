@@ -16,12 +16,12 @@ import torch
 
 from ..model.params import ModelParams, ParameterError
 from .rng import RunStreams
-from .samplers import Sampler, gram_factor, mlp_scale
+from .samplers import _gram_factor, _mlp_scale, _Sampler
 
-BIAS_STREAM = 0x42494153  # `derive_seed` key of the streams of the biases ("BIAS")
+_BIAS_STREAM = 0x42494153  # `derive_seed` key of the streams of the biases ("BIAS")
 
 
-def check_bias(p: ModelParams, scheme: str) -> None:
+def _check_bias(p: ModelParams, scheme: str) -> None:
     """Refuse biases where `scheme` has no step for them (a ParameterError naming the parameter).
 
     Args:
@@ -45,7 +45,7 @@ def check_bias(p: ModelParams, scheme: str) -> None:
                              f"bias_sigma={p.bias_sigma:g} with norm={p.norm!r}")
 
 
-def hidden_biased(u: torch.Tensor, p: ModelParams, sampler: str, mlp_rs: RunStreams,
+def _hidden_biased(u: torch.Tensor, p: ModelParams, sampler: str, mlp_rs: RunStreams,
                   c: torch.Tensor) -> torch.Tensor:
     """MLP block output `W_2 phi(W_1 u_i + mlp_bias c)` `(runs, n, d)` with the hidden bias `c`.
 
@@ -54,33 +54,33 @@ def hidden_biased(u: torch.Tensor, p: ModelParams, sampler: str, mlp_rs: RunStre
         p: the model parameters (`mlp_bias`, the activation, `mlp_sigma`, the width m).
         sampler: 'fast' (pre-activations `C_X Z_1` with `C_X C_X^T = U U^T`, output
             `s C_H Z_2`) or 'full' (both weight matrices drawn); the draws from `mlp_rs` are
-            those of `samplers.mlp_noise_fast` / `mlp_noise_full`, in the same order.
+            those of `samplers._mlp_noise_fast` / `mlp_noise_full`, in the same order.
         mlp_rs: the streams of the MLP weights.
         c: standard normal hidden biases `(runs, 1, m)`.
 
     Returns:
-        The block output, `W_2` of entry standard deviation `samplers.mlp_scale(p)`.
+        The block output, `W_2` of entry standard deviation `samplers._mlp_scale(p)`.
     """
     shift = c.mul(p.mlp_bias)
     if sampler == "full":
         w1 = mlp_rs.normal(p.mlp_hidden, p.d, dtype=u.dtype)
         h = p.mlp_block(u @ w1.transpose(-1, -2) + shift)
         w2 = mlp_rs.normal(p.d, p.mlp_hidden, dtype=u.dtype)
-        return (h @ w2.transpose(-1, -2)).mul_(mlp_scale(p))
+        return (h @ w2.transpose(-1, -2)).mul_(_mlp_scale(p))
     pre = mlp_rs.normal(p.n, p.mlp_hidden, dtype=u.dtype)
     z = mlp_rs.normal(p.n, p.d, dtype=u.dtype)
-    h = p.mlp_block(gram_factor(u) @ pre + shift)
-    return (gram_factor(h) @ z).mul_(mlp_scale(p))
+    h = p.mlp_block(_gram_factor(u) @ pre + shift)
+    return (_gram_factor(h) @ z).mul_(_mlp_scale(p))
 
 
-def mlp_branch(p: ModelParams, sampler: str, block: Sampler | None, mlp_rs: RunStreams | None,
+def _mlp_branch(p: ModelParams, sampler: str, block: _Sampler | None, mlp_rs: RunStreams | None,
                bias_rs: RunStreams | None) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The branch of the MLP sublayer, `u -> W_2 phi(W_1 u + mlp_bias c) + bias_sigma g`.
 
     Args:
         p: the model parameters.
         sampler: 'fast' or 'full' (network), or 'sde' (the limit's kernel noise, `block`).
-        block: the MLP block's sampler (`samplers.mlp_sampler`), None with mlp='none'.
+        block: the MLP block's sampler (`samplers._mlp_sampler`), None with mlp='none'.
         mlp_rs: the streams of the MLP weights (None with mlp='none').
         bias_rs: the streams of the biases (`rs.derived(BIAS_STREAM)`), needed when
             `p.has_bias`.
@@ -106,7 +106,7 @@ def mlp_branch(p: ModelParams, sampler: str, block: Sampler | None, mlp_rs: RunS
         if plain is not None and mlp_rs is not None:
             if p.mlp_bias > 0:
                 c = bias_rs.normal(1, p.mlp_hidden, dtype=u.dtype)
-                out = hidden_biased(u, p, sampler, mlp_rs, c)
+                out = _hidden_biased(u, p, sampler, mlp_rs, c)
             else:
                 out = plain(u, p, mlp_rs)
         if p.bias_sigma == 0:

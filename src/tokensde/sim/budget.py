@@ -134,7 +134,7 @@ def estimate_memory(runs: int, n: int, width: int, checkpoints: int, *, block: i
     Returns:
         `Memory(kept, workspace)` in bytes.
     """
-    from .expansion import BLOCK_MIN
+    from .expansion import _BLOCK_MIN
 
     kept = runs * (n * width + checkpoints * n * n * ("gram" in record)
                    + checkpoints * n * width * ("tokens" in record))
@@ -145,7 +145,7 @@ def estimate_memory(runs: int, n: int, width: int, checkpoints: int, *, block: i
     wide = 0  # float64 numbers of the expansion
     if basis:
         wide = block * ((1 + width) * (2 * n + basis) + n * width) + (
-            basis * max(BLOCK_MIN, n) if block else 0)
+            basis * max(_BLOCK_MIN, n) if block else 0)
     return Memory(kept * itemsize, layer * itemsize + wide * 8)
 
 

@@ -4,7 +4,7 @@ One fine grid of `ref_steps` steps of `h = T / ref_steps` carries the Brownian i
 coarse grid of `k` fine steps per step (a network of `L = ref_steps / k` layers, or the SDE at
 step `k h`) steps once every `k` fine steps, driven by the sum of their increments. The fine SDE
 is `march`'s state: one `march` step is one fine step of every scheme (`_Levels`), so the layers
-of all the coupled schemes are applied through the one layer loop `tokensde.sim.loop.march`.
+of all the coupled schemes are applied through the one layer loop `tokensde.sim.loop._march`.
 
 `coupled_states` (networks of several depths and both Richardson grids of the SDE, driven by
 `RunStreams`; what the convergence study of `tokensde.analysis.convergence` reduces to
@@ -21,15 +21,15 @@ from typing import NamedTuple
 
 import torch
 
-from ..model.params import ModelParams, ParameterError, TimeGrid, check_int
-from .batch import qk_draws
-from .layers import NORM_STEPS, attention_output, layer_step, normalize, residual_step
-from .loop import DecidedStop, Progress, Recorder, march
+from ..model.params import ModelParams, ParameterError, TimeGrid, _check_int
+from .batch import _qk_draws
+from .layers import _NORM_STEPS, _attention_output, _layer_step, _residual_step, normalize
+from .loop import _DecidedStop, _march, _Progress, _Recorder
 from .rng import RunStreams
-from .samplers import apply_matrices, mlp_kernel_noise, mlp_noise_given, scheme_params
-from .sde import sde_layer, sde_step
+from .samplers import _mlp_kernel_noise, _mlp_noise_given, _scheme_params, apply_matrices
+from .sde import _sde_layer, sde_step
 
-LAWS: tuple[str, ...] = ("gaussian", "uniform")
+_LAWS: tuple[str, ...] = ("gaussian", "uniform")
 
 
 
@@ -48,10 +48,10 @@ class CoupledState(NamedTuple):
 _Drive = Callable[[int], tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]]
 
 
-def check_levels(levels: Sequence[int], ref_steps: int) -> tuple[int, ...]:
+def _check_levels(levels: Sequence[int], ref_steps: int) -> tuple[int, ...]:
     """Sorted distinct levels, each >= 1 and dividing `ref_steps`; `ref_steps` even."""
-    ref_steps = check_int("ref_steps", ref_steps, 2)
-    out = tuple(sorted({check_int("level", L, 1) for L in levels}))
+    ref_steps = _check_int("ref_steps", ref_steps, 2)
+    out = tuple(sorted({_check_int("level", L, 1) for L in levels}))
     if not out:
         raise ParameterError("levels must hold at least one layer count; got none")
     bad = [L for L in out if ref_steps % L]
@@ -61,7 +61,7 @@ def check_levels(levels: Sequence[int], ref_steps: int) -> tuple[int, ...]:
     return out
 
 
-def uniform_from_gaussian(v: torch.Tensor, sigma: float) -> torch.Tensor:
+def _uniform_from_gaussian(v: torch.Tensor, sigma: float) -> torch.Tensor:
     """Entry-wise quantile map `N(0, sigma^2) -> U(-sigma sqrt 3, sigma sqrt 3)` (same variance)."""
     if sigma == 0.0:
         return torch.zeros_like(v)
@@ -69,12 +69,12 @@ def uniform_from_gaussian(v: torch.Tensor, sigma: float) -> torch.Tensor:
 
 
 def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[int],
-                   ref_steps: int, rs: RunStreams, laws: Sequence[str] = LAWS,
-                   progress: Progress | None = None,
+                   ref_steps: int, rs: RunStreams, laws: Sequence[str] = _LAWS,
+                   progress: _Progress | None = None,
                    qk_rs: RunStreams | None = None,
                    mlp_rs: RunStreams | None = None,
                    *,
-                   recorder: Recorder[CoupledState] | None = None,
+                   recorder: _Recorder[CoupledState] | None = None,
                    ) -> tuple[dict[tuple[str, int], torch.Tensor], torch.Tensor, torch.Tensor]:
     """Networks of `L` layers and the SDE at steps `T / ref_steps` and `2 T / ref_steps`, one Brownian path.
 
@@ -87,7 +87,7 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
 
     A random qk law draws its forms from `qk_rs`: with qk_redraw='run' once, shared by every
     network and SDE of a run; with 'layer' afresh at every fine step of the SDE, which averages
-    over the law with `qk_samples` draws per head and step (`samplers.scheme_params`): its path is
+    over the law with `qk_samples` draws per head and step (`samplers._scheme_params`): its path is
     `Z_j = rs.normal(heads, qk_samples, d, d)` over `sqrt(heads qk_samples)`, a network's head `h`
     takes the sum over the draws as its path and, as its form for a layer, the first draw of head
     `h` at the first fine step of the layer (the SDE twice as coarse: the draws of its first fine
@@ -97,7 +97,7 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
     An MLP block (docs/variants.md §5) draws from `mlp_rs`: fine step `j` of the SDE drives its
     kernel noise `mlp_sigma C_K(x) Z^m_j` by standard normals `Z^m_j` `(n, d)`; a network's layer
     draws its hidden pre-activations afresh and drives the block's output `s C_H Z` (the exact
-    fast form, `tokensde.sim.samplers.mlp_noise_fast`) by the sum of the `Z^m_j` of its fine steps
+    fast form, `tokensde.sim.samplers._mlp_noise_fast`) by the sum of the `Z^m_j` of its fine steps
     over `sqrt(k)`: one Gaussian path for both, coupled as far as `s^2 H H^T` is close to
     `mlp_sigma^2 khat(X X^T)`.
 
@@ -117,21 +117,21 @@ def coupled_states(x0: torch.Tensor, p: ModelParams, T: float, levels: Sequence[
         progress: Called with the number of runs after each fine step, or None.
         qk_rs: The streams of a random qk law's forms, or None.
         mlp_rs: The streams of the MLP block's weights (needed with an MLP block), or None.
-        recorder: What records the states (`loop.Recorder`, e.g. `loop.OnLayers` or
-            `observe.Observations.batch`): `recorder.at(j, state, rows)` after each fine step
+        recorder: What records the states (`loop._Recorder`, e.g. `loop.OnLayers` or
+            `observe._Observations.batch`): `recorder.at(j, state, rows)` after each fine step
             `j` of `recorder.layers` (0: the start), `state` a `CoupledState`; or None.
 
     Returns:
         `(nets, fine, half)`: the networks' final states by `(law, L)`, the fine SDE's and the
         coarse SDE's, each `(runs, n, d)`.
     """
-    levels = check_levels(levels, ref_steps)
+    levels = _check_levels(levels, ref_steps)
     _check_coupled("coupled_states", p)
     if p.mlp_block.active and mlp_rs is None:
         raise ParameterError(f"mlp={p.mlp!r} needs the streams of its weights (mlp_rs)")
     h = T / ref_steps
     c = _Coupling(p, h)
-    draws = None if qk_rs is None else qk_draws(p, "sde", qk_rs, x0.dtype)
+    draws = None if qk_rs is None else _qk_draws(p, "sde", qk_rs, x0.dtype)
 
     def drive(j: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         dw = c.increment(rs, x0.dtype)
@@ -180,7 +180,7 @@ def coupled_paths(
     if p.mlp_block.active:
         raise ParameterError(f"coupled_paths carries no MLP block noise; got mlp={p.mlp!r} "
                              "(use coupled_states with mlp_rs)")
-    substeps = check_int("substeps", substeps, 1)
+    substeps = _check_int("substeps", substeps, 1)
     h = grid.dt / substeps
     c = _Coupling(p, h)
     layer: list[torch.Tensor] = []  # the increments of the current layer
@@ -198,34 +198,34 @@ def coupled_paths(
     return run.nets["gaussian", grid.steps], x_sde
 
 
-def check_step_coupling(p: ModelParams) -> None:
+def _check_step_coupling(p: ModelParams) -> None:
     """ParameterError naming what `coupled_steps` cannot couple: value noise other than matrix
     noise (Gaussian or uniform law), norm 'peri', independent token noise, random biases."""
     _check_coupled("the step-doubling coupling", p)
     if p.noise != "matrix":
         raise ParameterError(f"the step-doubling coupling drives matrix value noise only; got "
                              f"noise={p.noise!r} (allowed: 'matrix')")
-    if p.law not in LAWS:
-        raise ParameterError(f"the step-doubling coupling takes law one of {', '.join(LAWS)}; "
+    if p.law not in _LAWS:
+        raise ParameterError(f"the step-doubling coupling takes law one of {', '.join(_LAWS)}; "
                              f"got law={p.law!r}")
     if p.has_bias:
         raise ParameterError("the step-doubling coupling does not carry random biases; got "
                              f"bias_sigma={p.bias_sigma:g}, mlp_bias={p.mlp_bias:g} (allowed: 0)")
 
 
-def levels_of(steps: int) -> int:
+def _levels_of(steps: int) -> int:
     """The steps coupled over `steps` fine layers: 3 (dt, 2 dt, 4 dt) for a multiple of 4, else
     2 (dt, 2 dt; the order is then not checked)."""
     return 3 if steps % 4 == 0 else 2
 
 
-def why_not_coupled(p: ModelParams, steps: int, scheme: str, evaluator: str = "dense"
+def _why_not_coupled(p: ModelParams, steps: int, scheme: str, evaluator: str = "dense"
                     ) -> str | None:
     """Why the step error of a run of `p` over `steps` layers cannot be measured by step
     doubling (`coupled_steps`), None where it can; `evaluator` is the run's attention
     evaluation ('expansion': the coupled runs, which evaluate attention densely, are not run)."""
     try:
-        check_step_coupling(p)
+        _check_step_coupling(p)
     except ParameterError as err:
         return str(err)
     if scheme not in ("network", "sde"):
@@ -238,7 +238,7 @@ def why_not_coupled(p: ModelParams, steps: int, scheme: str, evaluator: str = "d
     return None
 
 
-def coupled_steps(x0: torch.Tensor, p: ModelParams, steps: int, dt: float, rs: RunStreams,
+def _coupled_steps(x0: torch.Tensor, p: ModelParams, steps: int, dt: float, rs: RunStreams,
                   scheme: str = "network", decide: tuple[float, int] | None = None,
                   weights: torch.Tensor | None = None, levels: int = 2) -> torch.Tensor:
     """The model at steps `dt, 2 dt, ..., 2^(levels-1) dt` on one Brownian path: final states
@@ -250,7 +250,7 @@ def coupled_steps(x0: torch.Tensor, p: ModelParams, steps: int, dt: float, rs: R
     the first forms of its fine steps and its own MLP hidden draws; with `scheme='sde'` the SDE at
     `dt` (march's state) and at `k dt` (driven likewise by the summed increments). All run
     `steps` fine steps (a multiple of `2^(levels-1)`), or, with `decide = (tol, every)`, each run
-    until decided at every step (`loop.DecidedStop.decided`, tested every `every` fine steps, rounded up
+    until decided at every step (`loop._DecidedStop.decided`, tested every `every` fine steps, rounded up
     to a multiple of `2^(levels-1)` so that every coarse state is current). Models:
     `check_step_coupling`.
 
@@ -270,18 +270,18 @@ def coupled_steps(x0: torch.Tensor, p: ModelParams, steps: int, dt: float, rs: R
     """
     from .rng import MLP_STREAM
 
-    check_step_coupling(p)
+    _check_step_coupling(p)
     if levels not in (2, 3):
         raise ParameterError(f"levels must be 2 or 3; got {levels!r}")
     m = 2 ** (levels - 1)
-    steps = check_int("steps", steps, m)
+    steps = _check_int("steps", steps, m)
     if steps % m:
         raise ParameterError(f"coupling {levels} steps needs fine steps a multiple of {m}; got "
                              f"{steps}")
     if scheme not in ("network", "sde"):
         raise ParameterError(f"scheme must be 'network' or 'sde'; got {scheme!r}")
     c = _Coupling(p, dt)
-    draws = qk_draws(p, "sde", rs, x0.dtype)
+    draws = _qk_draws(p, "sde", rs, x0.dtype)
     mlp_rs = rs.derived(MLP_STREAM) if p.mlp_block.active else None
 
     def drive(j: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
@@ -302,13 +302,13 @@ def coupled_steps(x0: torch.Tensor, p: ModelParams, steps: int, dt: float, rs: R
         return (x, *(run.sdes[k] for k in ks[1:]))
 
     if decide is None:
-        x = march(x0.clone(), steps, run)
+        x = _march(x0.clone(), steps, run)
         return torch.stack(pick(x), 1)
     tol, every = decide
     every = m * max(1, -(-every // m))
     streams = [s.retain for s in (rs, draws, mlp_rs) if s is not None]
     rule = _BothDecided(run, pick, tol, every, x0.shape[0], streams, p.norm != "post")
-    return march(x0.clone(), steps, run, stop_test=rule)
+    return _march(x0.clone(), steps, run, stop_test=rule)
 
 
 def _check_coupled(name: str, p: ModelParams) -> None:
@@ -372,7 +372,7 @@ class _Coupling:
     network's head the sum of its `m`."""
 
     def __init__(self, p: ModelParams, h: float) -> None:
-        self.p, self.ps, self.h = p, scheme_params(p, "sde"), h
+        self.p, self.ps, self.h = p, _scheme_params(p, "sde"), h
         self.m = self.ps.heads // p.heads  # draws of the qk law per head and SDE step
         self.sig = p.sigma / math.sqrt(self.ps.heads)  # entry scale of one SDE head's value noise
         self.sig_net = p.sigma / math.sqrt(p.heads)  # and of one network head's
@@ -382,8 +382,8 @@ class _Coupling:
         self.mlp = p.mlp_block.active
         # what attention reads, and the steps: post-norm projects, pre-norm adds to the stream
         self.inputs = (lambda t: t) if p.norm == "post" else normalize
-        self.net_step = NORM_STEPS[p.norm]
-        self.sde_step = sde_step if p.norm == "post" else residual_step
+        self.net_step = _NORM_STEPS[p.norm]
+        self.sde_step = sde_step if p.norm == "post" else _residual_step
 
     def grid(self, level: int | None, k: int, dt: float, root: float, x0: torch.Tensor,
              total: Callable[[], torch.Tensor] | None = None) -> _Grid:
@@ -403,11 +403,11 @@ class _Coupling:
         """One SDE step of size `dt` (`root = sqrt(dt)`), `k` fine steps, driven by their summed
         increments `dw` and normals `zm`."""
         ps = self.ps
-        y = attention_output(self.inputs(x), ps, forms, weights=weights)
+        y = _attention_output(self.inputs(x), ps, forms, weights=weights)
         v = (dw if self.m == 1 else dw.flatten(1, 2)) / root
         z = None if zm is None else zm if k == 1 else zm / math.sqrt(k)
-        mlp = None if z is None else (lambda u: mlp_kernel_noise(u, ps, z))
-        return sde_layer(x, y, apply_matrices(y, v), ps, dt, mlp, self.sde_step)
+        mlp = None if z is None else (lambda u: _mlp_kernel_noise(u, ps, z))
+        return _sde_layer(x, y, apply_matrices(y, v), ps, dt, mlp, self.sde_step)
 
     def forms(self, f: torch.Tensor | None) -> torch.Tensor | None:
         """The networks' forms: the first of the `m` draws of each head."""
@@ -431,14 +431,14 @@ class _Coupling:
             p.n, p.mlp_hidden, dtype=total.dtype)
         zm, root_k = g.zm, math.sqrt(g.k)
         mlp = None if pre is None or zm is None else (
-            lambda u: mlp_noise_given(u, p, pre, zm, root_k))
+            lambda u: _mlp_noise_given(u, p, pre, zm, root_k))
         level = g.level
         assert level is not None, "networks() runs on the grids of the network levels"
         for law in laws:
-            v = v_gauss if law == "gaussian" else uniform_from_gaussian(v_gauss, self.sig_net)
+            v = v_gauss if law == "gaussian" else _uniform_from_gaussian(v_gauss, self.sig_net)
             x = nets[law, level]
-            y = attention_output(self.inputs(x), p, forms, weights=weights)
-            nets[law, level] = layer_step(x, y, apply_matrices(y, v), p, dt, mlp, self.net_step)
+            y = _attention_output(self.inputs(x), p, forms, weights=weights)
+            nets[law, level] = _layer_step(x, y, apply_matrices(y, v), p, dt, mlp, self.net_step)
 
 
 class _Levels:
@@ -494,20 +494,20 @@ class _Levels:
         """The coupled states now, `fine` the fine SDE's (march's state)."""
         return CoupledState(dict(self.nets), fine, fine if self.half is None else self.half)
 
-    def march(self, fine: torch.Tensor, steps: int, progress: Progress | None = None,
-              recorder: Recorder[CoupledState] | None = None) -> torch.Tensor:
-        """`steps` fine steps through `loop.march`, the `CoupledState` to `recorder` at its
+    def march(self, fine: torch.Tensor, steps: int, progress: _Progress | None = None,
+              recorder: _Recorder[CoupledState] | None = None) -> torch.Tensor:
+        """`steps` fine steps through `loop._march`, the `CoupledState` to `recorder` at its
         layers."""
         if recorder is None:
-            return march(fine, steps, self, None, progress)
-        return march(fine, steps, self, _Viewed(recorder, self.state), progress)
+            return _march(fine, steps, self, None, progress)
+        return _march(fine, steps, self, _Viewed(recorder, self.state), progress)
 
 
 class _Viewed:
-    """A `loop.Recorder` of march's state (the fine SDE) that hands `recorder` the
+    """A `loop._Recorder` of march's state (the fine SDE) that hands `recorder` the
     `CoupledState` `view(x)`."""
 
-    def __init__(self, recorder: Recorder[CoupledState],
+    def __init__(self, recorder: _Recorder[CoupledState],
                  view: Callable[[torch.Tensor], CoupledState]) -> None:
         self.recorder, self.view, self.layers = recorder, view, recorder.layers
 
@@ -521,8 +521,8 @@ class _Viewed:
 
 
 class _BothDecided:
-    """The stopping rule (`loop.StopTest`) of `coupled_steps`: the state at each step is kept at its
-    first test decided (`loop.DecidedStop.decided`: a first passage, as a run stopped once decided
+    """The stopping rule (`loop._StopTest`) of `coupled_steps`: the state at each step is kept at its
+    first test decided (`loop._DecidedStop.decided`: a first passage, as a run stopped once decided
     reads it; a pair within `tol` of the antipode may leave it again), and a run leaves once
     decided at every step; `retain` drops it from the coupled states and from the streams."""
 
@@ -530,7 +530,7 @@ class _BothDecided:
                  tol: float, every: int, runs: int,
                  streams: Sequence[Callable[[torch.Tensor], None]], directions: bool) -> None:
         self.levels, self.pick, self.every, self.streams = levels, pick, every, streams
-        self.test = DecidedStop(tol, every, runs, lambda m: None, directions)
+        self.test = _DecidedStop(tol, every, runs, lambda m: None, directions)
         self.layer = self.test.layer
         self.final: torch.Tensor | None = None  # (runs, levels, n, d): the states kept
         self.seen: torch.Tensor | None = None  # (live runs, levels): decided at that step

@@ -43,12 +43,12 @@ import math
 
 import torch
 
-DENSE_MAX = 256  # n at or below which the decided test forms the n x n gaps (the earlier test)
-ROW_BLOCK = 1024  # rows of the dense formula evaluated at once on candidate pairs
+_DENSE_MAX = 256  # n at or below which the decided test forms the n x n gaps (the earlier test)
+_ROW_BLOCK = 1024  # rows of the dense formula evaluated at once on candidate pairs
 _ANGLE_ERR = 1e-13  # bound on the error of a computed angle (radians), float64 atan2 / asin
 
 
-def dense_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
+def _dense_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
     """`(runs,)`: every pair `i != j` has `1 - |<x_i, x_j>| < tol`, from the `n x n` gaps.
 
     Args:
@@ -63,7 +63,7 @@ def dense_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
     return (gap < tol).flatten(1).all(-1)
 
 
-def _pairs_pass(x: torch.Tensor, tol: float, rows: int = ROW_BLOCK) -> bool:
+def _pairs_pass(x: torch.Tensor, tol: float, rows: int = _ROW_BLOCK) -> bool:
     """`1 - |<x_i, x_j>| < tol` for every pair `i != j` of one run's tokens `x` `(n, d)`: the
     dense formula in blocks of `rows` rows (memory `rows x n`).
 
@@ -84,7 +84,7 @@ def _pairs_pass(x: torch.Tensor, tol: float, rows: int = ROW_BLOCK) -> bool:
     return True
 
 
-def angle_of_gap(t: float) -> float:
+def _angle_of_gap(t: float) -> float:
     """`A(t) = arccos(1 - t) = 2 asin(sqrt(t / 2))`: the angle whose `1 - cos` is `t` (0 for
     t <= 0, pi for t >= 2).
 
@@ -99,7 +99,7 @@ def angle_of_gap(t: float) -> float:
     return 2.0 * math.asin(min(1.0, math.sqrt(t / 2.0)))
 
 
-def rounding_margin(x: torch.Tensor) -> float:
+def _rounding_margin(x: torch.Tensor) -> float:
     """`E`: a bound on `|fl(1 - |<x_i, x_j>|) - (1 - cos δ'_ij)|` for the tokens `x`, from
     their dtype's unit roundoff u and their largest norm defect ν (module docstring).
 
@@ -115,7 +115,7 @@ def rounding_margin(x: torch.Tensor) -> float:
     return (d + 2) * u * (1 + nu) ** 2 / (1 - (d + 2) * u) + 2 * nu + nu * nu + 8e-16
 
 
-def circle_verdict(x: torch.Tensor, tol: float, margin: float) -> torch.Tensor:
+def _circle_verdict(x: torch.Tensor, tol: float, margin: float) -> torch.Tensor:
     """Per run of circle tokens `(runs, n, 2)`: 1 decided, 0 not, -1 inside the rounding band,
     from the largest gap of the sorted angles mod pi (the lemma of the module docstring).
 
@@ -133,8 +133,8 @@ def circle_verdict(x: torch.Tensor, tol: float, margin: float) -> torch.Tensor:
     gaps = torch.diff(phi, dim=-1, append=phi[..., :1] + math.pi)
     arc = math.pi - gaps.max(-1).values  # shortest arc of R / pi Z holding every phi
     err = 4 * _ANGLE_ERR
-    yes = arc + err < angle_of_gap(tol - margin)
-    no = arc - err >= angle_of_gap(tol + margin)
+    yes = arc + err < _angle_of_gap(tol - margin)
+    no = arc - err >= _angle_of_gap(tol + margin)
     if tol + margin > 0.5:  # the lemma needs A(tol + E) <= pi / 3
         no = torch.zeros_like(no)
     return torch.where(yes, 1, torch.where(no, 0, -1)).to(torch.int8)
@@ -154,7 +154,7 @@ def _flipped_cap(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return h, u, theta
 
 
-def cap_verdict(x: torch.Tensor, tol: float, margin: float
+def _cap_verdict(x: torch.Tensor, tol: float, margin: float
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per run of tokens `(runs, n, d)`: 1 decided, 0 not, -1 to be settled on candidate pairs
     (the cap certificate of the module docstring), and the angles `theta` `(runs, n)` of the
@@ -179,7 +179,7 @@ def cap_verdict(x: torch.Tensor, tol: float, margin: float
         gap = 1.0 - (u @ far.transpose(-1, -2)).squeeze(-1).abs()
         no |= gap.amax(-1) >= no_at
         k = gap.argmax(-1)
-    yes = 2 * theta.amax(-1) + 2 * _ANGLE_ERR < angle_of_gap(tol - margin)
+    yes = 2 * theta.amax(-1) + 2 * _ANGLE_ERR < _angle_of_gap(tol - margin)
     return torch.where(yes & ~no, 1, torch.where(no, 0, -1)).to(torch.int8), theta
 
 
@@ -197,7 +197,7 @@ def _rim_pass(x: torch.Tensor, theta: torch.Tensor, tol: float, margin: float) -
     Returns:
         True when every candidate pair passes.
     """
-    rim = theta + theta.max() + 2 * _ANGLE_ERR >= angle_of_gap(tol - margin)
+    rim = theta + theta.max() + 2 * _ANGLE_ERR >= _angle_of_gap(tol - margin)
     return _pairs_pass(x[rim.to(x.device)], tol)
 
 
@@ -213,12 +213,12 @@ def decided_tokens(x: torch.Tensor, tol: float) -> torch.Tensor:
         Boolean `(runs,)` on the device of `x`.
     """
     runs, n, _ = x.shape
-    if n <= DENSE_MAX or runs == 0:
-        return dense_decided(x, tol)
-    return geometric_decided(x, tol)
+    if n <= _DENSE_MAX or runs == 0:
+        return _dense_decided(x, tol)
+    return _geometric_decided(x, tol)
 
 
-def geometric_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
+def _geometric_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
     """`decided_tokens` by the geometry at any `n`: sorted angles on the circle, the cap
     elsewhere, the dense formula on the pairs that the rounding band leaves open.
 
@@ -230,16 +230,16 @@ def geometric_decided(x: torch.Tensor, tol: float) -> torch.Tensor:
         Boolean `(runs,)` on the device of `x`.
     """
     d = x.shape[-1]
-    margin = rounding_margin(x)
+    margin = _rounding_margin(x)
     if d == 2:
-        verdict = circle_verdict(x, tol, margin)
+        verdict = _circle_verdict(x, tol, margin)
         open_ = (verdict < 0).nonzero().flatten()
         if len(open_):
-            v2, theta = cap_verdict(x[open_], tol, margin)
+            v2, theta = _cap_verdict(x[open_], tol, margin)
             for j, r in enumerate(open_.tolist()):
                 verdict[r] = v2[j] if v2[j] >= 0 else int(_rim_pass(x[r], theta[j], tol, margin))
     else:
-        verdict, theta = cap_verdict(x, tol, margin)
+        verdict, theta = _cap_verdict(x, tol, margin)
         for r in (verdict < 0).nonzero().flatten().tolist():
             verdict[r] = int(_rim_pass(x[r], theta[r], tol, margin))
     return (verdict > 0).to(x.device)

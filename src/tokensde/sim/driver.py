@@ -1,10 +1,10 @@
 """The one batch driver above the layer loop: runs cut into batches, each with its run streams,
-its recorder and its stopping rule, then marched (`loop.march`, through the caller's sampler).
+its recorder and its stopping rule, then marched (`loop._march`, through the caller's sampler).
 
 `run_blocks` owns what every sampler of many runs repeats around `march`: the batches of runs
 `[first, last)` (whole `RUN_BLOCK`s, so that numbers never depend on the batch size), the
-batch's random streams (`rng.RunStreams`, or the caller's), the batch's `loop.Recorder`
-(`observe.Observations.batch`), the rule that takes decided runs out (`loop.DecidedStop`, made by
+batch's random streams (`rng.RunStreams`, or the caller's), the batch's `loop._Recorder`
+(`observe._Observations.batch`), the rule that takes decided runs out (`loop._DecidedStop`, made by
 `Block.stopping` with the streams it must thin) and, after the march, the layer at which each
 run was decided and the progress of the layers that decided runs did not need. `simulate`,
 `meanfield.flow.run_coupled`, `analysis.level_samples.coupled_samples` and the coupled
@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from .loop import DecidedStop, Progress, Recorder, StopTest
-from .observe import Observations
+from .loop import _DecidedStop, _Progress, _Recorder, _StopTest
+from .observe import _Observations
 from .rng import RunStreams
 
 _T = TypeVar("_T")
@@ -50,17 +50,17 @@ class Block:
     start: int
     stop: int
     streams: RunStreams
-    recorder: Recorder[Any] | None
+    recorder: _Recorder[Any] | None
     decision: Decision | None
-    stop_test: StopTest[Any] | None = None
+    stop_test: _StopTest[Any] | None = None
 
     @property
     def size(self) -> int:
         """Runs in the batch."""
         return self.stop - self.start
 
-    def stopping(self, *retain: Callable[[torch.Tensor], None]) -> DecidedStop | None:
-        """The batch's `loop.DecidedStop` at the driver's decision, which drops decided runs from each
+    def stopping(self, *retain: Callable[[torch.Tensor], None]) -> _DecidedStop | None:
+        """The batch's `loop._DecidedStop` at the driver's decision, which drops decided runs from each
         of `retain` (the batch's streams); None for the horizon."""
         d = self.decision
         if d is None:
@@ -69,20 +69,20 @@ class Block:
         def keep(mask: torch.Tensor) -> None:
             for f in retain:
                 f(mask)
-        return self.use(DecidedStop(d.tol, d.every, self.size, keep, directions=d.directions))
+        return self.use(_DecidedStop(d.tol, d.every, self.size, keep, directions=d.directions))
 
-    def use(self, rule: StopTest[Any]) -> Any:
-        """Take `rule` (a `loop.StopTest` of the caller's own) as the batch's stopping rule."""
+    def use(self, rule: _StopTest[Any]) -> Any:
+        """Take `rule` (a `loop._StopTest` of the caller's own) as the batch's stopping rule."""
         self.stop_test = rule
         return rule
 
 
 def run_blocks(runs: int, batch_size: int, advance: Callable[[Block], _T], *, seed: int = 0,
                device: torch.device | str = "cpu", first: int = 0, last: int | None = None,
-               streams: Streams | None = None, book: Observations | None = None,
+               streams: Streams | None = None, book: _Observations | None = None,
                guard: Callable[[int, Any], None] | None = None,
                decision: Decision | None = None, decided_at: np.ndarray | None = None,
-               steps: int = 0, progress: Progress | None = None) -> list[_T]:
+               steps: int = 0, progress: _Progress | None = None) -> list[_T]:
     """`advance(block)` for each batch of `batch_size` runs of `[first, last)` of a `runs`-run
     experiment, in order; the list of what it returns.
 
@@ -124,7 +124,7 @@ def run_blocks(runs: int, batch_size: int, advance: Callable[[Block], _T], *, se
 
 
 def _account(layer: np.ndarray, at: int, decided_at: np.ndarray | None, steps: int,
-             progress: Progress | None) -> None:
+             progress: _Progress | None) -> None:
     """The layers of decision of one batch (row `at` on) into `decided_at`, and the run-layers
     they left undone to `progress`."""
     if decided_at is not None:

@@ -53,14 +53,16 @@ import torch
 
 from ..model.params import ModelParams, ParameterError
 
-EVALUATORS: tuple[str, ...] = ("auto", "dense", "expansion")
+__all__ = ["basis_size", "expansion_output", "truncation_order", "unit_roundoff"]
+
+_EVALUATORS: tuple[str, ...] = ("auto", "dense", "expansion")
 _EXPANSION_DIMS: tuple[int, ...] = (2, 3)
 _EXPANSION_KINDS: tuple[str, ...] = ("softmax", "usa")
 # Tokens go in blocks whose largest basis slab (2K + 1 rows) takes about SLAB_BYTES (a core's
 # cache), at least BLOCK_MIN token-runs (fewer cost more in per-slab overhead than they save);
 # with more than one block, each block's basis is computed twice (moments, then outputs)
-SLAB_BYTES = 1 << 20
-BLOCK_MIN = 2048
+_SLAB_BYTES = 1 << 20
+_BLOCK_MIN = 2048
 _MAX_ORDER = 20000  # far above any order a finite beta <= 1e6 and tol >= 1e-300 needs
 
 # `auto` (simulate's attention_eval='auto') takes the expansion (float64 or float32) when it applies
@@ -92,7 +94,7 @@ def unit_roundoff(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2
 
 
-def log_cancellation(beta: float, weights: np.ndarray | torch.Tensor | None = None,
+def _log_cancellation(beta: float, weights: np.ndarray | torch.Tensor | None = None,
                      n: int = 1) -> float:
     """`log S`, `S = min(sum w / min w, e^{2 beta})`: the largest cancellation scale `S_i` of a
     softmax output (module docstring), the largest over the runs of `weights` `(n,)` or `(runs,
@@ -133,13 +135,13 @@ def default_tol(dtype: torch.dtype, log_s: float) -> float:
     return max(u64, unit_roundoff(dtype) * math.exp(-log_s))
 
 
-def cancellation_limit() -> float:
+def _cancellation_limit() -> float:
     """`AUTO_CANCELLATION / (2 u_64)` (about 4.5e6): the largest cancellation scale S whose float64
     rounding, about `2 u_64 S` in an output, stays within AUTO_CANCELLATION."""
     return _AUTO_CANCELLATION / (2 * unit_roundoff(torch.float64))
 
 
-def kernel_tail(beta: float, order: int, d: int) -> float:
+def _kernel_tail(beta: float, order: int, d: int) -> float:
     """`tau_d(beta, K)`: a bound on `e^{-beta} |exp(beta t) - K-term expansion|` over t in [-1, 1].
 
     d = 2: `2 sum_{k > K} e^{-beta} I_k(beta) <= 2 exp(beta (cosh s - 1) - (K + 1) s)`, s =
@@ -171,7 +173,7 @@ def kernel_tail(beta: float, order: int, d: int) -> float:
     return front * math.exp(expo) if expo > -745.0 else 0.0
 
 
-def error_bound(beta: float, order: int, d: int) -> float:
+def _error_bound(beta: float, order: int, d: int) -> float:
     """`2 tau_d(beta, K)`: the truncation error of every output relative to its cancellation scale.
 
     `|y_i - y_i^K| <= 2 tau S_i / (1 - tau S_i)` (softmax, S_i = e^beta sum w / Z_i) and
@@ -185,7 +187,7 @@ def error_bound(beta: float, order: int, d: int) -> float:
     Returns:
         The bound `2 tau`.
     """
-    return 2.0 * kernel_tail(beta, order, d)
+    return 2.0 * _kernel_tail(beta, order, d)
 
 
 @lru_cache(maxsize=256)
@@ -205,12 +207,12 @@ def truncation_order(beta: float, d: int, tol: float) -> int:
     # K ~ sqrt(2 beta log(1/tol)) at large beta: walk up in steps of 1, then of ~1.5 % of K
     # (the bound decreases in K), then back down to the least order that meets tol
     order = 0
-    while error_bound(beta, order, d) > tol:
+    while _error_bound(beta, order, d) > tol:
         order += 1 if order < 64 else max(1, order // 64)
         if order > _MAX_ORDER:
             raise ParameterError(f"beta={beta!r} with tol={tol!r} needs more than {_MAX_ORDER} "
                                  "modes: use attention_eval='dense'")
-    while order > 0 and error_bound(beta, order - 1, d) <= tol:
+    while order > 0 and _error_bound(beta, order - 1, d) <= tol:
         order -= 1
     return order
 
@@ -245,7 +247,7 @@ def _scaled_bessel(beta: float, order: int, d: int) -> np.ndarray:
     return c
 
 
-def kernel_weights(beta: float, order: int, d: int, dtype: torch.dtype = torch.float64,
+def _kernel_weights(beta: float, order: int, d: int, dtype: torch.dtype = torch.float64,
                    device: torch.device | str = "cpu") -> torch.Tensor:
     """`lam` with `e^{-beta} exp(beta <x, y>) ~ sum_r lam_r phi_r(x) phi_r(y)` (`harmonic_basis`).
 
@@ -270,7 +272,7 @@ def kernel_weights(beta: float, order: int, d: int, dtype: torch.dtype = torch.f
     return torch.tensor(lam, dtype=dtype, device=device)
 
 
-def harmonic_basis(x: torch.Tensor, order: int) -> torch.Tensor:
+def _harmonic_basis(x: torch.Tensor, order: int) -> torch.Tensor:
     """Basis functions of unit tokens: `(1, cos k t, sin k t)` (d = 2) or real `Y_lm` (d = 3).
 
     d = 2: `cos k t + i sin k t = (x_1 + i x_2)^k`, k = 1..K (no angles). d = 3: the real
@@ -379,7 +381,7 @@ def _sphere_slabs(x: torch.Tensor, order: int) -> Iterator[tuple[int, torch.Tens
         q_prev2, q_prev = q_prev, q
 
 
-def expansion_refusal(p: ModelParams) -> str | None:
+def _expansion_refusal(p: ModelParams) -> str | None:
     """Why the expansion does not apply to `p` (a message naming the parameter), or None.
 
     It covers softmax and USA attention, d = 2 or 3, one head, no causal mask and query/key
@@ -404,13 +406,13 @@ def expansion_refusal(p: ModelParams) -> str | None:
     if p.qk_law.random:
         return (f"attention_eval='expansion' needs the identity query/key form; got the random "
                 f"qk={p.qk!r}{use}")
-    if qk_scale(p) is None:
+    if _qk_scale(p) is None:
         return ("attention_eval='expansion' needs Q^T K = c I (c >= 0); got Q/K with another "
                 f"form{use}")
     return None
 
 
-def qk_scale(p: ModelParams) -> float | None:
+def _qk_scale(p: ModelParams) -> float | None:
     """c with `Q^T K = c I` and c >= 0 (1 for the identity), else None.
 
     Args:
@@ -439,10 +441,10 @@ def _check_expansion(p: ModelParams) -> float:
     Returns:
         `beta c` for `Q^T K = c I`.
     """
-    why = expansion_refusal(p)
+    why = _expansion_refusal(p)
     if why is not None:
         raise ParameterError(why)
-    c = qk_scale(p)
+    c = _qk_scale(p)
     assert c is not None
     return p.beta * c
 
@@ -452,7 +454,7 @@ def expansion_output(x: torch.Tensor, p: ModelParams, weights: torch.Tensor | No
     """`y_i = sum_j A_ij x_j` by the truncated harmonic expansion of the kernel, O(n R).
 
     Softmax: `A_ij = w_j e^{l_ij} / sum_l w_l e^{l_il}`; USA: `A_ij = w_j e^{l_ij} / sum_l w_l`
-    (w = 1 without weights), as `layers.attention_output`. The moments and outputs are computed
+    (w = 1 without weights), as `layers._attention_output`. The moments and outputs are computed
     in float64 whatever x's dtype (the result has x's dtype; tokens of another dtype are first
     normalised in float64, a change within their own rounding). Error: `error_bound(beta, K, d) *
     S_i` to first order (module docstring), K the least order meeting `tol`, plus the float64
@@ -477,14 +479,14 @@ def expansion_output(x: torch.Tensor, p: ModelParams, weights: torch.Tensor | No
     d = x.shape[-1]
     if d != p.d:
         raise ParameterError(f"tokens have d = {d}, the parameters d = {p.d}")
-    log_s = log_cancellation(beta, weights, x.shape[-2])
-    limit = math.log(cancellation_limit())
+    log_s = _log_cancellation(beta, weights, x.shape[-2])
+    limit = math.log(_cancellation_limit())
     if order is None:
         order = truncation_order(beta, d, default_tol(x.dtype, min(log_s, limit))
                                  if tol is None else tol)
-    elif tol is not None and error_bound(beta, order, d) > tol:
+    elif tol is not None and _error_bound(beta, order, d) > tol:
         raise ParameterError(f"order {order} bounds the truncation error by "
-                             f"{error_bound(beta, order, d):.3g} > tol = {tol:g} at beta = "
+                             f"{_error_bound(beta, order, d):.3g} > tol = {tol:g} at beta = "
                              f"{beta:g}, d = {d}: need order >= {truncation_order(beta, d, tol)}")
     x64 = x.to(torch.float64)
     if x.dtype != torch.float64:  # unit to float64 rounding: the harmonics assume |x| = 1
@@ -492,7 +494,7 @@ def expansion_output(x: torch.Tensor, p: ModelParams, weights: torch.Tensor | No
     y = _expand(x64, p.attention, beta, weights, order)
     if p.attention == "softmax" and log_s > limit and weights is not None:
         w = weights.to(dtype=torch.float64, device=x.device).expand(x.shape[:-1])
-        light = w * cancellation_limit() < w.sum(-1, keepdim=True)  # S_i may pass the limit
+        light = w * _cancellation_limit() < w.sum(-1, keepdim=True)  # S_i may pass the limit
         if bool(light.any()):
             _dense_rows(x64, w, beta, light, y)
     return y.to(x.dtype)
@@ -520,7 +522,7 @@ def _expand(x: torch.Tensor, attention: str, beta: float, weights: torch.Tensor 
             order: int) -> torch.Tensor:
     """`expansion_output` at truncation order `order`, in x's dtype."""
     d = x.shape[-1]
-    lam = kernel_weights(beta, order, d, x.dtype, x.device)
+    lam = _kernel_weights(beta, order, d, x.dtype, x.device)
     if weights is None:
         w = torch.ones(x.shape[:-1], dtype=x.dtype, device=x.device)
     else:
@@ -529,7 +531,7 @@ def _expand(x: torch.Tensor, attention: str, beta: float, weights: torch.Tensor 
     n, r = x.shape[-2], basis_size(d, order)
     runs = max(1, math.prod(x.shape[:-2]))
     widest = 2 * order + 1  # rows of the largest slab
-    block = max(1, max(BLOCK_MIN, SLAB_BYTES // (widest * x.element_size())) // runs)
+    block = max(1, max(_BLOCK_MIN, _SLAB_BYTES // (widest * x.element_size())) // runs)
     moments = v.new_zeros(*v.shape[:-1], r)  # (runs, 1 + d, R): sum_j w_j (1, x_j) phi_r(x_j)
     if n <= block:  # one block: its slabs are kept for the second product
         kept = list(_slabs(x, order))
@@ -555,7 +557,7 @@ def _expand(x: torch.Tensor, attention: str, beta: float, weights: torch.Tensor 
     return (zn[..., 1:, :] * scale).transpose(-1, -2).contiguous()
 
 
-def expansion_basis(p: ModelParams, dtype: torch.dtype,
+def _expansion_basis(p: ModelParams, dtype: torch.dtype,
                     weights: np.ndarray | torch.Tensor | None = None) -> int:
     """R, the basis functions `expansion_output` takes for a run of `p` in `dtype` with these
     weights at its default tolerance (`default_tol`); ParameterError where it does not apply.
@@ -569,7 +571,7 @@ def expansion_basis(p: ModelParams, dtype: torch.dtype,
         R.
     """
     beta = _check_expansion(p)
-    log_s = log_cancellation(beta, weights, p.n)
+    log_s = _log_cancellation(beta, weights, p.n)
     return basis_size(p.d, truncation_order(beta, p.d, default_tol(dtype, log_s)))
 
 
@@ -589,21 +591,21 @@ def auto_uses_expansion(p: ModelParams, dtype: torch.dtype,
     Returns:
         True when `auto` takes the expansion.
     """
-    if dtype not in (torch.float64, torch.float32) or expansion_refusal(p) is not None:
+    if dtype not in (torch.float64, torch.float32) or _expansion_refusal(p) is not None:
         return False
     beta = _check_expansion(p)
     if p.n < _AUTO_MIN_N[p.d]:
         return False
-    if log_cancellation(beta, weights, p.n) > math.log(cancellation_limit()):
+    if _log_cancellation(beta, weights, p.n) > math.log(_cancellation_limit()):
         return False  # tokens whose outputs would need the dense sum
     try:
-        r = expansion_basis(p, dtype, weights)
+        r = _expansion_basis(p, dtype, weights)
     except ParameterError:  # more modes than the expansion allows: dense
         return False
     return p.n >= _AUTO_PER_BASIS[p.d] * r
 
 
-def choose_evaluator(p: ModelParams, attention_eval: str = "auto", sampler: str = "full",
+def _choose_evaluator(p: ModelParams, attention_eval: str = "auto", sampler: str = "full",
                      dtype: torch.dtype = torch.float64,
                      weights: np.ndarray | torch.Tensor | None = None) -> str:
     """Resolve `attention_eval` to 'dense' or 'expansion', or raise ParameterError.
@@ -621,8 +623,8 @@ def choose_evaluator(p: ModelParams, attention_eval: str = "auto", sampler: str 
     Returns:
         'dense' or 'expansion'.
     """
-    if attention_eval not in EVALUATORS:
-        raise ParameterError(f"attention_eval must be one of {', '.join(EVALUATORS)}; got "
+    if attention_eval not in _EVALUATORS:
+        raise ParameterError(f"attention_eval must be one of {', '.join(_EVALUATORS)}; got "
                              f"{attention_eval!r}")
     if attention_eval == "dense":
         return "dense"

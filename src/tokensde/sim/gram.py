@@ -34,7 +34,7 @@ residual stream `h` (radii included) is Markov: `h` is kept in the frame unnorma
 (`recompress_stream` keeps the row norms), attention and the MLP block see `u = N(h)`, and
 peri-norm normalises each branch output with its full length, in-frame and out-of-frame
 coordinates together, before the recompression (`frame_norm_layer`, `frame_mlp_layer`). The
-peri-norm SDE's kernel noise `C Z` (`norm_sde.peri_factor`) is framed as the MLP block's.
+peri-norm SDE's kernel noise `C Z` (`norm_sde._peri_factor`) is framed as the MLP block's.
 """
 
 from __future__ import annotations
@@ -45,18 +45,20 @@ import torch
 from ..model.params import ModelParams, ParameterError, TimeGrid
 from ..model.qk import QKLaw
 from .layers import (
-    mlp_input,
+    _mlp_input,
+    _normalize_,
+    _normalize_branch,
+    _tangent,
     normalize,
-    normalize_,
-    normalize_branch,
-    tangent,
     weights_from_logits,
 )
-from .loop import DecidedStop, Progress, Recorder, march
-from .norm_sde import check_peri_sde, peri_drift, peri_factor
+from .loop import _DecidedStop, _march, _Progress, _Recorder
+from .norm_sde import _check_peri_sde, _peri_drift, _peri_factor
 from .rng import RunStreams
-from .samplers import gram_factor, mlp_scale, psd_factor, scheme_params, sym_root, well_pivoted
+from .samplers import _gram_factor, _mlp_scale, _psd_factor, _scheme_params, _sym_root, _well_pivoted
 from .sde import ito_correction
+
+__all__ = ["noise_factor", "recompress", "run_batch_gram"]
 
 
 def _iso_scales(p: ModelParams) -> tuple[float, float]:
@@ -72,10 +74,10 @@ def frame_coordinates(z: torch.Tensor) -> torch.Tensor:
     continuously in `z` and commuting with row scaling (`F(D z) = D F(z)`, so a recompressed frame
     recompresses to itself, normalised or not).
 
-    Runs whose every row lies outside the pivot margin (`samplers.well_pivoted`) take `R^T` of the
+    Runs whose every row lies outside the pivot margin (`samplers._well_pivoted`) take `R^T` of the
     Householder QR `z^T = Q R`, the signs of R's rows set so that its diagonal is non-negative (then
     unique; distances keep full precision). The others (merged or antipodal tokens) take
-    `D (N(z) N(z)^T)^(1/2)`, `D` the row norms and `N(z)` the normalised rows (`samplers.sym_root`).
+    `D (N(z) N(z)^T)^(1/2)`, `D` the row norms and `N(z)` the normalised rows (`samplers._sym_root`).
     No branch on a rounding-level quantity: a seed gives the same run on any CPU up to rounding.
     """
     n = z.shape[-2]
@@ -84,11 +86,11 @@ def frame_coordinates(z: torch.Tensor) -> torch.Tensor:
     r_t = a.transpose(-1, -2)[..., :n].tril()
     diag = r_t.diagonal(dim1=-2, dim2=-1)
     r_t.mul_(torch.where(diag < 0, -1.0, 1.0).to(r_t.dtype).unsqueeze(-2))
-    bad = ~well_pivoted(diag, z.square().sum(-1))
+    bad = ~_well_pivoted(diag, z.square().sum(-1))
     if bool(bad.any()):
         zb = z[bad]
         norms = torch.linalg.vector_norm(zb, dim=-1, keepdim=True)
-        r_t[bad] = norms * sym_root(zb / torch.where(norms > 0, norms, 1.0))
+        r_t[bad] = norms * _sym_root(zb / torch.where(norms > 0, norms, 1.0))
     return r_t
 
 
@@ -96,7 +98,7 @@ def recompress(z: torch.Tensor) -> torch.Tensor:
     """Rows of `z` `(runs, n, c)` as unit vectors in `min(n, c)` coordinates: `u = N(C)` with
     `C C^T = z z^T` (`frame_coordinates`)."""
     n, c = z.shape[-2:]
-    return normalize(z) if c <= n else normalize_(frame_coordinates(z))
+    return normalize(z) if c <= n else _normalize_(frame_coordinates(z))
 
 
 def recompress_stream(z: torch.Tensor) -> torch.Tensor:
@@ -106,13 +108,13 @@ def recompress_stream(z: torch.Tensor) -> torch.Tensor:
     return z if c <= n else frame_coordinates(z)
 
 
-def pad(u: torch.Tensor, width: int) -> torch.Tensor:
+def _pad(u: torch.Tensor, width: int) -> torch.Tensor:
     """Append zero coordinates so that `u` has `width` columns (same Gram matrix)."""
     extra = width - u.shape[-1]
     return u if extra <= 0 else torch.nn.functional.pad(u, (0, extra))
 
 
-def chi(rs: RunStreams, dof: torch.Tensor) -> torch.Tensor:
+def _chi(rs: RunStreams, dof: torch.Tensor) -> torch.Tensor:
     """Chi variates `(runs, len(dof))`, entry `i` with `dof[i]` degrees of freedom:
     `sqrt(2 Gamma(dof/2))`, one generator per run block."""
     return (2.0 * rs.standard_gamma(0.5 * dof)).sqrt()
@@ -134,11 +136,11 @@ def noise_factor(rs: RunStreams, lead: int, dof: int, cols: int,
     h = torch.zeros(rs.runs, (lead + k) * cols, dtype=dtype, device=rs.device)
     h[:, : lead * cols] = z[:, : lead * cols]
     h.index_copy_(1, upper, z[:, lead * cols:])
-    h.index_copy_(1, (lead + diag) * (cols + 1) - lead, chi(rs, (dof - diag).to(dtype)))
+    h.index_copy_(1, (lead + diag) * (cols + 1) - lead, _chi(rs, (dof - diag).to(dtype)))
     return h.view(rs.runs, lead + k, cols)
 
 
-def bartlett(rs: RunStreams, dof: int, cols: int, dtype: torch.dtype = torch.float64
+def _bartlett(rs: RunStreams, dof: int, cols: int, dtype: torch.dtype = torch.float64
              ) -> torch.Tensor:
     """Bartlett factor `T` `(runs, min(dof, cols), cols)` with `T^T T ~ Wishart_cols(dof, I)`."""
     return noise_factor(rs, 0, dof, cols, dtype)
@@ -149,10 +151,10 @@ def uniform_frame(rs: RunStreams, n: int, d: int, dtype: torch.dtype = torch.flo
     """`n` tokens uniform on the sphere of R^d, in an isometric frame of `min(n, d)` coordinates,
     `(runs, n, min(n, d))`: Gaussian tokens `Z` `(n, d)` have `Z Z^T ~ Wishart_n(d, I) = T^T T`
     (Bartlett), so the rows of `T^T` are `Z` in a frame; nothing of size d is drawn."""
-    return normalize_(bartlett(rs, d, n, dtype).transpose(-1, -2).contiguous())
+    return _normalize_(_bartlett(rs, d, n, dtype).transpose(-1, -2).contiguous())
 
 
-def frame_weights(u: torch.Tensor, p: ModelParams, c: float) -> torch.Tensor:
+def _frame_weights(u: torch.Tensor, p: ModelParams, c: float) -> torch.Tensor:
     """Attention weights from frame coordinates: logits `beta c <u_i, u_j>` (spec §1)."""
     bc = p.beta * c
     # unit tokens: for c > 0 each row's largest logit is its own, beta c |u_i|^2 = beta c
@@ -165,7 +167,7 @@ def _frame_attention(u: torch.Tensor, p: ModelParams, c: float,
     drawn forms in the frame (`FrameForms.next`), `beta <u_i, A u_j>`, `(runs, n, m)` for one form
     per run `(runs, m, m)` or `(runs, heads, n, m)` for one per head `(runs, heads, m, m)`."""
     if forms is None:
-        return frame_weights(u, p, c) @ u
+        return _frame_weights(u, p, c) @ u
     us = u if forms.dim() == 3 else u.unsqueeze(-3)
     return weights_from_logits(p.beta * (us @ forms @ us.transpose(-1, -2)), p) @ us
 
@@ -179,8 +181,8 @@ def _advance_(x: torch.Tensor, y: torch.Tensor, ybar: torch.Tensor, dn: torch.Te
     if scheme == "sde":
         drift = ito_correction(x, y, p)
         if a != 0.0:
-            drift = drift + a * tangent(x, ybar)
-        dn.copy_(x + dt * drift + tangent(x, dn))
+            drift = drift + a * _tangent(x, ybar)
+        dn.copy_(x + dt * drift + _tangent(x, dn))
         return
     dn.add_(x)
     if a != 0.0:
@@ -212,7 +214,7 @@ def frame_layer(u: torch.Tensor, p: ModelParams, dt: float, scheme: str,
         coef = w if w.dim() == 3 else w.transpose(-3, -2).flatten(-2).mul(p.heads ** -0.5)
         z = (dt**0.5 * p.sigma * coef) @ h.transpose(-1, -2)
     if block is not None:
-        z = pad(z, block[1].shape[-2]).add_(block[0] @ block[1].transpose(-1, -2))
+        z = _pad(z, block[1].shape[-2]).add_(block[0] @ block[1].transpose(-1, -2))
     _advance_(u, w, w if w.dim() == 3 else w.mean(-3), z[..., :m], p, dt, a, scheme)
     return recompress(z)
 
@@ -239,9 +241,9 @@ def frame_norm_layer(hs: torch.Tensor, p: ModelParams, dt: float, scheme: str,
     if p.norm == "peri" and scheme == "sde":
         if h is None:
             raise ParameterError("scheme='sde' with norm='peri' needs sigma > 0")
-        z = (dt**0.5 * peri_factor(w, p)) @ h.transpose(-1, -2)
+        z = (dt**0.5 * _peri_factor(w, p)) @ h.transpose(-1, -2)
         if a != 0.0:
-            z[..., :m].add_(peri_drift(w, a * ybar, p), alpha=dt)
+            z[..., :m].add_(_peri_drift(w, a * ybar, p), alpha=dt)
         z[..., :m].add_(hs)
         return recompress_stream(z)
     if h is None:
@@ -254,11 +256,11 @@ def frame_norm_layer(hs: torch.Tensor, p: ModelParams, dt: float, scheme: str,
             raise ParameterError("norm='peri' has no SDE with the MLP block (docs/variants.md §5)")
         if a != 0.0:
             z[..., :m].add_(ybar, alpha=dt**0.5 * a)
-        z = normalize_branch(z).mul_(dt**0.5)
+        z = _normalize_branch(z).mul_(dt**0.5)
     else:
         z.mul_(dt**0.5)
         if block is not None:
-            z = pad(z, block[1].shape[-2]).add_(block[0] @ block[1].transpose(-1, -2))
+            z = _pad(z, block[1].shape[-2]).add_(block[0] @ block[1].transpose(-1, -2))
         if a != 0.0:
             z[..., :m].add_(ybar, alpha=dt * a)
     z[..., :m].add_(hs)
@@ -272,23 +274,23 @@ def frame_mlp_layer(u: torch.Tensor, p: ModelParams, dt: float, g1: torch.Tensor
 
     `g1` `(runs, m_hidden, m)` is `W_1 B` (standard normal); given the hidden units
     `H = phi(u g1^T)`, the block output has the law of `s C_H Z` (`C_H C_H^T = H H^T`, `Z` `n x d`
-    standard normal, `s = samplers.mlp_scale(p)`), whose frame and out-of-frame coordinates are
+    standard normal, `s = samplers._mlp_scale(p)`), whose frame and out-of-frame coordinates are
     `s C_H h^T` with `h` `(runs, m + k, n)` the unit noise factor `[G; T]` of `n` columns
     (`noise_factor(rs, m, d - m, n)`).
 
     pre/peri-norm: `u` is the residual stream `h`, the block sees `N(h)`, and the sublayer is
     `h + sqrt(dt) xi` (pre) or `h + sqrt(dt) N(xi)` (peri, `xi` normalised with its full length,
-    `N(0) = 0`: `layers.normalize_branch`),
+    `N(0) = 0`: `layers._normalize_branch`),
     recompressed with the norms kept (`recompress_stream`).
     """
     m = u.shape[-1]
-    hidden = p.mlp_block(mlp_input(u, p) @ g1.transpose(-1, -2))
+    hidden = p.mlp_block(_mlp_input(u, p) @ g1.transpose(-1, -2))
     if p.norm != "post":
-        z = gram_factor(hidden).mul_(mlp_scale(p)) @ h.transpose(-1, -2)
-        z = (normalize_branch(z) if p.norm == "peri" else z).mul_(dt**0.5)
+        z = _gram_factor(hidden).mul_(_mlp_scale(p)) @ h.transpose(-1, -2)
+        z = (_normalize_branch(z) if p.norm == "peri" else z).mul_(dt**0.5)
         z[..., :m].add_(u)
         return recompress_stream(z)
-    z = gram_factor(hidden).mul_(dt**0.5 * mlp_scale(p)) @ h.transpose(-1, -2)
+    z = _gram_factor(hidden).mul_(dt**0.5 * _mlp_scale(p)) @ h.transpose(-1, -2)
     z[..., :m].add_(u)
     return recompress(z)
 
@@ -307,11 +309,11 @@ def sde_block(u: torch.Tensor, p: ModelParams, dt: float, rs: RunStreams, shared
     `noise_factor(rs, m + shared, d - m - shared, n)`.
     """
     m = u.shape[-1]
-    c = psd_factor(p.mlp_block.kernel_t(u @ u.transpose(-1, -2))).mul_(dt**0.5 * p.mlp_sigma)
+    c = _psd_factor(p.mlp_block.kernel_t(u @ u.transpose(-1, -2))).mul_(dt**0.5 * p.mlp_sigma)
     return c, noise_factor(rs, m + shared, p.d - m - shared + dof_shift, p.n, u.dtype)
 
 
-class FrameForms:
+class _FrameForms:
     """The random query/key forms of one batch of runs in frame coordinates, drawn afresh at every
     call of `next(m)` (qk_redraw='layer', a rotation-invariant law): `heads` per run, from their
     own streams `rs` (`QKLaw.frame_draw`)."""
@@ -329,25 +331,25 @@ class FrameForms:
         self.rs.retain(mask)
 
 
-def gram_params(p: ModelParams, scheme: str) -> ModelParams:
+def _gram_params(p: ModelParams, scheme: str) -> ModelParams:
     """The parameters the Gram sampler steps: with random forms those of `scheme`
-    (`samplers.scheme_params`: the SDE of forms redrawn every layer steps `heads * qk_samples`
+    (`samplers._scheme_params`: the SDE of forms redrawn every layer steps `heads * qk_samples`
     heads); with one form shared by `heads > 1` heads, one head (they have one output `y`, and
     `sum_h V_h y` with entry variances `sigma^2/heads` has the law of one `V y`: same law, fewer
     draws)."""
     if p.qk_law.random:
-        return scheme_params(p, scheme)
+        return _scheme_params(p, scheme)
     return p.with_(heads=1) if p.heads > 1 else p
 
 
-def frame_forms(p: ModelParams, scheme: str, rs: RunStreams, dtype: torch.dtype
-                ) -> FrameForms | None:
+def _frame_forms(p: ModelParams, scheme: str, rs: RunStreams, dtype: torch.dtype
+                ) -> _FrameForms | None:
     """The forms of a random qk law in frame coordinates (None for qk='identity'), from the
     streams `rs` (the model passes `rs.derived(QK_STREAM)`, as for the other samplers)."""
     if not p.qk_law.random:
         return None
-    q = scheme_params(p, scheme)
-    return FrameForms(q.qk_law, q.heads, rs, dtype)
+    q = _scheme_params(p, scheme)
+    return _FrameForms(q.qk_law, q.heads, rs, dtype)
 
 
 def run_batch_gram(
@@ -356,16 +358,16 @@ def run_batch_gram(
     grid: TimeGrid,
     rs: RunStreams,
     scheme: str,
-    recorder: Recorder | None = None,
-    progress: Progress | None = None,
+    recorder: _Recorder | None = None,
+    progress: _Progress | None = None,
     *,
-    stop_test: DecidedStop | None = None,
-    forms: FrameForms | None = None,
+    stop_test: _DecidedStop | None = None,
+    forms: _FrameForms | None = None,
     mlp_rs: RunStreams | None = None,
     _dof_shift: int = 0,
 ) -> torch.Tensor:
     """Advance one batch through `grid.steps` layers in Gram space, handing `recorder`
-    (`loop.Recorder`) the state `xc` `(runs, n, n)` at its layers, in an isometric frame (`xc
+    (`loop._Recorder`) the state `xc` `(runs, n, n)` at its layers, in an isometric frame (`xc
     xc^T` = Gram matrix); return the final tokens in that frame. With norm='pre'/'peri' `xc` is the residual
     stream `h`, radii included (its directions' Gram matrix is what `simulate` records).
 
@@ -379,16 +381,16 @@ def run_batch_gram(
     if x.shape[-1] > d:
         raise ParameterError(f"tokens must have at most d = {d} coordinates; got {x.shape[-1]}")
     if p.qk_law.random and forms is None:
-        raise ParameterError(f"qk={p.qk!r} draws query/key forms: pass them (gram.frame_forms)")
+        raise ParameterError(f"qk={p.qk!r} draws query/key forms: pass them (gram._frame_forms)")
     if p.mlp_block.active and mlp_rs is None:
         raise ParameterError(f"mlp={p.mlp!r} draws MLP weights: pass their streams (mlp_rs)")
-    q = gram_params(p, scheme)
+    q = _gram_params(p, scheme)
     if forms is not None and forms.heads != q.heads:
         raise ParameterError(f"forms drawn for {forms.heads} heads, but scheme={scheme!r} steps "
-                             f"{q.heads}: draw them with gram.frame_forms(p, {scheme!r}, ...)")
+                             f"{q.heads}: draw them with gram._frame_forms(p, {scheme!r}, ...)")
     post = p.norm == "post"
     if not post and scheme == "sde" and p.norm == "peri":
-        check_peri_sde(p)
+        _check_peri_sde(p)
     # pre/peri: the residual stream h, radii kept (docs/variants.md §4)
     u = recompress(x) if post else recompress_stream(x)
     silent = p.sigma == 0.0
@@ -406,7 +408,7 @@ def run_batch_gram(
             return step(uk, q, grid.dt, scheme, h, scales, fk)
         if scheme == "sde":  # the limit: one step with both noises (docs/variants.md §5)
             shared = 0 if h is None else h.shape[-2] - m
-            block = sde_block(mlp_input(uk, q), q, grid.dt, mlp_rs, shared, _dof_shift)
+            block = sde_block(_mlp_input(uk, q), q, grid.dt, mlp_rs, shared, _dof_shift)
             return step(uk, q, grid.dt, scheme, h, scales, fk, block)
         uk = step(uk, q, grid.dt, scheme, h, scales, fk)
         m = uk.shape[-1]
@@ -414,5 +416,5 @@ def run_batch_gram(
         hb = noise_factor(mlp_rs, m, d - m + _dof_shift, n, uk.dtype)
         return frame_mlp_layer(uk, q, grid.dt, g1, hb)
 
-    u = march(u, grid.steps, layer, recorder, progress, view=lambda t: pad(t, n), stop_test=stop_test)
-    return pad(u, n)
+    u = _march(u, grid.steps, layer, recorder, progress, view=lambda t: _pad(t, n), stop_test=stop_test)
+    return _pad(u, n)

@@ -14,18 +14,20 @@ import torch
 from ..model.params import ModelParams, ParameterError
 from .expansion import expansion_output
 
+__all__ = ["network_step", "normalize", "weights_from_logits"]
+
 
 def normalize(z: torch.Tensor) -> torch.Tensor:
     """Token-wise projection onto the unit sphere, `N(z) = z / |z|`."""
     return z / torch.linalg.vector_norm(z, dim=-1, keepdim=True)
 
 
-def normalize_(z: torch.Tensor) -> torch.Tensor:
+def _normalize_(z: torch.Tensor) -> torch.Tensor:
     """`normalize` in place (for a temporary the caller owns); returns `z`."""
     return z.div_(torch.linalg.vector_norm(z, dim=-1, keepdim=True))
 
 
-def normalize_branch(z: torch.Tensor) -> torch.Tensor:
+def _normalize_branch(z: torch.Tensor) -> torch.Tensor:
     """Peri-norm of a branch output, `N(z) = z / |z|` token-wise, with `N(0) = 0`.
 
     A ReLU block's output is exactly zero for a token whose `m` hidden pre-activations are all
@@ -43,7 +45,7 @@ def _as(a, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(a, dtype=like.dtype, device=like.device)  # params arrays are read-only
 
 
-def attention_logits(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
+def _attention_logits(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None
                      ) -> torch.Tensor:
     """Logits `beta <Q x_i, K x_j>`, shape `(runs, n, n)`, or `(runs, heads, n, n)` with
     `heads > 1` (no mask); with a random qk law, `beta <x_i, A x_j>` for the drawn forms `A`
@@ -92,14 +94,14 @@ def weights_from_logits(logits: torch.Tensor, p: ModelParams, top: float | None 
     return p.attention_kind.weights(logits, top)
 
 
-def attention_weights(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None,
+def _attention_weights(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None,
                       weights: torch.Tensor | None = None) -> torch.Tensor:
     """Attention weights `(runs, n, n)` of tokens `x` (spec §1; `forms`: see `attention_logits`;
     token `weights`: see `weights_from_logits`)."""
-    return weights_from_logits(attention_logits(x, p, forms), p, weights=weights)
+    return weights_from_logits(_attention_logits(x, p, forms), p, weights=weights)
 
 
-def attention_output(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None,
+def _attention_output(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None = None,
                      weights: torch.Tensor | None = None, evaluator: str = "dense"
                      ) -> torch.Tensor:
     """`y_i = sum_j A_ij x_j`, shape `(runs, n, d)`; with `heads > 1` one output per head,
@@ -114,11 +116,11 @@ def attention_output(x: torch.Tensor, p: ModelParams, forms: torch.Tensor | None
         return expansion_output(x, p, weights)
     if evaluator != "dense":
         raise ParameterError(f"evaluator must be 'dense' or 'expansion'; got {evaluator!r}")
-    a = attention_weights(x, p, forms, weights)
+    a = _attention_weights(x, p, forms, weights)
     return a @ (x if p.heads == 1 else x.unsqueeze(-3))
 
 
-def mean_part(y: torch.Tensor, p: ModelParams) -> torch.Tensor | None:
+def _mean_part(y: torch.Tensor, p: ModelParams) -> torch.Tensor | None:
     """`M y_i` for the deterministic value part, or None when M = 0; per-head outputs
     `(runs, heads, n, d)` enter through their average `M (1/heads) sum_h y^h_i`."""
     if not p.has_mean:
@@ -130,18 +132,18 @@ def mean_part(y: torch.Tensor, p: ModelParams) -> torch.Tensor | None:
     return y @ _as(p.M, y).T
 
 
-def tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _tangent(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """`P_x v = v - <x, v> x` token-wise."""
     return v - (x * v).sum(-1, keepdim=True) * x
 
 
-def residual_step(
+def _residual_step(
     x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
 ) -> torch.Tensor:
     """Residual update `x + dt M y + sqrt(dt) xi` with `xi = V y`, not normalised: the pre-norm
     layer (docs/variants.md §4), where `y` is the attention output of `N(x)`."""
     z = (dt**0.5 * xi).add_(x)  # one batch-sized temporary, reused to the end
-    my = mean_part(y, p)
+    my = _mean_part(y, p)
     if my is not None:
         z.add_(dt * my)
     return z
@@ -151,43 +153,43 @@ def network_step(
     x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
 ) -> torch.Tensor:
     """Discrete layer `x <- N(x + dt M y + sqrt(dt) xi)` with `xi = V y` (spec §2)."""
-    return normalize_(residual_step(x, y, xi, p, dt))
+    return _normalize_(_residual_step(x, y, xi, p, dt))
 
 
-def peri_norm_step(
+def _peri_norm_step(
     x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float
 ) -> torch.Tensor:
     """Peri-norm layer `x + sqrt(dt) N(sqrt(dt) M y + xi)`: the branch output `W y`,
     `W = sqrt(dt) M + V`, normalised before the residual scale (docs/variants.md §4; `N(0) = 0`,
     see `normalize_branch`)."""
-    my = mean_part(y, p)
+    my = _mean_part(y, p)
     branch = xi if my is None else xi + dt**0.5 * my
-    return x + dt**0.5 * normalize_branch(branch)
+    return x + dt**0.5 * _normalize_branch(branch)
 
 
-NORM_STEPS = {"post": network_step, "pre": residual_step, "peri": peri_norm_step}
+_NORM_STEPS = {"post": network_step, "pre": _residual_step, "peri": _peri_norm_step}
 
 
-def mlp_input(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
+def _mlp_input(x: torch.Tensor, p: ModelParams) -> torch.Tensor:
     """What the MLP block sees: the tokens (post-norm) or the normalised residual stream."""
     return x if p.norm == "post" else normalize(x)
 
 
-def mlp_step(x: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float) -> torch.Tensor:
+def _mlp_step(x: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float) -> torch.Tensor:
     """The MLP sublayer after attention, with block output `xi = W_2 phi(W_1 u)`:
     `N(x + sqrt(dt) xi)` (post), `x + sqrt(dt) xi` (pre), `x + sqrt(dt) N(xi)` (peri, with
     `N(0) = 0`: a token whose ReLU hidden units are all off stays put, see `normalize_branch`)."""
     if p.norm == "peri":
-        return x + dt**0.5 * normalize_branch(xi)
+        return x + dt**0.5 * _normalize_branch(xi)
     z = x + dt**0.5 * xi
-    return normalize_(z) if p.norm == "post" else z
+    return _normalize_(z) if p.norm == "post" else z
 
 
-def layer_step(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float,
+def _layer_step(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float,
                mlp: Callable[[torch.Tensor], torch.Tensor] | None = None,
                step: Callable[..., torch.Tensor] = network_step) -> torch.Tensor:
     """One layer: the attention sublayer `x' = step(x, y, xi, p, dt)` (spec §2; `step` one of
     `NORM_STEPS`), then, with an MLP block whose output at the block input `u` is `mlp(u)`, the MLP
     sublayer `mlp_step(x', mlp(mlp_input(x')), p, dt)` (docs/variants.md §5)."""
     x = step(x, y, xi, p, dt)
-    return x if mlp is None else mlp_step(x, mlp(mlp_input(x, p)), p, dt)
+    return x if mlp is None else _mlp_step(x, mlp(_mlp_input(x, p)), p, dt)

@@ -20,10 +20,10 @@ import torch
 from .decide import decided_tokens
 
 # Called after each layer with the number of runs just advanced (total: runs * steps).
-Progress = Callable[[int], None]
+_Progress = Callable[[int], None]
 
 
-class Rows(Protocol):
+class _Rows(Protocol):
     """A batch state `march` carries: `shape[0]` runs, a boolean mask `(runs,)` selects rows
     (`x[mask]`). A tensor `(runs, ...)` is one."""
 
@@ -33,11 +33,11 @@ class Rows(Protocol):
     def __getitem__(self, mask: torch.Tensor) -> Any: ...
 
 
-S = TypeVar("S", bound=Rows)
+_S = TypeVar("_S", bound=_Rows)
 _V = TypeVar("_V", contravariant=True)  # what a recorder is handed: a state or its view
 
 
-class StopTest(Protocol[S]):
+class _StopTest(Protocol[_S]):
     """What `march` asks of a stopping rule: every `every` layers and at the last it calls
     `check(k, x, rows)` (`rows`: the batch rows of `x`), which returns the state to go on with
     (`x` itself, or, say, with merged nodes) and the boolean `(runs,)` of rows that leave now;
@@ -47,16 +47,16 @@ class StopTest(Protocol[S]):
 
     every: int
     layer: np.ndarray
-    final: S | None
+    final: _S | None
 
-    def check(self, k: int, x: S, rows: torch.Tensor) -> tuple[S, torch.Tensor]: ...
+    def check(self, k: int, x: _S, rows: torch.Tensor) -> tuple[_S, torch.Tensor]: ...
 
-    def keep(self, rows: torch.Tensor, x: S) -> None: ...
+    def keep(self, rows: torch.Tensor, x: _S) -> None: ...
 
     def retain(self, live: torch.Tensor) -> None: ...
 
 
-class DecidedStop:
+class _DecidedStop:
     """Take each run out of its batch once it is decided: every pair of tokens within `tol` of
     +1 or -1 (`1 - |<x_i, x_j>| < tol`), tested every `every` layers and at the last.
 
@@ -73,7 +73,7 @@ class DecidedStop:
     def decided(self, x: torch.Tensor) -> torch.Tensor:
         """Boolean `(runs,)`: every pair `i != j` has `1 - |<x_i, x_j>| < tol` (of the directions
         `x_i / |x_i|` when `directions`: tokens off the sphere, docs/variants.md §4), without
-        an n x n array above `decide.DENSE_MAX` tokens (`decide.decided_tokens`)."""
+        an n x n array above `decide._DENSE_MAX` tokens (`decide.decided_tokens`)."""
         if self.directions:
             x = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         return decided_tokens(x, self.tol)
@@ -91,12 +91,12 @@ class DecidedStop:
         self.final[rows] = x
 
 
-class Recorder(Protocol[_V]):
+class _Recorder(Protocol[_V]):
     """What `march` records through, one object with a fixed signature: `layers`, the sorted
     layer indices (0 = the start) at which it wants the state; `at(k, x, rows)` with the state
     `x` (`view`ed) of batch rows `rows` (a tensor of row indices) after layer `k`; `left(k, x,
     rows)` when the rows `rows` leave the batch at layer `k` (decided), in state `x`, so that
-    it may fill their later records. `observe.Observations` makes one per batch of `simulate`."""
+    it may fill their later records. `observe._Observations` makes one per batch of `simulate`."""
 
     layers: np.ndarray
 
@@ -122,15 +122,15 @@ class OnLayers:
         """Nothing: a run that left is not recorded again."""
 
 
-def march(
-    x: S,
+def _march(
+    x: _S,
     steps: int,
-    layer: Callable[[S], S],
-    recorder: Recorder[S] | None = None,
-    progress: Progress | None = None,
-    view: Callable[[S], S] = lambda t: t,
-    stop_test: StopTest[S] | None = None,
-) -> S:
+    layer: Callable[[_S], _S],
+    recorder: _Recorder[_S] | None = None,
+    progress: _Progress | None = None,
+    view: Callable[[_S], _S] = lambda t: t,
+    stop_test: _StopTest[_S] | None = None,
+) -> _S:
     """Apply `layer` `steps` times to `x`, calling `recorder.at(k, view(x), rows)` at each layer
     `k` of `recorder.layers` (0 = the start; `rows` the batch rows of the state) and
     `progress(runs)` after each layer.

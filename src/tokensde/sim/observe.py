@@ -8,7 +8,7 @@ layer and the time too. It may name its own checkpoints, else it takes the `Reco
 its outputs in `SimResult.observed[name]`, `(runs, C, ...)`. The records 'gram' and 'tokens'
 are the two built-in observers (`builtin_observers`), so a statistic at every layer costs its
 own size per run and layer, not an n x n Gram matrix. `Observations` holds the outputs and makes
-the one recorder (`loop.Recorder`) each batch's layer loop calls.
+the one recorder (`loop._Recorder`) each batch's layer loop calls.
 
 An observer reads coordinates in R^d unless it is declared `invariant=True`: a function of the
 inner products `X X^T` alone (of the tokens' norms and angles, not of their coordinates). Only
@@ -30,7 +30,7 @@ import torch
 from ..model.params import ParameterError
 from .layers import normalize
 
-RECORDS: tuple[str, ...] = ("gram", "tokens")  # the built-in observers, asked for by `record=`
+_RECORDS: tuple[str, ...] = ("gram", "tokens")  # the built-in observers, asked for by `record=`
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Observer:
 def _own_checkpoints(name: str, ck: object) -> int | tuple[int, ...] | None:
     """An observer's checkpoints as given (an int, None) or as a tuple of ints; ParameterError
     naming the observer for anything else (the layers are checked against the horizon by
-    `options.observer_layers`)."""
+    `options._observer_layers`)."""
     if ck is None or (isinstance(ck, int | np.integer) and not isinstance(ck, bool)):
         return None if ck is None else int(ck)
     if isinstance(ck, Iterable) and not isinstance(ck, str | bytes):
@@ -114,10 +114,10 @@ def _own_checkpoints(name: str, ck: object) -> int | tuple[int, ...] | None:
 
 
 #: What `simulate(observe=...)` takes: one observer, a sequence of them, or `{name: fn}`.
-ObserveSpec = Observer | Sequence[Observer] | Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
+_ObserveSpec = Observer | Sequence[Observer] | Mapping[str, Callable[[torch.Tensor], torch.Tensor]]
 
 
-def check_observers(observe: object) -> tuple[Observer, ...]:
+def _check_observers(observe: object) -> tuple[Observer, ...]:
     """The user's observers as a tuple: None, one `Observer`, a sequence of them, or a mapping
     `{name: fn}`; ParameterError naming `observe` for anything else, a name given twice or a
     built-in name ('gram', 'tokens': use `record=`).
@@ -144,7 +144,7 @@ def check_observers(observe: object) -> tuple[Observer, ...]:
     for o in given:
         if not isinstance(o, Observer):
             raise ParameterError(f"observe must hold Observer(name, fn) objects; got {o!r}")
-        if o.name in RECORDS:
+        if o.name in _RECORDS:
             raise ParameterError(f"observe: the name {o.name!r} is a built-in record; ask for it "
                                  f"with record=({o.name!r},) or give the observer another name")
         if o.name in seen:
@@ -168,7 +168,7 @@ def _tokens(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def builtin_observers(record: Sequence[str], norm: str) -> tuple[Observer, ...]:
+def _builtin_observers(record: Sequence[str], norm: str) -> tuple[Observer, ...]:
     """The observers of `record` (any of 'gram', 'tokens'): 'gram' `X X^T` `(runs, n, n)` (of the
     directions `x_i / |x_i|` with norm 'pre' or 'peri'), 'tokens' the state itself.
 
@@ -181,10 +181,10 @@ def builtin_observers(record: Sequence[str], norm: str) -> tuple[Observer, ...]:
     """
     gram = _gram_post if norm == "post" else _gram_directions
     table = {"gram": Observer("gram", gram, invariant=True), "tokens": Observer("tokens", _tokens)}
-    return tuple(table[r] for r in RECORDS if r in record)
+    return tuple(table[r] for r in _RECORDS if r in record)
 
 
-def coordinate_outputs(record: Sequence[str], observers: Sequence[Observer]) -> tuple[str, ...]:
+def _coordinate_outputs(record: Sequence[str], observers: Sequence[Observer]) -> tuple[str, ...]:
     """The outputs that read coordinates in R^d, by name: the record 'tokens' and every observer
     not declared invariant (a function of `x` beyond `x x^T`). The Gram sampler refuses them.
 
@@ -195,11 +195,11 @@ def coordinate_outputs(record: Sequence[str], observers: Sequence[Observer]) -> 
     Returns:
         Their names, records first.
     """
-    return tuple(o.name for o in (*builtin_observers(record, "post"), *observers)
+    return tuple(o.name for o in (*_builtin_observers(record, "post"), *observers)
                  if not o.invariant)
 
 
-def random_rotation(w: int, dtype: torch.dtype, device: torch.device | str = "cpu",
+def _random_rotation(w: int, dtype: torch.dtype, device: torch.device | str = "cpu",
                     seed: int = 0) -> torch.Tensor:
     """A random orthogonal `w x w` matrix (QR of a seeded Gaussian matrix, signs fixed)."""
     g = torch.Generator().manual_seed(seed)
@@ -213,7 +213,7 @@ def random_rotation(w: int, dtype: torch.dtype, device: torch.device | str = "cp
 _INVARIANCE_EPS = 1e4
 
 
-def check_invariance(observers: Sequence[Observer], x: Any, layer: int = 0,
+def _check_invariance(observers: Sequence[Observer], x: Any, layer: int = 0,
                      t: float = 0.0) -> None:
     """ParameterError naming the first user observer declared `invariant=True` whose output
     changes when the state `x` `(runs, n, w)` after layer `layer` (time `t`) is rotated,
@@ -221,10 +221,10 @@ def check_invariance(observers: Sequence[Observer], x: Any, layer: int = 0,
     (`_INVARIANCE_EPS`); the built-in records are invariant by construction and not tested, nor
     is a state that is not a floating-point tensor, nor an observer made with `check=False`. One
     extra call of each such observer."""
-    users = [o for o in observers if o.invariant and o.check and o.name not in RECORDS]
+    users = [o for o in observers if o.invariant and o.check and o.name not in _RECORDS]
     if not users or not isinstance(x, torch.Tensor) or not x.is_floating_point():
         return
-    xr = x @ random_rotation(x.shape[-1], x.dtype, x.device)
+    xr = x @ _random_rotation(x.shape[-1], x.dtype, x.device)
     for o in users:
         a, b = o.observe(layer, t, x), o.observe(layer, t, xr)
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) \
@@ -247,10 +247,10 @@ def check_invariance(observers: Sequence[Observer], x: Any, layer: int = 0,
                 f"with the tokens in R^d")
 
 
-class Observations:
+class _Observations:
     """The outputs of `observers` for `runs` runs, observer `i` at its layers `layers[i]`,
     `(runs, K_i, ...)` on the CPU; each array is made at the observer's first output (its shape
-    and dtype). `batch(start)` is the `loop.Recorder` of one batch of runs; `dt` makes the
+    and dtype). `batch(start)` is the `loop._Recorder` of one batch of runs; `dt` makes the
     depth times `t = layer * dt` the observers get."""
 
     def __init__(self, observers: Sequence[Observer], runs: int,
@@ -272,7 +272,7 @@ class Observations:
 
     def batch(self, start: int, size: int,
               guard: Callable[[int, Any], None] | None = None) -> _BatchRecorder:
-        """The `loop.Recorder` of the runs `start:start + size`; `guard(k, x)` first sees every
+        """The `loop._Recorder` of the runs `start:start + size`; `guard(k, x)` first sees every
         state recorded (to refuse, say, a non-finite one)."""
         return _BatchRecorder(self, start, size, guard)
 
@@ -283,7 +283,7 @@ class Observations:
         t = k * self.dt
         if o.invariant and o.name not in self.checked:
             self.checked.add(o.name)
-            check_invariance([o], x, k, t)
+            _check_invariance([o], x, k, t)
         out = o.observe(k, t, x)
         if not isinstance(out, torch.Tensor) or out.ndim == 0 or out.shape[0] != b:
             got = (f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor)
@@ -319,9 +319,9 @@ class Observations:
 
 
 class _BatchRecorder:
-    """The `loop.Recorder` of one batch of runs (`start:start + size`) of `Observations`."""
+    """The `loop._Recorder` of one batch of runs (`start:start + size`) of `Observations`."""
 
-    def __init__(self, book: Observations, start: int, size: int,
+    def __init__(self, book: _Observations, start: int, size: int,
                  guard: Callable[[int, Any], None] | None) -> None:
         self.book, self.start, self.size, self.guard = book, start, size, guard
         self.layers = book.every_layer

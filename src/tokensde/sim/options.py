@@ -16,14 +16,14 @@ import numpy as np
 import torch
 
 from ..model.checks import check_tol
-from ..model.params import ParameterError, check_int, check_real
-from .expansion import EVALUATORS
-from .observe import RECORDS, Observer, ObserveSpec, check_observers
-from .samplers import SAMPLERS
+from ..model.params import ParameterError, _check_int, _check_real
+from .expansion import _EVALUATORS
+from .observe import _RECORDS, Observer, _check_observers, _ObserveSpec
+from .samplers import _SAMPLERS
 
 # the default record: Gram matrices (n x n per run and checkpoint) up to this many tokens, the
 # tokens (n x d) above (one Gram matrix of 65536 tokens takes 34 GB)
-GRAM_RECORD_MAX = 1024
+_GRAM_RECORD_MAX = 1024
 _DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 
 
@@ -37,10 +37,10 @@ def default_record(n: int) -> tuple[str, ...]:
     Returns:
         The record tuple.
     """
-    return ("gram",) if n <= GRAM_RECORD_MAX else ("tokens",)
+    return ("gram",) if n <= _GRAM_RECORD_MAX else ("tokens",)
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     """'float64' / 'float32' (or a torch dtype) to a torch dtype."""
     if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
         return dtype
@@ -49,7 +49,7 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def resolve_device(device: str | torch.device, name: str = "device") -> torch.device:
+def _resolve_device(device: str | torch.device, name: str = "device") -> torch.device:
     """A torch device, checking that CUDA (and device N of 'cuda:N') exists when asked for;
     ParameterError naming `name` otherwise."""
     try:
@@ -67,7 +67,7 @@ def resolve_device(device: str | torch.device, name: str = "device") -> torch.de
     return dev
 
 
-def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> np.ndarray:
+def _resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> np.ndarray:
     """Layer indices to record: None -> [0, steps]; an int C >= 2 -> C evenly spaced (both ends
     included); a sequence -> those layer indices (whole numbers in [0, steps])."""
     if checkpoints is None:
@@ -92,7 +92,7 @@ def resolve_checkpoints(checkpoints: int | Sequence[int] | None, steps: int) -> 
     return np.unique(a.astype(int))
 
 
-def observer_layers(observers: Sequence[Observer], default: np.ndarray, steps: int
+def _observer_layers(observers: Sequence[Observer], default: np.ndarray, steps: int
                     ) -> list[np.ndarray]:
     """The layers of each observer: its own `checkpoints` (`resolve_checkpoints`), or
     `default` (the `Recording`'s) where it names none; ParameterError naming the observer."""
@@ -102,13 +102,13 @@ def observer_layers(observers: Sequence[Observer], default: np.ndarray, steps: i
             out.append(default)
             continue
         try:
-            out.append(resolve_checkpoints(o.checkpoints, steps))
+            out.append(_resolve_checkpoints(o.checkpoints, steps))
         except ParameterError as err:
             raise ParameterError(f"observe: observer {o.name!r}: {err}") from None
     return out
 
 
-def check_token_weights(weights: Any, n: int, runs: int) -> np.ndarray | None:
+def _check_token_weights(weights: Any, n: int, runs: int) -> np.ndarray | None:
     """Token weights as a float64 array `(n,)` or `(runs, n)`: finite, non-negative, each row of
     positive sum (None stays None); else ParameterError."""
     if weights is None:
@@ -129,14 +129,14 @@ _UNTIL: tuple[str, ...] = ("horizon", "decided")
 _DECIDE_DT = 0.05  # default test interval for until='decided', in depth time
 
 
-def decide_every(dt: float) -> int:
+def _decide_every(dt: float) -> int:
     """Layers between two decision tests: the most that stay within depth time `_DECIDE_DT`."""
     return max(1, int(_DECIDE_DT / dt + 1e-9))
 
 
 # the decision tolerance of every command line tool and study (theory.first_passage.PAIR_TOL):
 # a looser one counts formations that later dissolve (docs/absorption.md, "Which tolerance")
-DECIDE_TOL = 1e-8
+_DECIDE_TOL = 1e-8
 
 
 
@@ -180,7 +180,7 @@ class InitialState:
             if self.init == "pair":
                 if self.rho0 is None:
                     raise ParameterError("init='pair' needs rho0 in [-1, 1]")
-                r = check_real("rho0", self.rho0, -1.0)
+                r = _check_real("rho0", self.rho0, -1.0)
                 if r > 1.0:
                     raise ParameterError(f"rho0 must be a finite number in [-1, 1]; got {self.rho0!r}")
                 object.__setattr__(self, "rho0", r)
@@ -235,7 +235,7 @@ class StoppingRule:
         if self.tol is not None:
             object.__setattr__(self, "tol", check_tol(self.tol, "tol", "float64"))
         if self.decide_every is not None:
-            object.__setattr__(self, "decide_every", check_int("decide_every", self.decide_every, 1))
+            object.__setattr__(self, "decide_every", _check_int("decide_every", self.decide_every, 1))
 
     @classmethod
     def decided(cls, tol: float | None = None, decide_every: int | None = None) -> StoppingRule:
@@ -268,27 +268,27 @@ class Recording:
 
     checkpoints: int | Sequence[int] | None = None
     record: tuple[str, ...] | None = None
-    observe: ObserveSpec | tuple[Observer, ...] = ()
+    observe: _ObserveSpec | tuple[Observer, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.record, str):
-            raise ParameterError(f"record must be a tuple of {RECORDS}; got the string "
+            raise ParameterError(f"record must be a tuple of {_RECORDS}; got the string "
                                  f"{self.record!r} (write ({self.record!r},))")
         if self.record is not None:  # None: `default_record(n)`, resolved by `simulate`
             try:
                 record = tuple(self.record)
             except TypeError as err:
-                raise ParameterError(f"record must be a tuple of {RECORDS} or None; got "
+                raise ParameterError(f"record must be a tuple of {_RECORDS} or None; got "
                                      f"{self.record!r}") from err
-            bad = set(record) - set(RECORDS)
+            bad = set(record) - set(_RECORDS)
             if bad:
-                raise ParameterError(f"record must be a subset of {RECORDS}; got {sorted(bad)}")
+                raise ParameterError(f"record must be a subset of {_RECORDS}; got {sorted(bad)}")
             object.__setattr__(self, "record", record)
         ck = self.checkpoints
         if ck is not None and not isinstance(ck, int | np.integer) and isinstance(ck, Iterable) \
                 and not isinstance(ck, str | bytes):
             object.__setattr__(self, "checkpoints", tuple(ck))
-        object.__setattr__(self, "observe", check_observers(self.observe or None))
+        object.__setattr__(self, "observe", _check_observers(self.observe or None))
 
     @property
     def observers(self) -> tuple[Observer, ...]:
@@ -306,7 +306,7 @@ class Execution:
     sampler ('auto', 'fast', 'full', 'gram'; `simulate.resolve_sampler`: 'gram' holds the tokens
     up to a rotation only, so it runs when every output is a function of the inner products,
     and refuses the others), the attention evaluator ('auto', 'dense',
-    'expansion'; `expansion.choose_evaluator`), the torch device, the dtype ('float64' or
+    'expansion'; `expansion._choose_evaluator`), the torch device, the dtype ('float64' or
     'float32') and the runs advanced together (None: `default_batch`; numbers never depend
     on it).
 
@@ -329,16 +329,16 @@ class Execution:
     batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        if self.sampler not in SAMPLERS:
-            raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got "
+        if self.sampler not in _SAMPLERS:
+            raise ParameterError(f"sampler must be one of {', '.join(_SAMPLERS)}; got "
                                  f"{self.sampler!r}")
-        if self.attention_eval not in EVALUATORS:
-            raise ParameterError(f"attention_eval must be one of {', '.join(EVALUATORS)}; got "
+        if self.attention_eval not in _EVALUATORS:
+            raise ParameterError(f"attention_eval must be one of {', '.join(_EVALUATORS)}; got "
                                  f"{self.attention_eval!r}")
-        object.__setattr__(self, "dtype", str(resolve_dtype(self.dtype)).removeprefix("torch."))
-        object.__setattr__(self, "device", str(resolve_device(self.device)))
+        object.__setattr__(self, "dtype", str(_resolve_dtype(self.dtype)).removeprefix("torch."))
+        object.__setattr__(self, "device", str(_resolve_device(self.device)))
         if self.batch_size is not None:
-            object.__setattr__(self, "batch_size", check_int("batch_size", self.batch_size, 1))
+            object.__setattr__(self, "batch_size", _check_int("batch_size", self.batch_size, 1))
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -379,7 +379,7 @@ class StepControl:
         for name in ("estimate", "extrapolate"):
             if not isinstance(getattr(self, name), bool):
                 raise ParameterError(f"{name} must be True or False; got {getattr(self, name)!r}")
-        object.__setattr__(self, "coupled_runs", check_int("coupled_runs", self.coupled_runs, 2))
+        object.__setattr__(self, "coupled_runs", _check_int("coupled_runs", self.coupled_runs, 2))
         if self.tol is not None:
             object.__setattr__(self, "tol", check_tol(self.tol, "tol", "float64"))
 

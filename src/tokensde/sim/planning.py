@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from ..model.params import ModelParams, TimeGrid
-from .batch import mlp_width
+from .batch import _mlp_width
 from .budget import SAMPLER_STEPS, Budget, Memory, estimate_memory, estimate_work
-from .coupled import levels_of
-from .rng import RUN_BLOCK
+from .coupled import _levels_of
+from .rng import _RUN_BLOCK
 
 __all__ = ["COUPLED_BATCH", "RunPlan"]
 
@@ -69,10 +69,10 @@ class RunPlan:
         of `block` runs (default one `RUN_BLOCK` of the batch: a lower bound, as a batch holds
         whole blocks and fewer runs a smaller one) (`budget.estimate_memory`)."""
         p = self.params
-        block = min(self.batch_size, RUN_BLOCK) if block is None else block
+        block = min(self.batch_size, _RUN_BLOCK) if block is None else block
         return estimate_memory(self.runs if runs is None else runs, p.n, self.width,
                                len(self.checkpoints), block=block, record=self.record,
-                               heads=p.heads, full=self.full, mlp=mlp_width(p, self.sampler),
+                               heads=p.heads, full=self.full, mlp=_mlp_width(p, self.sampler),
                                itemsize=torch.finfo(self.dtype).bits // 8, basis=self.basis)
 
     def budget(self) -> Budget:
@@ -87,7 +87,7 @@ class RunPlan:
         """
         p, g, runs = self.params, self.grid, self.runs
         n, heads, k = p.n, p.heads, len(self.checkpoints)
-        mlp = mlp_width(p, self.sampler)
+        mlp = _mlp_width(p, self.sampler)
         mem = self.memory()
         one = self.memory(1, 0).kept
         detail = (f"{runs} run{'s' * (runs != 1)}, n = {n}, d = {p.d}, {heads} "
@@ -100,10 +100,10 @@ class RunPlan:
                                                           1.0)
         work = estimate_work(runs, g.steps, n, min(self.width, p.d), heads, mlp, self.basis)
         if self.coupled:
-            three = levels_of(g.steps) == 3
+            three = _levels_of(g.steps) == 3
             per = 1.75 if three else 1.5
             extra = per * estimate_work(self.coupled, g.steps, n, p.d, heads,
-                                        mlp_width(p, "full"))
+                                        _mlp_width(p, "full"))
             detail += (f", plus {self.coupled} runs coupled at dt, 2 dt{' and 4 dt' * three} "
                        f"for the step error (+{100 * extra / work:.0f} % work)")
             work += extra

@@ -1,8 +1,8 @@
 """The reduced two-token diffusion simulated on its own: Euler-Maruyama paths of `z = artanh rho`.
 
-The coefficients are the theory's (`theory.coefficients.RhoDiffusion.z_coefficients`); the paths
-are stepped by the one layer loop `loop.march` (a state of one `z` per run) and recorded at the
-run's checkpoints (`options.resolve_checkpoints`). All runs draw from one numpy stream
+The coefficients are the theory's (`theory.coefficients._RhoDiffusion.z_coefficients`); the paths
+are stepped by the one layer loop `loop._march` (a state of one `z` per run) and recorded at the
+run's checkpoints (`options._resolve_checkpoints`). All runs draw from one numpy stream
 (`SeedSequence([seed, 3])`), not from `rng.RunStreams`: the paths do not depend on a batch, so
 there is no batch driver here.
 """
@@ -15,18 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from ..model.params import TimeGrid, check_int
-from ..theory.coefficients import RhoDiffusion
+from ..model.params import TimeGrid, _check_int
+from ..theory.coefficients import _RhoDiffusion
 from ..theory.first_passage import RhoPaths, check_start, initial_rho
 from ..theory.two_tokens import reduced_model
-from .loop import OnLayers, march
-from .options import resolve_checkpoints
+from .loop import OnLayers, _march
+from .options import _resolve_checkpoints
 
 
-def z_paths(model: RhoDiffusion, rho0: Any, *, T: float, dt: float, runs: int, seed: int = 0,
+def z_paths(model: _RhoDiffusion, rho0: Any, *, T: float, dt: float, runs: int, seed: int = 0,
             checkpoints: int | Sequence[int] | None = None) -> RhoPaths:
     """Euler-Maruyama paths of `dz = A dt + B dB`, `z = artanh rho` (coefficients bounded for
-    every variant but the MLP block; `rho` never leaves (-1, 1)), through `loop.march`.
+    every variant but the MLP block; `rho` never leaves (-1, 1)), through `loop._march`.
 
     Args:
         model: the `rho` diffusion (its `z_coefficients`).
@@ -42,9 +42,9 @@ def z_paths(model: RhoDiffusion, rho0: Any, *, T: float, dt: float, runs: int, s
         `RhoPaths`: `z` `(runs, C)` at `times` `(C,)`.
     """
     grid = TimeGrid.make(T=T, dt=dt)
-    runs, seed = check_int("runs", runs, 1), check_int("seed", seed, 0)
+    runs, seed = _check_int("runs", runs, 1), _check_int("seed", seed, 0)
     start = check_start(rho0)
-    keep = resolve_checkpoints(checkpoints, grid.steps)
+    keep = _resolve_checkpoints(checkpoints, grid.steps)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 3]))
     with np.errstate(divide="ignore"):
         z0 = np.arctanh(initial_rho(start, model.d, runs, rng))
@@ -55,7 +55,7 @@ def z_paths(model: RhoDiffusion, rho0: Any, *, T: float, dt: float, runs: int, s
         return z + drift * grid.dt + noise * root * rng.standard_normal(runs)
 
     out: list[np.ndarray] = []
-    march(z0, grid.steps, step, OnLayers(keep, lambda k, z, rows: out.append(z)))
+    _march(z0, grid.steps, step, OnLayers(keep, lambda k, z, rows: out.append(z)))
     return RhoPaths(np.stack(out, axis=1), keep * grid.dt)
 
 

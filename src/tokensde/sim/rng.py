@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..model.params import check_int
+from ..model.params import _check_int
 
-RUN_BLOCK = 256
+__all__ = ["MLP_STREAM", "QK_STREAM", "RunStreams", "derive_seed"]
+
+_RUN_BLOCK = 256
 # `derive_seed` keys of streams for the same runs (`RunStreams.derived`); `sim.simulate`
 # re-exports them
 QK_STREAM = 0x514B  # the random query/key forms
@@ -46,7 +48,7 @@ def derive_seed(seed: int, *keys: int) -> int:
 
 def _n_blocks(runs: int) -> int:
     """Number of run blocks covering `runs` runs."""
-    return math.ceil(runs / RUN_BLOCK)
+    return math.ceil(runs / _RUN_BLOCK)
 
 
 class RunStreams:
@@ -60,18 +62,18 @@ class RunStreams:
 
     def __init__(self, seed: int, runs: int, start: int = 0, stop: int | None = None,
                  device: torch.device | str = "cpu") -> None:
-        seed = check_int("seed", seed, 0)
+        seed = _check_int("seed", seed, 0)
         stop = runs if stop is None else stop
-        if start % RUN_BLOCK or not 0 <= start < stop <= runs:
-            raise ValueError(f"run range [{start}, {stop}) must start on a block of {RUN_BLOCK}")
+        if start % _RUN_BLOCK or not 0 <= start < stop <= runs:
+            raise ValueError(f"run range [{start}, {stop}) must start on a block of {_RUN_BLOCK}")
         self.device = torch.device(device)
         self.seed, self.span = seed, (runs, start, stop)
         self.sizes: list[int] = []
         self.gens: list[torch.Generator] = []
         self.keep: list[torch.Tensor | None] = []
         self.full: list[int] = []
-        for b in range(start // RUN_BLOCK, _n_blocks(stop)):
-            lo, hi = b * RUN_BLOCK, min((b + 1) * RUN_BLOCK, stop)
+        for b in range(start // _RUN_BLOCK, _n_blocks(stop)):
+            lo, hi = b * _RUN_BLOCK, min((b + 1) * _RUN_BLOCK, stop)
             g = torch.Generator(device=self.device)
             g.manual_seed(_block_seed(seed, b))
             self.gens.append(g)

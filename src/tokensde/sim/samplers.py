@@ -16,11 +16,11 @@ from ..model.params import ModelParams, ParameterError
 from ..model.qk import QK_LAWS
 from .rng import RunStreams
 
-Sampler = Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]
-SAMPLERS: tuple[str, ...] = ("auto", "fast", "full", "gram")
+_Sampler = Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]
+_SAMPLERS: tuple[str, ...] = ("auto", "fast", "full", "gram")
 
 
-def full_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+def _full_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
     """Noise `xi_i = V y_i` by drawing the whole value matrix (any law); `d^2` draws per run."""
     return p.noise_law.draw(y, rs)
 
@@ -35,7 +35,7 @@ def full_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
 PIVOT_MARGIN = 1e-3
 
 
-def sym_root(y: torch.Tensor) -> torch.Tensor:
+def _sym_root(y: torch.Tensor) -> torch.Tensor:
     """The symmetric square root `(Y Y^T)^(1/2) = U diag(s) U^T` `(runs, n, n)` of each run's Gram
     matrix, from the thin SVD `Y = U diag(s) W^T`.
 
@@ -79,7 +79,7 @@ def _psd_root(k: torch.Tensor) -> torch.Tensor:
     return (u * w.clamp(min=0.0).sqrt().unsqueeze(-2)) @ u.transpose(-1, -2)
 
 
-def well_pivoted(pivots: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def _well_pivoted(pivots: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """`(runs,)`: every row is well pivoted, `pivots^2 >= PIVOT_MARGIN * lengths` row by row, for
     the diagonal `pivots` `(runs, n)` of a triangular factor and the squared row lengths `lengths`
     `(runs, n)` (a nan pivot, from a failed Cholesky, is not well pivoted)."""
@@ -91,13 +91,13 @@ def _cholesky_or(k: torch.Tensor, fallback: torch.Tensor | None,
     """Cholesky factors of `k` `(runs, n, n)`, and `root(fallback)` for the runs not well pivoted."""
     c, info = torch.linalg.cholesky_ex(k)
     pivots = torch.where((info == 0).unsqueeze(-1), c.diagonal(dim1=-2, dim2=-1), torch.nan)
-    bad = ~well_pivoted(pivots, k.diagonal(dim1=-2, dim2=-1))
+    bad = ~_well_pivoted(pivots, k.diagonal(dim1=-2, dim2=-1))
     if bool(bad.any()):
         c[bad] = root((k if fallback is None else fallback)[bad])
     return c
 
 
-def gram_factor(y: torch.Tensor) -> torch.Tensor:
+def _gram_factor(y: torch.Tensor) -> torch.Tensor:
     """`C` `(runs, n, n)` with `C C^T = Y Y^T` for each run of `Y` `(runs, n, k)`.
 
     The Cholesky factor where the run is well pivoted by the margin `PIVOT_MARGIN`; the symmetric
@@ -112,11 +112,11 @@ def gram_factor(y: torch.Tensor) -> torch.Tensor:
         The factor `C`, `(runs, n, n)`.
     """
     if y.shape[-2] > y.shape[-1]:
-        return sym_root(y)
-    return _cholesky_or(y @ y.transpose(-1, -2), y, sym_root)
+        return _sym_root(y)
+    return _cholesky_or(y @ y.transpose(-1, -2), y, _sym_root)
 
 
-def gaussian_image(y: torch.Tensor, cols: int, rs: RunStreams) -> torch.Tensor:
+def _gaussian_image(y: torch.Tensor, cols: int, rs: RunStreams) -> torch.Tensor:
     """A draw of `Y G` `(runs, n, cols)` for `G` `(k, cols)` standard normal, `Y` `(runs, n, k)`.
 
     With `n >= k`, `G` itself is drawn (`k cols` normals, linear in `Y`); with `n < k`, the exact
@@ -134,13 +134,13 @@ def gaussian_image(y: torch.Tensor, cols: int, rs: RunStreams) -> torch.Tensor:
     n, k = y.shape[-2:]
     if n >= k:
         return y @ rs.normal(k, cols, dtype=y.dtype)
-    return gram_factor(y) @ rs.normal(n, cols, dtype=y.dtype)
+    return _gram_factor(y) @ rs.normal(n, cols, dtype=y.dtype)
 
 
-def fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+def _fast_noise(y: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
     """Exact-in-law Gaussian matrix noise `xi_i = V y_i` `(runs, n, d)`: `sigma C Z` with
     `C C^T = Y Y^T` when `n < d` (`n d` normals), `Y V^T` with `V` drawn when `n >= d`."""
-    return gaussian_image(y, p.d, rs).mul_(p.sigma)
+    return _gaussian_image(y, p.d, rs).mul_(p.sigma)
 
 
 def _fast_applicable(p: ModelParams) -> bool:
@@ -154,7 +154,7 @@ def _gram_applicable(p: ModelParams) -> bool:
     return p.rotation_invariant
 
 
-def gram_refusal(p: ModelParams) -> str | None:
+def _gram_refusal(p: ModelParams) -> str | None:
     """Why `sampler='gram'` does not apply to `p` (a message naming the parameter), or None."""
     use = " (use sampler='fast' or 'full')"
     if p.token_noise > 0:
@@ -210,8 +210,8 @@ def choose_sampler(p: ModelParams, sampler: str = "auto", coordinates: bool = Fa
         ParameterError: `sampler` is not one of those, or does not apply to `p` (the message
             says why and which sampler to use).
     """
-    if sampler not in SAMPLERS:
-        raise ParameterError(f"sampler must be one of {', '.join(SAMPLERS)}; got {sampler!r}")
+    if sampler not in _SAMPLERS:
+        raise ParameterError(f"sampler must be one of {', '.join(_SAMPLERS)}; got {sampler!r}")
     if sampler == "auto":
         if not coordinates and _gram_applicable(p) and p.norm == "post" and p.d >= 4 * p.n:
             return "gram"
@@ -220,13 +220,13 @@ def choose_sampler(p: ModelParams, sampler: str = "auto", coordinates: bool = Fa
         raise ParameterError("sampler='fast' needs noise='matrix' with law='gaussian'; got "
                              f"noise={p.noise!r}, law={p.law!r} (use sampler='full')")
     if sampler == "gram":
-        why = gram_refusal(p)
+        why = _gram_refusal(p)
         if why is not None:
             raise ParameterError(why)
     return sampler
 
 
-def scheme_params(p: ModelParams, scheme: str) -> ModelParams:
+def _scheme_params(p: ModelParams, scheme: str) -> ModelParams:
     """The parameters `scheme` steps: `p`, except that the SDE of forms redrawn every layer
     averages the attention over the qk law with `qk_samples` draws per head and step, i.e. steps
     `heads * qk_samples` heads (docs/variants.md §3)."""
@@ -235,10 +235,10 @@ def scheme_params(p: ModelParams, scheme: str) -> ModelParams:
     return p
 
 
-_NOISE_SAMPLERS: dict[str, Sampler] = {"fast": fast_noise, "full": full_noise}
+_NOISE_SAMPLERS: dict[str, _Sampler] = {"fast": _fast_noise, "full": _full_noise}
 
 
-def psd_factor(k: torch.Tensor) -> torch.Tensor:
+def _psd_factor(k: torch.Tensor) -> torch.Tensor:
     """`C` with `C C^T = G` for positive semi-definite `G` `(runs, n, n)`: Cholesky for the runs
     well pivoted by the margin `PIVOT_MARGIN`, the symmetric root `_psd_root` for the others.
 
@@ -251,58 +251,58 @@ def psd_factor(k: torch.Tensor) -> torch.Tensor:
     return _cholesky_or(k, None, _psd_root)
 
 
-def mlp_scale(p: ModelParams) -> float:
+def _mlp_scale(p: ModelParams) -> float:
     """Entry standard deviation of `W_2`: `mlp_sigma / sqrt(m kappa(1))`."""
     return p.mlp_sigma / (p.mlp_hidden * p.mlp_block.second_moment) ** 0.5
 
 
-def mlp_noise_full(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+def _mlp_noise_full(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
     """MLP output `W_2 phi(W_1 x_i)` `(runs, n, d)` with both weight matrices drawn (docs/variants.md §5)."""
     w1 = rs.normal(p.mlp_hidden, p.d, dtype=x.dtype)
     h = p.mlp_block(x @ w1.transpose(-1, -2))
     w2 = rs.normal(p.d, p.mlp_hidden, dtype=x.dtype)
-    return (h @ w2.transpose(-1, -2)).mul_(mlp_scale(p))
+    return (h @ w2.transpose(-1, -2)).mul_(_mlp_scale(p))
 
 
-def mlp_noise_fast(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
+def _mlp_noise_fast(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
     """The law of `mlp_noise_full` without d-sized weights where the tokens are fewer: the
     pre-activations `X W_1^T` and, given `H = phi(X W_1^T)`, the output `s H W_2^T` are each drawn
     by `gaussian_image` (the weights themselves when the rows outnumber the columns)."""
-    h = p.mlp_block(gaussian_image(x, p.mlp_hidden, rs))
-    return gaussian_image(h, p.d, rs).mul_(mlp_scale(p))
+    h = p.mlp_block(_gaussian_image(x, p.mlp_hidden, rs))
+    return _gaussian_image(h, p.d, rs).mul_(_mlp_scale(p))
 
 
-def mlp_noise_given(x: torch.Tensor, p: ModelParams, pre: torch.Tensor, z: torch.Tensor,
+def _mlp_noise_given(x: torch.Tensor, p: ModelParams, pre: torch.Tensor, z: torch.Tensor,
                     divide: float = 1.0) -> torch.Tensor:
     """`mlp_noise_fast` with its standard normals given, `pre` `(runs, n, m)` for the hidden
     pre-activations `C_X pre` and `z` `(runs, n, d)` for the output: `(s / divide) C_H z`,
     `C_H C_H^T = H H^T`, `H = phi(C_X pre)` (`divide`: sqrt(k) when `z` sums k normals)."""
-    h = p.mlp_block(gram_factor(x) @ pre)
-    return (gram_factor(h) @ z).mul_(mlp_scale(p) / divide)
+    h = p.mlp_block(_gram_factor(x) @ pre)
+    return (_gram_factor(h) @ z).mul_(_mlp_scale(p) / divide)
 
 
-def mlp_kernel_noise(x: torch.Tensor, p: ModelParams, z: torch.Tensor) -> torch.Tensor:
+def _mlp_kernel_noise(x: torch.Tensor, p: ModelParams, z: torch.Tensor) -> torch.Tensor:
     """The depth limit's MLP noise driven by standard normals `z` `(runs, n, d)`: `mlp_sigma C z`
     with `C C^T = khat(X X^T)`, cross-covariance `mlp_sigma^2 khat(<x_i, x_j>) I`."""
     k = p.mlp_block.kernel_t(x @ x.transpose(-1, -2))
-    return (psd_factor(k) @ z).mul_(p.mlp_sigma)
+    return (_psd_factor(k) @ z).mul_(p.mlp_sigma)
 
 
 def mlp_noise_sde(x: torch.Tensor, p: ModelParams, rs: RunStreams) -> torch.Tensor:
     """`mlp_kernel_noise` with `z` drawn from `rs`."""
-    return mlp_kernel_noise(x, p, rs.normal(p.n, p.d, dtype=x.dtype))
+    return _mlp_kernel_noise(x, p, rs.normal(p.n, p.d, dtype=x.dtype))
 
 
 _MLP_SAMPLERS: dict[str, Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]] = {
-    "fast": mlp_noise_fast, "full": mlp_noise_full, "sde": mlp_noise_sde}
+    "fast": _mlp_noise_fast, "full": _mlp_noise_full, "sde": mlp_noise_sde}
 
 
-def mlp_sampler(sampler: str, scheme: str) -> Sampler:
+def _mlp_sampler(sampler: str, scheme: str) -> _Sampler:
     """The MLP-block noise of `scheme` ('sde': the kernel limit) with `sampler` ('fast', 'full')."""
     return _MLP_SAMPLERS["sde" if scheme == "sde" else sampler]
 
 
-def noise_sampler(sampler: str, p: ModelParams) -> Sampler:
+def _noise_sampler(sampler: str, p: ModelParams) -> _Sampler:
     """The sampler `sampler` ('fast' or 'full'); with `heads > 1` it draws each head's noise
     independently from outputs `(runs, heads, n, d)` and returns `heads^(-1/2) sum_h V_h y^h`."""
     one = _NOISE_SAMPLERS[sampler]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from ..model.params import ModelParams
-from .layers import mean_part, mlp_input, normalize_, tangent
+from .layers import _mean_part, _mlp_input, _normalize_, _tangent
 
 
 def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Tensor:
@@ -36,10 +36,10 @@ def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Te
 # factor reaches 0 and the projected Euler step reverses the token (more noise gives less
 # motion); above STEP_WARN the step is visibly biased. Both are warned about.
 _STEP_MAX = 2.0
-STEP_WARN = 0.2
+_STEP_WARN = 0.2
 
 
-def check_sde_step(p: ModelParams, dt: float) -> float:
+def _check_sde_step(p: ModelParams, dt: float) -> float:
     """`k = (sigma^2 + mlp_sigma^2 + token_noise^2) (d - 1) dt` of the Euler step of the SDE
     (noise scale sigma, MLP block scale mlp_sigma, independent token noise), with a
     RuntimeWarning naming k above STEP_WARN (biased) and above STEP_MAX (the step reverses the
@@ -48,12 +48,12 @@ def check_sde_step(p: ModelParams, dt: float) -> float:
     scale2 = (p.noise_scale**2 + (p.mlp_sigma**2 if p.mlp_block.active else 0.0)
               + p.token_noise**2)
     k = scale2 * (p.d - 1) * dt
-    if k > STEP_WARN:
+    if k > _STEP_WARN:
         harm = ("reverses the token (the Ito drift of one step, about -k/2 x, passes through "
                 "0)" if k > _STEP_MAX else "is biased (too little motion)")
         warnings.warn(f"scheme='sde' with sigma^2 (d - 1) dt = {k:.3g} (noise scale^2 "
-                      f"{scale2:g}, d = {p.d}, dt = {dt:g}) > {STEP_WARN:g}: the Euler step "
-                      f"{harm}; choose dt <= {STEP_WARN / scale2 / (p.d - 1):.3g} (--dt: more "
+                      f"{scale2:g}, d = {p.d}, dt = {dt:g}) > {_STEP_WARN:g}: the Euler step "
+                      f"{harm}; choose dt <= {_STEP_WARN / scale2 / (p.d - 1):.3g} (--dt: more "
                       "layers for the same depth time)",
                       RuntimeWarning, stacklevel=3)
     return k
@@ -67,16 +67,16 @@ def sde_step(
     `x <- N(x + dt [P_x M y + ito(x, y)] + sqrt(dt) P_x xi)`, where `sqrt(dt) xi = dW y`.
     """
     drift = ito_correction(x, y, p)
-    my = mean_part(y, p)
+    my = _mean_part(y, p)
     if my is not None:
-        drift = drift + tangent(x, my)
-    return normalize_(x + dt * drift + dt**0.5 * tangent(x, xi))
+        drift = drift + _tangent(x, my)
+    return _normalize_(x + dt * drift + dt**0.5 * _tangent(x, xi))
 
 
-def sde_layer(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float,
+def _sde_layer(x: torch.Tensor, y: torch.Tensor, xi: torch.Tensor, p: ModelParams, dt: float,
               mlp: Callable[[torch.Tensor], torch.Tensor] | None = None,
               step: Callable[..., torch.Tensor] = sde_step) -> torch.Tensor:
     """One step of the depth limit with both noises in it (docs/variants.md §5):
     `step(x, y, xi + mlp(mlp_input(x)), p, dt)`, `mlp(u)` the MLP block's kernel noise at `u`
     (`xi` is added to in place)."""
-    return step(x, y, xi if mlp is None else xi.add_(mlp(mlp_input(x, p))), p, dt)
+    return step(x, y, xi if mlp is None else xi.add_(mlp(_mlp_input(x, p))), p, dt)

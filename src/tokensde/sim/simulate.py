@@ -23,42 +23,42 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..model.params import ModelParams, ParameterError, TimeGrid, check_int
+from ..model.params import ModelParams, ParameterError, TimeGrid, _check_int
 from ..model.qk.base import QK_SAMPLES
 from .batch import (  # re-exported: the batch protocol of the real architectures and benchmarks
-    SCHEMES,
+    _SCHEMES,
     Draws,
+    _initial_tokens,
     default_batch,
-    initial_tokens,
     run_batch,
 )
-from .bias import check_bias
+from .bias import _check_bias
 from .budget import Budget, check_budget
-from .coupled import why_not_coupled
+from .coupled import _why_not_coupled
 from .driver import Block, Decision, run_blocks
-from .expansion import choose_evaluator, expansion_basis
-from .gram import frame_forms, run_batch_gram, uniform_frame
-from .loop import Progress
-from .norm_sde import check_peri_sde
-from .observe import Observations, Observer, builtin_observers, coordinate_outputs
+from .expansion import _choose_evaluator, _expansion_basis
+from .gram import _frame_forms, run_batch_gram, uniform_frame
+from .loop import _Progress
+from .norm_sde import _check_peri_sde
+from .observe import Observer, _builtin_observers, _coordinate_outputs, _Observations
 from .options import (
-    DECIDE_TOL,
+    _DECIDE_TOL,
     Execution,
     InitialState,
     Recording,
     StepControl,
     StoppingRule,
-    check_token_weights,
-    decide_every,
-    observer_layers,
-    resolve_checkpoints,
+    _check_token_weights,
+    _decide_every,
+    _observer_layers,
+    _resolve_checkpoints,
 )
 from .planning import RunPlan
 from .result import SimResult
-from .rng import MLP_STREAM, QK_STREAM, RUN_BLOCK  # the stream keys: re-exported
+from .rng import _RUN_BLOCK, MLP_STREAM, QK_STREAM  # the stream keys: re-exported
 from .samplers import choose_sampler
-from .sde import check_sde_step
-from .token_noise import check_token_noise
+from .sde import _check_sde_step
+from .token_noise import _check_token_noise
 
 __all__ = ["plan_run", "resolve_sampler", "simulate", "simulation_budget"]
 
@@ -131,28 +131,28 @@ def simulation_budget(params: ModelParams, grid: TimeGrid, runs: int = 1, *,
                     recording=recording, execution=execution, step=step).budget()
 
 
-def step_runs(params: ModelParams, grid: TimeGrid, runs: int, scheme: str,
+def _step_runs(params: ModelParams, grid: TimeGrid, runs: int, scheme: str,
               initial: InitialState, step: StepControl | None,
               execution: Execution = Execution()) -> int:
     """The coupled runs that measure the step error beside a run (`StepControl.runs`;
     `analysis.step_coupled.simulate_with_step_error`): none where `coupling_refusal` says why."""
-    if step is None or coupling_refusal(params, grid, runs, scheme, initial, execution):
+    if step is None or _coupling_refusal(params, grid, runs, scheme, initial, execution):
         return 0
     return step.runs(runs)
 
 
-def coupling_refusal(params: ModelParams, grid: TimeGrid, runs: int, scheme: str,
+def _coupling_refusal(params: ModelParams, grid: TimeGrid, runs: int, scheme: str,
                      initial: InitialState, execution: Execution) -> str | None:
     """Why no run coupled at dt, 2 dt (and 4 dt) can measure the step error of this run
-    (`coupled.why_not_coupled`, with the attention evaluation the run would take in R^d), None
+    (`coupled._why_not_coupled`, with the attention evaluation the run would take in R^d), None
     where it can."""
     if params.n < 2:
         return "one token has no outcome"
     used = "fast" if execution.sampler in ("auto", "gram") else execution.sampler
-    weights = check_token_weights(initial.weights, params.n, runs)
-    evaluator = choose_evaluator(params, execution.attention_eval, used, execution.torch_dtype,
+    weights = _check_token_weights(initial.weights, params.n, runs)
+    evaluator = _choose_evaluator(params, execution.attention_eval, used, execution.torch_dtype,
                                  weights)
-    return why_not_coupled(params, grid.steps, scheme, evaluator)
+    return _why_not_coupled(params, grid.steps, scheme, evaluator)
 
 
 def resolve_sampler(params: ModelParams, execution: Execution, recording: Recording) -> str:
@@ -169,7 +169,7 @@ def resolve_sampler(params: ModelParams, execution: Execution, recording: Record
     Returns:
         'fast', 'full' or 'gram'.
     """
-    coords = coordinate_outputs(recording.kept(params.n), recording.observers)
+    coords = _coordinate_outputs(recording.kept(params.n), recording.observers)
     used = choose_sampler(params, execution.sampler, coordinates=bool(coords))
     if used == "gram" and coords:
         raise ParameterError(
@@ -216,28 +216,28 @@ def _decision(stopping: StoppingRule, dt: float, dtype: str) -> tuple[float, int
         return None
     from ..model.checks import check_tol
 
-    t = check_tol(DECIDE_TOL if stopping.tol is None else stopping.tol, "tol", dtype)
-    return t, decide_every(dt) if stopping.decide_every is None else stopping.decide_every
+    t = check_tol(_DECIDE_TOL if stopping.tol is None else stopping.tol, "tol", dtype)
+    return t, _decide_every(dt) if stopping.decide_every is None else stopping.decide_every
 
 
 def _check_model(params: ModelParams, grid: TimeGrid, scheme: str, sampler: str) -> None:
     """Refuse a model the scheme or the sampler cannot run (the SDE step is only warned
     of, by `simulate`: `_warn_sde_step`)."""
-    if scheme not in SCHEMES:
-        raise ParameterError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+    if scheme not in _SCHEMES:
+        raise ParameterError(f"scheme must be one of {', '.join(_SCHEMES)}; got {scheme!r}")
     if scheme != "sde" and params.qk_samples != QK_SAMPLES:
         raise ParameterError(f"qk_samples (draws of the qk law per SDE step) applies only with "
                              f"scheme='sde'; got qk_samples={params.qk_samples} with "
                              f"scheme={scheme!r} (leave it at {QK_SAMPLES})")
     if params.norm == "peri" and scheme == "sde":
-        check_peri_sde(params)
-    check_bias(params, scheme)
-    check_token_noise(params, sampler)
+        _check_peri_sde(params)
+    _check_bias(params, scheme)
+    _check_token_noise(params, sampler)
 
 
 def _warn_sde_step(params: ModelParams, grid: TimeGrid) -> None:
-    """The SDE step's warning (`sde.check_sde_step`), once every refusal has passed."""
-    check_sde_step(params, grid.dt)
+    """The SDE step's warning (`sde._check_sde_step`), once every refusal has passed."""
+    _check_sde_step(params, grid.dt)
 
 
 def plan_run(params: ModelParams, grid: TimeGrid, runs: int = 1, *, scheme: str = "network",
@@ -268,35 +268,35 @@ def plan_run(params: ModelParams, grid: TimeGrid, runs: int = 1, *, scheme: str 
     Raises:
         ParameterError: as `simulate`, before any work.
     """
-    runs = check_int("runs", runs, 1)
+    runs = _check_int("runs", runs, 1)
     used = resolve_sampler(params, execution, recording)
     _check_model(params, grid, scheme, used)
     params.attention_kind.check_dtype(str(execution.dtype))
     decide = _decision(stopping, grid.dt, str(execution.dtype))
     init_kind = _check_init(initial.init, params, runs, initial.rho0, initial.normalize)
-    w_all = check_token_weights(initial.weights, params.n, runs)
+    w_all = _check_token_weights(initial.weights, params.n, runs)
     if w_all is not None and used == "gram":
         raise ParameterError("weights (token weights) are not carried by sampler='gram'; use "
                              "Execution(sampler='fast') or 'full'")
     tdtype, dev = execution.torch_dtype, execution.torch_device
-    evaluator = choose_evaluator(params, execution.attention_eval, used, tdtype, w_all)
-    basis = expansion_basis(params, tdtype, w_all) if evaluator == "expansion" else 0
-    ck = resolve_checkpoints(recording.checkpoints, grid.steps)
-    at = observer_layers(_observers(params, recording), ck, grid.steps)
+    evaluator = _choose_evaluator(params, execution.attention_eval, used, tdtype, w_all)
+    basis = _expansion_basis(params, tdtype, w_all) if evaluator == "expansion" else 0
+    ck = _resolve_checkpoints(recording.checkpoints, grid.steps)
+    at = _observer_layers(_observers(params, recording), ck, grid.steps)
     bs = default_batch(runs, params, used, tdtype, dev) if execution.batch_size is None else \
         execution.batch_size
-    bs = runs if bs >= runs else math.ceil(bs / RUN_BLOCK) * RUN_BLOCK
+    bs = runs if bs >= runs else math.ceil(bs / _RUN_BLOCK) * _RUN_BLOCK
     # the Gram sampler from a uniform start holds the tokens in a frame of n numbers each
     gram_frame = used == "gram" and isinstance(initial.init, str) and initial.init == "uniform"
     return RunPlan(params, grid, runs, scheme, used, evaluator, basis, bs, ck, at,
                    recording.kept(params.n), w_all, decide, init_kind, tdtype,
                    params.n if gram_frame else params.d,
-                   step_runs(params, grid, runs, scheme, initial, step, execution))
+                   _step_runs(params, grid, runs, scheme, initial, step, execution))
 
 
 def _observers(params: ModelParams, recording: Recording) -> tuple[Observer, ...]:
     """Every observer of a run: the built-in records, then the user's."""
-    return (*builtin_observers(recording.kept(params.n), params.norm), *recording.observers)
+    return (*_builtin_observers(recording.kept(params.n), params.norm), *recording.observers)
 
 
 def simulate(
@@ -310,7 +310,7 @@ def simulate(
     stopping: StoppingRule = StoppingRule(),
     recording: Recording = Recording(),
     execution: Execution = Execution(),
-    progress: Progress | None = None,
+    progress: _Progress | None = None,
 ) -> SimResult:
     """Simulate `runs` independent systems `x^{k+1} = N(x^k + dt M y^k + sqrt(dt) V_k y^k)` (or the SDE).
 
@@ -353,14 +353,14 @@ def simulate(
         TypeError: an argument of the wrong type.
     """
     _check_objects(params, grid, initial, stopping, recording, execution, progress)
-    runs = check_int("runs", runs, 1)
-    seed = check_int("seed", seed, 0)
+    runs = _check_int("runs", runs, 1)
+    seed = _check_int("seed", seed, 0)
     plan = plan_run(params, grid, runs, scheme=scheme, initial=initial, stopping=stopping,
                     recording=recording, execution=execution)
     _check_memory(plan, execution)
     if scheme == "sde":
         _warn_sde_step(params, grid)
-    book = Observations(_observers(params, recording), runs, plan.observed_at, grid.dt)
+    book = _Observations(_observers(params, recording), runs, plan.observed_at, grid.dt)
     layer_of = np.full(runs, -1, dtype=np.int64)
     t0 = time.perf_counter()
     decision = None if plan.decide is None else Decision(*plan.decide, params.norm != "post")
@@ -400,7 +400,7 @@ def _finite_guard(params: ModelParams, tdtype: torch.dtype) -> Callable[[int, An
 
 
 def _run_block(params: ModelParams, grid: TimeGrid, scheme: str, initial: InitialState,
-               execution: Execution, plan: RunPlan, block: Block, progress: Progress | None
+               execution: Execution, plan: RunPlan, block: Block, progress: _Progress | None
                ) -> torch.Tensor:
     """One batch of `simulate` (`driver.run_blocks`): its start and its sampler's march, with
     the batch's streams, recorder and stopping rule; the final state on the CPU."""
@@ -410,12 +410,12 @@ def _run_block(params: ModelParams, grid: TimeGrid, scheme: str, initial: Initia
     if plan.sampler == "gram" and isinstance(init, str) and init == "uniform":
         x = uniform_frame(rs, params.n, params.d, tdtype)
     else:
-        x = initial_tokens(init, params, rs, start, tdtype, initial.rho0,
+        x = _initial_tokens(init, params, rs, start, tdtype, initial.rho0,
                            as_is=not initial.normalize)
 
     if plan.sampler == "gram":
         # the Gram sampler draws the forms' compressions to its frame, from the same streams
-        framed = frame_forms(params, scheme, rs.derived(QK_STREAM), tdtype) if \
+        framed = _frame_forms(params, scheme, rs.derived(QK_STREAM), tdtype) if \
             params.qk_law.random else None
         mlp_rs = rs.derived(MLP_STREAM) if params.mlp_block.active else None
         stop_test = block.stopping(*(s.retain for s in (rs, framed, mlp_rs) if s is not None))

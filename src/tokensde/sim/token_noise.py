@@ -19,10 +19,10 @@ import torch
 from ..model.params import ModelParams, ParameterError
 from .rng import RunStreams
 
-TOKEN_NOISE_STREAM = 0x544F4B4E  # `derive_seed` key of the streams of the token noise ("TOKN")
+_TOKEN_NOISE_STREAM = 0x544F4B4E  # `derive_seed` key of the streams of the token noise ("TOKN")
 
 
-def check_token_noise(p: ModelParams, sampler: str | None = None) -> None:
+def _check_token_noise(p: ModelParams, sampler: str | None = None) -> None:
     """Refuse independent token noise where the step cannot carry it (a ParameterError naming
     the parameter and its allowed range); nothing to check when `token_noise = 0`.
 
@@ -47,7 +47,7 @@ def check_token_noise(p: ModelParams, sampler: str | None = None) -> None:
                              "or 'full')")
 
 
-def token_noise_streams(p: ModelParams, rs: RunStreams) -> RunStreams | None:
+def _token_noise_streams(p: ModelParams, rs: RunStreams) -> RunStreams | None:
     """The streams of the token noise of the runs of `rs`, `rs.derived(TOKEN_NOISE_STREAM)`, or
     None when `token_noise = 0` (nothing is drawn).
 
@@ -58,10 +58,10 @@ def token_noise_streams(p: ModelParams, rs: RunStreams) -> RunStreams | None:
     Returns:
         The derived streams, or None.
     """
-    return rs.derived(TOKEN_NOISE_STREAM) if p.token_noise > 0 else None
+    return rs.derived(_TOKEN_NOISE_STREAM) if p.token_noise > 0 else None
 
 
-def add_token_noise(xi: torch.Tensor, p: ModelParams, token_rs: RunStreams) -> torch.Tensor:
+def _add_token_noise(xi: torch.Tensor, p: ModelParams, token_rs: RunStreams) -> torch.Tensor:
     """`xi_i += tau g_i` in place, `g_i` standard normal in R^d per token, from `token_rs`: the
     unit-time noise of a layer gains the token noise.
 

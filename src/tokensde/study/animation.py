@@ -16,28 +16,28 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..io.report import Image, Section, Table
-from ..model.params import ModelParams, TimeGrid, check_int
+from ..model.params import ModelParams, TimeGrid, _check_int
 from ..sim.rng import derive_seed
-from .context import Context, FigureSpec, saved_or
+from .context import Context, FigureSpec, _saved_or
 
 if TYPE_CHECKING:
     import pandas as pd
 
-NAME = "tokens-in-motion"
-MOTION_TOKENS = 24
+_NAME = "tokens-in-motion"
+_MOTION_TOKENS = 24
 _MOTION_BETA = 3.0
 MOTION_T, MOTION_DT = 8.0, 0.01
-MOTION_DIMS = (2, 3)
+_MOTION_DIMS = (2, 3)
 # frames of the animation per study size (evenly spaced layers, the first and the last included)
-MOTION_FRAMES = {"tiny": 6, "quick": 81, "full": 161}
+_MOTION_FRAMES = {"tiny": 6, "quick": 81, "full": 161}
 _MOTION_TOL = 1e-3  # merged when 1 - <x_i, x_j> < tol, antipodal when 1 + <x_i, x_j> < tol
 
 
 def _motion_settings(seed: int, frames: int) -> dict[str, Any]:
     """The settings a saved table must carry to be reused: seed, frames, n, beta, T, dt, dims."""
-    p = _motion_params(MOTION_DIMS[-1])
+    p = _motion_params(_MOTION_DIMS[-1])
     return {"seed": int(seed), "frames": int(frames), "n": p.n, "beta": p.beta, "T": MOTION_T,
-            "dt": MOTION_DT, "dims": list(MOTION_DIMS), "sigma": p.noise_scale,
+            "dt": MOTION_DT, "dims": list(_MOTION_DIMS), "sigma": p.noise_scale,
             "mean": p.mean_kind, "noise": f"{p.noise}/{p.law}", "attention": p.attention,
             "initial": "uniform", "sampler": "full"}
 
@@ -45,16 +45,16 @@ def _motion_settings(seed: int, frames: int) -> dict[str, Any]:
 def _motion_params(d: int) -> ModelParams:
     """The model of the animation in dimension d: `MOTION_TOKENS` tokens, beta = `_MOTION_BETA`,
     pure-noise values (no mean part, sigma = 1)."""
-    return ModelParams(n=MOTION_TOKENS, d=d, beta=_MOTION_BETA, sigma=1.0)
+    return ModelParams(n=_MOTION_TOKENS, d=d, beta=_MOTION_BETA, sigma=1.0)
 
 
-def motion_layers(frames: int, layers: int) -> list[int]:
+def _motion_layers(frames: int, layers: int) -> list[int]:
     """`frames` evenly spaced layer indices from 0 to `layers` (rounded, both ends included)."""
-    frames = check_int("frames", frames, 2)
+    frames = _check_int("frames", frames, 2)
     return sorted({int(k) for k in np.round(np.linspace(0, layers, frames))})
 
 
-def motion_table(seed: int = 0, frames: int = MOTION_FRAMES["quick"]) -> pd.DataFrame:
+def _motion_table(seed: int = 0, frames: int = _MOTION_FRAMES["quick"]) -> pd.DataFrame:
     """Positions x_i(t_k) of `MOTION_TOKENS` tokens at `frames` depth times t_k in [0, T], one
     run per d in `MOTION_DIMS` (pure-noise values M = 0, sigma = 1, beta = `_MOTION_BETA`,
     i.i.d. uniform start).
@@ -72,11 +72,11 @@ def motion_table(seed: int = 0, frames: int = MOTION_FRAMES["quick"]) -> pd.Data
     from ..sim.options import Execution, InitialState, Recording
     from ..sim.simulate import simulate
 
-    seed = check_int("seed", seed, 0)
+    seed = _check_int("seed", seed, 0)
     grid = TimeGrid.make(T=MOTION_T, dt=MOTION_DT)
-    layers = motion_layers(frames, grid.steps)
+    layers = _motion_layers(frames, grid.steps)
     parts = []
-    for d in MOTION_DIMS:
+    for d in _MOTION_DIMS:
         res = simulate(_motion_params(d), grid, runs=1, seed=derive_seed(seed, 15, d),
                        initial=InitialState("uniform"),
                        recording=Recording(checkpoints=layers, record=("tokens",)),
@@ -97,34 +97,34 @@ def motion_table(seed: int = 0, frames: int = MOTION_FRAMES["quick"]) -> pd.Data
     return table
 
 
-def motion_data(ctx: Context) -> tuple[pd.DataFrame, bool]:
+def _motion_data(ctx: Context) -> tuple[pd.DataFrame, bool]:
     """The saved table of `motion_table(ctx.seed, MOTION_FRAMES[ctx.size])` under
     `data/tokens-in-motion-<size>.parquet`, computed and saved first when absent or made with
     other settings."""
     from ..io.store import header, write_parquet
-    from ..plots.animation import MOTION_KIND, read_motion
+    from ..plots.animation import _MOTION_KIND, _read_motion
 
-    frames = MOTION_FRAMES[ctx.size]
+    frames = _MOTION_FRAMES[ctx.size]
     settings = _motion_settings(ctx.seed, frames)
 
     def save(table: pd.DataFrame, path: Path) -> Path:
-        return write_parquet(table, path, header(MOTION_KIND, settings=table.attrs["settings"]))
+        return write_parquet(table, path, header(_MOTION_KIND, settings=table.attrs["settings"]))
 
-    return saved_or(ctx.data_path(NAME, ".parquet"), read_motion,
-                    lambda: motion_table(ctx.seed, frames), save, ctx,
+    return _saved_or(ctx.data_path(_NAME, ".parquet"), _read_motion,
+                    lambda: _motion_table(ctx.seed, frames), save, ctx,
                     lambda table: table.attrs.get("settings") == settings)
 
 
-def draw_motion(ctx: Context, spec: FigureSpec, table: pd.DataFrame, reused: bool) -> Section:
+def _draw_motion(ctx: Context, spec: FigureSpec, table: pd.DataFrame, reused: bool) -> Section:
     """The animation from the saved table, with the settings and the formation across depth."""
-    from ..plots.animation import animate_motion, formation
+    from ..plots.animation import _formation, animate_motion
 
-    gif = animate_motion(ctx.data_path(NAME, ".parquet"), ctx.figures / f"{NAME}.gif",
+    gif = animate_motion(ctx.data_path(_NAME, ".parquet"), ctx.figures / f"{_NAME}.gif",
                          tol=_MOTION_TOL)
     s = table.attrs["settings"]
     rows = []
-    for d in MOTION_DIMS:
-        form = formation(table, d, _MOTION_TOL)
+    for d in _MOTION_DIMS:
+        form = _formation(table, d, _MOTION_TOL)
         K = len(form)
         for k in sorted({0, K // 8, K // 4, K // 2, (3 * K) // 4, K - 1}):
             f = form[k]
@@ -148,8 +148,8 @@ def draw_motion(ctx: Context, spec: FigureSpec, table: pd.DataFrame, reused: boo
                        "seed", "run seed"],
                       [[s["n"], d, s["beta"], s["sigma"], s["mean"], s["T"], s["dt"],
                         s["frames"], s["sampler"], s["seed"], derive_seed(s["seed"], 15, d)]
-                       for d in MOTION_DIMS]),
+                       for d in _MOTION_DIMS]),
                 Table("motion-formation", formation_caption,
                       ["d", "t", "clusters", "antipodal pairs", "largest", "bipolar"], rows)],
-        provenance={"reused": reused, "data": str(ctx.data_path(NAME, ".parquet")),
-                    "command": f"tokensde figure {NAME} --out {ctx.out}" + ctx.size_flag})
+        provenance={"reused": reused, "data": str(ctx.data_path(_NAME, ".parquet")),
+                    "command": f"tokensde figure {_NAME} --out {ctx.out}" + ctx.size_flag})

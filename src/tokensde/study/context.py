@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..io.report import Section
 from ..io.store import StoreError
-from ..model.params import ParameterError, check_choice, check_int
+from ..model.params import ParameterError, _check_choice, _check_int
 from ..sim.budget import ANNOUNCE_S, estimate_line
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 STUDY_SIZES: tuple[str, ...] = ("tiny", "quick", "full")
 SWEEP_DIR = Path(__file__).parent / "sweeps"
-SWEEPS_ENV = "TOKENSDE_SWEEPS"
+_SWEEPS_ENV = "TOKENSDE_SWEEPS"
 
 
 @dataclass
@@ -49,9 +49,9 @@ class Context:
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
-        self.size = check_choice("size", self.size, STUDY_SIZES)
-        self.seed = check_int("seed", self.seed, 0)
-        self.workers = check_int("workers", self.workers, 1)
+        self.size = _check_choice("size", self.size, STUDY_SIZES)
+        self.seed = _check_int("seed", self.seed, 0)
+        self.workers = _check_int("workers", self.workers, 1)
 
     @property
     def data(self) -> Path:
@@ -92,7 +92,7 @@ class FigureSpec:
 
 
 @contextmanager
-def process_map(workers: int) -> Iterator[Callable[..., Any]]:
+def _process_map(workers: int) -> Iterator[Callable[..., Any]]:
     """A `map` over `workers` processes (one torch thread each; at most one per CPU), or the
     builtin map."""
     workers = min(workers, os.cpu_count() or 1)
@@ -102,18 +102,18 @@ def process_map(workers: int) -> Iterator[Callable[..., Any]]:
     import multiprocessing as mp
 
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                             initializer=one_thread) as ex:
+                             initializer=_one_thread) as ex:
         yield ex.map
 
 
-def one_thread() -> None:
+def _one_thread() -> None:
     """Limit torch to one thread in this process."""
     import torch
 
     torch.set_num_threads(1)
 
 
-def saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
+def _saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
              save: Callable[[Any, Path], Any], ctx: Context,
              fresh: Callable[[Any], bool] = lambda obj: True) -> tuple[Any, bool]:
     """`(load(path), True)` when the result is saved (and `fresh(saved)`: made with the same
@@ -141,10 +141,10 @@ def saved_or(path: Path, load: Callable[[Path], Any], make: Callable[[], Any],
     return obj, False
 
 
-def sweep_file(names: tuple[str, ...]) -> Path:
+def _sweep_file(names: tuple[str, ...]) -> Path:
     """The first of the sweep files `names` (stems) in the directory $TOKENSDE_SWEEPS when that
     is set, else the first of them in the package's `SWEEP_DIR`."""
-    env = os.environ.get(SWEEPS_ENV)
+    env = os.environ.get(_SWEEPS_ENV)
     roots = [Path(env)] if env else []
     for root in [*roots, SWEEP_DIR]:
         for name in names:
@@ -155,7 +155,7 @@ def sweep_file(names: tuple[str, ...]) -> Path:
 
 
 @dataclass
-class SweepRun:
+class _SweepRun:
     """A finished (or resumed) sweep: its file, directory, run summary, wall time and the table
     of its finished cells."""
 
@@ -182,10 +182,10 @@ class SweepRun:
 
 
 #: a report table's column of the step error beside a probability (`step_text`)
-STEP_COLUMN = "step error ± se"
-NOT_MEASURED = "not measured"
+_STEP_COLUMN = "step error ± se"
+_NOT_MEASURED = "not measured"
 #: what a table with `STEP_COLUMN` says about it (ends its caption)
-STEP_CAPTION = ("; 'step error ± se': the step error P(dt) - P(0) of the probability beside it at "
+_STEP_CAPTION = ("; 'step error ± se': the step error P(dt) - P(0) of the probability beside it at "
                 "the cell's layer step dt, measured on the cell's step_runs runs coupled at dt, "
                 "2 dt and 4 dt, with its paired standard error ('not measured': the sweep file "
                 "did not ask for it, docs/report.md)")
@@ -199,13 +199,13 @@ def _finite(value: Any) -> bool:
         return False
 
 
-def step_text(row: Mapping[str, Any], key: str) -> str:
+def _step_text(row: Mapping[str, Any], key: str) -> str:
     """The report cell of the step error P(dt) - P(0) of probability `key` of a sweep row: 'b ±
     se' measured on the row's `step_runs` coupled runs (`step_<key>`, `step_<key>_se`), 'not
     measured' where the cell was run without `step_runs`, 'no coupled run decided' where its
     coupled runs decided none at every step."""
     if not _finite(row.get("step_runs")):
-        return NOT_MEASURED
+        return _NOT_MEASURED
     b, se = row.get(f"step_{key}"), row.get(f"step_{key}_se")
     if not _finite(b):
         return "no coupled run decided"
@@ -219,16 +219,16 @@ def _estimate(ctx: Context) -> Callable[[float, str, bool], None]:
     return say
 
 
-def run_packaged_sweep(ctx: Context, names: tuple[str, ...]) -> SweepRun:
+def _run_packaged_sweep(ctx: Context, names: tuple[str, ...]) -> _SweepRun:
     """Run (or resume) the first sweep file of `names` (`sweep_file`) into `OUT/sweeps/<stem>/`
     on `ctx.workers` processes; its finished cells are reused."""
     from ..sweep.engine import run_sweep
-    from ..sweep.store import ok_rows
+    from ..sweep.store import _ok_rows
 
-    cfg = sweep_file(names)
+    cfg = _sweep_file(names)
     out = ctx.out / "sweeps" / cfg.stem
     ctx.log(f"sweep {cfg.name} -> {out}")
     t0 = time.perf_counter()
     summary = run_sweep(cfg, out, workers=ctx.workers, yes=ctx.yes, on_estimate=_estimate(ctx))
-    return SweepRun(cfg, out, summary, time.perf_counter() - t0,
-                    ok_rows(out).reset_index(drop=True))
+    return _SweepRun(cfg, out, summary, time.perf_counter() - t0,
+                    _ok_rows(out).reset_index(drop=True))

@@ -16,31 +16,31 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..io.report import Image, Section, Table, interval
-from .context import Context, FigureSpec, process_map, saved_or
+from ..io.report import Image, Section, Table, _interval
+from .context import Context, FigureSpec, _process_map, _saved_or
 
 
-def cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
+def _cached_map(cache: Path, inner: Callable[..., Any]) -> Callable[..., Any]:
     """A `map` for `run_convergence` that keeps each finished chunk in `cache/<task_key>.npz`
     and reuses it, so an interrupted diagnostic resumes where it stopped."""
-    from ..analysis.convergence import task_key
-    from ..analysis.level_samples import samples_from_arrays, samples_to_arrays
+    from ..analysis.convergence import _task_key
+    from ..analysis.level_samples import _samples_from_arrays, _samples_to_arrays
     from ..io.store import atomic_write
 
     def load(path: Path) -> Any:
         with np.load(path, allow_pickle=False) as z:
-            return samples_from_arrays(z)
+            return _samples_from_arrays(z)
 
     def save(path: Path, part: Any) -> None:
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as fh:  # a handle: savez would append .npz to the name
-                np.savez(fh, **samples_to_arrays(part))  # type: ignore[arg-type]
+                np.savez(fh, **_samples_to_arrays(part))  # type: ignore[arg-type]
 
         atomic_write(path, write)
 
     def map_fn(fn: Callable[..., Any], jobs: Any) -> Iterator[Any]:
         jobs = list(jobs)
-        paths = [cache / f"{task_key(j)}.npz" for j in jobs]
+        paths = [cache / f"{_task_key(j)}.npz" for j in jobs]
         todo = [j for j, p in zip(jobs, paths, strict=True) if not p.exists()]
         fresh = iter(inner(fn, todo))
         for path in paths:
@@ -66,18 +66,18 @@ def convergence_data(ctx: Context) -> tuple[Any, bool]:
     Returns:
         `(result, reused)`: the `ConvergenceResult`, and whether it was read from a saved file.
     """
-    from ..analysis.convergence import CONVERGENCE_SIZES, ConvergenceResult, run_convergence
+    from ..analysis.convergence import _CONVERGENCE_SIZES, _ConvergenceResult, run_convergence
     from ..io.progress import progress_bar
     from ..io.store import write_json
 
-    size = CONVERGENCE_SIZES[ctx.size]
+    size = _CONVERGENCE_SIZES[ctx.size]
     parts = ctx.data_path("convergence", ".parts")
 
     def make() -> Any:
         total = sum(size.weak_runs.values()) + sum(size.strong_runs.values())
-        with process_map(ctx.workers) as pool, progress_bar(total, "convergence runs",
+        with _process_map(ctx.workers) as pool, progress_bar(total, "convergence runs",
                                                             ctx.progress) as bar:
-            res = run_convergence(size, seed=ctx.seed, map_fn=cached_map(parts, pool),
+            res = run_convergence(size, seed=ctx.seed, map_fn=_cached_map(parts, pool),
                                   progress=bar)
         return res
 
@@ -87,13 +87,13 @@ def convergence_data(ctx: Context) -> tuple[Any, bool]:
         shutil.rmtree(parts, ignore_errors=True)
 
     def load(path: Path) -> Any:
-        return ConvergenceResult.from_dict(json.loads(path.read_text()), str(path))
+        return _ConvergenceResult.from_dict(json.loads(path.read_text()), str(path))
 
     def fresh(res: Any) -> bool:
         want = json.loads(json.dumps(size.to_dict()))
         return res.settings.get("size") == want and res.settings.get("seed") == ctx.seed
 
-    return saved_or(ctx.data_path("convergence", ".json"), load, make, save, ctx, fresh)
+    return _saved_or(ctx.data_path("convergence", ".json"), load, make, save, ctx, fresh)
 
 
 def _write_points_csv(res: Any, path: Path) -> Path:
@@ -106,7 +106,7 @@ def _write_points_csv(res: Any, path: Path) -> Path:
     return atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
 
 
-def convergence_tables(res: Any) -> list[Table]:
+def _convergence_tables(res: Any) -> list[Table]:
     """Fitted orders and the error points behind them, with parameters, runs and seeds."""
     probs = {m["name"]: m for m in res.problems}
     version = res.settings.get("version", __version__)
@@ -120,7 +120,7 @@ def convergence_tables(res: Any) -> list[Table]:
         lv = f["levels"]
         fit_rows.append([
             f["problem"], p["n"], p["d"], p["beta"], m["T"], f["law"], f["kind"], f["label"],
-            f["order"], interval(f["boot_lo"], f["boot_hi"]), interval(f["ci_lo"], f["ci_hi"]),
+            f["order"], _interval(f["boot_lo"], f["boot_hi"]), _interval(f["ci_lo"], f["ci_hi"]),
             f"{lv[0]}–{lv[-1]} ({len(lv)})" if lv else "none resolved", runs, ref, seed,
             version])
     pt_rows = []
@@ -130,7 +130,7 @@ def convergence_tables(res: Any) -> list[Table]:
         m = probs[q["problem"]]
         seed = m["weak_seed"] if q["kind"] == "weak" else m["strong_seed"]
         pt_rows.append([q["problem"], q["law"], q["kind"], q["label"], q["L"], q["error"],
-                        q["se"], interval(q["ci_lo"], q["ci_hi"]), q["used"], q["runs"], seed])
+                        q["se"], _interval(q["ci_lo"], q["ci_hi"]), q["used"], q["runs"], seed])
     ref_rows = [[q["problem"], q["label"], q["value"], q["value_se"], q["error"], q["se"],
                  probs[q["problem"]]["weak_ref_steps"], q["runs"]]
                 for q in res.points if q["kind"] == "reference_correction"]
@@ -151,20 +151,20 @@ def convergence_tables(res: Any) -> list[Table]:
     ]
 
 
-def draw_convergence(ctx: Context, spec: FigureSpec, res: Any, reused: bool) -> Section:
+def _draw_convergence(ctx: Context, spec: FigureSpec, res: Any, reused: bool) -> Section:
     """Weak and strong errors of the L-layer network against the SDE, log-log."""
-    from ..plots.convergence import fit_label, plot_convergence
+    from ..plots.convergence import _fit_label, plot_convergence
 
     png = plot_convergence(res, ctx.figures / "convergence.png")
     note = "Fitted orders, Gaussian law (95% bootstrap intervals):\n" + "\n".join(
-        f"  {f['problem']}, {f['kind']} {f['label']}: {fit_label(f)}"
+        f"  {f['problem']}, {f['kind']} {f['label']}: {_fit_label(f)}"
         for f in res.fits if f["law"] == "gaussian")
     return Section(
         spec.name, spec.title, spec.claim, note=note,
         images=[Image(png, "Weak errors (per statistic) and strong error vs layers L; filled "
                            "markers: resolved points with 95% MC intervals; hollow triangles: "
                            "upper limits where Monte Carlo noise hides the error.")],
-        tables=convergence_tables(res),
+        tables=_convergence_tables(res),
         provenance={"settings": res.settings, "problems": res.problems, "reused": reused,
                     "data": str(ctx.data_path("convergence", ".json")),
                     "command": f"tokensde figure convergence --out {ctx.out}" + ctx.size_flag})

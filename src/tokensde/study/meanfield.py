@@ -8,11 +8,11 @@ from typing import Any
 
 import pandas as pd
 
-from ..io.report import Image, Section, Table, interval
-from .context import Context, FigureSpec, saved_or
+from ..io.report import Image, Section, Table, _interval
+from .context import Context, FigureSpec, _saved_or
 
 # size -> run_table arguments
-MEANFIELD_SIZES: dict[str, dict[str, Any]] = {
+_MEANFIELD_SIZES: dict[str, dict[str, Any]] = {
     "tiny": {"ds": [2], "betas": [3.0], "ns": [16], "K": 32, "runs": 4, "T": 20.0, "dt": 0.05},
     "quick": {"ds": [2], "betas": [3.0], "ns": [16, 64], "K": 32, "runs": 6, "T": 30.0,
               "dt": 0.05},
@@ -21,15 +21,15 @@ MEANFIELD_SIZES: dict[str, dict[str, Any]] = {
 }
 
 
-def meanfield_data(ctx: Context) -> tuple[pd.DataFrame, bool]:
+def _meanfield_data(ctx: Context) -> tuple[pd.DataFrame, bool]:
     """Load or compute (and save) the table of `MEANFIELD_SIZES[ctx.size]` under `data/meanfield-<size>/`."""
     from ..io.store import read_parquet
-    from ..meanfield.absorption import KIND_TABLE, run_table, write_tables
+    from ..meanfield.absorption import _KIND_TABLE, run_table, write_tables
 
-    args = {**MEANFIELD_SIZES[ctx.size], "seed": ctx.seed}
+    args = {**_MEANFIELD_SIZES[ctx.size], "seed": ctx.seed}
 
     def load(path: Any) -> tuple[pd.DataFrame, dict[str, Any]]:
-        t, meta = read_parquet(path / "table.parquet", KIND_TABLE)
+        t, meta = read_parquet(path / "table.parquet", _KIND_TABLE)
         return t.to_pandas(), meta
 
     def make() -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -39,21 +39,21 @@ def meanfield_data(ctx: Context) -> tuple[pd.DataFrame, bool]:
     def save(obj: tuple[pd.DataFrame, dict[str, Any]], path: Any) -> None:
         write_tables(path, obj[0], obj[1]["minority"], **args)
 
-    (table, _), reused = saved_or(ctx.data_path("meanfield"), load, make, save, ctx,
+    (table, _), reused = _saved_or(ctx.data_path("meanfield"), load, make, save, ctx,
                                   lambda saved: all(saved[1].get(k) == v for k, v in args.items())
                                   and "k_decided" in saved[0].columns)  # by the reporting rule
     return table, reused
 
 
-def draw_meanfield(ctx: Context, spec: FigureSpec, table: pd.DataFrame, reused: bool) -> Section:
+def _draw_meanfield(ctx: Context, spec: FigureSpec, table: pd.DataFrame, reused: bool) -> Section:
     """The minority-mass law against n with the limit, and the table behind it."""
-    from ..meanfield.absorption import bipolar_text
+    from ..meanfield.absorption import _bipolar_text
     from ..plots.meanfield import plot_meanfield
 
     png = plot_meanfield(table, ctx.figures / f"{spec.name}.png")
     rows = [[int(r["d"]), r["beta"], r["start"], "limit" if r["n"] == 0 else int(r["n"]),
-             int(r["K"]), int(r["runs"]), r["p_decided"], bipolar_text(r), r["minority_mean"],
-             interval(r["minority_lo"], r["minority_hi"]), r["minority_q10"],
+             int(r["K"]), int(r["runs"]), r["p_decided"], _bipolar_text(r), r["minority_mean"],
+             _interval(r["minority_lo"], r["minority_hi"]), r["minority_q10"],
              r["t_decided_median"], r["horizon"]] for r in table.to_dict("records")]
     tab = Table("meanfield", "n particles and the limit (K weighted nodes) on the same noise "
                 "paths, each run until every pair of live nodes is within tol of +-1 (at most "
@@ -72,6 +72,6 @@ def draw_meanfield(ctx: Context, spec: FigureSpec, table: pd.DataFrame, reused: 
             "d = 3 most particle runs end as one atom up to n = 256 (docs/meanfield.md).")
     return Section(spec.name, spec.title, spec.claim, status="ok", note=note, tables=[tab],
                    images=[Image(png, "Minority mass at absorption against n; star: the limit.")],
-                   provenance={"reused": reused, "size": ctx.size, **MEANFIELD_SIZES[ctx.size],
+                   provenance={"reused": reused, "size": ctx.size, **_MEANFIELD_SIZES[ctx.size],
                                "seed": ctx.seed,
                                "command": "tokensde meanfield table (docs/meanfield.md)"})

@@ -7,27 +7,27 @@ from __future__ import annotations
 from typing import Any
 
 from ..io.report import Image, Section, Table
-from .context import STEP_CAPTION, STEP_COLUMN, Context, FigureSpec, SweepRun, run_packaged_sweep
-from .phase import pair_estimate, pair_parts
+from .context import _STEP_CAPTION, _STEP_COLUMN, Context, FigureSpec, _run_packaged_sweep, _SweepRun
+from .phase import _pair_estimate, _pair_parts
 
 
-def mlp_data(ctx: Context) -> tuple[SweepRun, bool]:
+def _mlp_data(ctx: Context) -> tuple[_SweepRun, bool]:
     """Run (or resume) `mlp-<size>.toml` under `OUT/sweeps/`."""
-    run = run_packaged_sweep(ctx, (f"mlp-{ctx.size}",))
+    run = _run_packaged_sweep(ctx, (f"mlp-{ctx.size}",))
     return run, run.reused
 
 
-def draw_mlp(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
+def _draw_mlp(ctx: Context, spec: FigureSpec, run: _SweepRun, reused: bool) -> Section:
     """P(first within tol of antipodal) per arm against beta and against tol, with theory."""
     from ..analysis.stats import chance_excess, chance_explains
-    from ..plots.mlp import mlp_rows, plot_mlp
+    from ..plots.mlp import _mlp_rows, _plot_mlp
 
-    df = mlp_rows(run.table)
-    png = plot_mlp(df, ctx.figures / f"{spec.name}.png")
+    df = _mlp_rows(run.table)
+    png = _plot_mlp(df, ctx.figures / f"{spec.name}.png")
     recs = df.to_dict("records")
-    ests = [pair_estimate(r) for r in recs]
+    ests = [_pair_estimate(r) for r in recs]
     rows: list[list[Any]] = [
-        [r["arm"], r["beta"], r["tol"], r["dt"], r["T"], int(r["runs"]), *pair_parts(r, e),
+        [r["arm"], r["beta"], r["tol"], r["dt"], r["T"], int(r["runs"]), *_pair_parts(r, e),
          r["theory_tol"], r["theory"], e.undecided,
          "" if e.contains(r["theory_tol"]) else "outside", int(r["seed"])]
         for r, e in zip(recs, ests, strict=True)]
@@ -41,9 +41,9 @@ def draw_mlp(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Sec
                   "'undecided at T': neither yet; 'with undecided': the bounds those runs allow, "
                   "docs/reporting.md), against the exact first-passage probability ('theory at tol') and its "
                   "tol -> 0 limit (0 with the block: -1 is never reached for d >= 3)"
-                  + STEP_CAPTION,
+                  + _STEP_CAPTION,
                   ["model", "beta", "tol", "dt", "max T", "runs", "P(antipodal first)", "95%",
-                   STEP_COLUMN, "with undecided", "theory at tol", "tol -> 0", "undecided at T",
+                   _STEP_COLUMN, "with undecided", "theory at tol", "tol -> 0", "undecided at T",
                    "interval", "seed"], rows, flagged=flagged)
     note = (f"{k} of {n} intervals exclude the theory (chance alone gives {k} or more with "
             f"probability {chance_excess(k, n):.3g}; "

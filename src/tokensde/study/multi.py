@@ -1,7 +1,7 @@
 """Figure `multi-token`: outcome probabilities of n tokens from a resumable sweep.
 
 The sweep files are package data (`tokensde/study/sweeps/*.toml`): per size, the first of
-`SWEEPS[size]` found by `context.sweep_file` (the package's sweeps, or the directory named by the
+`SWEEPS[size]` found by `context._sweep_file` (the package's sweeps, or the directory named by the
 environment variable `TOKENSDE_SWEEPS`). The sweep runs into `OUT/sweeps/<file stem>/`, whose
 finished cells are reused; the figures read its table.
 """
@@ -13,57 +13,57 @@ from typing import Any
 
 import numpy as np
 
-from ..io.report import Image, Section, Table, interval
+from ..io.report import Image, Section, Table, _interval
 from .context import (
-    STEP_CAPTION,
-    STEP_COLUMN,
+    _STEP_CAPTION,
+    _STEP_COLUMN,
     Context,
     FigureSpec,
-    SweepRun,
-    run_packaged_sweep,
-    step_text,
-    sweep_file,
+    _run_packaged_sweep,
+    _step_text,
+    _sweep_file,
+    _SweepRun,
 )
 
 # the outcomes whose step error a multi_token cell measures, by the key of its step columns
 _STEP_KEYS = {"single": "p_one_cluster", "bipolar": "p_bipolar"}
 # sweep files tried for each size, in order
-SWEEPS: dict[str, tuple[str, ...]] = {
+_SWEEPS: dict[str, tuple[str, ...]] = {
     "tiny": ("smoke",),
     "quick": ("multi-token-quick", "quick", "smoke"),
     "full": ("multi-token-full", "multi-token", "full", "multi-token-quick"),
 }
 
 
-def sweep_config(ctx: Context) -> Path:
-    """The multi-token sweep file of this size (`context.sweep_file` of `SWEEPS[size]`)."""
-    return sweep_file(SWEEPS[ctx.size])
+def _sweep_config(ctx: Context) -> Path:
+    """The multi-token sweep file of this size (`context._sweep_file` of `SWEEPS[size]`)."""
+    return _sweep_file(_SWEEPS[ctx.size])
 
 
-def multi_data(ctx: Context) -> tuple[SweepRun, bool]:
+def _multi_data(ctx: Context) -> tuple[_SweepRun, bool]:
     """Run (or resume) this size's sweep under `OUT/sweeps/`; reused when no cell had to run."""
-    run = run_packaged_sweep(ctx, SWEEPS[ctx.size])
+    run = _run_packaged_sweep(ctx, _SWEEPS[ctx.size])
     return run, run.reused
 
 
-def draw_multi(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
+def _draw_multi(ctx: Context, spec: FigureSpec, run: _SweepRun, reused: bool) -> Section:
     """Multi-token outcome probabilities from a sweep (finished cells are reused)."""
-    from ..plots.multi import plot_hybrid, plot_outcomes
+    from ..plots.multi import _plot_hybrid, _plot_outcomes
 
     df = run.table
     images = []
     for model in ("noise", "flow"):
         if (df["model"] == model).any():
-            images.append(Image(plot_outcomes(df, ctx.figures / f"multi-token-{model}.png",
+            images.append(Image(_plot_outcomes(df, ctx.figures / f"multi-token-{model}.png",
                                               model),
                                 f"Outcome probabilities at the horizon, model = {model} "
                                 "(95% Wilson bars)."))
     if (df["model"] == "hybrid").any():
-        images.append(Image(plot_hybrid(df, ctx.figures / "multi-token-hybrid.png"),
+        images.append(Image(_plot_hybrid(df, ctx.figures / "multi-token-hybrid.png"),
                             "Hybrid model: outcome probabilities vs noise scale."))
     cfg, summary = run.config, run.summary
-    note = "" if cfg.stem == SWEEPS[ctx.size][0] else (
-        f"Sweep file {SWEEPS[ctx.size][0]}.toml not found; used {cfg.name} instead.")
+    note = "" if cfg.stem == _SWEEPS[ctx.size][0] else (
+        f"Sweep file {_SWEEPS[ctx.size][0]}.toml not found; used {cfg.name} instead.")
     return Section(spec.name, spec.title, spec.claim, images=images, note=note,
                    tables=[_multi_table(df)],
                    provenance={"sweep": str(cfg), "dir": str(run.dir),
@@ -78,7 +78,7 @@ def _multi_table(df: Any) -> Table:
              if f"p_{s}" in df.columns]
     cols = [*keys, "runs"]
     for s in stats:
-        cols += [f"P({s})", "95%", *([STEP_COLUMN] if s in _STEP_KEYS else [])]
+        cols += [f"P({s})", "95%", *([_STEP_COLUMN] if s in _STEP_KEYS else [])]
     times = [c for c in ("t_decided_median", "t_decided_q90") if c in df.columns]
     tail = [c for c in ("horizon", "tol", "dt", "seed", "version") if c in df.columns]
     cols += [{"t_decided_median": "median t_decided",
@@ -87,8 +87,8 @@ def _multi_table(df: Any) -> Table:
     for r in df.sort_values(keys).to_dict("records"):
         row = [r[k] for k in keys] + [r.get("runs")]
         for s in stats:
-            row += [r[f"p_{s}"], interval(r.get(f"p_{s}_lo"), r.get(f"p_{s}_hi"))]
-            row += [step_text(r, _STEP_KEYS[s])] if s in _STEP_KEYS else []
+            row += [r[f"p_{s}"], _interval(r.get(f"p_{s}_lo"), r.get(f"p_{s}_hi"))]
+            row += [_step_text(r, _STEP_KEYS[s])] if s in _STEP_KEYS else []
         row += [r[c] for c in times + tail]
         rows.append([_plain(v) for v in row])
     return Table("multi-token", "Outcome probabilities per sweep cell (95% Wilson). Each run stops "
@@ -96,7 +96,7 @@ def _multi_table(df: Any) -> Table:
                  "'undecided' runs were still moving there ('hovering': those of them that stay "
                  "bipolar at the looser tolerance over the last window, antipodal gaps that "
                  "hover instead of closing), and the decision-time quantiles count them as "
-                 "later than the horizon (blank when past it)" + STEP_CAPTION, cols, rows)
+                 "later than the horizon (blank when past it)" + _STEP_CAPTION, cols, rows)
 
 
 def _plain(v: Any) -> Any:

@@ -30,10 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from ..model.checks import check_choice, check_int, check_real, real_array
+from ..model.checks import _check_choice, _check_int, _check_real, _real_array
 from ..model.params import ModelParams, ParameterError
 from ..sim.options import Execution
 from ..theory import token_noise as theory
+
+__all__ = ["OrderEstimate", "critical_token_noise", "mean_field_order", "ordered_branch_end",
+           "stationary_order", "step_error", "threshold_from_fluctuations", "threshold_from_scan"]
 
 
 def critical_token_noise(beta: float, d: int, attention: str = "usa",
@@ -51,7 +54,7 @@ def critical_token_noise(beta: float, d: int, attention: str = "usa",
     Returns:
         `tau_c` (0 for `a = 0`: without drift no noise level orders the tokens).
     """
-    a = check_real("mean_scale", mean_scale, 0.0)
+    a = _check_real("mean_scale", mean_scale, 0.0)
     return math.sqrt(a / _coupling(beta, d, attention))
 
 
@@ -65,12 +68,12 @@ def _coupling(beta: float, d: int, attention: str) -> float:
                              f"whose coupling is positive (USA: beta below about 700)")
     return k
 
-STEP_TOL = 0.01  # the default bound on the step's relative shift of the threshold
-DT_MAX = 0.05  # the largest step a default takes
-SCHEMES = ("auto", "network", "sde")
+_STEP_TOL = 0.01  # the default bound on the step's relative shift of the threshold
+_DT_MAX = 0.05  # the largest step a default takes
+_SCHEMES = ("auto", "network", "sde")
 
 
-class StepBiasWarning(UserWarning):
+class _StepBiasWarning(UserWarning):
     """A layer step whose estimated bias on the threshold exceeds the tolerance."""
 
 
@@ -98,12 +101,12 @@ def step_error(beta: float, d: int, dt: float, attention: str = "usa",
     Returns:
         The relative shift (positive: the scheme orders up to a larger noise than the limit).
     """
-    beta = check_real("beta", beta, 0.0, strict=True)
-    dt = check_real("dt", dt, 0.0, strict=True)
-    a = check_real("mean_scale", mean_scale, 0.0, strict=True)
-    scheme = check_choice("scheme", scheme, theory.SCHEMES)
-    attention = check_choice("attention", attention, theory.ATTENTIONS)
-    return _step_error(beta, check_int("d", d, 2), dt, attention, scheme, a)
+    beta = _check_real("beta", beta, 0.0, strict=True)
+    dt = _check_real("dt", dt, 0.0, strict=True)
+    a = _check_real("mean_scale", mean_scale, 0.0, strict=True)
+    scheme = _check_choice("scheme", scheme, theory._SCHEMES)
+    attention = _check_choice("attention", attention, theory.ATTENTIONS)
+    return _step_error(beta, _check_int("d", d, 2), dt, attention, scheme, a)
 
 
 def _step_bound(beta: float, d: int, dt: float, attention: str, scheme: str,
@@ -131,10 +134,10 @@ def _ladder(top: float) -> list[float]:
 
 
 def default_step(beta: float, d: int, attention: str = "usa", scheme: str = "network",
-                 tol: float = STEP_TOL, dt_max: float = DT_MAX, mean_scale: float = 1.0) -> float:
+                 tol: float = _STEP_TOL, dt_max: float = _DT_MAX, mean_scale: float = 1.0) -> float:
     """The largest step of the form `{1, 2, 5} x 10^k`, at most `dt_max`, at which the scheme's
     threshold lies within `tol` of the limit's: `|step_error| <= tol` and its first-order part
-    `|kappa dt| <= tol` (`theory.token_noise.step_shift_coefficient`).
+    `|kappa dt| <= tol` (`theory.token_noise._step_shift_coefficient`).
 
     Args:
         beta: attention strength, > 0.
@@ -148,11 +151,11 @@ def default_step(beta: float, d: int, attention: str = "usa", scheme: str = "net
     Returns:
         The step (1e-6 at the least).
     """
-    tol = check_real("tol", tol, 0.0, strict=True)
+    tol = _check_real("tol", tol, 0.0, strict=True)
     if tol >= 1.0:
         raise ParameterError(f"tol must be a number in (0, 1) (a relative shift); got {tol!r}")
-    dt_max = check_real("dt_max", dt_max, 0.0, strict=True)
-    kappa = abs(theory.step_shift_coefficient(beta, d, attention, scheme, mean_scale))
+    dt_max = _check_real("dt_max", dt_max, 0.0, strict=True)
+    kappa = abs(theory._step_shift_coefficient(beta, d, attention, scheme, mean_scale))
     top = dt_max if kappa * dt_max <= tol else tol / kappa
     steps = _ladder(top)
     if not steps:
@@ -167,7 +170,7 @@ def default_step(beta: float, d: int, attention: str = "usa", scheme: str = "net
 
 
 @dataclass(frozen=True)
-class StepPlan:
+class _StepPlan:
     """The scheme and step of a run and the step's estimated bias: `shift` is `step_error` at
     `dt` (the relative shift of the threshold), `chosen` whether `dt` came from the rule,
     `advice` the step that meets the rule for each scheme, and `warning` a sentence when `dt`
@@ -190,12 +193,12 @@ class StepPlan:
         return asdict(self)
 
 
-def step_plan(beta: float, d: int, attention: str = "usa", scheme: str = "auto",
-              dt: float | None = None, tol: float = STEP_TOL, dt_max: float = DT_MAX,
-              mean_scale: float = 1.0, token_noise: float | None = None) -> StepPlan:
+def _step_plan(beta: float, d: int, attention: str = "usa", scheme: str = "auto",
+              dt: float | None = None, tol: float = _STEP_TOL, dt_max: float = _DT_MAX,
+              mean_scale: float = 1.0, token_noise: float | None = None) -> _StepPlan:
     """The scheme and step of a token-noise run. `dt=None` takes the `default_step` of the
     scheme; for the SDE scheme it is also held to the simulator's bound on the Euler step,
-    `tau^2 (d - 1) dt <= sim.sde.STEP_WARN`, at the run's largest `token_noise`.
+    `tau^2 (d - 1) dt <= sim.sde._STEP_WARN`, at the run's largest `token_noise`.
     `scheme='auto'` takes the scheme with the larger default step (the smaller step bias; the
     network on a tie), or, at a given `dt`, the one with the smaller bias there. A given `dt`
     whose bias exceeds `tol` gets a warning that names the shift and the steps that meet the
@@ -215,22 +218,22 @@ def step_plan(beta: float, d: int, attention: str = "usa", scheme: str = "auto",
     Returns:
         A `StepPlan`.
     """
-    from ..sim.sde import STEP_WARN
+    from ..sim.sde import _STEP_WARN
 
-    scheme = check_choice("scheme", scheme, SCHEMES)
-    d = check_int("d", d, 2)
+    scheme = _check_choice("scheme", scheme, _SCHEMES)
+    d = _check_int("d", d, 2)
     sde_max = dt_max
-    if token_noise is not None and check_real("token_noise", token_noise, 0.0) > 0:
-        sde_max = min(dt_max, STEP_WARN / token_noise / token_noise / (d - 1))
+    if token_noise is not None and _check_real("token_noise", token_noise, 0.0) > 0:
+        sde_max = min(dt_max, _STEP_WARN / token_noise / token_noise / (d - 1))
         if sde_max < _LADDER_FLOOR:
             raise ParameterError(f"token_noise (--taus / --ratios) = {token_noise:g} needs an SDE "
-                                 f"step below {_LADDER_FLOOR:g} (tau^2 (d - 1) dt <= {STEP_WARN:g});"
+                                 f"step below {_LADDER_FLOOR:g} (tau^2 (d - 1) dt <= {_STEP_WARN:g});"
                                  f" allowed: tau <= "
-                                 f"{math.sqrt(STEP_WARN / (d - 1) / _LADDER_FLOOR):.4g}")
+                                 f"{math.sqrt(_STEP_WARN / (d - 1) / _LADDER_FLOOR):.4g}")
     advice = {"network": default_step(beta, d, attention, "network", tol, dt_max, mean_scale),
               "sde": default_step(beta, d, attention, "sde", tol, sde_max, mean_scale)}
     if dt is not None:
-        dt = check_real("dt", dt, 0.0, strict=True)
+        dt = _check_real("dt", dt, 0.0, strict=True)
     if scheme == "auto":
         if dt is None:
             scheme = "sde" if advice["sde"] > advice["network"] else "network"
@@ -251,10 +254,10 @@ def step_plan(beta: float, d: int, attention: str = "usa", scheme: str = "auto",
                    f"{advice[scheme]:g} ({scheme}) or "
                    + " or ".join(f"dt <= {v:g} ({k})" for k, v in advice.items() if k != scheme)
                    + " meets it")
-    return StepPlan(scheme, step, shift, tol, chosen, advice, warning)
+    return _StepPlan(scheme, step, shift, tol, chosen, advice, warning)
 
 
-def order_parameter(x: np.ndarray) -> np.ndarray:
+def _order_parameter(x: np.ndarray) -> np.ndarray:
     """`r = |(1/n) sum_i x_i|` over the token axis (-2) of unit tokens `x` `(..., n, d)`.
 
     Args:
@@ -268,7 +271,7 @@ def order_parameter(x: np.ndarray) -> np.ndarray:
 
 def _unit_tokens(x: np.ndarray) -> np.ndarray:
     """`x` as a finite float array of at least two axes `(..., n, d)`, else ValueError."""
-    x = real_array("x", x)
+    x = _real_array("x", x)
     if x.ndim < 2 or not np.all(np.isfinite(x)):
         raise ValueError(f"x must be finite unit tokens (..., n, d); got shape {x.shape}")
     return x
@@ -347,7 +350,7 @@ def stationary_order(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
                      attention: str = "usa", runs: int = 4, T: float = 60.0,
                      burn: float = 30.0, dt: float | None = None, scheme: str = "auto",
                      seed: int = 0, samples: int = 61, start: str = "uniform",
-                     extrapolate: bool = False, step_tol: float | None = STEP_TOL,
+                     extrapolate: bool = False, step_tol: float | None = _STEP_TOL,
                      execution: Execution = Execution()) -> OrderEstimate:
     """Time-averaged `r = |(1/n) sum_i x_i|` (and the degree-2 `q`) over `[burn, T]` with
     `mean='identity'`, no common noise (`sigma = 0`) and independent token noise `token_noise`,
@@ -381,11 +384,11 @@ def stationary_order(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
     if step_tol is None:
         if dt is None or scheme == "auto":
             raise ParameterError("step_tol=None needs dt and a scheme ('network' or 'sde')")
-        scheme = check_choice("scheme", scheme, theory.SCHEMES)
+        scheme = _check_choice("scheme", scheme, theory._SCHEMES)
     else:
-        plan = step_plan(beta, d, attention, scheme, dt, step_tol, token_noise=token_noise)
+        plan = _step_plan(beta, d, attention, scheme, dt, step_tol, token_noise=token_noise)
         if plan.warning:
-            warnings.warn(plan.warning, StepBiasWarning, stacklevel=2)
+            warnings.warn(plan.warning, _StepBiasWarning, stacklevel=2)
         dt, scheme = plan.dt, plan.scheme
     kw: dict[str, Any] = dict(n=n, d=d, beta=beta, attention=attention, runs=runs, T=T,
                               burn=burn, scheme=scheme, seed=seed, samples=samples,
@@ -427,11 +430,11 @@ def _stationary_order(token_noise: float, n: int, d: int, beta: float, attention
     from ..sim.options import InitialState, Recording
     from ..sim.simulate import simulate
 
-    runs = check_int("runs", runs, 2)
-    burn = check_real("burn", burn, 0.0)
-    T = check_real("T", T, burn, strict=True)
-    attention = check_choice("attention", attention, theory.ATTENTIONS)
-    start = check_choice("start", start, ("uniform", "ordered"))
+    runs = _check_int("runs", runs, 2)
+    burn = _check_real("burn", burn, 0.0)
+    T = _check_real("T", T, burn, strict=True)
+    attention = _check_choice("attention", attention, theory.ATTENTIONS)
+    start = _check_choice("start", start, ("uniform", "ordered"))
     p = ModelParams(n=n, d=d, beta=beta, attention=attention, mean="identity", sigma=0.0,
                     token_noise=token_noise)
     t0 = time.perf_counter()
@@ -441,13 +444,13 @@ def _stationary_order(token_noise: float, n: int, d: int, beta: float, attention
         init[:, 0] = 1.0
     res = simulate(p, TimeGrid.make(T=T, dt=dt), runs=runs, seed=seed, scheme=scheme,
                    initial=InitialState(init),
-                   recording=Recording(check_int("samples", samples, 2), ("tokens",)),
+                   recording=Recording(_check_int("samples", samples, 2), ("tokens",)),
                    execution=execution)
     wall = time.perf_counter() - t0
     assert res.tokens is not None
     times = np.asarray(res.checkpoints) * res.grid.dt
     late = times >= burn
-    r = order_parameter(res.tokens[:, late])  # (runs, checkpoints)
+    r = _order_parameter(res.tokens[:, late])  # (runs, checkpoints)
     q = nematic_order(res.tokens[:, late])
     per_run, per_run2 = r.mean(1), (r**2).mean(1)
     q_run = q.mean(1)
@@ -483,7 +486,7 @@ def _order_scan(ratios: Sequence[float], ns: Sequence[int], d: int = 2, beta: fl
         One `OrderEstimate` per (n, ratio), n outer.
     """
     tau_c = critical_token_noise(beta, d, attention)
-    return [stationary_order(check_real("ratio", q, 0.0, strict=True) * tau_c, n, d, beta,
+    return [stationary_order(_check_real("ratio", q, 0.0, strict=True) * tau_c, n, d, beta,
                              attention, **kw) for n in ns for q in ratios]
 
 
@@ -494,7 +497,7 @@ def _fit_quantile(rows: Sequence[OrderEstimate], level: float) -> float:
     taken."""
     from scipy import stats
 
-    level = check_real("level", level, 0.0, strict=True)
+    level = _check_real("level", level, 0.0, strict=True)
     if level >= 1.0:
         raise ValueError(f"level must be a number in (0, 1); got {level!r}")
     dof = min(e.runs for e in rows) - 1
@@ -604,13 +607,13 @@ def mean_field_order(token_noise: float, beta: float, d: int = 2, attention: str
     """
     from scipy import special
 
-    tau = check_real("token_noise", token_noise, 0.0, strict=True)
-    beta = check_real("beta", beta, 0.0, strict=True)
-    d = check_int("d", d, 2)
-    attention = check_choice("attention", attention, theory.ATTENTIONS)
-    a = check_real("mean_scale", mean_scale, 0.0)
-    degrees, nodes = check_int("degrees", degrees, 1), check_int("nodes", nodes, 1)
-    tol, max_iter = check_real("tol", tol, 0.0, strict=True), check_int("max_iter", max_iter, 1)
+    tau = _check_real("token_noise", token_noise, 0.0, strict=True)
+    beta = _check_real("beta", beta, 0.0, strict=True)
+    d = _check_int("d", d, 2)
+    attention = _check_choice("attention", attention, theory.ATTENTIONS)
+    a = _check_real("mean_scale", mean_scale, 0.0)
+    degrees, nodes = _check_int("degrees", degrees, 1), _check_int("nodes", nodes, 1)
+    tol, max_iter = _check_real("tol", tol, 0.0, strict=True), _check_int("max_iter", max_iter, 1)
     alpha = (d - 3) / 2  # weight (1 - t^2)^alpha
     t, w = special.roots_jacobi(nodes, alpha, alpha)
     w = w / w.sum()
@@ -622,7 +625,7 @@ def mean_field_order(token_noise: float, beta: float, d: int = 2, attention: str
         g = np.stack([special.eval_gegenbauer(k, lam, t) / special.eval_gegenbauer(k, lam, 1.0)
                       for k in ls])
     norms = (g**2 * w).sum(1)
-    c = np.array([theory.mode_coefficient(beta, d, "usa", int(k)) for k in ls])
+    c = np.array([theory._mode_coefficient(beta, d, "usa", int(k)) for k in ls])
     kappa = 2 * a / (tau**2 * beta)
     f = np.exp(4.0 * t)
     f /= (f * w).sum()
@@ -661,7 +664,7 @@ def ordered_branch_end(beta: float, d: int = 2, attention: str = "usa", hi: floa
     Returns:
         `tau_s / tau_c`, to within `tol`.
     """
-    hi, tol = check_real("hi", hi, 1.0, strict=True), check_real("tol", tol, 0.0, strict=True)
+    hi, tol = _check_real("hi", hi, 1.0, strict=True), _check_real("tol", tol, 0.0, strict=True)
     if tol >= 1.0:
         raise ValueError(f"tol must be a number in (0, 1) (a relative width); got {tol!r}")
     tau_c = critical_token_noise(beta, d, attention)
@@ -688,12 +691,12 @@ def _order_params(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
     Returns:
         The `ModelParams`.
     """
-    attention = check_choice("attention", attention, theory.ATTENTIONS)
+    attention = _check_choice("attention", attention, theory.ATTENTIONS)
     return ModelParams(n=n, d=d, beta=beta, attention=attention, mean="identity", sigma=0.0,
                        token_noise=token_noise)
 
 
-def order_budget(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
+def _order_budget(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
                  attention: str = "usa", runs: int = 4, T: float = 60.0, dt: float = 0.05,
                  samples: int = 61, count: int = 1) -> Any:
     """Memory and work of `count` calls of `stationary_order` with these sizes: one call's
@@ -721,7 +724,7 @@ def order_budget(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
     from ..sim.options import Recording
     from ..sim.simulate import simulation_budget
 
-    count = check_int("count", count, 1)
+    count = _check_int("count", count, 1)
     p = _order_params(token_noise, n, d, beta, attention)
     b = simulation_budget(p, TimeGrid.make(T=T, dt=dt), runs,
                           recording=Recording(samples, ("tokens",)))
@@ -729,9 +732,9 @@ def order_budget(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
                    steps=b.steps * count, longer=("runs", "T", "n", "taus"))
 
 
-def theory_summary(beta: float, d: int = 2, attention: str = "usa", mean_scale: float = 1.0,
+def _theory_summary(beta: float, d: int = 2, attention: str = "usa", mean_scale: float = 1.0,
                    branch: bool = True, dt: float | None = None,
-                   tol: float = STEP_TOL) -> dict[str, Any]:
+                   tol: float = _STEP_TOL) -> dict[str, Any]:
     """The theory's numbers at one `(beta, d, attention)`: the critical coupling
     `K_c = a / tau_c^2`, `tau_c = sqrt(a / K_c)`, `beta_*(d)` (USA only: continuous transition
     for `beta <= beta_*`; softmax has none), the end `tau_s / tau_c` of the limit's ordered
@@ -754,29 +757,29 @@ def theory_summary(beta: float, d: int = 2, attention: str = "usa", mean_scale: 
         (`{scheme: dt}`), `tol` and `shifts` (`{scheme: {"exact", "first_order"}}` at `dt`,
         None without it).
     """
-    a = check_real("mean_scale", mean_scale, 0.0, strict=True)
+    a = _check_real("mean_scale", mean_scale, 0.0, strict=True)
     k_c = theory.critical_coupling(beta, d, attention)
-    attention = check_choice("attention", attention, theory.ATTENTIONS)
+    attention = _check_choice("attention", attention, theory.ATTENTIONS)
     end = ordered_branch_end(beta, d, attention) if branch else None
     b_star = theory.beta_star(d) if attention == "usa" else None
     if attention == "usa":
         continuous: bool | None = beta <= theory.beta_star(d)
     else:
         continuous = None if end is None else end == 1.0
-    steps = {s: default_step(beta, d, attention, s, tol, mean_scale=a) for s in theory.SCHEMES}
+    steps = {s: default_step(beta, d, attention, s, tol, mean_scale=a) for s in theory._SCHEMES}
     shifts = None
     if dt is not None:
-        dt = check_real("dt", dt, 0.0, strict=True)
+        dt = _check_real("dt", dt, 0.0, strict=True)
         shifts = {s: {"exact": step_error(beta, d, dt, attention, s, a),
                       "first_order": theory.step_threshold_shift(beta, d, dt, attention, s, a)}
-                  for s in theory.SCHEMES}
+                  for s in theory._SCHEMES}
     return {"beta": float(beta), "d": int(d), "attention": attention, "mean_scale": a,
             "K_c": k_c, "tau_c": math.sqrt(a / k_c), "beta_star": b_star,
             "continuous": continuous, "branch_end": end, "steps": steps, "tol": tol,
             "dt": dt, "shifts": shifts}
 
 
-def resolve_taus(taus: Sequence[float] | None, ratios: Sequence[float] | None, beta: float,
+def _resolve_taus(taus: Sequence[float] | None, ratios: Sequence[float] | None, beta: float,
                  d: int = 2, attention: str = "usa") -> list[float]:
     """The token-noise values of a scan given either directly (`taus`, each >= 0) or as ratios
     to the threshold (`tau = ratio * tau_c(beta, d, attention)`, each > 0); exactly one of the
@@ -796,7 +799,7 @@ def resolve_taus(taus: Sequence[float] | None, ratios: Sequence[float] | None, b
         raise ParameterError("give exactly one of taus (token noise, >= 0) and ratios "
                              "(tau / tau_c, > 0)")
     if taus is not None:
-        out = [check_real("taus", t, 0.0) for t in taus]
+        out = [_check_real("taus", t, 0.0) for t in taus]
         if not out:
             raise ParameterError("taus must name at least one value (>= 0); got none")
         return out
@@ -804,4 +807,4 @@ def resolve_taus(taus: Sequence[float] | None, ratios: Sequence[float] | None, b
     if not list(ratios):
         raise ParameterError("ratios must name at least one value (> 0); got none")
     tau_c = critical_token_noise(beta, d, attention)
-    return [check_real("ratios", q, 0.0, strict=True) * tau_c for q in ratios]
+    return [_check_real("ratios", q, 0.0, strict=True) * tau_c for q in ratios]

@@ -21,35 +21,35 @@ from ..model.params import ModelParams, TimeGrid
 from ..sim.rng import derive_seed
 from ..theory.first_passage import PAIR_TOL
 from .context import (
-    STEP_CAPTION,
-    STEP_COLUMN,
+    _STEP_CAPTION,
+    _STEP_COLUMN,
     Context,
     FigureSpec,
-    SweepRun,
-    one_thread,
-    run_packaged_sweep,
-    saved_or,
-    step_text,
+    _one_thread,
+    _run_packaged_sweep,
+    _saved_or,
+    _step_text,
+    _SweepRun,
 )
 
 
-def phase_data(ctx: Context) -> tuple[SweepRun, bool]:
+def _phase_data(ctx: Context) -> tuple[_SweepRun, bool]:
     """The phase grid over (beta, d) from uniform pairs: sweep `phase-<size>.toml`."""
-    run = run_packaged_sweep(ctx, (f"phase-{ctx.size}",))
+    run = _run_packaged_sweep(ctx, (f"phase-{ctx.size}",))
     return run, run.reused
 
 
-def phase_d_data(ctx: Context) -> tuple[SweepRun, bool]:
+def _phase_d_data(ctx: Context) -> tuple[_SweepRun, bool]:
     """The two-token grid over d from 3 to 4096 (betas at offsets from beta_c(d), pairs from
     rho0 = -0.9, Gram sampler): sweep `phase-d-<size>.toml`."""
-    run = run_packaged_sweep(ctx, (f"phase-d-{ctx.size}",))
+    run = _run_packaged_sweep(ctx, (f"phase-d-{ctx.size}",))
     return run, run.reused
 
 
 _NEAR_BETA_C = 0.3  # cells this close to beta_c(d) relax slowly and are reported apart
 
 
-def pair_estimate(r: dict[str, Any]) -> Any:
+def _pair_estimate(r: dict[str, Any]) -> Any:
     """The rule for undecided runs (`stats.estimate_with_undecided`) on a two_token row's
     counts (so tables of cells saved by earlier versions are reported the same way)."""
     from ..analysis.stats import estimate_with_undecided
@@ -57,22 +57,22 @@ def pair_estimate(r: dict[str, Any]) -> Any:
     return estimate_with_undecided(int(r["antipodal"]), int(r["merged"]), int(r["runs"]))
 
 
-def pair_parts(r: dict[str, Any], e: Any) -> tuple[str, str, str, str]:
+def _pair_parts(r: dict[str, Any], e: Any) -> tuple[str, str, str, str]:
     """A two_token row's estimate and 95 % interval (`pair_estimate(r).parts()`), the step error
-    of P_anti beside them (`context.step_text`), and the bounds the undecided runs allow."""
+    of P_anti beside them (`context._step_text`), and the bounds the undecided runs allow."""
     p, ci, bounds = e.parts()
-    return p, ci, step_text(r, "p_anti"), bounds
+    return p, ci, _step_text(r, "p_anti"), bounds
 
 
-def outside(df: Any, theory: str = "theory_tol") -> Any:
+def _outside(df: Any, theory: str = "theory_tol") -> Any:
     """Per row: the theory lies outside the bounds that the row's undecided runs allow."""
-    return df.apply(lambda r: not pair_estimate(r).contains(r[theory]), axis=1).astype(bool)
+    return df.apply(lambda r: not _pair_estimate(r).contains(r[theory]), axis=1).astype(bool)
 
 
 def _phase_table(df: Any) -> Table:
     recs = df.to_dict("records")
-    ests = [pair_estimate(r) for r in recs]
-    rows = [[r["beta"], int(r["d"]), r["beta_c"], int(r["runs"]), r["T"], r["dt"], *pair_parts(r, e),
+    ests = [_pair_estimate(r) for r in recs]
+    rows = [[r["beta"], int(r["d"]), r["beta_c"], int(r["runs"]), r["T"], r["dt"], *_pair_parts(r, e),
              r["theory_tol"], r["theory"], "" if e.contains(r["theory_tol"]) else "outside",
              e.undecided, r["t_decided_median"], r["t_decided_q90"], int(r["seed"]),
              r["version"]] for r, e in zip(recs, ests, strict=True)]
@@ -82,9 +82,9 @@ def _phase_table(df: Any) -> Table:
                  "still undecided at T allow (all of them merged .. all antipodal), against the "
                  "exact probability of reaching the antipodal tolerance first ('theory at tol', "
                  "what the runs measure) and its tol -> 0 limit P_anti (docs/reporting.md)"
-                 + STEP_CAPTION,
+                 + _STEP_CAPTION,
                  ["beta", "d", "beta_c(d)", "runs", "max T", "dt", "P_anti (decided)", "95%",
-                  STEP_COLUMN, "with undecided", "theory at tol", "P_anti (tol -> 0)", "theory",
+                  _STEP_COLUMN, "with undecided", "theory at tol", "P_anti (tol -> 0)", "theory",
                   "undecided at T", "median t_decided", "90% t_decided", "seed", "version"],
                  rows,
                  note="Rows marked 'outside' have theory at tol outside the bounds that the "
@@ -100,7 +100,7 @@ def agreement(df: Any, level: float = 0.95) -> tuple[str, str]:
     from ..analysis.stats import chance_excess, chance_explains
 
     far = (df["beta"] - df["beta_c"]).abs() > _NEAR_BETA_C
-    out = outside(df) if len(df) else df.get("outside")
+    out = _outside(df) if len(df) else df.get("outside")
     parts, ok = [], True
     for label, sel in (("away from beta_c", far), ("all cells", far | ~far)):
         k, n = int(out[sel].sum()), int(sel.sum())
@@ -116,7 +116,7 @@ def agreement(df: Any, level: float = 0.95) -> tuple[str, str]:
     return ("ok" if ok else "disagrees"), "; ".join(parts) + ". " + rule
 
 
-def _phase_section(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool,
+def _phase_section(ctx: Context, spec: FigureSpec, run: _SweepRun, reused: bool,
                    plot: Callable[[Any, Path], Path], caption: str) -> Section:
     df = run.table.sort_values(["d", "beta"], ignore_index=True)
     png = plot(df, ctx.figures / f"{spec.name}.png")
@@ -135,29 +135,29 @@ def _phase_section(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool,
                                          + ctx.size_flag})
 
 
-def draw_phase(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
+def _draw_phase(ctx: Context, spec: FigureSpec, run: _SweepRun, reused: bool) -> Section:
     """P_anti over (beta, d) with the boundary beta_c(d)."""
-    from ..plots.phase import plot_phase_diagram
+    from ..plots.phase import _plot_phase_diagram
 
-    return _phase_section(ctx, spec, run, reused, plot_phase_diagram,
+    return _phase_section(ctx, spec, run, reused, _plot_phase_diagram,
                           "Monte Carlo P(antipodal) over (beta, d) and the exact boundary "
                           "beta_c(d) = arccosh(d - 2)/2.")
 
 
-def draw_theory(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
+def _draw_theory(ctx: Context, spec: FigureSpec, run: _SweepRun, reused: bool) -> Section:
     """Exact P_anti(beta) curves against the Monte Carlo points."""
-    from ..plots.phase import plot_theory_vs_mc
+    from ..plots.phase import _plot_theory_vs_mc
 
-    return _phase_section(ctx, spec, run, reused, plot_theory_vs_mc,
+    return _phase_section(ctx, spec, run, reused, _plot_theory_vs_mc,
                           "Exact P_anti (lines) vs Monte Carlo of the full network (points, 95% "
                           "Wilson).")
 
 
-def draw_phase_d(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
+def _draw_phase_d(ctx: Context, spec: FigureSpec, run: _SweepRun, reused: bool) -> Section:
     """P_anti against beta - beta_c(d) for d over three decades (Gram sampler)."""
-    from ..plots.phase import plot_phase_over_d
+    from ..plots.phase import _plot_phase_over_d
 
-    return _phase_section(ctx, spec, run, reused, plot_phase_over_d,
+    return _phase_section(ctx, spec, run, reused, _plot_phase_over_d,
                           "Monte Carlo P(antipodal) from rho0 = -0.9 with the exact boundary "
                           "beta_c(d) over three decades of d (Gram sampler, cost per layer "
                           "independent of d), and against beta - beta_c(d) with the exact "
@@ -181,11 +181,11 @@ _DECISION_SIZES: dict[str, dict[str, Any]] = {
 DECISION_TOL = {"two": PAIR_TOL, "many": PAIR_TOL}
 
 
-def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]:
+def _decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]:
     """Decision times of two-token cells (uniform pairs) and of multi-token cells, saved."""
     from ..sim.options import StoppingRule
     from ..sim.simulate import simulate
-    from ..sweep.kinds import auto_dt
+    from ..sweep.kinds import _auto_dt
     from ..theory.two_tokens import default_dt
 
     cfg = _DECISION_SIZES[ctx.size]
@@ -193,7 +193,7 @@ def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]
     stamp = json.dumps({"cfg": cfg, "tol": DECISION_TOL, "seed": ctx.seed}, sort_keys=True)
 
     def make() -> dict[str, dict[str, np.ndarray]]:
-        one_thread()
+        _one_thread()
         out: dict[str, dict[str, np.ndarray]] = {"two": {}, "many": {}}
         for k, (beta, d) in enumerate(cfg["two"]):
             res = simulate(ModelParams(n=2, d=d, beta=beta),
@@ -203,7 +203,7 @@ def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]
             out["two"][f"{beta:g},{d}"] = res.decision_times()
         for k, (n, d, beta) in enumerate(cfg["many"]):
             res = simulate(ModelParams(n=n, d=d, beta=beta),
-                           TimeGrid.make(T=cfg["Tn"], dt=auto_dt(d, "auto")), runs=cfg["runs"],
+                           TimeGrid.make(T=cfg["Tn"], dt=_auto_dt(d, "auto")), runs=cfg["runs"],
                            seed=derive_seed(ctx.seed, 14, k),
                            stopping=StoppingRule.decided(tol=DECISION_TOL["many"]))
             out["many"][f"{n},{d},{beta:g}"] = res.decision_times()
@@ -229,30 +229,30 @@ def decision_data(ctx: Context) -> tuple[dict[str, dict[str, np.ndarray]], bool]
                     obj[g][k] = z[key]
         return obj
 
-    return saved_or(path, load, make, save, ctx, lambda o: o.get("stamp") == stamp)
+    return _saved_or(path, load, make, save, ctx, lambda o: o.get("stamp") == stamp)
 
 
-def draw_decisions(ctx: Context, spec: FigureSpec, data: dict[str, dict[str, np.ndarray]],
+def _draw_decisions(ctx: Context, spec: FigureSpec, data: dict[str, dict[str, np.ndarray]],
                    reused: bool) -> Section:
     """How long runs stay undecided: two tokens against the exact survival, many tokens."""
-    from ..analysis.stats import censored_quantiles
-    from ..plots.phase import plot_decision_times
+    from ..analysis.stats import _censored_quantiles
+    from ..plots.phase import _plot_decision_times
     from ..theory import decision_time as absorption
 
     cfg = _DECISION_SIZES[ctx.size]
-    png = plot_decision_times(data["two"], data["many"], ctx.figures / "decision-times.png",
+    png = _plot_decision_times(data["two"], data["many"], ctx.figures / "decision-times.png",
                               DECISION_TOL["two"], DECISION_TOL["many"], (cfg["T2"], cfg["Tn"]))
     rows = []
     for key, t in sorted(data["two"].items()):
         beta, d = (float(v) for v in key.split(","))
-        q = censored_quantiles(t, [0.5, 0.9])
+        q = _censored_quantiles(t, [0.5, 0.9])
         th = absorption.median_time(beta, d, "uniform", DECISION_TOL["two"])
         rows.append(["2", d, beta, len(t), float(np.isnan(t).mean()), q[0], th, q[1],
                      absorption.decision_rate(beta, d, DECISION_TOL["two"]),
-                     absorption.boundary_rates(beta, d)["antipodal"]])
+                     absorption._boundary_rates(beta, d)["antipodal"]])
     for key, t in sorted(data["many"].items()):
         n, d_text, beta_text = key.split(",")
-        q = censored_quantiles(t, [0.5, 0.9])
+        q = _censored_quantiles(t, [0.5, 0.9])
         rows.append([n, float(d_text), float(beta_text), len(t), float(np.isnan(t).mean()), q[0], None,
                      q[1], None, None])
     table = Table("decision-times", "Time to decision (every pair within tol of +-1): median "

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..io.report import Image, Section, Table, interval
-from .context import Context, FigureSpec, saved_or
+from ..io.report import Image, Section, Table, _interval
+from .context import Context, FigureSpec, _saved_or
 
 # (width, heads, ctx, layers, inits, inputs) per report size
-REAL_SIZES: dict[str, tuple[int, int, int, int, int, int]] = {
+_REAL_SIZES: dict[str, tuple[int, int, int, int, int, int]] = {
     "tiny": (32, 4, 16, 4, 8, 2), "quick": (64, 4, 32, 8, 16, 2), "full": (256, 4, 64, 12, 32, 2)}
 
 
-def real_data(ctx: Context) -> tuple[Any, bool]:
+def _real_data(ctx: Context) -> tuple[Any, bool]:
     """`(table, header)` of `run_real` for GPT-2 at the size of `ctx`, or None without the extra."""
     from ..io.store import read_parquet
     from ..real.models import has_transformers
@@ -24,7 +24,7 @@ def real_data(ctx: Context) -> tuple[Any, bool]:
     from ..real.experiment import KIND, run_real, save_run
     from ..real.models import RealSpec
 
-    width, heads, n, layers, inits, inputs = REAL_SIZES[ctx.size]
+    width, heads, n, layers, inits, inputs = _REAL_SIZES[ctx.size]
     spec = RealSpec(arch="gpt2", width=width, heads=heads, ctx=n, layers=layers, vocab=4096)
 
     def load(path: Any) -> tuple[Any, dict[str, Any]]:
@@ -42,22 +42,22 @@ def real_data(ctx: Context) -> tuple[Any, bool]:
         return bool(meta.get("spec") == spec.to_dict() and meta.get("inits") == inits
                     and meta.get("seed") == ctx.seed)
 
-    result, reused = saved_or(ctx.data_path("real", ".parquet"), load, make, save, ctx, fresh)
+    result, reused = _saved_or(ctx.data_path("real", ".parquet"), load, make, save, ctx, fresh)
     if not isinstance(result, tuple):  # just computed: read back what was saved
         result = load(ctx.data_path("real", ".parquet"))
     return result, reused
 
 
-def draw_real(ctx: Context, spec: FigureSpec, result: Any, reused: bool) -> Section:
+def _draw_real(ctx: Context, spec: FigureSpec, result: Any, reused: bool) -> Section:
     """Per-layer mean token cosine, real against predicted, with the agreement count."""
     if result is None:
         return Section(spec.name, spec.title, spec.claim, status="missing",
                        note='skipped: transformers not installed (pip install "tokensde[real]")')
-    from ..plots.real import plot_real
+    from ..plots.real import _plot_real
 
     table, meta = result
     a = meta["agreement"]
-    png = plot_real(table, ctx.figures / f"{spec.name}.png")
+    png = _plot_real(table, ctx.figures / f"{spec.name}.png")
     c = table[table.stat == "cos_mean"]
     real = c[c.side == "real"].set_index("layer")
     net = c[c.side == "network"].set_index("layer")
@@ -65,8 +65,8 @@ def draw_real(ctx: Context, spec: FigureSpec, result: Any, reused: bool) -> Sect
     for k in real.index:
         r, p = real.loc[k], net.loc[k]
         diff = float(r["mean"] - p["mean"])
-        rows.append([int(k), float(r["mean"]), interval(r["lo"], r["hi"]), float(p["mean"]),
-                     interval(p["lo"], p["hi"]), diff])
+        rows.append([int(k), float(r["mean"]), _interval(r["lo"], r["hi"]), float(p["mean"]),
+                     _interval(p["lo"], p["hi"]), diff])
     s = meta["spec"]
     if "agrees" in a:  # the layer-adjusted verdict (Sidak threshold for the number of layers)
         ok = bool(a["agrees"])

@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..io.report import Section, check_report_path, write_report
+from ..io.report import Section, _check_report_path, write_report
 from ..io.store import check_output, header, write_json
 from ..model.params import ParameterError
-from ..sweep.backends import one_torch_thread
-from .context import Context, one_thread
-from .registry import FIGURES, build_section, remedy
+from ..sweep.backends import _one_torch_thread
+from .context import Context, _one_thread
+from .registry import FIGURES, _remedy, build_section
 
-KIND_RUN = "tokensde.reproduce"
+_KIND_RUN = "tokensde.reproduce"
 
 # CPU seconds of each section built from nothing on one process (one torch thread) of the
 # reference 2-core machine, the one of `budget.DEFAULT_TIME_MODEL` and docs/benchmarks.md. Quick:
@@ -40,7 +40,7 @@ KIND_RUN = "tokensde.reproduce"
 # (an upper bound: CPU time grows when the other core is busy); full: twice the wall time of the
 # sweep sections on 2 workers, the wall time of the others. They order the pool's work and make
 # the estimate; a section not listed counts DEFAULT_CPU_S of its size.
-SECTION_CPU_S: dict[str, dict[str, float]] = {
+_SECTION_CPU_S: dict[str, dict[str, float]] = {
     "tiny": {},
     "quick": {"tokens-in-motion": 8.3, "phase-diagram": 31.1, "theory-vs-simulation": 1.7,
               "phase-over-d": 41.5, "decision-times": 13.2, "trajectories": 17.8,
@@ -54,8 +54,8 @@ SECTION_CPU_S: dict[str, dict[str, float]] = {
              "vit-depth": 7200.0, "real": 60.0},
 }
 _DEFAULT_CPU_S = {"tiny": 2.0, "quick": 10.0, "full": 60.0}
-REUSED_CPU_S = 1.5  # a section that only redraws its saved result
-START_S = 4.0  # starting the pool: each process imports torch (CPU seconds, in parallel)
+_REUSED_CPU_S = 1.5  # a section that only redraws its saved result
+_START_S = 4.0  # starting the pool: each process imports torch (CPU seconds, in parallel)
 # sections whose data step runs on `workers` processes itself (a sweep, a training, chunks)
 _PARALLEL = frozenset({"phase-diagram", "phase-over-d", "multi-token", "variants", "mlp",
                       "token-noise", "convergence", "vit", "vit-depth"})
@@ -100,11 +100,11 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
     if not names:
         raise ParameterError("only and skip leave no figure to build")
     check_output(out, "out", directory=True)
-    report = check_report_path(Path(out) / "report.html", "out", force)
+    report = _check_report_path(Path(out) / "report.html", "out", force)
     check_output(Path(out) / "reproduce.json", "out", suffixes=(".json",))
     ctx = Context(Path(out), size, seed, workers, log=log, yes=yes, force=force)
     t0, c0 = time.perf_counter(), _cpu_s()
-    seconds, speed = estimate(names, ctx)
+    seconds, speed = _estimate(names, ctx)
     log(f"estimate: about {_minutes(seconds)} for {len(names)} sections on {ctx.workers} "
         f"process{'es' * (ctx.workers > 1)} ({speed})")
     built = _build_sections(names, ctx)
@@ -126,7 +126,7 @@ def reproduce(out: str | os.PathLike, size: str = "quick", seed: int = 0, worker
                              "note": s.note if s.status != "ok" else ""} for s in sections},
         "failed": {s.key: s.note for s in sections if s.status == "failed"},
     }
-    write_json(ctx.out / "reproduce.json", header(KIND_RUN, **record))
+    write_json(ctx.out / "reproduce.json", header(_KIND_RUN, **record))
     meta = {"size": size, "seed": seed, "workers": workers,
             "wall time": f"{wall / 60:.1f} min",
             "saved results reused": f"{reused} of {len(sections)} sections",
@@ -163,11 +163,11 @@ def _reused(ctx: Context) -> set[str]:
         if isinstance(sections, dict) else set()
 
 
-def section_cpu(names: Sequence[str], ctx: Context) -> dict[str, float]:
+def _section_cpu(names: Sequence[str], ctx: Context) -> dict[str, float]:
     """CPU seconds each section of `names` takes on the reference machine (`SECTION_CPU_S`;
     REUSED_CPU_S for one an earlier run of this size and seed built)."""
-    table, reused = SECTION_CPU_S[ctx.size], _reused(ctx)
-    return {n: REUSED_CPU_S if n in reused else table.get(n, _DEFAULT_CPU_S[ctx.size]) for n in names}
+    table, reused = _SECTION_CPU_S[ctx.size], _reused(ctx)
+    return {n: _REUSED_CPU_S if n in reused else table.get(n, _DEFAULT_CPU_S[ctx.size]) for n in names}
 
 
 def _plan(names: Sequence[str], ctx: Context, cost: dict[str, float]
@@ -195,7 +195,7 @@ _TYPICAL_STEPS = ((200, 2, 4), (200, 8, 3))
 _REFERENCE_RATIO = 3.16
 
 
-def machine_speed() -> tuple[float, str]:
+def _machine_speed() -> tuple[float, str]:
     """How many times longer work takes here than on machine A, where SECTION_CPU_S was measured:
     this machine's calibrated time model (`io.calibration.time_model`) over
     `budget.DEFAULT_TIME_MODEL` on the layer steps of TYPICAL_STEPS, divided by the same ratio on
@@ -214,22 +214,22 @@ def machine_speed() -> tuple[float, str]:
                    "machine's calibrated speed; less when saved results are reused")
 
 
-def estimate(names: Sequence[str], ctx: Context) -> tuple[float, str]:
+def _estimate(names: Sequence[str], ctx: Context) -> tuple[float, str]:
     """`(seconds, source)`: the wall time of building `names` on an otherwise idle machine: the
     solo groups' CPU over the workers, then the pool's longest-processing-time-first schedule
     (each group on the process that frees first), plus the pool's start, times
     `machine_speed()`."""
-    cost = section_cpu(names, ctx)
+    cost = _section_cpu(names, ctx)
     solo, pooled, processes = _plan(names, ctx, cost)
     wall = sum(sum(cost[n] for n in g) / (ctx.workers if any(n in _PARALLEL for n in g) else 1)
                for g in solo)
     if pooled:
-        free = [START_S] * processes
+        free = [_START_S] * processes
         for g in pooled:
             k = free.index(min(free))
             free[k] += sum(cost[n] for n in g)
         wall += max(free)
-    speed, source = machine_speed()
+    speed, source = _machine_speed()
     return wall * speed, source
 
 
@@ -267,7 +267,7 @@ def _build_sections(names: Sequence[str], ctx: Context) -> dict[str, Section]:
     """The sections `names` by name (`_plan`): the solo groups here on `ctx.workers`, then the
     other groups on a pool of processes, costliest first; a group whose process fails becomes
     failed sections."""
-    cost = section_cpu(names, ctx)
+    cost = _section_cpu(names, ctx)
     solo, pooled, processes = _plan(names, ctx, cost)
     built: dict[str, Section] = {}
 
@@ -278,7 +278,7 @@ def _build_sections(names: Sequence[str], ctx: Context) -> dict[str, Section]:
                 f"({sec.provenance.get('cpu_s', 0):.1f} s CPU)")
         built[sec.key] = sec
 
-    with one_torch_thread():
+    with _one_torch_thread():
         for group in solo:
             for name in group:
                 ctx.log(f"[{name}] building" + (f" on {ctx.workers} processes"
@@ -290,7 +290,7 @@ def _build_sections(names: Sequence[str], ctx: Context) -> dict[str, Section]:
 
     ctx.log(f"building {', '.join(n for g in pooled for n in g)} on {processes} processes")
     pool = ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn"),
-                               initializer=one_thread)
+                               initializer=_one_thread)
     try:
         futures: dict[Future[Any], list[str]] = {
             pool.submit(_build_group, g, str(ctx.out), ctx.size, ctx.seed, ctx.yes, ctx.force): g
@@ -308,7 +308,7 @@ def _build_sections(names: Sequence[str], ctx: Context) -> dict[str, Section]:
                         spec = FIGURES[name]
                         done(Section(name, spec.title, spec.claim, status="failed",
                                      note=f"Building this section failed: {type(err).__name__}: "
-                                          f"{err}. {remedy(name, ctx)}",
+                                          f"{err}. {_remedy(name, ctx)}",
                                      provenance={"wall_s": round(time.perf_counter() - t0, 2)}))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

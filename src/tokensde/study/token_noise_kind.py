@@ -14,22 +14,22 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..model.params import ParameterError, check_real
-from ..sweep.kinds import ExperimentKind, Param, Stats, choice, integer, real, register
+from ..model.params import ParameterError, _check_real
+from ..sweep.kinds import ExperimentKind, _choice, _integer, _Param, _Stats, real, register
 from ..theory.token_noise import ATTENTIONS
 
 KIND = "token_noise"
 # the study tabulates these columns of a token_noise sweep table, in this order
-COLUMNS: tuple[str, ...] = (
+_COLUMNS: tuple[str, ...] = (
     "d", "attention", "beta", "n", "start", "scheme", "ratio", "tau", "tau_c", "runs", "T",
     "burn", "dt", "step_shift", "r", "se", "r2", "r2_se", "n_r2", "q", "q_se", "n_q2", "drift",
     "drift_se", "seed", "wall_s")
 
 
-def _optional_real(minimum: float, strict: bool, doc: str) -> Param:
+def _optional_real(minimum: float, strict: bool, doc: str) -> _Param:
     def check(k: str, v: Any) -> float | None:
-        return None if v is None else check_real(k, v, minimum, strict)
-    return Param(check, None, doc)
+        return None if v is None else _check_real(k, v, minimum, strict)
+    return _Param(check, None, doc)
 
 
 def _tau_c(cell: dict[str, Any]) -> float:
@@ -56,7 +56,7 @@ def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
     return cell
 
 
-def _token_noise_cell(cell: dict[str, Any], seed: int) -> Stats:
+def _token_noise_cell(cell: dict[str, Any], seed: int) -> _Stats:
     """The stationary order parameter of one cell (`study.noise_threshold.stationary_order`):
     `r`, `se` (over runs), `r2`, `r2_se`, `n_r2 = n E r^2`, the degree-2 `q`, `q_se`,
     `n_q2 = n E q^2`, `drift` / `drift_se` (second half of `[burn, T]` minus the first), each
@@ -77,10 +77,10 @@ def _token_noise_cell(cell: dict[str, Any], seed: int) -> Stats:
 
 
 def _token_noise_budget(cell: dict[str, Any]) -> Any:
-    """Memory and work of a cell (`study.noise_threshold.order_budget`)."""
-    from .noise_threshold import order_budget
+    """Memory and work of a cell (`study.noise_threshold._order_budget`)."""
+    from .noise_threshold import _order_budget
 
-    return order_budget(cell["tau"], cell["n"], cell["d"], cell["beta"], cell["attention"],
+    return _order_budget(cell["tau"], cell["n"], cell["d"], cell["beta"], cell["attention"],
                         cell["runs"], cell["T"], cell["dt"], cell["samples"])
 
 
@@ -88,20 +88,20 @@ register(ExperimentKind(
     KIND,
     _token_noise_cell,
     {
-        "d": integer(2, 2, "dimension"),
-        "attention": choice(ATTENTIONS, "usa", "usa | softmax"),
+        "d": _integer(2, 2, "dimension"),
+        "attention": _choice(ATTENTIONS, "usa", "usa | softmax"),
         "beta": real(0.0, 1.0, strict=True, doc="attention strength"),
         "tau": _optional_real(0.0, False, "token noise (or give ratio)"),
         "ratio": _optional_real(0.0, True, "tau / tau_c, tau_c the theory's threshold"),
-        "n": integer(1, doc="tokens"),
-        "runs": integer(2, doc="independent systems (the standard error is over runs)"),
+        "n": _integer(1, doc="tokens"),
+        "runs": _integer(2, doc="independent systems (the standard error is over runs)"),
         "T": real(0.0, strict=True, doc="horizon in depth time"),
         "burn": _optional_real(0.0, False, "depth time left out of the average (default T/2)"),
         "dt": real(0.0, 0.05, strict=True, doc="layer step"),
-        "samples": integer(2, 41, "checkpoints over [0, T] (those at times >= burn averaged)"),
-        "start": choice(("uniform", "ordered"), "uniform",
+        "samples": _integer(2, 41, "checkpoints over [0, T] (those at times >= burn averaged)"),
+        "start": _choice(("uniform", "ordered"), "uniform",
                         "uniform: i.i.d. uniform tokens; ordered: every token at e_1"),
-        "scheme": choice(("network", "sde"), "network"),
+        "scheme": _choice(("network", "sde"), "network"),
     },
     "n tokens under independent token noise (M = I, sigma = 0): stationary order parameter",
     finalize=_finalize,

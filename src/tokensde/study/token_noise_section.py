@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from ..io.report import Image, Section, Table
-from .context import Context, FigureSpec, SweepRun, run_packaged_sweep
+from .context import Context, FigureSpec, _run_packaged_sweep, _SweepRun
 
 _ORDERED_BELOW = 0.8  # ratios at or below: ordered, near the limit's r
 _DISORDERED_ABOVE = 1.25  # ratios at or above: disordered
@@ -24,9 +24,9 @@ _NR2_DISORDERED = 8.0  # n E r^2 below this: disordered
 _SLACK = 0.03  # finite-n and finite-T allowance on r, beside 3 standard errors
 
 
-def token_noise_data(ctx: Context) -> tuple[SweepRun, bool]:
+def _token_noise_data(ctx: Context) -> tuple[_SweepRun, bool]:
     """Run (or resume) `token-noise-<size>.toml` under `OUT/sweeps/`."""
-    run = run_packaged_sweep(ctx, (f"token-noise-{ctx.size}",))
+    run = _run_packaged_sweep(ctx, (f"token-noise-{ctx.size}",))
     return run, run.reused
 
 
@@ -36,7 +36,7 @@ def _limit(ratio: float, r: dict[str, Any]) -> float:
     return mean_field_order(ratio * r["tau_c"], r["beta"], int(r["d"]), r["attention"])
 
 
-def check_rows(recs: list[dict[str, Any]]) -> list[str]:
+def _check_rows(recs: list[dict[str, Any]]) -> list[str]:
     """What each row's check says ('' when it passes or has none): the side of the threshold
     and the limit's `r` (module docstring), and the two starts' agreement.
 
@@ -71,12 +71,12 @@ def check_rows(recs: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def draw_token_noise(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool) -> Section:
+def _draw_token_noise(ctx: Context, spec: FigureSpec, run: _SweepRun, reused: bool) -> Section:
     """`r` and `n E r^2` against `tau / tau_c` with intervals, the threshold and the limit."""
     import numpy as np
     from scipy import stats
 
-    from ..plots.token_noise import plot_order_scan
+    from ..plots.token_noise import _plot_order_scan
     from .noise_threshold import step_error
 
     df = run.table.sort_values(["n", "start", "ratio"], ignore_index=True)
@@ -92,8 +92,8 @@ def draw_token_noise(ctx: Context, spec: FigureSpec, run: SweepRun, reused: bool
     limit = [(float(q), _limit(float(q), first)) for q in grid]
     title = (f"{first['attention'].upper()}, d = {int(first['d'])}, beta = {first['beta']:g}, "
              "M = I, no common noise")
-    png = plot_order_scan(ctx.figures / f"{spec.name}.png", recs, limit=limit, title=title)
-    verdicts = check_rows(recs)
+    png = _plot_order_scan(ctx.figures / f"{spec.name}.png", recs, limit=limit, title=title)
+    verdicts = _check_rows(recs)
     rows: list[list[Any]] = [
         [int(r["n"]), r["start"], round(r["ratio"], 4), r["tau"], r["r"],
          f"[{r['r'] - r['t95'] * r['se']:.4f}, {r['r'] + r['t95'] * r['se']:.4f}]", r["n_r2"],

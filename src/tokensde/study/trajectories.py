@@ -17,14 +17,14 @@ from .._version import __version__
 from ..io.report import Image, Section, Table
 from ..model.params import ModelParams, TimeGrid
 from ..sim.rng import derive_seed
-from .context import Context, FigureSpec, saved_or
+from .context import Context, FigureSpec, _saved_or
 
-Panels = list[tuple[str, Any]]  # (panel title, SimResult)
+_Panels = list[tuple[str, Any]]  # (panel title, SimResult)
 
 
 def _sim_results(ctx: Context, name: str, setups: list[tuple[str, str, ModelParams, Any]],
                 run: Callable[[ModelParams, Any, int], Any], settings: dict[str, Any]
-                ) -> tuple[Panels, bool]:
+                ) -> tuple[_Panels, bool]:
     """Load or simulate (and save) each panel's result; `settings` (horizon, runs, ...) and the
     panel's parameters and seed are stored with the result and must match for it to be reused."""
     from ..io.store import load_result, save_result
@@ -40,7 +40,7 @@ def _sim_results(ctx: Context, name: str, setups: list[tuple[str, str, ModelPara
             res.extra["figure_spec"] = spec
             return res
 
-        res, reused = saved_or(path, load_result, make, save_result, ctx,
+        res, reused = _saved_or(path, load_result, make, save_result, ctx,
                                functools.partial(_same_spec, spec))
         all_reused &= reused
         panels.append((title, res))
@@ -51,7 +51,7 @@ def _same_spec(spec: Any, res: Any) -> bool:
     return res.extra.get("figure_spec") == spec
 
 
-def _sim_table(key: str, caption: str, panels: Panels) -> Table:
+def _sim_table(key: str, caption: str, panels: _Panels) -> Table:
     """One row per panel: the parameters, grid, runs, sampler, seed and version behind it."""
     rows = []
     for title, r in panels:
@@ -83,7 +83,7 @@ def _trajectory_setups(seed: int) -> list[tuple[str, str, ModelParams, np.ndarra
     return out
 
 
-def trajectories_data(ctx: Context) -> tuple[Panels, bool]:
+def _trajectories_data(ctx: Context) -> tuple[_Panels, bool]:
     """One run per trajectory panel, recording the tokens at 121 checkpoints (saved per panel)."""
     from ..sim.options import Execution, InitialState, Recording
     from ..sim.simulate import simulate
@@ -98,12 +98,12 @@ def trajectories_data(ctx: Context) -> tuple[Panels, bool]:
                        {"T": TRAJ_T, "dt": TRAJ_DT, "checkpoints": TRAJ_CHECKPOINTS})
 
 
-def draw_trajectories(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool) -> Section:
+def _draw_trajectories(ctx: Context, spec: FigureSpec, panels: _Panels, reused: bool) -> Section:
     """Token paths on the circle and the sphere: noisy network vs deterministic flow."""
-    from ..plots.trajectories import animate_trajectories, plot_trajectories
+    from ..plots.trajectories import _animate_trajectories, _plot_trajectories
 
-    png = plot_trajectories(panels, ctx.figures / "trajectories.png")
-    gif = animate_trajectories(panels, ctx.figures / "trajectories.gif",
+    png = _plot_trajectories(panels, ctx.figures / "trajectories.png")
+    gif = _animate_trajectories(panels, ctx.figures / "trajectories.gif",
                                max_frames={"tiny": 12, "quick": 60, "full": 121}[ctx.size])
     return Section(
         spec.name, spec.title, spec.claim,
@@ -133,7 +133,7 @@ def _histogram_setups() -> list[tuple[str, str, ModelParams, str]]:
              ModelParams(n=8, d=d, beta=b, sigma=1.0), "uniform") for b in (0.3, 2.0)]
 
 
-def histograms_data(ctx: Context) -> tuple[Panels, bool]:
+def _histograms_data(ctx: Context) -> tuple[_Panels, bool]:
     """`HIST_RUNS[size]` runs per histogram row, Gram matrices at the checkpoints (saved)."""
     from ..sim.options import InitialState, Recording
     from ..sim.simulate import simulate
@@ -148,12 +148,12 @@ def histograms_data(ctx: Context) -> tuple[Panels, bool]:
                         "checkpoints": _HIST_CHECKPOINTS})
 
 
-def draw_histograms(ctx: Context, spec: FigureSpec, panels: Panels, reused: bool) -> Section:
+def _draw_histograms(ctx: Context, spec: FigureSpec, panels: _Panels, reused: bool) -> Section:
     """The law of pairwise inner products across depth, below and above beta_c."""
     from ..analysis.clusters import pair_fractions, upper_pairs
-    from ..plots.histograms import plot_histograms
+    from ..plots.histograms import _plot_histograms
 
-    png = plot_histograms(panels, ctx.figures / "histograms.png", columns=5, tol=_HIST_TOL)
+    png = _plot_histograms(panels, ctx.figures / "histograms.png", columns=5, tol=_HIST_TOL)
     rows = []
     for title, r in panels:
         rho = upper_pairs(np.asarray(r.gram))

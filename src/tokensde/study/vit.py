@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..io.report import Image, Section, Table, interval
+from ..io.report import Image, Section, Table, _interval
 from .context import Context, FigureSpec
 
 
@@ -36,21 +36,21 @@ _VIT_ARMS = "default,noise:0,noise:0.1,identity,shared"
 def _run_vit(ctx: Context, out: Path) -> None:
     """Train the ViT comparison of this size (standard ViT, arms x seeds) into `out`."""
     from ..vit import DataSpec, TrainConfig, compare, parse_arms
-    from ..vit.compare import DATA_DEFAULTS, model_config, save_summary
+    from ..vit.compare import _DATA_DEFAULTS, _model_config, _save_summary
 
     size = _VIT_SIZES[ctx.size]
-    defaults = DATA_DEFAULTS[size["dataset"]]
+    defaults = _DATA_DEFAULTS[size["dataset"]]
     spec = DataSpec(size["dataset"], None, defaults["train_subset"] or None, None)
-    model_cfg = model_config(spec.load(), **size["model"])
+    model_cfg = _model_config(spec.load(), **size["model"])
     train_cfg = TrainConfig(epochs=size["epochs"], batch_size=defaults["batch_size"])
     ctx.log(f"training the ViT comparison: {size['dataset']}, {size['seeds']} seeds, "
             f"{size['epochs']} epochs")
     summary = compare(spec, model_cfg, train_cfg, parse_arms(_VIT_ARMS),
                       list(range(size["seeds"])), out, jobs=ctx.workers)
-    save_summary(summary, out)
+    _save_summary(summary, out)
 
 
-def vit_data(ctx: Context) -> tuple[dict[str, Any], bool]:
+def _vit_data(ctx: Context) -> tuple[dict[str, Any], bool]:
     """The saved ViT comparison of this size (trained and saved first if absent)."""
     path = _vit_summary_path(ctx)
     reused = path.exists()
@@ -59,11 +59,11 @@ def vit_data(ctx: Context) -> tuple[dict[str, Any], bool]:
     return json.loads(path.read_text()), reused
 
 
-def draw_vit(ctx: Context, spec: FigureSpec, summary: dict[str, Any], reused: bool) -> Section:
+def _draw_vit(ctx: Context, spec: FigureSpec, summary: dict[str, Any], reused: bool) -> Section:
     """ViT accuracy by value-matrix initialisation, read from a saved comparison."""
-    from ..plots.vit import plot_accuracy
+    from ..plots.vit import _plot_accuracy
 
-    png = plot_accuracy(summary, ctx.figures / "vit.png")
+    png = _plot_accuracy(summary, ctx.figures / "vit.png")
     return Section(spec.name, spec.title, spec.claim,
                    images=[Image(png, "Test accuracy per epoch by value initialisation, and the "
                                       "paired gap to the default (95% t-interval).")],
@@ -80,8 +80,8 @@ def _vit_table(s: dict[str, Any]) -> Table:
     for name, arm in s.get("arms", {}).items():
         _, lo, hi = t_interval(np.asarray(arm.get("runs", []), dtype=float))
         gap = s.get("paired", {}).get(name) or {}
-        rows.append([name, _num(arm.get("mean")), _num(arm.get("sd")), interval(lo, hi),
-                     _num(gap.get("mean")), interval(gap.get("lo"), gap.get("hi")),
+        rows.append([name, _num(arm.get("mean")), _num(arm.get("sd")), _interval(lo, hi),
+                     _num(gap.get("mean")), _interval(gap.get("lo"), gap.get("hi")),
                      len(s.get("seeds", [])), json.dumps(s.get("seeds", [])), s.get("epochs"),
                      s.get("dataset"), s.get("version")])
     return Table("vit", "Final test accuracy per arm (mean, sd, 95% t-interval over seeds) and "
@@ -95,16 +95,16 @@ def _vit_depth_dir(ctx: Context) -> Path:
     return ctx.out / "sweeps" / f"vit-depth-{ctx.size}"
 
 
-def vit_depth_data(ctx: Context) -> tuple[dict[str, Any], bool]:
+def _vit_depth_data(ctx: Context) -> tuple[dict[str, Any], bool]:
     """Run (or resume) the ViT depth sweep of this size; its run summary and paired gap table."""
-    from ..vit.depth import depth_config, read_gaps, run_depth
+    from ..vit.depth import _depth_config, _read_gaps, _run_depth
 
     out = _vit_depth_dir(ctx)
-    summary = run_depth(depth_config(ctx.size), out, workers=ctx.workers)
-    return {"summary": summary, "gaps": read_gaps(out)}, summary["ran"] == 0
+    summary = _run_depth(_depth_config(ctx.size), out, workers=ctx.workers)
+    return {"summary": summary, "gaps": _read_gaps(out)}, summary["ran"] == 0
 
 
-def draw_vit_depth(ctx: Context, spec: FigureSpec, run: dict[str, Any], reused: bool
+def _draw_vit_depth(ctx: Context, spec: FigureSpec, run: dict[str, Any], reused: bool
                    ) -> Section:
     """The ViT depth sweep (sweep kind vit_depth) of this size: gaps to default against depth."""
     summary, gaps, out = run["summary"], run["gaps"], _vit_depth_dir(ctx)
@@ -132,7 +132,7 @@ def _vit_depth_table(gaps: Any) -> Table:
     cols = ["block", "depth", "arm", "seeds", "accuracy %", "gap to default (points)", "95%",
             "merged at init", "antipodal at init", "effective rank at init", "model"]
     rows = [[r["block"], r["depth"], r["arm"], r["seeds"], r["acc"], _num(r["gap"]),
-             interval(r["gap_lo"], r["gap_hi"]), r["init_near_pos"], r["init_near_neg"],
+             _interval(r["gap_lo"], r["gap_hi"]), r["init_near_pos"], r["init_near_neg"],
              r["init_rank"], r["model"]] for r in gaps.to_dict("records")]
     return Table("vit-depth", "Per block, depth and arm: mean test accuracy, the paired gap to "
                  "the default arm over training seeds (95% t-interval), and the token geometry of "

@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._version import __version__
-from ..model.params import ParameterError, check_choice
+from ..model.params import ParameterError, _check_choice
 from ..sim.budget import available_memory
-from .config import TAIL_COLUMNS, Row, SweepError
+from .config import _TAIL_COLUMNS, SweepError, _Row
 
-BACKENDS = ("local", "ray")
+_BACKENDS = ("local", "ray")
 _PRELOAD = ["tokensde.sweep.backends", "tokensde.sweep.kinds"]
 _WATCH_S = 0.5  # how often a pool worker checks that the sweep process still runs
 
@@ -33,7 +33,7 @@ _WATCH_S = 0.5  # how often a pool worker checks that the sweep process still ru
 # ----------------------------------------------------------------------------- running one cell
 
 @contextmanager
-def one_torch_thread() -> Iterator[None]:
+def _one_torch_thread() -> Iterator[None]:
     """Torch on one thread inside the block (a pool's worker process), restored after."""
     import torch
 
@@ -56,21 +56,21 @@ def _plain(value: Any) -> Any:
                     "booleans and lists of them)")
 
 
-def _base_row(cell: Mapping[str, Any]) -> Row:
+def _base_row(cell: Mapping[str, Any]) -> _Row:
     return {"cell": cell["id"], "index": cell["index"], **cell["params"]}
 
 
-def _tail(cell: Mapping[str, Any], status: str, error: str, wall: float) -> Row:
+def _tail(cell: Mapping[str, Any], status: str, error: str, wall: float) -> _Row:
     return {"status": status, "error": error, "seed": cell["seed"], "version": __version__,
             "wall_s": wall}
 
 
-def _error_row(cell: Mapping[str, Any], message: str, wall: float = 0.0) -> Row:
+def _error_row(cell: Mapping[str, Any], message: str, wall: float = 0.0) -> _Row:
     """The row of a cell that failed with `message`."""
     return {**_base_row(cell), **_tail(cell, "error", message, wall)}
 
 
-def execute_cell(task: Mapping[str, Any]) -> Row:
+def _execute_cell(task: Mapping[str, Any]) -> _Row:
     """Run one cell (`task`: kind, module, id, index, params, seed) and return its table row.
 
     Never raises for a failing experiment: the row then has status 'error' and the message.
@@ -80,9 +80,9 @@ def execute_cell(task: Mapping[str, Any]) -> Row:
         from .kinds import get_kind
 
         kind = get_kind(task["kind"], task.get("module"))
-        with one_torch_thread():
+        with _one_torch_thread():
             stats = kind.run(dict(task["params"]), int(task["seed"]))
-        reserved = set(_base_row(task)) | set(TAIL_COLUMNS)
+        reserved = set(_base_row(task)) | set(_TAIL_COLUMNS)
         clash = sorted(set(stats) & reserved)
         if clash:
             raise ValueError(f"statistics {clash} clash with parameter or table column names")
@@ -174,7 +174,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def run_local(tasks: list[Row], workers: int) -> Generator[Row, None, None]:
+def _run_local(tasks: list[_Row], workers: int) -> Generator[_Row, None, None]:
     """Rows as cells finish, on a process pool of `workers` (in this process when 1).
 
     A worker that dies fails the cells in flight (recorded as errors) and the pool is restarted.
@@ -182,21 +182,21 @@ def run_local(tasks: list[Row], workers: int) -> Generator[Row, None, None]:
     also exit by themselves when this process dies.
     """
     if workers == 1:
-        yield from map(execute_cell, tasks)
+        yield from map(_execute_cell, tasks)
         return
     ctx = _forkserver()
     pending = list(reversed(tasks))
     while pending:
         pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                    initargs=(os.getpid(),))
-        inflight: dict[Any, Row] = {}
+        inflight: dict[Any, _Row] = {}
         broken = False
         try:
             while pending or inflight:
                 while pending and not broken and len(inflight) < _window(workers):
                     task = pending.pop()
                     with _signals_held():  # submit may start a worker
-                        inflight[pool.submit(execute_cell, task)] = task
+                        inflight[pool.submit(_execute_cell, task)] = task
                 if not inflight:
                     break
                 done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
@@ -215,11 +215,11 @@ def run_local(tasks: list[Row], workers: int) -> Generator[Row, None, None]:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-RAY_RETRIES = 3  # reruns of a cell whose worker process or node died
+_RAY_RETRIES = 3  # reruns of a cell whose worker process or node died
 
 
-def run_ray(tasks: list[Row], workers: int, address: str | None = None
-            ) -> Generator[Row, None, None]:
+def _run_ray(tasks: list[_Row], workers: int, address: str | None = None
+            ) -> Generator[_Row, None, None]:
     """Rows as cells finish, on Ray: a local instance with `workers` CPUs, or the cluster at
     `address` (or the one this process is already connected to). A cell in flight on a node
     that dies is rerun on the nodes left (up to RAY_RETRIES times; then it is a failed row,
@@ -239,11 +239,11 @@ def run_ray(tasks: list[Row], workers: int, address: str | None = None
     try:
         # a cell never raises (its errors become rows), so a retry only follows a lost worker
         # or node: Ray runs it again elsewhere, and the same seed gives the same row
-        remote = ray.remote(num_cpus=1, max_retries=RAY_RETRIES, retry_exceptions=False)(
-            execute_cell)
+        remote = ray.remote(num_cpus=1, max_retries=_RAY_RETRIES, retry_exceptions=False)(
+            _execute_cell)
         width = _window(int(ray.cluster_resources().get("CPU", workers)) if address else workers)
         pending = list(reversed(tasks))
-        inflight: dict[Any, Row] = {}
+        inflight: dict[Any, _Row] = {}
         while pending or inflight:
             while pending and len(inflight) < width:
                 task = pending.pop()
@@ -261,10 +261,10 @@ def run_ray(tasks: list[Row], workers: int, address: str | None = None
 
 # ----------------------------------------------------------------------------- choosing a backend
 
-def check_backend(backend: str, address: str | None) -> str:
+def _check_backend(backend: str, address: str | None) -> str:
     """`backend` if it can run here: one of BACKENDS, an address only with 'ray', and Ray
     installed for 'ray'."""
-    backend = check_choice("backend", backend, BACKENDS)
+    backend = _check_choice("backend", backend, _BACKENDS)
     if address and backend != "ray":
         raise ParameterError(f"address is only used with backend='ray'; got backend={backend!r}")
     if backend == "ray" and importlib.util.find_spec("ray") is None:
@@ -273,7 +273,7 @@ def check_backend(backend: str, address: str | None) -> str:
     return backend
 
 
-def worker_bounds(workers: int, cells: int, backend: str = "local", address: str | None = None,
+def _worker_bounds(workers: int, cells: int, backend: str = "local", address: str | None = None,
                   cell_bytes: int = 0, have: int | None = None) -> dict[str, int]:
     """What bounds the workers of a sweep: `asked`, the `cells` left to run and, on this machine
     (local pool, or a Ray instance started here), its `cpus` and the `memory` available (`have`
@@ -287,7 +287,7 @@ def worker_bounds(workers: int, cells: int, backend: str = "local", address: str
     return bounds
 
 
-def worker_cap(workers: int, cells: int, backend: str = "local", address: str | None = None,
+def _worker_cap(workers: int, cells: int, backend: str = "local", address: str | None = None,
                cell_bytes: int = 0, have: int | None = None) -> int:
     """The workers a sweep starts: the least of `worker_bounds`, and at least 1."""
-    return max(1, min(worker_bounds(workers, cells, backend, address, cell_bytes, have).values()))
+    return max(1, min(_worker_bounds(workers, cells, backend, address, cell_bytes, have).values()))

@@ -36,16 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..model.params import ParameterError, check_int
+from ..model.params import ParameterError, _check_int
 from ..sim.rng import derive_seed
 
 _TOP_KEYS = ("name", "description", "kind", "module", "runs", "T", "seed", "params", "grid")
-HEAD_COLUMNS = ("cell", "index")
-TAIL_COLUMNS = ("status", "error", "seed", "version", "wall_s")
+_HEAD_COLUMNS = ("cell", "index")
+_TAIL_COLUMNS = ("status", "error", "seed", "version", "wall_s")
 # Columns that legitimately differ between two runs of the same sweep.
-TIMING_COLUMNS = ("wall_s",)
+_TIMING_COLUMNS = ("wall_s",)
 
-Row = dict[str, Any]
+_Row = dict[str, Any]
 
 
 class SweepError(ValueError):
@@ -53,7 +53,7 @@ class SweepError(ValueError):
 
 
 @dataclass(frozen=True)
-class Cell:
+class _Cell:
     """One point of the grid: canonical parameters, id (hash) and derived seed."""
 
     index: int
@@ -66,7 +66,7 @@ class Cell:
         return {"index": self.index, "id": self.id, "seed": self.seed, "params": self.params}
 
 
-def canonical(kind: str, params: Mapping[str, Any]) -> str:
+def _canonical(kind: str, params: Mapping[str, Any]) -> str:
     """The canonical JSON string of a normalised cell (sorted keys, shortest float repr)."""
     try:
         return json.dumps({"kind": kind, "params": dict(params)}, sort_keys=True,
@@ -76,7 +76,7 @@ def canonical(kind: str, params: Mapping[str, Any]) -> str:
                              f"{err}") from err
 
 
-def cell_seed(root: int, digest: str) -> int:
+def _cell_seed(root: int, digest: str) -> int:
     """`derive_seed(root, w0, w1, w2, w3)` with `w_k` the first four 32-bit words of `digest`."""
     return derive_seed(root, *(int(digest[i:i + 8], 16) for i in range(0, 32, 8)))
 
@@ -133,7 +133,7 @@ class SweepConfig:
             if both:
                 raise SweepError(f"{where}: {', '.join(both)} given both in a grid and as a "
                                  "fixed parameter")
-        return cls(kind=str(data["kind"]), seed=check_int("seed", data["seed"], 0), grids=grids,
+        return cls(kind=str(data["kind"]), seed=_check_int("seed", data["seed"], 0), grids=grids,
                    params=params, module=data.get("module"), name=str(data.get("name", "sweep")),
                    description=str(data.get("description", "")))
 
@@ -158,12 +158,12 @@ class SweepConfig:
                 "module": self.module, "seed": self.seed, "params": self.params,
                 "grid": [{k: list(v) for k, v in b.items()} for b in self.grids]}
 
-    def cells(self) -> list[Cell]:
+    def cells(self) -> list[_Cell]:
         """Every distinct cell, in grid order, normalised by its kind and seeded."""
         from .kinds import get_kind
 
         kind = get_kind(self.kind, self.module)
-        seen: dict[str, Cell] = {}
+        seen: dict[str, _Cell] = {}
         for block in self.grids:
             keys = list(block)
             for values in itertools.product(*(block[k] for k in keys)):
@@ -174,17 +174,17 @@ class SweepConfig:
                     raise ParameterError(f"cell {point}: {err}") from err
                 digest = _digest(self.kind, norm)
                 if digest[:16] not in seen:
-                    seed = cell_seed(self.seed, _digest(self.kind, kind.seed_params(norm)))
-                    seen[digest[:16]] = Cell(len(seen), digest[:16], norm, seed)
+                    seed = _cell_seed(self.seed, _digest(self.kind, kind.seed_params(norm)))
+                    seen[digest[:16]] = _Cell(len(seen), digest[:16], norm, seed)
         return list(seen.values())
 
 
 def _digest(kind: str, params: Mapping[str, Any]) -> str:
     """SHA-256 (hex) of the canonical JSON string of a normalised cell."""
-    return hashlib.sha256(canonical(kind, params).encode()).hexdigest()
+    return hashlib.sha256(_canonical(kind, params).encode()).hexdigest()
 
 
-def fingerprint(config: SweepConfig, cells: list[Cell]) -> str:
+def _fingerprint(config: SweepConfig, cells: list[_Cell]) -> str:
     """Identity of a sweep: hash of its kind, root seed and the ordered cell ids."""
     text = json.dumps({"kind": config.kind, "seed": config.seed, "cells": [c.id for c in cells]})
     return hashlib.sha256(text.encode()).hexdigest()[:16]

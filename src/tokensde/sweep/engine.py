@@ -18,7 +18,7 @@ from collections.abc import Callable, Generator, Iterable
 from contextlib import closing
 from typing import Any
 
-from ..model.params import ParameterError, check_int
+from ..model.params import ParameterError, _check_int
 from ..sim.budget import (
     DEFAULT_TIME_MODEL,
     GIB,
@@ -31,19 +31,19 @@ from ..sim.budget import (
     check_budget,
     format_seconds,
 )
-from .backends import check_backend, run_local, run_ray, worker_bounds
-from .config import Cell, Row, SweepConfig, SweepError
-from .store import SweepDir
+from .backends import _check_backend, _run_local, _run_ray, _worker_bounds
+from .config import SweepConfig, SweepError, _Cell, _Row
+from .store import _SweepDir
 
-OnCell = Callable[[Row, dict[str, int]], None]
+_OnCell = Callable[[_Row, dict[str, int]], None]
 
 
-def _tasks(config: SweepConfig, cells: Iterable[Cell]) -> list[Row]:
+def _tasks(config: SweepConfig, cells: Iterable[_Cell]) -> list[_Row]:
     return [{"kind": config.kind, "module": config.module, "id": c.id, "index": c.index,
              "params": c.params, "seed": c.seed} for c in cells]
 
 
-def cell_budgets(config: SweepConfig, cells: Iterable[Cell]) -> list[tuple[Cell, Budget]]:
+def _cell_budgets(config: SweepConfig, cells: Iterable[_Cell]) -> list[tuple[_Cell, Budget]]:
     """The memory and work of each cell whose kind estimates them (`ExperimentKind.budget`); a
     cell whose estimate fails is left out (it fails with its message when it runs)."""
     from .kinds import get_kind
@@ -59,7 +59,7 @@ def cell_budgets(config: SweepConfig, cells: Iterable[Cell]) -> list[tuple[Cell,
     return out
 
 
-def check_cells(budgets: list[tuple[Cell, Budget]], workers: int, have: int | None = None,
+def _check_cells(budgets: list[tuple[_Cell, Budget]], workers: int, have: int | None = None,
                 warn: bool = True, model: TimeModel | None = None, yes: bool = False) -> float:
     """Before any cell runs: refuse (BudgetError) a sweep one of whose cells cannot fit in the
     memory available or, unless `yes`, is estimated (`model`, default this machine's
@@ -86,7 +86,7 @@ def check_cells(budgets: list[tuple[Cell, Budget]], workers: int, have: int | No
     return seconds
 
 
-def _time_model(budgets: list[tuple[Cell, Budget]]) -> TimeModel:
+def _time_model(budgets: list[tuple[_Cell, Budget]]) -> TimeModel:
     """This machine's time model (`io.calibration.time_model`) when there are cells to time."""
     if not budgets:
         return DEFAULT_TIME_MODEL
@@ -95,7 +95,7 @@ def _time_model(budgets: list[tuple[Cell, Budget]]) -> TimeModel:
     return time_model()
 
 
-def _ordered(todo: list[Cell], order: Callable[[list[Cell]], list[Cell]] | None) -> list[Cell]:
+def _ordered(todo: list[_Cell], order: Callable[[list[_Cell]], list[_Cell]] | None) -> list[_Cell]:
     if order is None:
         return todo
     new = list(order(list(todo)))
@@ -104,17 +104,17 @@ def _ordered(todo: list[Cell], order: Callable[[list[Cell]], list[Cell]] | None)
     return new
 
 
-def _rows(tasks: list[Row], workers: int, backend: str, address: str | None
-          ) -> Generator[Row, None, None]:
+def _rows(tasks: list[_Row], workers: int, backend: str, address: str | None
+          ) -> Generator[_Row, None, None]:
     if backend == "ray":
-        return run_ray(tasks, workers, address)
-    return run_local(tasks, workers)
+        return _run_ray(tasks, workers, address)
+    return _run_local(tasks, workers)
 
 
 def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *,
               workers: int = 1, backend: str = "local", address: str | None = None,
-              on_cell: OnCell | None = None, on_start: Callable[[dict[str, int]], None] | None
-              = None, order: Callable[[list[Cell]], list[Cell]] | None = None,
+              on_cell: _OnCell | None = None, on_start: Callable[[dict[str, int]], None] | None
+              = None, order: Callable[[list[_Cell]], list[_Cell]] | None = None,
               yes: bool = False, on_estimate: Callable[[float, str, bool], None] | None = None
               ) -> dict[str, Any]:
     """Run (or resume) a sweep into directory `out`; return a summary.
@@ -143,17 +143,17 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
         `backend`, the workers used and asked and their bounds, the memory of a cell and `wall_s`.
     """
     cfg = config if isinstance(config, SweepConfig) else SweepConfig.load(config)
-    workers = check_int("workers", workers, 1)
-    backend = check_backend(backend, address)
+    workers = _check_int("workers", workers, 1)
+    backend = _check_backend(backend, address)
     cells = cfg.cells()
-    sd = SweepDir(out)
+    sd = _SweepDir(out)
     sd.check_same(cfg, cells)  # before the lock: a foreign folder is left untouched
     t0 = time.perf_counter()
-    budgets = cell_budgets(cfg, cells)
+    budgets = _cell_budgets(cfg, cells)
     # a Ray cluster at an address has memory of its own, not known here
     have = available_memory() if backend == "local" or not address else sys.maxsize
     if not sd.exists():  # refused before the directory is made, so a smaller sweep can use it
-        check_cells(budgets, 1, have, warn=False, model=_time_model(budgets), yes=yes)
+        _check_cells(budgets, 1, have, warn=False, model=_time_model(budgets), yes=yes)
     with sd.lock():
         meta = sd.prepare(cfg, cells)
         parts = sd.parts(meta)
@@ -166,10 +166,10 @@ def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *
             on_start(dict(counts))
         budgets = [(c, b) for c, b in budgets if c.id not in ok]
         cell_bytes = max((b.memory for _, b in budgets), default=0)
-        bounds = worker_bounds(workers, len(todo), backend, address, cell_bytes, have)
+        bounds = _worker_bounds(workers, len(todo), backend, address, cell_bytes, have)
         used = max(1, min(bounds.values()))
         model = _time_model(budgets)
-        seconds = check_cells(budgets, used, have, model=model, yes=yes)
+        seconds = _check_cells(budgets, used, have, model=model, yes=yes)
         if on_estimate is not None and budgets:
             on_estimate(seconds, model.source, not all(b.bounded for _, b in budgets))
         if bounds.get("memory", used) < min(workers, len(todo), bounds.get("cpus", workers)):
@@ -210,7 +210,7 @@ def sweep_status(out: str | os.PathLike) -> dict[str, Any]:
         `pending`, `running` (whether a run holds the directory now) and `failures` (cell, index,
         params and error of each failed cell).
     """
-    sd = SweepDir(out)
+    sd = _SweepDir(out)
     meta = sd.manifest()
     parts = sd.parts(meta)
     failures = []

@@ -28,20 +28,20 @@ from typing import Any
 import numpy as np
 
 from ..analysis import clusters
-from ..analysis.stats import censored_quantiles, wilson
+from ..analysis.stats import _censored_quantiles, wilson
 from ..model.attention import ATTENTION_KINDS
 from ..model.checks import check_tol
 from ..model.mlp import MLPS
-from ..model.params import NORMS, ParameterError, check_choice, check_int, check_real
+from ..model.params import NORMS, ParameterError, _check_choice, _check_int, _check_real
 from ..model.qk import QK_LAWS, QK_REDRAWS
 
-Stats = dict[str, Any]
-_RunFn = Callable[[dict[str, Any], int], Stats]
+_Stats = dict[str, Any]
+_RunFn = Callable[[dict[str, Any], int], _Stats]
 _REQUIRED = object()
 
 
 @dataclass(frozen=True)
-class Param:
+class _Param:
     """One parameter of a kind: `check(name, value)` validates and coerces a value."""
 
     check: Callable[[str, Any], Any]
@@ -54,37 +54,37 @@ class Param:
         return self.default is _REQUIRED
 
 
-def integer(minimum: int, default: Any = _REQUIRED, doc: str = "") -> Param:
+def _integer(minimum: int, default: Any = _REQUIRED, doc: str = "") -> _Param:
     """An integer parameter >= minimum."""
-    return Param(lambda k, v: check_int(k, v, minimum), default, doc)
+    return _Param(lambda k, v: _check_int(k, v, minimum), default, doc)
 
 
 def real(minimum: float = 0.0, default: Any = _REQUIRED, strict: bool = False,
-         doc: str = "") -> Param:
+         doc: str = "") -> _Param:
     """A finite real parameter >= minimum (> if strict)."""
-    return Param(lambda k, v: check_real(k, v, minimum, strict), default, doc)
+    return _Param(lambda k, v: _check_real(k, v, minimum, strict), default, doc)
 
 
-def choice(choices: tuple[str, ...], default: Any = _REQUIRED, doc: str = "") -> Param:
+def _choice(choices: tuple[str, ...], default: Any = _REQUIRED, doc: str = "") -> _Param:
     """A string parameter from `choices`."""
-    return Param(lambda k, v: check_choice(k, v, choices), default, doc)
+    return _Param(lambda k, v: _check_choice(k, v, choices), default, doc)
 
 
-def fraction(default: float, doc: str = "") -> Param:
+def _fraction(default: float, doc: str = "") -> _Param:
     """A real parameter in (0, 1]."""
     def check(k: str, v: Any) -> float:
-        x = check_real(k, v, 0.0, strict=True)
+        x = _check_real(k, v, 0.0, strict=True)
         if x > 1.0:
             raise ParameterError(f"{k} must be a number in (0, 1]; got {v!r}")
         return x
-    return Param(check, default, doc)
+    return _Param(check, default, doc)
 
 
-def _real_or_auto(default: Any = "auto", doc: str = "") -> Param:
+def _real_or_auto(default: Any = "auto", doc: str = "") -> _Param:
     """'auto' or a finite real > 0."""
     def check(k: str, v: Any) -> float | str:
-        return "auto" if v == "auto" else check_real(k, v, 0.0, strict=True)
-    return Param(check, default, doc)
+        return "auto" if v == "auto" else _check_real(k, v, 0.0, strict=True)
+    return _Param(check, default, doc)
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class ExperimentKind:
 
     name: str
     run: _RunFn
-    params: Mapping[str, Param]
+    params: Mapping[str, _Param]
     doc: str = ""
     finalize: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None
     budget: Callable[[dict[str, Any]], Any] | None = None  # canonical cell -> sim.budget.Budget
@@ -125,12 +125,12 @@ class ExperimentKind:
                 out[key] = spec.default
         return out if self.finalize is None else self.finalize(out, set(cell))
 
-    def __call__(self, cell: Mapping[str, Any], seed: int) -> Stats:
+    def __call__(self, cell: Mapping[str, Any], seed: int) -> _Stats:
         """Run one (raw or canonical) cell with `seed`."""
-        return self.run(self.normalize(cell), check_int("seed", seed, 0))
+        return self.run(self.normalize(cell), _check_int("seed", seed, 0))
 
 
-KINDS: dict[str, ExperimentKind] = {}
+_KINDS: dict[str, ExperimentKind] = {}
 
 
 def register(kind: ExperimentKind) -> ExperimentKind:
@@ -146,15 +146,15 @@ def register(kind: ExperimentKind) -> ExperimentKind:
     Raises:
         ValueError: Another function is registered under its name.
     """
-    old = KINDS.get(kind.name)
+    old = _KINDS.get(kind.name)
     if old is not None and old.run.__qualname__ != kind.run.__qualname__:
         raise ValueError(f"experiment kind {kind.name!r} is already registered by "
                          f"{old.run.__module__}.{old.run.__qualname__}")
-    KINDS[kind.name] = kind
+    _KINDS[kind.name] = kind
     return kind
 
 
-def experiment(name: str, doc: str = "", **params: Param) -> Callable[[_RunFn], _RunFn]:
+def experiment(name: str, doc: str = "", **params: _Param) -> Callable[[_RunFn], _RunFn]:
     """Decorator: register `fn(cell, seed) -> stats` as kind `name` with these parameters.
 
     Args:
@@ -172,13 +172,13 @@ def experiment(name: str, doc: str = "", **params: Param) -> Callable[[_RunFn], 
 
 
 # `module` values written by earlier versions into sweep files and manifests: read and ignored.
-LEGACY_MODULES = frozenset({"tokensde.experiments", "tokensde.phase_grid", "tokensde.two_tokens",
+_LEGACY_MODULES = frozenset({"tokensde.experiments", "tokensde.phase_grid", "tokensde.two_tokens",
                             "tokensde.vit.depth", "tokensde.sweep.kinds", "tokensde.sweep.two_token"})
 # Kinds outside this module, tokensde's own included (pyproject.toml), register through this
 # entry-point group: name = "package.module" (the module registers the kind when imported).
 _ENTRY_POINTS = "tokensde.kinds"
 # The kinds tokensde itself provides; a missing one means the package metadata is stale.
-OWN_KINDS = ("meanfield", "multi_token", "null", "token_noise", "two_token", "vit_depth",
+_OWN_KINDS = ("meanfield", "multi_token", "null", "token_noise", "two_token", "vit_depth",
              "vit_fair")
 
 
@@ -193,7 +193,7 @@ def kind_names() -> list[str]:
     Returns:
         The names, sorted.
     """
-    return sorted({*KINDS, *_plugin_kinds()})
+    return sorted({*_KINDS, *_plugin_kinds()})
 
 
 def get_kind(name: str, module: str | None = None) -> ExperimentKind:
@@ -212,39 +212,39 @@ def get_kind(name: str, module: str | None = None) -> ExperimentKind:
     Raises:
         ParameterError: No kind has that name, or `module` is not one of the old names.
     """
-    if module and module not in LEGACY_MODULES:
+    if module and module not in _LEGACY_MODULES:
         raise ParameterError(f"module {module!r} (for experiment kind {name!r}) is not read: kinds are "
                              f"found by name ({', '.join(kind_names())}); a package adds one through "
                              f"the entry-point group {_ENTRY_POINTS!r}")
-    if name not in KINDS:
+    if name not in _KINDS:
         target = _plugin_kinds().get(name)
         if target is not None:
             importlib.import_module(target.split(":")[0])
-    if name not in KINDS:
+    if name not in _KINDS:
         stale = (f" (tokensde's own kind {name!r} is declared in its package metadata: reinstall "
-                 "it, e.g. pip install -e .)" if name in OWN_KINDS else "")
+                 "it, e.g. pip install -e .)" if name in _OWN_KINDS else "")
         raise ParameterError(f"kind must be a registered experiment kind "
                              f"({', '.join(kind_names())}); got {name!r}{stale}")
-    return KINDS[name]
+    return _KINDS[name]
 
 
 # ----------------------------------------------------------------------------- multi-token
 
-DT_MAX = 0.02
+_DT_MAX = 0.02
 # Auto step: dt = min(DT_MAX, DT_KICK / d) keeps the per-layer noise kick sqrt(dt d) sigma
 # and the Ito term (d - 1) dt sigma^2 / 2 of the discrete network small for every d.
 _DT_KICK = 0.2
 
 
-def auto_dt(d: int, dt: float | str) -> float:
+def _auto_dt(d: int, dt: float | str) -> float:
     """Layer step of a cell: `dt` itself, or `min(DT_MAX, DT_KICK / d)` for 'auto'."""
-    return min(DT_MAX, _DT_KICK / d) if dt == "auto" else float(dt)
+    return min(_DT_MAX, _DT_KICK / d) if dt == "auto" else float(dt)
 
 
-def _outcome_stats(report: clusters.ClusterReport, n: int) -> Stats:
+def _outcome_stats(report: clusters.ClusterReport, n: int) -> _Stats:
     """Counts, probabilities and 95% Wilson intervals of each outcome; minority-side law."""
     runs = report.outcome.shape[0]
-    out: Stats = {}
+    out: _Stats = {}
     for name, k in report.counts().items():
         lo, hi = wilson(k, runs)
         out.update({f"k_{name}": k, f"p_{name}": k / runs, f"p_{name}_lo": float(lo),
@@ -256,7 +256,7 @@ def _outcome_stats(report: clusters.ClusterReport, n: int) -> Stats:
     return out
 
 
-def _summary_stats(report: clusters.ClusterReport) -> Stats:
+def _summary_stats(report: clusters.ClusterReport) -> _Stats:
     """Run averages of the cluster descriptors."""
     return {
         "mean_clusters": float(report.n_clusters.mean()),
@@ -271,26 +271,26 @@ def _model_params(cell: dict[str, Any]) -> Any:
     from ..model.params import ModelParams
 
     mean = "none" if cell["model"] == "noise" else "identity"
-    variants = {k: cell[k] for k in VARIANTS if k in cell}
+    variants = {k: cell[k] for k in _VARIANTS if k in cell}
     return ModelParams(n=cell["n"], d=cell["d"], beta=cell["beta"], attention=cell["attention"],
                        mean=mean, sigma=cell["sigma"], **variants)
 
 
-def decision_stats(decided_at: np.ndarray | None, steps: int, dt: float, runs: int) -> Stats:
+def _decision_stats(decided_at: np.ndarray | None, steps: int, dt: float, runs: int) -> _Stats:
     """Run-layers stepped, and the time to decision: fraction decided, median and 90 % quantile
     over all runs (undecided runs count as later than the horizon: nan past it)."""
     if decided_at is None:
         return {"run_layers": runs * steps}
     done = decided_at >= 0
     t = np.where(done, decided_at * dt, np.nan)
-    q = censored_quantiles(t, [0.5, 0.9])
+    q = _censored_quantiles(t, [0.5, 0.9])
     return {"run_layers": int(np.where(done, decided_at, steps).sum()),
             "p_decided": float(done.mean()), "t_decided_median": q[0], "t_decided_q90": q[1],
             "t_decided_max": float(np.nanmax(t)) if done.any() else math.nan}
 
 
 def _hovering_stats(report: clusters.ClusterReport, g_end: np.ndarray, g_before: np.ndarray,
-                   loose_tol: float) -> Stats:
+                   loose_tol: float) -> _Stats:
     """Runs not decided at `tol` that are bipolar at `loose_tol` at both checkpoints (the start
     and the end of the motion window): formations whose antipodal gaps hover between the two
     tolerances instead of closing. Count, fraction and 95 % Wilson interval."""
@@ -310,7 +310,7 @@ def _multi_token_grid(cell: dict[str, Any]) -> tuple[Any, list[int]]:
     """The time grid of a multi-token cell and its two checkpoints (the motion window, the end)."""
     from ..model.params import TimeGrid
 
-    grid = TimeGrid.make(T=cell["T"], dt=auto_dt(cell["d"], cell["dt"]))
+    grid = TimeGrid.make(T=cell["T"], dt=_auto_dt(cell["d"], cell["dt"]))
     return grid, [min(grid.steps - 1, round(grid.steps * (1.0 - cell["window"]))), grid.steps]
 
 
@@ -339,7 +339,7 @@ def _multi_token_budget(cell: dict[str, Any]) -> Any:
     return replace(b, lower=("runs", "n", "d"), longer=("runs", "T", "n", "d"))
 
 
-def _multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
+def _multi_token_cell(cell: dict[str, Any], seed: int) -> _Stats:
     """Simulate `runs` systems of n uniform tokens, each until decided (every pair within `tol`
     of +-1) or to the horizon T (`until='horizon'`: every run to T), and classify the outcomes
     at `tol`; a run still undecided at T gets the motion test over the last `window * T`."""
@@ -347,7 +347,7 @@ def _multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
 
     options = _multi_token_options(cell)
     p, grid, tol = options["params"], options["grid"], cell["tol"]
-    check_coupled(cell, p, grid.steps)
+    _check_coupled(cell, p, grid.steps)
     res = simulate(**options, seed=seed)
     if res.gram is None:  # simulate keeps the Gram matrices at the checkpoints asked for
         raise RuntimeError("simulate returned no Gram matrices at the checkpoints")
@@ -358,7 +358,7 @@ def _multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
         "horizon": grid.T, "steps": grid.steps, "layer_dt": grid.dt, "sampler_used": res.sampler,
         **_outcome_stats(report, p.n), **_summary_stats(report),
         **_hovering_stats(report, g_end, g_before, cell["loose_tol"]),
-        **decision_stats(res.decided_at, grid.steps, grid.dt, cell["runs"]),
+        **_decision_stats(res.decided_at, grid.steps, grid.dt, cell["runs"]),
         # a run stopped at tol is by construction not yet within tol / 10: not measurable
         "tol_changed_down": robust["changed_down"] if cell["until"] == "horizon" else math.nan,
         "tol_changed_up": robust["changed_up"],
@@ -369,30 +369,30 @@ def _multi_token_cell(cell: dict[str, Any], seed: int) -> Stats:
 _STEP_KEYS = ("p_bipolar", "p_one_cluster")
 
 
-def check_coupled(cell: dict[str, Any], p: Any, steps: int) -> None:
+def _check_coupled(cell: dict[str, Any], p: Any, steps: int) -> None:
     """ParameterError, before any run, where a cell with `step_runs` cannot be coupled at dt,
-    2 dt and 4 dt over `steps` layers of model `p` (`sim.coupled.why_not_coupled`; the cell's
+    2 dt and 4 dt over `steps` layers of model `p` (`sim.coupled._why_not_coupled`; the cell's
     scheme, 'network' where it has none)."""
     if cell.get("step_runs"):
-        from ..sim.coupled import why_not_coupled
+        from ..sim.coupled import _why_not_coupled
 
-        why = why_not_coupled(p, steps, cell.get("scheme", "network"))
+        why = _why_not_coupled(p, steps, cell.get("scheme", "network"))
         if why is not None:
             raise ParameterError(f"step_runs: the step error cannot be measured here: {why}")
 
 
-def _step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> Stats:
+def _step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> _Stats:
     """With `step_runs > 0`: the step error of P(bipolar) and P(one cluster) at the cell's step,
     measured on `min(step_runs, runs)` runs coupled at dt, 2 dt and 4 dt (`analysis.measure_step_error`, on
     streams of their own), with its error and the order check; nothing otherwise."""
     runs = min(cell.get("step_runs", 0), cell["runs"])
     if not runs:
         return {}
-    from ..analysis.step_coupled import coupled_seed, measure_step_error
+    from ..analysis.step_coupled import _coupled_seed, measure_step_error
 
-    est = measure_step_error(p, grid.T, grid.dt, runs, coupled_seed(seed), tol=cell["tol"],
+    est = measure_step_error(p, grid.T, grid.dt, runs, _coupled_seed(seed), tol=cell["tol"],
                              until=cell["until"], scheme=cell["scheme"])
-    out: Stats = {"step_runs": runs}
+    out: _Stats = {"step_runs": runs}
     for key in _STEP_KEYS:
         b, se = est[key].estimate()
         out[f"step_{key}"], out[f"step_{key}_se"] = b, se
@@ -403,14 +403,14 @@ def _step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> Stats:
 _MODELS = ("noise", "flow", "hybrid")
 
 
-def step_runs_param(what: str) -> Param:
+def _step_runs_param(what: str) -> _Param:
     """The opt-in `step_runs` of a kind: runs coupled at dt, 2 dt and 4 dt that measure the
     step error of `what` (0: none); measurement-only (`ExperimentKind.seed_free`)."""
-    return integer(0, 0, f"runs coupled at dt, 2 dt and 4 dt that measure the step error of "
+    return _integer(0, 0, f"runs coupled at dt, 2 dt and 4 dt that measure the step error of "
                          f"{what} (0: none; the cell's seed is the same either way)")
 
 
-def check_step_runs(cell: dict[str, Any]) -> None:
+def _check_step_runs(cell: dict[str, Any]) -> None:
     """Refuse `step_runs = 1` (no paired error); drop `step_runs = 0` from the canonical cell, so
     that the cells (ids, seeds) of earlier sweeps are unchanged."""
     if cell["step_runs"] == 1:
@@ -421,14 +421,14 @@ def check_step_runs(cell: dict[str, Any]) -> None:
 
 # the model variants of docs/variants.md: in a canonical cell only when not at their defaults,
 # so the ids and seeds of the cells of earlier sweeps are unchanged
-VARIANTS: dict[str, Param] = {
-    "heads": integer(1, 1, "attention heads (docs/variants.md §2)"),
-    "qk": Param(lambda k, v: QK_LAWS.check(v, k), "identity",
+_VARIANTS: dict[str, _Param] = {
+    "heads": _integer(1, 1, "attention heads (docs/variants.md §2)"),
+    "qk": _Param(lambda k, v: QK_LAWS.check(v, k), "identity",
                 "query/key law: identity | gaussian | wigner | goe (docs/variants.md §3)"),
     "qk_scale": real(0.0, 1.0, strict=True, doc="scale s of a random qk law"),
-    "qk_redraw": choice(QK_REDRAWS, "run", "run: forms fixed per run; layer: redrawn every layer"),
-    "norm": choice(NORMS, "post", "normalisation placement post | pre | peri (docs/variants.md §4)"),
-    "mlp": Param(lambda k, v: MLPS.check(v, k), "none",
+    "qk_redraw": _choice(QK_REDRAWS, "run", "run: forms fixed per run; layer: redrawn every layer"),
+    "norm": _choice(NORMS, "post", "normalisation placement post | pre | peri (docs/variants.md §4)"),
+    "mlp": _Param(lambda k, v: MLPS.check(v, k), "none",
                  "random MLP block: none | relu | gelu (docs/variants.md §5)"),
     "mlp_sigma": real(0.0, 1.0, doc="output scale of the MLP block (per coordinate, unit token)"),
 }
@@ -440,10 +440,10 @@ def _check_model(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
             raise ParameterError(f"sigma must be 0 (or left out) for model='flow'; got "
                                  f"{cell['sigma']!r}")
         cell["sigma"] = 0.0
-    for key, spec in VARIANTS.items():
+    for key, spec in _VARIANTS.items():
         if cell[key] == spec.default:
             del cell[key]
-    check_step_runs(cell)
+    _check_step_runs(cell)
     return cell  # an invalid combination (qk_scale without a random qk) fails as its cell runs
 
 
@@ -451,27 +451,27 @@ register(ExperimentKind(
     "multi_token",
     _multi_token_cell,
     {
-        "model": choice(_MODELS, "noise", "noise: M = 0; flow: sigma = 0, M = I; hybrid: M = I"),
-        "n": integer(2, doc="number of tokens"),
-        "d": integer(2, doc="dimension"),
+        "model": _choice(_MODELS, "noise", "noise: M = 0; flow: sigma = 0, M = I; hybrid: M = I"),
+        "n": _integer(2, doc="number of tokens"),
+        "d": _integer(2, doc="dimension"),
         "beta": real(0.0, doc="attention strength"),
         "sigma": real(0.0, 1.0, doc="matrix-noise scale (0 for the flow)"),
-        "runs": integer(1, doc="independent systems"),
+        "runs": _integer(1, doc="independent systems"),
         "T": real(0.0, strict=True, doc="horizon in depth time"),
         "dt": _real_or_auto(doc="layer step alpha^2 ('auto': min(0.02, 0.2/d))"),
-        "tol": Param(lambda k, v: check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
-        "window": fraction(0.1, "motion test over the last window*T"),
-        "loose_tol": Param(lambda k, v: check_tol(v, k), 1e-3,
+        "tol": _Param(lambda k, v: check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
+        "window": _fraction(0.1, "motion test over the last window*T"),
+        "loose_tol": _Param(lambda k, v: check_tol(v, k), 1e-3,
                            "undecided runs bipolar at this looser tolerance over the whole "
                            "window are counted as hovering"),
-        "attention": Param(lambda k, v: ATTENTION_KINDS.check(v, k), "softmax",
+        "attention": _Param(lambda k, v: ATTENTION_KINDS.check(v, k), "softmax",
                            "an attention kind of tokensde.model.attention"),
-        "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
-        "scheme": choice(("network", "sde"), "network"),
-        "until": choice(("decided", "horizon"), "decided",
+        "sampler": _choice(("auto", "fast", "full", "gram"), "auto"),
+        "scheme": _choice(("network", "sde"), "network"),
+        "until": _choice(("decided", "horizon"), "decided",
                         "decided: each run stops once decided, T is the maximum; horizon: all to T"),
-        **VARIANTS,
-        "step_runs": step_runs_param("p_bipolar and p_one_cluster"),
+        **_VARIANTS,
+        "step_runs": _step_runs_param("p_bipolar and p_one_cluster"),
     },
     "n tokens from uniform positions: outcome law at absorption (spec §7)",
     finalize=_check_model,
@@ -480,16 +480,16 @@ register(ExperimentKind(
 ))
 
 
-@experiment("null", sleep_s=real(0.0, 0.0), x=real(-math.inf, 0.0), runs=integer(1, 1),
+@experiment("null", sleep_s=real(0.0, 0.0), x=real(-math.inf, 0.0), runs=_integer(1, 1),
             T=real(0.0, 1.0))
-def null_cell(cell: dict[str, Any], seed: int) -> Stats:
+def _null_cell(cell: dict[str, Any], seed: int) -> _Stats:
     """Engine check: `u` is a uniform drawn from `seed`, after sleeping `sleep_s` seconds."""
     if cell["sleep_s"]:
         time.sleep(cell["sleep_s"])
     return {"u": float(np.random.default_rng(seed).random()), "x2": cell["x"] ** 2}
 
 
-def describe(name: str) -> dict[str, Any]:
+def _describe(name: str) -> dict[str, Any]:
     """Parameters of kind `name` with their defaults (required ones as None) and docs."""
     k = get_kind(name)
     return {"kind": k.name, "doc": k.doc,

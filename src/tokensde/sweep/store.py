@@ -21,13 +21,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..io.store import StoreError, atomic_write, check_meta, check_output, header, read_parquet, write_parquet
-from ..model.params import check_choice
-from .config import HEAD_COLUMNS, TAIL_COLUMNS, Cell, Row, SweepConfig, SweepError, fingerprint
+from ..io.store import (
+    StoreError,
+    _check_meta,
+    atomic_write,
+    check_output,
+    header,
+    read_parquet,
+    write_parquet,
+)
+from ..model.params import _check_choice
+from .config import _HEAD_COLUMNS, _TAIL_COLUMNS, SweepConfig, SweepError, _Cell, _fingerprint, _Row
 
 _KIND_SWEEP = "tokensde.sweep"
 _KIND_CELL = "tokensde.sweep-cell"
-KIND_TABLE = "tokensde.sweep-table"
+_KIND_TABLE = "tokensde.sweep-table"
 MANIFEST, CELLS, TABLE, LOCK = "sweep.json", "cells", "table.parquet", ".lock"
 _FORMATS = ("parquet", "csv", "json")
 
@@ -71,7 +79,7 @@ def _concat(tables: list[Any]) -> Any:
     return pa.concat_tables(fixed, promote_options="permissive")
 
 
-class SweepDir:
+class _SweepDir:
     """An output directory: manifest, one Parquet part per finished cell, consolidated table."""
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -103,7 +111,7 @@ class SweepDir:
         except (ValueError, UnicodeDecodeError) as err:
             raise _ManifestReadError(f"{self.manifest_path} is not a readable sweep manifest "
                                      f"(truncated or corrupt?): {err}{self._hint()}") from err
-        meta = check_meta(meta, _KIND_SWEEP, str(self.manifest_path))
+        meta = _check_meta(meta, _KIND_SWEEP, str(self.manifest_path))
         if not isinstance(meta.get("cells"), list) or "fingerprint" not in meta:
             raise StoreError(f"{self.manifest_path} lacks the cell list or fingerprint")
         return meta
@@ -166,22 +174,22 @@ class SweepDir:
                                  + (" (its cells/ are not all cells of this sweep)" if ours_only
                                     else ""))
 
-    def prepare(self, config: SweepConfig, cells: list[Cell]) -> dict[str, Any]:
+    def prepare(self, config: SweepConfig, cells: list[_Cell]) -> dict[str, Any]:
         """Create the manifest, or check that the existing one describes the same sweep."""
         meta = self.check_same(config, cells)
         if meta is not None:
             return meta
-        meta = header(_KIND_SWEEP, fingerprint=fingerprint(config, cells),
+        meta = header(_KIND_SWEEP, fingerprint=_fingerprint(config, cells),
                       config=config.to_dict(), cells=[c.to_dict() for c in cells])
         self.cells_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(self.manifest_path, lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
         return meta
 
-    def check_same(self, config: SweepConfig, cells: list[Cell]) -> dict[str, Any] | None:
+    def check_same(self, config: SweepConfig, cells: list[_Cell]) -> dict[str, Any] | None:
         """The existing manifest if it describes this sweep, None when there is none (or only
         this sweep's cells, its manifest lost); SweepError, writing nothing, when the directory
         holds anything else."""
-        fp = fingerprint(config, cells)
+        fp = _fingerprint(config, cells)
         self.check_foreign(fp)
         meta = None
         if self.exists():
@@ -266,7 +274,7 @@ class SweepDir:
             raise StoreError(f"{p} holds {table.num_rows} rows, expected 1; delete it")
         return table
 
-    def write_row(self, row: Row, meta: dict[str, Any]) -> Path:
+    def write_row(self, row: _Row, meta: dict[str, Any]) -> Path:
         """Write one finished cell atomically."""
         import pyarrow as pa
 
@@ -280,18 +288,18 @@ class SweepDir:
         parts = self.parts(meta) if parts is None else parts
         order = [c["id"] for c in meta["cells"] if c["id"] in parts]
         if not order:
-            return pa.table({c: pa.array([], pa.string()) for c in (*HEAD_COLUMNS, "status")})
+            return pa.table({c: pa.array([], pa.string()) for c in (*_HEAD_COLUMNS, "status")})
         table = _concat([parts[i] for i in order])
         grid = [k for b in meta["config"]["grid"] for k in b]
         params = list(dict.fromkeys([*grid, *(k for c in meta["cells"] for k in c["params"])]))
-        head = [*HEAD_COLUMNS, *params]
-        stats = [n for n in table.column_names if n not in head and n not in TAIL_COLUMNS]
-        return table.select([*head, *stats, *TAIL_COLUMNS])
+        head = [*_HEAD_COLUMNS, *params]
+        stats = [n for n in table.column_names if n not in head and n not in _TAIL_COLUMNS]
+        return table.select([*head, *stats, *_TAIL_COLUMNS])
 
     def read_table(self) -> tuple[Any, dict[str, Any]]:
         """DIR/table.parquet and its header; StoreError naming the file and the remedy."""
         try:
-            return read_parquet(self.table_path, KIND_TABLE)
+            return read_parquet(self.table_path, _KIND_TABLE)
         except StoreError as err:
             raise StoreError(f"{err}; {_TABLE_REMEDY.format(dir=self.path)}") from err
 
@@ -300,7 +308,7 @@ class SweepDir:
         if self.table_path.exists():
             self.read_table()
         table = self.consolidate(meta, parts)
-        head = header(KIND_TABLE, fingerprint=meta["fingerprint"], config=meta["config"],
+        head = header(_KIND_TABLE, fingerprint=meta["fingerprint"], config=meta["config"],
                       cells=len(meta["cells"]), rows=table.num_rows)
         return write_parquet(table, self.table_path, head)
 
@@ -316,7 +324,7 @@ def load_table(out: str | os.PathLike) -> Any:
     Returns:
         A pandas DataFrame, one row per finished cell, in grid order.
     """
-    sd = SweepDir(out)
+    sd = _SweepDir(out)
     return sd.consolidate(sd.manifest()).to_pandas()
 
 
@@ -331,24 +339,24 @@ def read_table(path: str | os.PathLike) -> Any:
     """
     p = Path(path)
     if p.is_dir():
-        return SweepDir(p).read_table()[0].to_pandas()
+        return _SweepDir(p).read_table()[0].to_pandas()
     try:
-        table, _ = read_parquet(p, KIND_TABLE)
+        table, _ = read_parquet(p, _KIND_TABLE)
     except StoreError as err:
         raise StoreError(f"{err}; {_TABLE_REMEDY.format(dir=p.parent)}") from err
     return table.to_pandas()
 
 
-def ok_rows(path: str | os.PathLike) -> Any:
+def _ok_rows(path: str | os.PathLike) -> Any:
     """The rows of status 'ok' of a saved consolidated table (`read_table`), as a pandas
     DataFrame: what the figures and the report read."""
     df = read_table(path)
     return df[df["status"] == "ok"].copy()
 
 
-def render_table(out: str | os.PathLike, fmt: str) -> str:
+def _render_table(out: str | os.PathLike, fmt: str) -> str:
     """The finished rows of the sweep in `out` as CSV or JSON text (records)."""
-    fmt = check_choice("format (for text output)", fmt, ("csv", "json"))
+    fmt = _check_choice("format (for text output)", fmt, ("csv", "json"))
     df = load_table(out)
     return df.to_csv(index=False) if fmt == "csv" else df.to_json(orient="records",
                                                                   indent=1) + "\n"
@@ -367,10 +375,10 @@ def export_table(out: str | os.PathLike, fmt: str = "parquet",
     Returns:
         `path`, `format`, `rows` and `cells` of the table written.
     """
-    fmt = check_choice("format", fmt, _FORMATS)
+    fmt = _check_choice("format", fmt, _FORMATS)
     if path is not None:
         check_output(path, "path")
-    sd = SweepDir(out)
+    sd = _SweepDir(out)
     meta = sd.manifest()
     parts = sd.parts(meta)
     target = sd.write_table(meta, parts)
@@ -381,7 +389,7 @@ def export_table(out: str | os.PathLike, fmt: str = "parquet",
                 table, head = sd.read_table()
                 write_parquet(table, target, head)
         else:
-            text = render_table(out, fmt)
+            text = _render_table(out, fmt)
             atomic_write(target, lambda tmp: tmp.write_text(text))
     return {"path": str(target), "format": fmt, "rows": len(parts), "cells": len(meta["cells"]),
             "pending": len(meta["cells"]) - len(parts)}

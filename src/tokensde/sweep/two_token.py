@@ -9,7 +9,7 @@ run`: resumable cell by cell, on a local pool or Ray, and seeded like every swee
 comes from the hash of its parameters). `beta_offset` places a cell relative to the boundary,
 `beta = beta_c(d) + beta_offset`; `dt = 'auto'` is `dt_scale / d`. With `step_runs > 0` a cell
 also measures the step error of `P_anti` at its step on `min(step_runs, runs)` runs coupled at
-dt, 2 dt and 4 dt (`analysis.step_coupled.pair_step`, on streams of their own; its seed, and so
+dt, 2 dt and 4 dt (`analysis.step_coupled._pair_step`, on streams of their own; its seed, and so
 its other numbers, are those of the cell without it).
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..analysis.pair_monte_carlo import ENGINES, monte_carlo, pair_budget, pair_stopping, spec_params
-from ..analysis.step_coupled import pair_step
+from ..analysis.pair_monte_carlo import _ENGINES, _pair_stopping, monte_carlo, pair_budget, spec_params
+from ..analysis.step_coupled import _pair_step
 from ..model.mlp import MLPS
-from ..model.params import ModelParams, ParameterError, TimeGrid, check_real
+from ..model.params import ModelParams, ParameterError, TimeGrid, _check_real
 from ..sim.budget import Budget
 from ..sim.options import Execution, StepControl
 from ..theory import decision_time as absorption
@@ -31,20 +31,20 @@ from ..theory.first_passage import hitting_probability
 from .config import SweepConfig
 from .kinds import (
     ExperimentKind,
-    Param,
-    Stats,
-    check_coupled,
-    check_step_runs,
-    choice,
-    integer,
+    _check_coupled,
+    _check_step_runs,
+    _choice,
+    _integer,
+    _Param,
+    _Stats,
+    _step_runs_param,
     real,
     register,
-    step_runs_param,
 )
 
 KIND = "two_token"
 # the study tabulates these columns of a two_token sweep table, in this order
-COLUMNS: tuple[str, ...] = (
+_COLUMNS: tuple[str, ...] = (
     "beta", "d", "init", "rho0", "engine", "runs", "T", "dt", "steps", "seed", "tol",
     "antipodal", "merged", "undecided", "p_anti", "ci_lo", "ci_hi", "bound_lo", "bound_hi",
     "p_merged", "p_undecided",
@@ -54,14 +54,14 @@ _DECISION_RATE_MAX_D = 64  # the survival eigenproblem is solved for d up to thi
 _MLP_DEFAULTS: dict[str, Any] = {"mlp": "none", "mlp_sigma": 1.0}
 
 
-def _optional_real(minimum: float, doc: str) -> Param:
+def _optional_real(minimum: float, doc: str) -> _Param:
     def check(k: str, v: Any) -> float | None:
-        return None if v is None else check_real(k, v, minimum)
-    return Param(check, None, doc)
+        return None if v is None else _check_real(k, v, minimum)
+    return _Param(check, None, doc)
 
 
 def _dt(k: str, v: Any) -> float | str:
-    return "auto" if v == "auto" else check_real(k, v, 0.0, strict=True)
+    return "auto" if v == "auto" else _check_real(k, v, 0.0, strict=True)
 
 
 def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def _finalize(cell: dict[str, Any], given: set[str]) -> dict[str, Any]:
     if cell["step_runs"] and cell["engine"] != "network":
         raise ParameterError("step_runs: the step error is measured for engine 'network' only "
                              f"(the coupled runs are of the network); got engine={cell['engine']!r}")
-    check_step_runs(cell)
+    _check_step_runs(cell)
     return cell
 
 
@@ -99,25 +99,25 @@ def _params(cell: dict[str, Any]) -> ModelParams:
                        **{k: cell.get(k, v) for k, v in _MLP_DEFAULTS.items()})
 
 
-def _step_stats(cell: dict[str, Any], result: dict[str, Any], seed: int) -> Stats:
+def _step_stats(cell: dict[str, Any], result: dict[str, Any], seed: int) -> _Stats:
     """With `step_runs > 0`: the step error of `P_anti` at the cell's step and its paired error
     (`pair_step` on `min(step_runs, runs)` coupled runs; nan where no coupled run decided at
     every step); nothing otherwise."""
     if not cell.get("step_runs"):
         return {}
-    e = pair_step(_params(cell), cell["rho0"], result, cell["engine"], cell["tol"],
+    e = _pair_step(_params(cell), cell["rho0"], result, cell["engine"], cell["tol"],
                   cell["until"], seed, coupled=cell["step_runs"])
     return {"step_runs": min(cell["step_runs"], cell["runs"]),
             "step_p_anti": math.nan if e.bias is None else e.bias, "step_p_anti_se": e.se}
 
 
-def _two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
+def _two_token_cell(cell: dict[str, Any], seed: int) -> _Stats:
     """`P_anti` of two tokens at (beta, d) by Monte Carlo (`two_token_mc.monte_carlo`), each run
     until decided (`1 - |rho| < tol`) or the maximum horizon T, with the exact theory."""
     beta, d, tol = cell["beta"], cell["d"], cell["tol"]
     mlp = {k: cell.get(k, v) for k, v in _MLP_DEFAULTS.items()}
-    check_coupled(cell, _params(cell), TimeGrid.make(T=cell["T"], dt=cell["dt"]).steps)
-    stop, outcome_tol = pair_stopping(cell["until"], tol)
+    _check_coupled(cell, _params(cell), TimeGrid.make(T=cell["T"], dt=cell["dt"]).steps)
+    stop, outcome_tol = _pair_stopping(cell["until"], tol)
     out = monte_carlo(beta, d, cell["rho0"], runs=cell["runs"], T=cell["T"], dt=cell["dt"],
                       seed=seed, stopping=stop, outcome_tol=outcome_tol, engine=cell["engine"],
                       execution=Execution(sampler=cell["sampler"]), **mlp)
@@ -134,7 +134,7 @@ def _two_token_cell(cell: dict[str, Any], seed: int) -> Stats:
         "theory": out.theory, "theory_tol": at_tol, "outside": not est.contains(at_tol),
         "t_decided_median": r.get("t_decided_median", math.nan),
         "t_decided_q90": r.get("t_decided_q90", math.nan),
-        "decision_rate": (absorption.principal_rate(model, tol)
+        "decision_rate": (absorption._principal_rate(model, tol)
                           if d <= _DECISION_RATE_MAX_D and model.bounded_z else math.nan),
         "beta_c": tt.beta_c(d),
         **_step_stats(cell, r, seed),
@@ -145,7 +145,7 @@ def _two_token_budget(cell: dict[str, Any]) -> Budget:
     """Memory and work of a two-token cell (`pair_monte_carlo.pair_budget`), with the runs
     coupled at dt, 2 dt (and 4 dt) of `step_runs` beside it."""
     p, grid = _params(cell), TimeGrid.make(T=cell["T"], dt=cell["dt"])
-    stop = pair_stopping(cell["until"], cell["tol"])[0]
+    stop = _pair_stopping(cell["until"], cell["tol"])[0]
     coupled = cell.get("step_runs", 0)
     return pair_budget(p, cell["rho0"], grid, cell["runs"], cell["engine"], stop,
                        Execution(sampler=cell["sampler"]),
@@ -158,22 +158,22 @@ register(ExperimentKind(
     {
         "beta": _optional_real(0.0, "attention strength (or give beta_offset)"),
         "beta_offset": _optional_real(-math.inf, "beta = beta_c(d) + beta_offset"),
-        "d": integer(2, doc="dimension"),
-        "rho0": Param(lambda k, v: tt.check_rho0(v), "uniform",
+        "d": _integer(2, doc="dimension"),
+        "rho0": _Param(lambda k, v: tt.check_rho0(v), "uniform",
                       "initial <x1, x2> in [-1, 1], or 'uniform'"),
-        "runs": integer(1, doc="independent pairs"),
+        "runs": _integer(1, doc="independent pairs"),
         "T": real(0.0, strict=True, doc="maximum horizon in depth time"),
-        "dt": Param(_dt, "auto", "layer step alpha^2 ('auto': dt_scale / d)"),
+        "dt": _Param(_dt, "auto", "layer step alpha^2 ('auto': dt_scale / d)"),
         "dt_scale": real(0.0, 0.05, strict=True, doc="dt = dt_scale / d when dt = 'auto'"),
         "tol": real(0.0, 1e-8, strict=True, doc="decided when 1 - |rho| < tol"),
-        "engine": choice(ENGINES, "network", "network: the d-dim network; reduced: rho SDE"),
-        "sampler": choice(("auto", "fast", "full", "gram"), "auto"),
-        "until": choice(("decided", "horizon"), "decided",
+        "engine": _choice(_ENGINES, "network", "network: the d-dim network; reduced: rho SDE"),
+        "sampler": _choice(("auto", "fast", "full", "gram"), "auto"),
+        "until": _choice(("decided", "horizon"), "decided",
                         "decided: each run stops once decided, T is the maximum; horizon: all to T"),
-        "mlp": Param(lambda k, v: MLPS.check(v, k), "none",
+        "mlp": _Param(lambda k, v: MLPS.check(v, k), "none",
                      "random MLP block none | relu | gelu (docs/variants.md §5)"),
         "mlp_sigma": real(0.0, 1.0, doc="output scale of the MLP block"),
-        "step_runs": step_runs_param("p_anti"),
+        "step_runs": _step_runs_param("p_anti"),
     },
     "two tokens: P(antipodal) at (beta, d) against the exact theory (spec §5)",
     finalize=_finalize,

@@ -32,13 +32,13 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy import special
 
-from ..model.checks import ParameterError, check_real, require
+from ..model.checks import ParameterError, _check_real, _require
 from ..model.mlp import MLPS
 
 _E_END = 1e-30  # distance to an endpoint at which a numerical boundary power is read off
 
 
-def sech(x: np.ndarray) -> np.ndarray:
+def _sech(x: np.ndarray) -> np.ndarray:
     """`1/cosh(x)` for `x >= 0`, without overflow."""
     e = np.exp(-x)
     return 2 * e / (1 + e * e)
@@ -97,7 +97,7 @@ class Boundaries:
         return self.alpha_minus < 1.0 and self.alpha_plus < 1.0
 
 
-class RhoDiffusion(ABC):
+class _RhoDiffusion(ABC):
     """The `rho` diffusion of one variant; subclasses define one coordinate, the other follows.
 
     `d` is the token dimension (it fixes the law of `rho_0` for a uniformly random pair).
@@ -109,7 +109,7 @@ class RhoDiffusion(ABC):
     def __post_init__(self) -> None:
         _check_beta_d(getattr(self, "beta", 0.0), self.d)
         if self.NOISE:
-            check_real(self.NOISE, getattr(self, self.NOISE))
+            _check_real(self.NOISE, getattr(self, self.NOISE))
 
     @property
     def bounded_z(self) -> bool:
@@ -163,11 +163,11 @@ class RhoDiffusion(ABC):
 
 
 def _check_beta_d(beta: Any, d: Any) -> tuple[float, float]:
-    return check_real("beta", beta), check_real("d", d, 2.0)
+    return _check_real("beta", beta), _check_real("d", d, 2.0)
 
 
 @dataclass(frozen=True)
-class SpecPair(RhoDiffusion):
+class _SpecPair(_RhoDiffusion):
     """Spec §5: softmax, `Q^T K = I`, matrix noise `sigma`.
 
     `b = sigma^2 v w ((d-3) m + (w - (1 - sech)) s)`, `c = 2 sigma^2 v w s`, with `sech =
@@ -200,15 +200,15 @@ class SpecPair(RhoDiffusion):
     def z_coefficients(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rho = np.tanh(z)
         one_minus = 2.0 / (1.0 + np.exp(np.minimum(2.0 * z, 700.0)))  # 1 - rho, exact near 1
-        s = 1.0 / (1.0 + sech(self.beta * one_minus))
+        s = 1.0 / (1.0 + _sech(self.beta * one_minus))
         return (self.sigma**2 * ((self.d - 2.0) * (1.0 - s) + s * rho),
                 self.sigma * np.sqrt(2.0 * s))
 
     def boundaries(self) -> Boundaries:
         """`alpha_- = 1/2 + (d-2)/(2 cosh 2beta)` (1 at and below `beta_c` whatever the
         rounding), `alpha_+ = -(d-3)/2`."""
-        alpha_m = 0.5 + 0.5 * (self.d - 2.0) * float(sech(np.array(2.0 * self.beta)))
-        if not supercritical(self.beta, self.d):
+        alpha_m = 0.5 + 0.5 * (self.d - 2.0) * float(_sech(np.array(2.0 * self.beta)))
+        if not _supercritical(self.beta, self.d):
             alpha_m = max(alpha_m, 1.0)
         return Boundaries.of(alpha_m, -0.5 * (self.d - 3.0))
 
@@ -217,20 +217,20 @@ class SpecPair(RhoDiffusion):
         return self.sigma**2 * (self.d - 1.0), self.sigma**2
 
 
-def beta_critical(d: np.ndarray) -> np.ndarray:
+def _beta_critical(d: np.ndarray) -> np.ndarray:
     """`arccosh(d - 2)/2`, 0 for `d <= 3` (`two_tokens.beta_c` checks and unwraps it)."""
     return 0.5 * np.arccosh(np.maximum(np.asarray(d, dtype=float) - 2.0, 1.0))
 
 
-def supercritical(beta: Any, d: Any) -> Any:
+def _supercritical(beta: Any, d: Any) -> Any:
     """`cosh 2beta > d - 2`, decided against `beta_c` itself, so that `beta = beta_c(d)` is
     never supercritical whatever the rounding of arccosh."""
     dd = np.asarray(d, dtype=float)
-    return (dd <= 2.0) | (np.asarray(beta, dtype=float) > beta_critical(dd))
+    return (dd <= 2.0) | (np.asarray(beta, dtype=float) > _beta_critical(dd))
 
 
 @dataclass(frozen=True)
-class HybridPair(RhoDiffusion):
+class _HybridPair(_RhoDiffusion):
     """Spec §6 (USA with 1/n, `M = I`, scalar noise `eps`): `dz = e^{beta rho} (1 - eps^2 e^beta
     / 2) dt + eps e^{beta rho} dB`. `d` only fixes a uniform start."""
 
@@ -260,7 +260,7 @@ _E_NODES = 40  # Gauss-Hermite nodes in E (delta has a spread of at most beta s)
 _COARSE = 401  # z nodes where the forms' coefficients are computed (then interpolated, cubic),
 _Z_SPAN = 20.0  # ... on [-Z_SPAN, Z_SPAN] (beyond, 1 -+ rho < 1e-17: constant to rounding),
 _Z_BEND = 3.0  # ... at z = Z_SPAN sinh(Z_BEND u) / sinh(Z_BEND), u uniform: dense near z = 0
-CHUNK = 64  # z values per block of the quadrature
+_CHUNK = 64  # z values per block of the quadrature
 _HX, _HW = np.polynomial.hermite_e.hermegauss(_E_NODES)
 _HW = _HW / _HW.sum()
 
@@ -285,8 +285,8 @@ def forms_z_coefficients(z: np.ndarray, beta: float, d: float, scale: float,
     un, uw = _u_rule(beta, scale)
     u, e = un[:, None], _HX[None, :]
     ww = uw[:, None] * _HW[None, :]
-    for lo in range(0, z.size, CHUNK):
-        zz = z.ravel()[lo:lo + CHUNK, None, None]
+    for lo in range(0, z.size, _CHUNK):
+        zz = z.ravel()[lo:lo + _CHUNK, None, None]
         v, w = _gaps(zz)
         m = beta * w * (1.0 + scale * math.sqrt(2.0) * u)
         delta = beta * scale * np.sqrt(w * v) * e
@@ -304,7 +304,7 @@ def forms_z_coefficients(z: np.ndarray, beta: float, d: float, scale: float,
 
 
 @dataclass(frozen=True)
-class RedrawnForms(RhoDiffusion):
+class RedrawnForms(_RhoDiffusion):
     """GOE query/key forms `I + s R` redrawn every layer (`tokensde.theory.redrawn_forms`):
     the averaged coefficients, computed on `_COARSE` nodes of `z` and interpolated by cubic
     splines (smooth, bounded, and constant far from 0)."""
@@ -317,8 +317,8 @@ class RedrawnForms(RhoDiffusion):
 
     def __post_init__(self) -> None:
         _check_beta_d(self.beta, self.d)
-        check_real("qk_scale", self.scale, 0.0)
-        check_real("sigma", self.sigma, 0.0, strict=True)
+        _check_real("qk_scale", self.scale, 0.0)
+        _check_real("sigma", self.sigma, 0.0, strict=True)
         if self.beta * self.scale > _BETA_SCALE_MAX:
             raise ParameterError(
                 f"qk_scale must be at most {_BETA_SCALE_MAX / self.beta:.6g} at beta={self.beta:g} "
@@ -360,7 +360,7 @@ def kernel_constants(mlp: str) -> tuple[float, float]:
 _KERNEL_CACHE: dict[tuple[str, str], np.ndarray] = {}
 
 
-def complement_kernel(mlp: str, v: np.ndarray, w: np.ndarray) -> np.ndarray:
+def _complement_kernel(mlp: str, v: np.ndarray, w: np.ndarray) -> np.ndarray:
     """`1 - khat(rho)` at `rho = 1 - w` (`= v - 1`), accurate near both endpoints; the last few
     node sets are cached (the kernel of an activation may be slow to evaluate)."""
     key = (mlp, hashlib.sha1(np.ascontiguousarray(w).tobytes()
@@ -378,7 +378,7 @@ def complement_kernel(mlp: str, v: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class MLPPair(RhoDiffusion):
+class _MLPPair(_RhoDiffusion):
     """The spec model plus the random MLP block `mlp` of output scale `mlp_sigma`
     (cross-covariance `mlp_sigma^2 khat(rho) I`): `b = v w b1 + b0`, `c = v w D1 + D0`, with the
     attention's `(b1, D1)` of `SpecPair` and `b0 = mu^2 (w (d-3+w) - K (d-1-vw))`,
@@ -392,18 +392,18 @@ class MLPPair(RhoDiffusion):
 
     def __post_init__(self) -> None:
         mlp = MLPS.check(self.mlp)
-        sigma = check_real("sigma", self.sigma)
+        sigma = _check_real("sigma", self.sigma)
         m2 = self.mu2
-        check_real("mlp_sigma", self.mlp_sigma)
-        require(sigma > 0 or m2 > 0, "sigma", "> 0 when there is no MLP noise", sigma)
-        require(m2 == 0 or kernel_constants(mlp)[0] > -1.0, "mlp",
+        _check_real("mlp_sigma", self.mlp_sigma)
+        _require(sigma > 0 or m2 > 0, "sigma", "> 0 when there is no MLP noise", sigma)
+        _require(m2 == 0 or kernel_constants(mlp)[0] > -1.0, "mlp",
                 "an activation with khat(-1) > -1 (not odd)", mlp)
         _check_beta_d(self.beta, self.d)
 
     @property
     def mu2(self) -> float:
         """`mlp_sigma^2`, 0 without an active block."""
-        active = MLPS.get(MLPS.check(self.mlp)).active and check_real(
+        active = MLPS.get(MLPS.check(self.mlp)).active and _check_real(
             "mlp_sigma", self.mlp_sigma) > 0
         return float(self.mlp_sigma) ** 2 if active else 0.0
 
@@ -425,14 +425,14 @@ class MLPPair(RhoDiffusion):
         return b1, b0, d1, d0
 
     def rho_coefficients(self, v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        k = complement_kernel(self.mlp, v, w) if self.mu2 > 0 else None
+        k = _complement_kernel(self.mlp, v, w) if self.mu2 > 0 else None
         b1, b0, d1, d0 = self.pieces(v, w, k)
         vw = v * w
         return vw * b1 + b0, vw * d1 + d0
 
     def scale_slope(self, e: np.ndarray, side: int) -> np.ndarray:
         if self.mu2 == 0:
-            return SpecPair(self.beta, self.d, self.sigma).scale_slope(e, side)
+            return _SpecPair(self.beta, self.d, self.sigma).scale_slope(e, side)
         return super().scale_slope(e, side)
 
     def boundaries(self) -> Boundaries:
@@ -442,7 +442,7 @@ class MLPPair(RhoDiffusion):
         4 mu^2 (1 + k1)`, `k1 = khat'(1)`."""
         m2, s2, d = self.mu2, self.sigma**2, self.d
         if m2 == 0:
-            return SpecPair(self.beta, d, self.sigma).boundaries()
+            return _SpecPair(self.beta, d, self.sigma).boundaries()
         k1 = kernel_constants(self.mlp)[1]
         big_b = s2 * (d - 3.0) + m2 * ((d - 3.0) - k1 * (d - 1.0))
         alpha_p = -2.0 * big_b / (4.0 * s2 + 4.0 * m2 * (1.0 + k1))
@@ -462,16 +462,16 @@ def _attention(beta: float, d: float, sigma: float, v: np.ndarray, w: np.ndarray
 
 def pair_model(beta: float, d: float, *, sigma: float = 1.0, mlp: str = "none",
                mlp_sigma: float = 1.0, qk_scale: float = 0.0, eps: float | None = None
-               ) -> RhoDiffusion:
+               ) -> _RhoDiffusion:
     """The `rho` diffusion of a two-token model: `HybridPair` when `eps` is given, `MLPPair`
     with an active MLP block, `RedrawnForms` for `qk_scale > 0`, else `SpecPair`."""
     if eps is not None:
-        return HybridPair(beta, eps, d)
-    active = MLPS.get(MLPS.check(mlp)).active and check_real("mlp_sigma", mlp_sigma) > 0
-    if active and check_real("qk_scale", qk_scale) > 0:
+        return _HybridPair(beta, eps, d)
+    active = MLPS.get(MLPS.check(mlp)).active and _check_real("mlp_sigma", mlp_sigma) > 0
+    if active and _check_real("qk_scale", qk_scale) > 0:
         raise ParameterError("qk_scale > 0 together with an MLP block has no exact theory")
     if active:
-        return MLPPair(beta, d, sigma, mlp, mlp_sigma)
-    if check_real("qk_scale", qk_scale) > 0:
+        return _MLPPair(beta, d, sigma, mlp, mlp_sigma)
+    if _check_real("qk_scale", qk_scale) > 0:
         return RedrawnForms(beta, d, qk_scale, sigma)
-    return SpecPair(beta, d, sigma)
+    return _SpecPair(beta, d, sigma)

@@ -26,19 +26,19 @@ from typing import Any
 import numpy as np
 from scipy import linalg, special
 
-from ..model.params import ParameterError, check_int, check_real
+from ..model.params import ParameterError, _check_int, _check_real
 from . import first_passage as fp
-from .coefficients import RhoDiffusion, SpecPair
+from .coefficients import _RhoDiffusion, _SpecPair
 from .first_passage import PAIR_TOL
-from .two_tokens import as_floats, check_rho0, lyapunov_antipodal
+from .two_tokens import _as_floats, check_rho0, lyapunov_antipodal
 
-NODES = 1200  # interior grid nodes in z (at least; more where the drift is strong)
+_NODES = 1200  # interior grid nodes in z (at least; more where the drift is strong)
 
 
-def boundary_rates(beta: float, d: float, sigma: float = 1.0) -> dict[str, float]:
+def _boundary_rates(beta: float, d: float, sigma: float = 1.0) -> dict[str, float]:
     """Tail rates `mu^2 / (2 s^2)` of the time to reach a small gap at each attracting edge
     (nan for an edge that repels)."""
-    b, dd, s = check_real("beta", beta), check_real("d", d, 2.0), check_real("sigma", sigma)
+    b, dd, s = _check_real("beta", beta), _check_real("d", d, 2.0), _check_real("sigma", sigma)
     lam = float(lyapunov_antipodal(b, dd, s))
     s_anti = 8.0 * s * s / (1.0 + 1.0 / math.cosh(min(2.0 * b, 700.0)))
     return {"merged": (s * s * (dd - 1.0)) ** 2 / (8.0 * s * s),
@@ -49,7 +49,7 @@ _MAX_NODES = 200_000  # finite-difference nodes beyond which the law is refused 
 _MAX_WORK = 3e8  # time steps x nodes beyond which `survival` is refused (tens of seconds)
 
 
-def _node_count(model: RhoDiffusion, tol: float, nodes: int) -> int:
+def _node_count(model: _RhoDiffusion, tol: float, nodes: int) -> int:
     """Nodes for central differences with positive off-diagonals (`h < b^2 / |a|`); refused by
     name when more than `_MAX_NODES` (large `d`)."""
     if not model.bounded_z:
@@ -64,7 +64,7 @@ def _node_count(model: RhoDiffusion, tol: float, nodes: int) -> int:
     return n
 
 
-def _generator(model: RhoDiffusion, tol: float, nodes: int
+def _generator(model: _RhoDiffusion, tol: float, nodes: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Nodes `z`, and the generator symmetrised by a diagonal similarity (same eigenvalues):
     diagonal, off-diagonal, and the node spacing."""
@@ -81,20 +81,20 @@ def _generator(model: RhoDiffusion, tol: float, nodes: int
     return z, diag, off, h
 
 
-def check_first_passage(beta: float, d: float, tol: float,
+def _check_first_passage(beta: float, d: float, tol: float,
                         sigma: float) -> tuple[float, float, float, float]:
     """Validated `(beta, d, tol, sigma)` of a first-passage question; ParameterError names each."""
-    b = check_real("beta", beta)
-    dd = check_real("d", d, 2.0)
-    t = check_real("tol", tol, 0.0, strict=True)
+    b = _check_real("beta", beta)
+    dd = _check_real("d", d, 2.0)
+    t = _check_real("tol", tol, 0.0, strict=True)
     if not 1e-14 <= t <= 0.5:
         raise ParameterError(f"tol must be a number in [1e-14, 0.5]; got {tol!r}")
-    s = check_real("sigma", sigma, 0.0, strict=True)
+    s = _check_real("sigma", sigma, 0.0, strict=True)
     return b, dd, t, s
 
 
 def decision_rate(beta: float, d: float, tol: float = PAIR_TOL, sigma: float = 1.0,
-                  nodes: int = NODES) -> float:
+                  nodes: int = _NODES) -> float:
     """Principal rate `kappa_0`: `P(tau > t) ~ C exp(-kappa_0 t)` for the decision time at `tol`.
 
     Args:
@@ -107,14 +107,14 @@ def decision_rate(beta: float, d: float, tol: float = PAIR_TOL, sigma: float = 1
     Returns:
         `kappa_0`, the slowest decay rate of the survival function.
     """
-    b, dd, t, s = check_first_passage(beta, d, tol, sigma)
-    return principal_rate(SpecPair(b, dd, s), t, nodes)
+    b, dd, t, s = _check_first_passage(beta, d, tol, sigma)
+    return _principal_rate(_SpecPair(b, dd, s), t, nodes)
 
 
-def principal_rate(model: RhoDiffusion, tol: float, nodes: int = NODES) -> float:
+def _principal_rate(model: _RhoDiffusion, tol: float, nodes: int = _NODES) -> float:
     """`kappa_0` of any `rho` diffusion with bounded `z` coefficients: minus the top eigenvalue
     of its generator on `[-z_tol, z_tol]` with absorbing edges."""
-    _, diag, off, _ = _generator(model, tol, check_int("nodes", nodes, 50))
+    _, diag, off, _ = _generator(model, tol, _check_int("nodes", nodes, 50))
     top = linalg.eigh_tridiagonal(diag, off, select="i", select_range=(len(diag) - 1,
                                                                         len(diag) - 1),
                                   eigvals_only=True)
@@ -141,7 +141,7 @@ def _initial_weights(z: np.ndarray, d: float, rho0: float | str) -> np.ndarray:
 
 
 def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "uniform",
-             tol: float = PAIR_TOL, sigma: float = 1.0, nodes: int = NODES) -> np.ndarray:
+             tol: float = PAIR_TOL, sigma: float = 1.0, nodes: int = _NODES) -> np.ndarray:
     """`P(tau > t)` at each of `times` for the §5 pair started at `rho0` (or 'uniform').
 
     The backward equation `u_t = A u` (A the finite-difference generator) is stepped by
@@ -160,18 +160,18 @@ def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "unif
     Returns:
         `P(tau > t)` at each time, `(K,)`.
     """
-    b, dd, t, s = check_first_passage(beta, d, tol, sigma)
-    return survival_law(SpecPair(b, dd, s), times, rho0, t, nodes)
+    b, dd, t, s = _check_first_passage(beta, d, tol, sigma)
+    return survival_law(_SpecPair(b, dd, s), times, rho0, t, nodes)
 
 
-def survival_law(model: RhoDiffusion, times: Any, rho0: float | str = "uniform",
-                 tol: float = PAIR_TOL, nodes: int = NODES) -> np.ndarray:
+def survival_law(model: _RhoDiffusion, times: Any, rho0: float | str = "uniform",
+                 tol: float = PAIR_TOL, nodes: int = _NODES) -> np.ndarray:
     """`P(tau > t)` at each of `times` for any `rho` diffusion with bounded `z` coefficients
     (see `survival`)."""
-    tt = as_floats("times", times)
+    tt = _as_floats("times", times)
     if tt.ndim != 1 or not np.all(np.isfinite(tt)) or np.any(tt < 0):
         raise ParameterError("times must be a 1-D array of finite numbers >= 0")
-    z, diag, up, down = _tridiagonal(model, tol, check_int("nodes", nodes, 50))
+    z, diag, up, down = _tridiagonal(model, tol, _check_int("nodes", nodes, 50))
     w = _initial_weights(z, model.d, check_rho0(rho0))
     order = np.argsort(tt)
     out = np.empty_like(tt)
@@ -199,7 +199,7 @@ def survival_law(model: RhoDiffusion, times: Any, rho0: float | str = "uniform",
     return np.clip(out, 0.0, 1.0)
 
 
-def _tridiagonal(model: RhoDiffusion, tol: float, nodes: int
+def _tridiagonal(model: _RhoDiffusion, tol: float, nodes: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Nodes and the generator's diagonal, super-diagonal `A[i, i+1]` and sub-diagonal
     `A[i+1, i]` (Dirichlet edges)."""
@@ -242,7 +242,7 @@ def median_time(beta: float, d: float, rho0: float | str = "uniform", tol: float
     Returns:
         The median depth time to decision.
     """
-    t_max = check_real("t_max", t_max, 0.0, strict=True)
+    t_max = _check_real("t_max", t_max, 0.0, strict=True)
     span = 1.0
     while True:
         grid = np.linspace(0.0, span, 1001)
@@ -279,5 +279,5 @@ def p_anti_at_tol(beta: float, d: float, rho0: float | str = "uniform", tol: flo
     Returns:
         The probability of deciding antipodal.
     """
-    b, dd, t, s = check_first_passage(beta, d, tol, sigma)
-    return fp.hitting_probability(SpecPair(b, dd, s), rho0, t)
+    b, dd, t, s = _check_first_passage(beta, d, tol, sigma)
+    return fp.hitting_probability(_SpecPair(b, dd, s), rho0, t)

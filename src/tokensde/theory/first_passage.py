@@ -38,8 +38,8 @@ import numpy as np
 from numpy.polynomial import chebyshev as cheb
 from scipy import special
 
-from ..model.checks import ParameterError, check_real
-from .coefficients import MLPPair, RhoDiffusion, complement_kernel
+from ..model.checks import ParameterError, _check_real
+from .coefficients import _complement_kernel, _MLPPair, _RhoDiffusion
 
 PAIR_TOL = 1e-8  # default tolerance at which a pair counts as decided (1 - |rho| < tol)
 TOL_MIN = 1e-300  # smallest tol > 0: distances to the endpoints stay normal floats
@@ -77,7 +77,7 @@ def check_start(rho0: Any) -> float | str:
 
 def check_hitting_tol(tol: Any) -> float:
     """`tol` of a hitting probability: 0 (the limit) or a number in [TOL_MIN, 1)."""
-    t = check_real("tol", tol)
+    t = _check_real("tol", tol)
     if t != 0.0 and not TOL_MIN <= t < 1.0:
         raise ParameterError(f"tol must be 0 (the limit) or a number in [{TOL_MIN:g}, 1); "
                              f"got {tol!r}")
@@ -228,7 +228,7 @@ def _uniform_weights(d: float) -> tuple[_LogWeight, _LogWeight, float]:
     return left, right, a
 
 
-def _log_p_core(model: RhoDiffusion, rho0: float | str, tol: float) -> float:
+def _log_p_core(model: _RhoDiffusion, rho0: float | str, tol: float) -> float:
     """`log P` for a start strictly inside, at `tol > 0` or (tol = 0) with both ends
     integrable."""
     if model.d > D_MAX:
@@ -259,7 +259,7 @@ def _log_p_core(model: RhoDiffusion, rho0: float | str, tol: float) -> float:
     return float(num - z)
 
 
-def log_hitting_probability(model: RhoDiffusion, rho0: Any, tol: float = 0.0) -> float:
+def log_hitting_probability(model: _RhoDiffusion, rho0: Any, tol: float = 0.0) -> float:
     """`log P(rho reaches -1 + tol before 1 - tol | rho0)` (`rho0` a number or 'uniform');
     `tol = 0`: the limit. Exact to ~1e-9 relative even where `P` underflows."""
     start = check_start(rho0)
@@ -285,7 +285,7 @@ def log_hitting_probability(model: RhoDiffusion, rho0: Any, tol: float = 0.0) ->
     return _log_p_core(model, start, TOL_MIN)
 
 
-def hitting_probability(model: RhoDiffusion, rho0: Any, tol: float = 0.0) -> float:
+def hitting_probability(model: _RhoDiffusion, rho0: Any, tol: float = 0.0) -> float:
     """`P(rho reaches -1 + tol before 1 - tol | rho0) = int_{rho0}^{1-tol} S' /
     int_{-1+tol}^{1-tol} S'` (for a uniform pair `int S' F / int S'`, `F` the law of `rho0`);
     `tol = 0`: the limit `tol -> 0` (spec §5's `P_anti` for `SpecPair`)."""
@@ -379,7 +379,7 @@ class FirstExit:
     runs: int
 
 
-class _Tabulated(MLPPair):
+class _Tabulated(_MLPPair):
     """`MLPPair` with `1 - khat` interpolated from a table (the inner loop of the paths)."""
 
     def rho_coefficients(self, v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -396,10 +396,10 @@ _KHAT_GRID = np.linspace(-1.0, 1.0, 8193)
 
 @lru_cache(maxsize=8)
 def _khat_table(mlp: str) -> np.ndarray:
-    return complement_kernel(mlp, 1.0 + _KHAT_GRID, 1.0 - _KHAT_GRID)
+    return _complement_kernel(mlp, 1.0 + _KHAT_GRID, 1.0 - _KHAT_GRID)
 
 
-def angle_first_exit(model: RhoDiffusion, rho0: float, tol: float, *, runs: int = 4000,
+def angle_first_exit(model: _RhoDiffusion, rho0: float, tol: float, *, runs: int = 4000,
                      dt: float = 1e-3, t_max: float = 50.0, seed: int = 0,
                      kappa: float = 0.05) -> FirstExit:
     """Euler paths of `theta = arccos rho`: `dtheta = -(b + rho c/2)/sin dt - sqrt(c) dB`.
@@ -415,7 +415,7 @@ def angle_first_exit(model: RhoDiffusion, rho0: float, tol: float, *, runs: int 
         raise ParameterError(f"tol must be a number in (0, 1); got {tol!r}")
     if not -1.0 < rho0 < 1.0:
         raise ParameterError(f"rho0 must be a number in (-1, 1); got {rho0!r}")
-    if isinstance(model, MLPPair):
+    if isinstance(model, _MLPPair):
         model = _Tabulated(model.beta, model.d, model.sigma, model.mlp, model.mlp_sigma)
     low = 2.0 * math.asin(math.sqrt(0.5 * tol))  # theta of rho = 1 - tol
     high = math.pi - low  # theta of rho = -1 + tol

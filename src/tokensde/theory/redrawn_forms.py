@@ -26,10 +26,10 @@ engine (`tokensde.theory.first_passage`). numpy and scipy only.
 
 from __future__ import annotations
 
-from ..model.checks import check_real
+from ..model.checks import _check_real
 from . import first_passage as fp
 from .coefficients import RedrawnForms, forms_z_coefficients
-from .decision_time import check_first_passage
+from .decision_time import _check_first_passage
 
 __all__ = ["RedrawnForms", "forms_z_coefficients", "p_first_forms"]
 
@@ -38,6 +38,6 @@ def p_first_forms(beta: float, d: float, rho0: float | str, tol: float, scale: f
                   sigma: float = 1.0) -> float:
     """`P(rho reaches -1 + tol before 1 - tol)` for GOE forms of scale `scale` redrawn every
     layer, from `rho0` or a uniform pair (`first_passage.hitting_probability`)."""
-    b, dd, t, sg = check_first_passage(beta, d, tol, sigma)
-    s = check_real("qk_scale", scale, 0.0)
+    b, dd, t, sg = _check_first_passage(beta, d, tol, sigma)
+    s = _check_real("qk_scale", scale, 0.0)
     return fp.hitting_probability(RedrawnForms(b, dd, s, sg), rho0, t)

@@ -35,14 +35,16 @@ from typing import Any
 
 from scipy import optimize, special
 
-from ..model.checks import ParameterError, check_choice, check_int, check_real
+from ..model.checks import ParameterError, _check_choice, _check_int, _check_real
+
+__all__ = ["ATTENTIONS", "beta_star", "mode_growth_rate", "step_threshold"]
 
 ATTENTIONS = ("usa", "softmax")
 
 
 def _check(beta: float, d: int, attention: str) -> tuple[float, int, str]:
-    beta = check_real("beta", beta, 0.0, strict=True)
-    return beta, check_int("d", d, 2), check_choice("attention", attention, ATTENTIONS)
+    beta = _check_real("beta", beta, 0.0, strict=True)
+    return beta, _check_int("d", d, 2), _check_choice("attention", attention, ATTENTIONS)
 
 
 def _log_ive(nu: float, beta: float, d: int) -> float:
@@ -67,7 +69,7 @@ def _log_mode_coefficient(beta: float, d: int, attention: str, degree: int) -> f
             + _log_ive(nu, beta, d) + beta)
 
 
-def mode_coefficient(beta: float, d: int, attention: str = "usa", degree: int = 1) -> float:
+def _mode_coefficient(beta: float, d: int, attention: str = "usa", degree: int = 1) -> float:
     """`c_l`: the attention's linear response on degree-`l` harmonics at the uniform state,
     `rho_0 lambda_l` (USA) or `lambda_l / lambda_0` (softmax).
 
@@ -81,7 +83,7 @@ def mode_coefficient(beta: float, d: int, attention: str = "usa", degree: int = 
         `c_l` (inf where it passes the float range: USA at beta above about 700).
     """
     beta, d, attention = _check(beta, d, attention)
-    log = _log_mode_coefficient(beta, d, attention, check_int("degree", degree, 0))
+    log = _log_mode_coefficient(beta, d, attention, _check_int("degree", degree, 0))
     return math.exp(log) if log < 709.0 else math.inf
 
 
@@ -101,10 +103,10 @@ def mode_growth_rate(beta: float, d: int, mean_scale: float, token_noise: float,
     Returns:
         The rate (positive: the uniform state is unstable in that degree).
     """
-    a = check_real("mean_scale", mean_scale, 0.0)
-    tau = check_real("token_noise", token_noise, 0.0)
-    degree = check_int("degree", degree, 1)
-    c = mode_coefficient(beta, d, attention, degree)
+    a = _check_real("mean_scale", mean_scale, 0.0)
+    tau = _check_real("token_noise", token_noise, 0.0)
+    degree = _check_int("degree", degree, 1)
+    c = _mode_coefficient(beta, d, attention, degree)
     return degree * (degree + d - 2) * (a * c / beta - tau**2 / 2)
 
 
@@ -136,7 +138,7 @@ def beta_star(d: int) -> float:
     Returns:
         `beta_*`.
     """
-    d = check_int("d", d, 2)
+    d = _check_int("d", d, 2)
     nu = d / 2
 
     def gap(beta: float) -> float:
@@ -149,11 +151,11 @@ def beta_star(d: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # The layer step's bias on the threshold (docs/token-noise.md, "The layer step")
 
-SCHEMES = ("network", "sde")
+_SCHEMES = ("network", "sde")
 
 
 def _check_scheme(scheme: str) -> str:
-    return check_choice("scheme", scheme, SCHEMES)
+    return _check_choice("scheme", scheme, _SCHEMES)
 
 
 def _log_moment_scale(beta: float, d: int) -> float:
@@ -162,7 +164,7 @@ def _log_moment_scale(beta: float, d: int) -> float:
     return math.lgamma(d / 2) + (d / 2 - 1) * math.log(2 / beta) + beta
 
 
-def attention_responses(beta: float, d: int, attention: str = "usa") -> tuple[float, float, float]:
+def _attention_responses(beta: float, d: int, attention: str = "usa") -> tuple[float, float, float]:
     """`(c_0, A, B)`: the attention output at the uniform law and its response to a degree-1
     perturbation. At the uniform law `y(x) = c_0 x`; for the density `rho_0 (1 + eps d <z, e>)`
     it moves by `eps d (A <x, e> x + B P_x e)`, radial part `A` and tangential part `B = c_1 /
@@ -196,7 +198,7 @@ def attention_responses(beta: float, d: int, attention: str = "usa") -> tuple[fl
     return c0 * g, a_ * g, b_ * g
 
 
-def step_shift_coefficient(beta: float, d: int, attention: str = "usa",
+def _step_shift_coefficient(beta: float, d: int, attention: str = "usa",
                            scheme: str = "network", mean_scale: float = 1.0) -> float:
     """`kappa` in `tau_c(dt) / tau_c = 1 + kappa dt + O(dt^2)`: the first-order shift of the
     many-token threshold of one layer scheme of step `dt`, `kappa = (a/2) (c_0 + 2 A + (d - 7)
@@ -217,8 +219,8 @@ def step_shift_coefficient(beta: float, d: int, attention: str = "usa",
         `kappa`, in units of 1 / depth time.
     """
     scheme = _check_scheme(scheme)
-    a = check_real("mean_scale", mean_scale, 0.0, strict=True)
-    c0, big_a, big_b = attention_responses(beta, d, attention)
+    a = _check_real("mean_scale", mean_scale, 0.0, strict=True)
+    c0, big_a, big_b = _attention_responses(beta, d, attention)
     if scheme == "sde":
         return a * big_b * (3 - d) / 4
     return a / 2 * (c0 + 2 * big_a + (d - 7) * big_b / 2)
@@ -240,8 +242,8 @@ def step_threshold_shift(beta: float, d: int, dt: float, attention: str = "usa",
     Returns:
         The relative shift (positive: the scheme orders up to a larger noise than the limit).
     """
-    dt = check_real("dt", dt, 0.0, strict=True)
-    return step_shift_coefficient(beta, d, attention, scheme, mean_scale) * dt
+    dt = _check_real("dt", dt, 0.0, strict=True)
+    return _step_shift_coefficient(beta, d, attention, scheme, mean_scale) * dt
 
 
 def _inverse_norm_integral(fn: Any, scale: float) -> float:
@@ -260,7 +262,7 @@ def _inverse_norm_integral(fn: Any, scale: float) -> float:
     return 2.0 / math.sqrt(math.pi) * val / k
 
 
-def step_multiplier(beta: float, d: int, dt: float, token_noise: float,
+def _step_multiplier(beta: float, d: int, dt: float, token_noise: float,
                     attention: str = "usa", scheme: str = "network",
                     mean_scale: float = 1.0) -> float:
     """The factor by which one layer step multiplies a degree-1 perturbation of the uniform law
@@ -286,11 +288,11 @@ def step_multiplier(beta: float, d: int, dt: float, token_noise: float,
     Returns:
         The multiplier (above 1: the uniform law is unstable under this scheme).
     """
-    dt = check_real("dt", dt, 0.0, strict=True)
-    tau = check_real("token_noise", token_noise, 0.0, strict=True)
+    dt = _check_real("dt", dt, 0.0, strict=True)
+    tau = _check_real("token_noise", token_noise, 0.0, strict=True)
     scheme = _check_scheme(scheme)
-    a = check_real("mean_scale", mean_scale, 0.0, strict=True)
-    c0, big_a, big_b = attention_responses(beta, d, attention)
+    a = _check_real("mean_scale", mean_scale, 0.0, strict=True)
+    c0, big_a, big_b = _attention_responses(beta, d, attention)
     s = tau * math.sqrt(dt)
     if scheme == "network":
         lam = (1.0 + dt * a * c0) / s  # the mean's length in units of s
@@ -329,11 +331,11 @@ def step_threshold(beta: float, d: int, dt: float, attention: str = "usa",
     Returns:
         `tau_c(dt)`; compare with `math.sqrt(a / critical_coupling(beta, d, attention))`.
     """
-    a = check_real("mean_scale", mean_scale, 0.0, strict=True)
+    a = _check_real("mean_scale", mean_scale, 0.0, strict=True)
     tau_c = math.sqrt(a / critical_coupling(beta, d, attention))
 
     def gap(q: float) -> float:
-        return step_multiplier(beta, d, dt, q * tau_c, attention, scheme, a) - 1.0
+        return _step_multiplier(beta, d, dt, q * tau_c, attention, scheme, a) - 1.0
 
     lo, hi = 0.5, 2.0
     while gap(lo) < 0 and lo > 1e-3:

@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from ..model.params import ParameterError, check_int, check_real
+from ..model.params import ParameterError, _check_int, _check_real
 from . import first_passage as fp
-from .coefficients import HybridPair, RhoDiffusion, SpecPair, beta_critical, sech, supercritical
+from .coefficients import _beta_critical, _HybridPair, _RhoDiffusion, _sech, _SpecPair, _supercritical
 from .first_passage import RhoPaths, check_start
 
-ArrayLike = float | np.ndarray
+_ArrayLike = float | np.ndarray
 _LOG2 = math.log(2.0)
 __all__ = ["RhoPaths", "antipodal_attracts", "beta_c", "check_rho0", "classify_pair", "default_dt",
            "hybrid_drift_diffusion", "hybrid_eps2_c", "hybrid_lyapunov", "hybrid_p_anti",
@@ -46,7 +46,7 @@ __all__ = ["RhoPaths", "antipodal_attracts", "beta_c", "check_rho0", "classify_p
 # ---------------------------------------------------------------------------------------------
 
 
-def as_floats(name: str, value: ArrayLike) -> np.ndarray:
+def _as_floats(name: str, value: _ArrayLike) -> np.ndarray:
     """`value` as a float array, or ParameterError naming `name` (a string, a ragged list)."""
     try:
         return np.asarray(value, dtype=float)
@@ -55,9 +55,9 @@ def as_floats(name: str, value: ArrayLike) -> np.ndarray:
                              f"{value!r}") from err
 
 
-def _check_beta_d(beta: ArrayLike, d: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    b = as_floats("beta", beta)
-    dd = as_floats("d", d)
+def _check_beta_d(beta: _ArrayLike, d: _ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    b = _as_floats("beta", beta)
+    dd = _as_floats("d", d)
     if not np.all(np.isfinite(b) & (b >= 0)):
         raise ParameterError(f"beta must be finite numbers >= 0; got {beta!r}")
     if not np.all(np.isfinite(dd) & (dd >= 2)):
@@ -65,16 +65,16 @@ def _check_beta_d(beta: ArrayLike, d: ArrayLike) -> tuple[np.ndarray, np.ndarray
     return b, dd
 
 
-def _check_rho(name: str, rho: ArrayLike) -> np.ndarray:
-    r = as_floats(name, rho)
+def _check_rho(name: str, rho: _ArrayLike) -> np.ndarray:
+    r = _as_floats(name, rho)
     if not np.all(np.isfinite(r) & (r >= -1) & (r <= 1)):
         raise ParameterError(f"{name} must be numbers in [-1, 1]; got {rho!r}")
     return r
 
 
-def _check_scale(name: str, value: ArrayLike, strict: bool = True) -> np.ndarray:
+def _check_scale(name: str, value: _ArrayLike, strict: bool = True) -> np.ndarray:
     """`value` as finite numbers > 0 (>= 0 unless `strict`), or ParameterError naming `name`."""
-    v = as_floats(name, value)
+    v = _as_floats(name, value)
     if not np.all(np.isfinite(v) & ((v > 0) if strict else (v >= 0))):
         raise ParameterError(f"{name} must be finite numbers {'>' if strict else '>='} 0; got "
                              f"{value!r}")
@@ -85,7 +85,7 @@ def _unwrap(out: np.ndarray) -> Any:
     return out.item() if out.ndim == 0 else out
 
 
-def beta_c(d: ArrayLike) -> ArrayLike:
+def beta_c(d: _ArrayLike) -> _ArrayLike:
     """Critical interaction `beta_c(d) = arccosh(d - 2) / 2` (0 for `d <= 3`).
 
     Args:
@@ -102,10 +102,10 @@ def beta_c(d: ArrayLike) -> ArrayLike:
         0.0
     """
     _, dd = _check_beta_d(0.0, d)
-    return _unwrap(beta_critical(dd))
+    return _unwrap(_beta_critical(dd))
 
 
-def antipodal_attracts(beta: ArrayLike, d: ArrayLike) -> Any:
+def antipodal_attracts(beta: _ArrayLike, d: _ArrayLike) -> Any:
     """True where antipodal pairs attract with positive probability: `cosh(2 beta) > d - 2`.
 
     Args:
@@ -115,10 +115,10 @@ def antipodal_attracts(beta: ArrayLike, d: ArrayLike) -> Any:
     Returns:
         A boolean (array) of the broadcast shape.
     """
-    return _unwrap(supercritical(*_check_beta_d(beta, d)))
+    return _unwrap(_supercritical(*_check_beta_d(beta, d)))
 
 
-def lyapunov_merged(d: ArrayLike, sigma: float = 1.0) -> ArrayLike:
+def lyapunov_merged(d: _ArrayLike, sigma: float = 1.0) -> _ArrayLike:
     """Exponent of `log(1 - rho)` at `rho = 1`: `-sigma^2 (d - 1)` (always attracting).
 
     Args:
@@ -133,7 +133,7 @@ def lyapunov_merged(d: ArrayLike, sigma: float = 1.0) -> ArrayLike:
     return _unwrap(-(sigma**2) * (dd - 1.0))
 
 
-def lyapunov_antipodal(beta: ArrayLike, d: ArrayLike, sigma: float = 1.0) -> ArrayLike:
+def lyapunov_antipodal(beta: _ArrayLike, d: _ArrayLike, sigma: float = 1.0) -> _ArrayLike:
     """Exponent of `log(1 + rho)` at `rho = -1`: `sigma^2 (d - 2 - cosh 2beta) / cosh^2 beta`.
 
     Args:
@@ -145,7 +145,7 @@ def lyapunov_antipodal(beta: ArrayLike, d: ArrayLike, sigma: float = 1.0) -> Arr
         The exponent (negative: antipodal pairs attract).
     """
     b, dd = _check_beta_d(beta, d)
-    s2 = sech(b) ** 2  # cosh(2b)/cosh(b)^2 = 2 - sech(b)^2, so large beta cannot overflow
+    s2 = _sech(b) ** 2  # cosh(2b)/cosh(b)^2 = 2 - sech(b)^2, so large beta cannot overflow
     sigma = float(_check_scale("sigma", sigma))
     return _unwrap(sigma**2 * ((dd - 2.0) * s2 - (2.0 - s2)))
 
@@ -155,7 +155,7 @@ def _points(*arrays: np.ndarray) -> tuple[tuple[int, ...], list[np.ndarray]]:
     return shaped[0].shape, [np.ravel(a).astype(float) for a in shaped]
 
 
-def p_anti(beta: ArrayLike, d: ArrayLike, rho0: ArrayLike) -> ArrayLike:
+def p_anti(beta: _ArrayLike, d: _ArrayLike, rho0: _ArrayLike) -> _ArrayLike:
     """`P(rho -> -1 | rho_0) = int_{rho_0}^1 S' / int_{-1}^1 S'` if `cosh 2beta > d-2`, else 0.
 
     Broadcasts `beta`, `d` (any real >= 2) and `rho0`. `rho0 = -1` is a fixed point of the
@@ -178,12 +178,12 @@ def p_anti(beta: ArrayLike, d: ArrayLike, rho0: ArrayLike) -> ArrayLike:
     """
     b, dd = _check_beta_d(beta, d)
     shape, (b, dd, r) = _points(b, dd, _check_rho("rho0", rho0))
-    out = np.array([fp.hitting_probability(SpecPair(*pt), r0)
+    out = np.array([fp.hitting_probability(_SpecPair(*pt), r0)
                     for *pt, r0 in zip(b.tolist(), dd.tolist(), r.tolist(), strict=True)])
     return _unwrap(out.reshape(shape))
 
 
-def uniform_pair_density(rho: ArrayLike, d: ArrayLike) -> ArrayLike:
+def uniform_pair_density(rho: _ArrayLike, d: _ArrayLike) -> _ArrayLike:
     """Density of `<x_1, x_2>` for independent uniform unit vectors: `∝ (1 - rho^2)^((d-3)/2)`.
 
     At the ends `rho = +-1` it is the limit: 0 for d > 3, 1/2 for d = 3 (the uniform law on
@@ -206,7 +206,7 @@ def uniform_pair_density(rho: ArrayLike, d: ArrayLike) -> ArrayLike:
     return _unwrap(np.exp(log_dens))
 
 
-def p_anti_uniform(beta: ArrayLike, d: ArrayLike) -> ArrayLike:
+def p_anti_uniform(beta: _ArrayLike, d: _ArrayLike) -> _ArrayLike:
     """`P_anti` for a uniformly random initial pair: `int S'(rho) F(rho) drho / int S'`.
 
     `F` is the distribution function of `rho_0` (a regularised incomplete beta function), since
@@ -221,7 +221,7 @@ def p_anti_uniform(beta: ArrayLike, d: ArrayLike) -> ArrayLike:
     """
     b, dd = _check_beta_d(beta, d)
     shape, (b, dd) = _points(b, dd)
-    out = np.array([fp.hitting_probability(SpecPair(*pt), "uniform")
+    out = np.array([fp.hitting_probability(_SpecPair(*pt), "uniform")
                     for pt in zip(b.tolist(), dd.tolist(), strict=True)])
     return _unwrap(out.reshape(shape))
 
@@ -245,8 +245,8 @@ def p_anti_reference(beta: float, d: float, rho0: float) -> float:
     return fp.spec_reference(float(b), float(dd), float(r))
 
 
-def rho_drift_diffusion(rho: ArrayLike, beta: float, d: float, sigma: float = 1.0) -> tuple[
-        ArrayLike, ArrayLike]:
+def rho_drift_diffusion(rho: _ArrayLike, beta: float, d: float, sigma: float = 1.0) -> tuple[
+        _ArrayLike, _ArrayLike]:
     """Spec §5: drift `sigma^2 (1-rho^2)((d-2) m - s rho)` and squared diffusion `2 s sigma^2
     (1-rho^2)^2` of `rho`, with `m/s = sech(beta (1 - rho))`, `m + s = 1`.
 
@@ -262,7 +262,7 @@ def rho_drift_diffusion(rho: ArrayLike, beta: float, d: float, sigma: float = 1.
     b, dd = _check_beta_d(beta, d)
     r = _check_rho("rho", rho)
     sigma = float(_check_scale("sigma", sigma))
-    s = 1.0 / (1.0 + sech(b * (1.0 - r)))
+    s = 1.0 / (1.0 + _sech(b * (1.0 - r)))
     one = 1.0 - r * r
     return (_unwrap(sigma**2 * one * ((dd - 2.0) * (1.0 - s) - s * r)),
             _unwrap(2.0 * s * sigma**2 * one**2))
@@ -273,7 +273,7 @@ def rho_drift_diffusion(rho: ArrayLike, beta: float, d: float, sigma: float = 1.
 # ---------------------------------------------------------------------------------------------
 
 
-def hybrid_eps2_c(beta: ArrayLike) -> ArrayLike:
+def hybrid_eps2_c(beta: _ArrayLike) -> _ArrayLike:
     """Threshold of the hybrid model: antipodal iff `eps^2 > 2 e^{-beta}`, merged iff below.
 
     Args:
@@ -286,7 +286,7 @@ def hybrid_eps2_c(beta: ArrayLike) -> ArrayLike:
     return _unwrap(2.0 * np.exp(-b))
 
 
-def hybrid_lyapunov(beta: ArrayLike, eps: ArrayLike) -> tuple[ArrayLike, ArrayLike]:
+def hybrid_lyapunov(beta: _ArrayLike, eps: _ArrayLike) -> tuple[_ArrayLike, _ArrayLike]:
     """Exponents `(of log(1+rho) at -1, of log(1-rho) at +1)`: `(2e^-b - eps^2, e^2b (eps^2 -
     2e^-b))`. They always have opposite signs, so the pair ends on one side almost surely.
 
@@ -303,12 +303,12 @@ def hybrid_lyapunov(beta: ArrayLike, eps: ArrayLike) -> tuple[ArrayLike, ArrayLi
     return _unwrap(gap), _unwrap(-np.exp(2.0 * b) * gap)
 
 
-def hybrid_drift_diffusion(rho: ArrayLike, beta: float, eps: float) -> tuple[ArrayLike,
-                                                                             ArrayLike]:
+def hybrid_drift_diffusion(rho: _ArrayLike, beta: float, eps: float) -> tuple[_ArrayLike,
+                                                                             _ArrayLike]:
     """§6 `rho` diffusion: drift `(1-rho^2) e^{beta rho} (1 - eps^2 e^beta/2 - eps^2 rho
     e^{beta rho})` and squared diffusion `eps^2 e^{2 beta rho} (1-rho^2)^2` (Ito, from spec §3)."""
     b, _ = _check_beta_d(beta, 2.0)
-    e = check_real("eps", eps)
+    e = _check_real("eps", eps)
     r = _check_rho("rho", rho)
     w, one = np.exp(b * r), 1.0 - r * r
     drift = one * w * (1.0 - 0.5 * e * e * np.exp(b) - e * e * r * w)
@@ -326,8 +326,8 @@ def hybrid_p_anti(beta: float, eps: float, rho0: float = 0.0) -> float:
     Returns:
         The probability that the pair ends antipodal: 1, 0 or nan.
     """
-    b = check_real("beta", beta)
-    e = check_real("eps", eps)
+    b = _check_real("beta", beta)
+    e = _check_real("eps", eps)
     r = float(_check_rho("rho0", rho0))
     if r in (-1.0, 1.0):
         return 1.0 if r == -1.0 else 0.0
@@ -347,7 +347,7 @@ def z_coefficients(z: np.ndarray, beta: float, d: float, sigma: float, eps: floa
     §5: `dz = sigma^2 ((d-2) m + s rho) dt + sigma sqrt(2s) dB`. §6 (eps given):
     `dz = e^{beta rho} (1 - eps^2 e^beta / 2) dt + eps e^{beta rho} dB`.
     """
-    model = SpecPair(beta, d, sigma) if eps is None else HybridPair(beta, eps, d)
+    model = _SpecPair(beta, d, sigma) if eps is None else _HybridPair(beta, eps, d)
     return model.z_coefficients(z)
 
 
@@ -355,13 +355,13 @@ check_rho0 = check_start
 
 
 def reduced_model(beta: float, d: float, sigma: float = 1.0, eps: float | None = None
-                  ) -> RhoDiffusion:
+                  ) -> _RhoDiffusion:
     """The `rho` diffusion of two tokens, its arguments checked: `SpecPair` (§5), or
     `HybridPair` (§6) when `eps` is given (its paths: `tokensde.sim.reduced`)."""
     _check_beta_d(beta, d)
-    sigma = check_real("sigma", sigma, 0.0, strict=True)
-    eps = None if eps is None else check_real("eps", eps)
-    return SpecPair(beta, d, sigma) if eps is None else HybridPair(beta, eps, d)
+    sigma = _check_real("sigma", sigma, 0.0, strict=True)
+    eps = None if eps is None else _check_real("eps", eps)
+    return _SpecPair(beta, d, sigma) if eps is None else _HybridPair(beta, eps, d)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,4 +389,4 @@ def default_dt(d: int) -> float:
     Returns:
         The layer step `0.05 / d`.
     """
-    return 0.05 / check_int("d", d, 2)
+    return 0.05 / _check_int("d", d, 2)

@@ -21,18 +21,18 @@ import numpy as np
 
 from ..analysis.stats import t_interval
 from ..io.store import atomic_write, header
-from ..model.params import ParameterError, check_choice, check_int
-from ..sim.loop import Progress
+from ..model.params import ParameterError, _check_choice, _check_int
+from ..sim.loop import _Progress
 from .data import DATASETS, ImageData, load_dataset
 from .init import Arm, parse_arms
 from .model import ViTConfig
-from .train import TrainConfig, steps_per_epoch, train_run
+from .train import TrainConfig, _steps_per_epoch, train_run
 
 _KIND_COMPARE = "tokensde.vit.compare"
 SUMMARY, TABLE = "summary.json", "table.md"
-BASELINE = "default"
+_BASELINE = "default"
 # The defaults per data set: patch size, training subset (0 = all) and batch size.
-DATA_DEFAULTS: dict[str, dict[str, int]] = {
+_DATA_DEFAULTS: dict[str, dict[str, int]] = {
     "fashion-mnist": {"patch": 7, "train_subset": 10000, "batch_size": 128},
     "cifar10": {"patch": 4, "train_subset": 10000, "batch_size": 128},
     "digits": {"patch": 4, "train_subset": 0, "batch_size": 32},
@@ -59,7 +59,7 @@ def _load(spec: DataSpec) -> ImageData:
     return load_dataset(spec.name, spec.data_dir, spec.train_subset, spec.test_subset)
 
 
-def run_dir(out: Path, arm: Arm, seed: int) -> Path:
+def _run_dir(out: Path, arm: Arm, seed: int) -> Path:
     """Directory of one run: `out/runs/<arm>/seed<seed>` (':' spelt '_')."""
     return out / "runs" / arm.name.replace(":", "_") / f"seed{seed}"
 
@@ -71,24 +71,24 @@ def _job(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arm: Arm,
 
 def _run_all(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[Arm],
             seeds: list[int], out: Path, threads: int = 1, jobs: int = 1,
-            progress: Progress | None = None) -> dict[str, dict[int, dict[str, Any]]]:
+            progress: _Progress | None = None) -> dict[str, dict[int, dict[str, Any]]]:
     """Train all runs; return `{arm: {seed: result}}`. Finished runs are read back, others resume.
 
     With `jobs > 1` runs go to that many worker processes of `threads` threads each; the progress
     callback then advances once per finished run by its number of steps.
     """
-    jobs = check_int("jobs", jobs, 1)
+    jobs = _check_int("jobs", jobs, 1)
     tasks = [(arm, s) for s in seeds for arm in arms]
     cfgs = {s: TrainConfig(**{**train_cfg.to_dict(), "seed": s}) for s in seeds}
     results: dict[str, dict[int, dict[str, Any]]] = {a.name: {} for a in arms}
     if jobs == 1:
         for arm, s in tasks:
             results[arm.name][s] = train_run(data.load(), model_cfg, cfgs[s], arm,
-                                             run_dir(out, arm, s), threads, progress)
+                                             _run_dir(out, arm, s), threads, progress)
         return results
-    steps = steps_per_epoch(data.load(), train_cfg) * train_cfg.epochs
+    steps = _steps_per_epoch(data.load(), train_cfg) * train_cfg.epochs
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_job, data, model_cfg, cfgs[s], arm, run_dir(out, arm, s),
+        futures = {pool.submit(_job, data, model_cfg, cfgs[s], arm, _run_dir(out, arm, s),
                                threads): (arm, s) for arm, s in tasks}
         try:
             for fut in as_completed(futures):
@@ -121,11 +121,11 @@ def summarise(results: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -
     arms = {a: {"mean": float(c[:, -1].mean()), "sd": _sd(c[:, -1]), "runs": c[:, -1].tolist(),
                 "curve_mean": c.mean(0).tolist(), "curves": c.tolist()} for a, c in curves.items()}
     paired = {}
-    if BASELINE in curves:
+    if _BASELINE in curves:
         for a, c in curves.items():
-            if a == BASELINE:
+            if a == _BASELINE:
                 continue
-            diff = c - curves[BASELINE]
+            diff = c - curves[_BASELINE]
             per_epoch = [t_interval(diff[:, e]) for e in range(diff.shape[1])]
             m, lo, hi = per_epoch[-1]
             paired[a] = {"mean": m, "lo": lo, "hi": hi, "diffs": diff[:, -1].tolist(),
@@ -135,7 +135,7 @@ def summarise(results: dict[str, dict[int, dict[str, Any]]], seeds: list[int]) -
 
 def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: list[Arm],
             seeds: list[int], out: str | Path, threads: int = 1, jobs: int = 1,
-            progress: Progress | None = None) -> dict[str, Any]:
+            progress: _Progress | None = None) -> dict[str, Any]:
     """Run every arm on every seed and return the summary (with a header saying how it was made).
 
     Args:
@@ -162,14 +162,14 @@ def compare(data: DataSpec, model_cfg: ViTConfig, train_cfg: TrainConfig, arms: 
     return {**meta, **summarise(results, seeds)}
 
 
-def model_config(data: ImageData, patch: int | None = None, **fields: Any) -> ViTConfig:
+def _model_config(data: ImageData, patch: int | None = None, **fields: Any) -> ViTConfig:
     """The ViTConfig for images of `data` (shape, classes; patch by data set unless given)."""
-    patch = DATA_DEFAULTS[data.name]["patch"] if patch is None else patch
+    patch = _DATA_DEFAULTS[data.name]["patch"] if patch is None else patch
     return ViTConfig(image_size=data.image_size, channels=data.channels, patch=patch,
                      classes=data.classes, **fields)
 
 
-def save_summary(summary: dict[str, Any], out: str | Path) -> dict[str, Path]:
+def _save_summary(summary: dict[str, Any], out: str | Path) -> dict[str, Path]:
     """Write `summary.json` and the markdown `table.md` into `out`; return their paths."""
     out = Path(out)
     text = json.dumps(summary, indent=1) + "\n"
@@ -240,7 +240,7 @@ def _subset_size(value: int | None, default: int) -> int | None:
 
 
 @dataclass(frozen=True, eq=False)
-class ComparePlan:
+class _ComparePlan:
     """A checked `arms x seeds` comparison, its data loaded, ready to run (`compare_plan`)."""
 
     spec: DataSpec
@@ -253,16 +253,16 @@ class ComparePlan:
     @property
     def total_steps(self) -> int:
         """Optimiser steps of all runs together (for a progress bar)."""
-        return (steps_per_epoch(self.data, self.train_cfg) * self.train_cfg.epochs
+        return (_steps_per_epoch(self.data, self.train_cfg) * self.train_cfg.epochs
                 * len(self.arms) * len(self.seeds))
 
     def run(self, out: str | Path, threads: int = 1, jobs: int = 1,
-            progress: Progress | None = None) -> dict[str, Any]:
+            progress: _Progress | None = None) -> dict[str, Any]:
         """Train every run (resuming finished ones), write `summary.json` and `table.md` into
         `out` and return the summary (`compare`)."""
         summary = compare(self.spec, self.model_cfg, self.train_cfg, self.arms, self.seeds, out,
                           threads, jobs, progress)
-        save_summary(summary, out)
+        _save_summary(summary, out)
         return summary
 
 
@@ -271,7 +271,7 @@ def compare_plan(arms: str, seeds: int, dataset: str = "fashion-mnist",
                  train_subset: int | None = None, test_subset: int | None = 0,
                  batch_size: int | None = None, patch: int | None = None,
                  model: dict[str, Any] | None = None,
-                 train: dict[str, Any] | None = None) -> ComparePlan:
+                 train: dict[str, Any] | None = None) -> _ComparePlan:
     """Check the parameters of an `arms x seeds` comparison and load its data set.
 
     Args:
@@ -296,7 +296,7 @@ def compare_plan(arms: str, seeds: int, dataset: str = "fashion-mnist",
     arm_list = parse_arms(arms)
     if seeds < 1:
         raise ParameterError(f"seeds must be an integer >= 1; got {seeds!r}")
-    defaults = DATA_DEFAULTS[check_choice("dataset", dataset, DATASETS)]
+    defaults = _DATA_DEFAULTS[_check_choice("dataset", dataset, DATASETS)]
     spec = DataSpec(dataset, None if data_dir is None else str(data_dir),
                     _subset_size(train_subset, defaults["train_subset"]),
                     _subset_size(test_subset, 0))
@@ -304,6 +304,6 @@ def compare_plan(arms: str, seeds: int, dataset: str = "fashion-mnist",
     train_cfg = TrainConfig(**{"batch_size": batch,
                                **(train or {}), "seed": seed0})
     data = spec.load()
-    model_cfg = model_config(data, patch, **(model or {}))
-    return ComparePlan(spec, data, model_cfg, train_cfg, arm_list,
+    model_cfg = _model_config(data, patch, **(model or {}))
+    return _ComparePlan(spec, data, model_cfg, train_cfg, arm_list,
                        list(range(seed0, seed0 + seeds)))

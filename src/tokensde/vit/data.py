@@ -31,10 +31,10 @@ import numpy as np
 import torch
 
 from ..io.store import atomic_write
-from ..model.params import ParameterError, check_choice, check_int
+from ..model.params import ParameterError, _check_choice, _check_int
 
 DATASETS: tuple[str, ...] = ("fashion-mnist", "cifar10", "digits")
-FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
+_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
 _FASHION_FILES = {
     "x_train": "train-images-idx3-ubyte.gz", "y_train": "train-labels-idx1-ubyte.gz",
     "x_test": "t10k-images-idx3-ubyte.gz", "y_test": "t10k-labels-idx1-ubyte.gz",
@@ -50,7 +50,7 @@ _AUGMENT: dict[str, tuple[int, bool]] = {"fashion-mnist": (2, False), "cifar10":
 
 _HOW_TO_GET = {
     "fashion-mnist": "install it with `sudo apt-get install dataset-fashion-mnist` "
-                     f"(Debian/Ubuntu), which puts the files in {FASHION_DIR}, or pass "
+                     f"(Debian/Ubuntu), which puts the files in {_FASHION_DIR}, or pass "
                      "--data-dir to a directory holding " + ", ".join(_FASHION_FILES.values()),
     "cifar10": "download 'CIFAR-10 python version' (cifar-10-python.tar.gz) from "
                "https://www.cs.toronto.edu/~kriz/cifar.html on a machine with network access, "
@@ -98,7 +98,7 @@ def _missing(name: str, path: Path) -> MissingDatasetError:
                                f"{_HOW_TO_GET[name]}")
 
 
-def read_idx(path: Path) -> np.ndarray:
+def _read_idx(path: Path) -> np.ndarray:
     """Read a gzip-compressed IDX file (unsigned bytes) into an array of its stated shape."""
     with gzip.open(path, "rb") as fh:
         raw = fh.read()
@@ -114,13 +114,13 @@ def read_idx(path: Path) -> np.ndarray:
 
 def _read_fashion_mnist(data_dir: str | Path | None = None) -> dict[str, np.ndarray]:
     """The four Fashion-MNIST arrays: uint8 images `(N, 28, 28)` and labels `(N,)`."""
-    root = Path(data_dir) if data_dir is not None else FASHION_DIR
+    root = Path(data_dir) if data_dir is not None else _FASHION_DIR
     out = {}
     for key, fname in _FASHION_FILES.items():
         path = root / fname
         if not path.is_file():
             raise _missing("fashion-mnist", path)
-        out[key] = read_idx(path)
+        out[key] = _read_idx(path)
     return out
 
 
@@ -194,7 +194,7 @@ def _read_npz(path: str | Path, name: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-def data_env(name: str) -> str:
+def _data_env(name: str) -> str:
     """The environment variable that says where data set `name` lives on this machine (a
     directory or a `.npz` file), used when no `data_dir` is given: `TOKENSDE_DATA_FASHION_MNIST`,
     `TOKENSDE_DATA_CIFAR10`, `TOKENSDE_DATA_DIGITS`. A location, not a parameter, so a sweep
@@ -202,14 +202,14 @@ def data_env(name: str) -> str:
     return "TOKENSDE_DATA_" + name.upper().replace("-", "_")
 
 
-def read_arrays(name: str, data_dir: str | Path | None = None) -> tuple[dict[str, np.ndarray], str]:
+def _read_arrays(name: str, data_dir: str | Path | None = None) -> tuple[dict[str, np.ndarray], str]:
     """Raw arrays of data set `name` (uint8 or float images, int labels) and where they came from;
     `data_dir` may be a `.npz` file written by `export_npz`; without it, `data_env(name)` if set."""
-    check_choice("dataset", name, DATASETS)
-    if not data_dir and os.environ.get(data_env(name)):
-        data_dir = os.environ[data_env(name)]
+    _check_choice("dataset", name, DATASETS)
+    if not data_dir and os.environ.get(_data_env(name)):
+        data_dir = os.environ[_data_env(name)]
         if not Path(data_dir).exists():
-            raise MissingDatasetError(f"{data_env(name)}={data_dir} does not exist (it says where "
+            raise MissingDatasetError(f"{_data_env(name)}={data_dir} does not exist (it says where "
                                       f"{name} lives when no data_dir is given)")
     data_dir = data_dir or None
     if name == "digits" and data_dir is not None and not str(data_dir).endswith(".npz"):
@@ -219,21 +219,21 @@ def read_arrays(name: str, data_dir: str | Path | None = None) -> tuple[dict[str
     if data_dir is not None and str(data_dir).endswith(".npz"):
         return _read_npz(data_dir, name), str(data_dir)
     if name == "fashion-mnist":
-        return _read_fashion_mnist(data_dir), str(data_dir or FASHION_DIR)
+        return _read_fashion_mnist(data_dir), str(data_dir or _FASHION_DIR)
     if name == "cifar10":
         return _read_cifar10(data_dir), str(data_dir)
     return _read_digits(), (f"sklearn.datasets.load_digits, {_DIGITS_TEST} test images by "
                            "permutation seed 0")
 
 
-def export_npz(name: str, path: str | Path, train: int, test: int,
+def _export_npz(name: str, path: str | Path, train: int, test: int,
                data_dir: str | Path | None = None) -> dict[str, Any]:
     """Write the first `train` training and `test` test images (and labels) of data set `name`
     into the compressed file `path`; return what was written."""
-    train, test = check_int("train", train, 1), check_int("test", test, 1)
+    train, test = _check_int("train", train, 1), _check_int("test", test, 1)
     if not str(path).endswith(".npz"):
         raise ParameterError(f"path must end in .npz; got {str(path)!r}")
-    arrays, source = read_arrays(name, data_dir)
+    arrays, source = _read_arrays(name, data_dir)
     for part, n in (("train", train), ("test", test)):
         if n > len(arrays[f"y_{part}"]):
             raise ParameterError(f"{part} must be <= {len(arrays[f'y_{part}'])} (the {name} "
@@ -309,12 +309,12 @@ def load_dataset(name: str, data_dir: str | Path | None = None, train_subset: in
         MissingDatasetError: The files are not there (the message says how to get them).
         DatasetError: A file is corrupt or of the wrong format.
     """
-    check_choice("dataset", name, DATASETS)
-    arrays, source = read_arrays(name, data_dir)
+    _check_choice("dataset", name, DATASETS)
+    arrays, source = _read_arrays(name, data_dir)
     total_train = len(arrays["y_train"])
-    val = 0 if val_subset is None else check_int("val_subset", val_subset, 1)
+    val = 0 if val_subset is None else _check_int("val_subset", val_subset, 1)
     if val:
-        keep = total_train - val if train_subset is None else check_int(
+        keep = total_train - val if train_subset is None else _check_int(
             "train_subset", train_subset, 1)
         if keep < 1 or keep + val > total_train:
             raise ParameterError(f"train_subset + val_subset must be <= {total_train} (the {name} "
@@ -325,7 +325,7 @@ def load_dataset(name: str, data_dir: str | Path | None = None, train_subset: in
     sizes = {}
     for part, limit in (("train", train_subset), ("test", test_subset)):
         total = len(arrays[f"y_{part}"])
-        keep = total if limit is None else min(check_int(f"{part}_subset", limit, 1), total)
+        keep = total if limit is None else min(_check_int(f"{part}_subset", limit, 1), total)
         for key in (f"x_{part}", f"y_{part}"):
             arrays[key] = arrays[key][:keep]
         sizes[part] = f"first {keep} of {total}"

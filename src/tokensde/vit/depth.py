@@ -34,31 +34,31 @@ import torch
 
 from ..analysis import clusters
 from ..analysis.stats import t_interval
-from ..model.params import ParameterError, check_choice, check_real
+from ..model.params import ParameterError, _check_choice, _check_real
 from ..sweep.config import SweepConfig
-from ..sweep.engine import OnCell, run_sweep
-from ..sweep.kinds import ExperimentKind, Param, choice, integer, real, register
+from ..sweep.engine import _OnCell, run_sweep
+from ..sweep.kinds import ExperimentKind, _choice, _integer, _Param, real, register
 from ..sweep.store import load_table
-from .compare import BASELINE, DataSpec
+from .compare import _BASELINE, DataSpec
 from .data import DATASETS
 from .geometry import pair_cosines
-from .init import Arm, arm_order, make_model
-from .model import BLOCKS, ViT, ViTConfig
-from .train import TrainConfig, evaluate, make_optimizer, train_epoch
+from .init import Arm, _arm_order, make_model
+from .model import _BLOCKS, ViT, ViTConfig
+from .train import TrainConfig, _evaluate, make_optimizer, train_epoch
 
 KIND = "vit_depth"
-DEVICE_ENV = "TOKENSDE_VIT_DEVICE"  # torch device of the training runs (default cpu)
-SWEEPS = Path(__file__).parent / "sweeps"
-DEPTH_SWEEPS = ("tiny", "quick", "full", "long")
-PATCH = {"fashion-mnist": 7, "cifar10": 4, "digits": 4}
+_DEVICE_ENV = "TOKENSDE_VIT_DEVICE"  # torch device of the training runs (default cpu)
+_SWEEPS = Path(__file__).parent / "sweeps"
+_DEPTH_SWEEPS = ("tiny", "quick", "full", "long")
+_PATCH = {"fashion-mnist": 7, "cifar10": 4, "digits": 4}
 _NORM = {"attention-only": "rms", "standard": "layer"}
 # Columns that identify a training set-up: rows that agree on all of them (and on train_seed) are
 # paired across arms.
-SETUP = ("block", "depth", "dataset", "data_dir", "train_subset", "test_subset", "epochs", "dim",
+_SETUP = ("block", "depth", "dataset", "data_dir", "train_subset", "test_subset", "epochs", "dim",
          "heads", "patch", "batch_size", "lr", "probe_images", "tol")
 
 
-def check_arm(key: str, value: Any) -> str:
+def _check_arm(key: str, value: Any) -> str:
     """The canonical name of the arm `value` (ParameterError naming `key` if it is none)."""
     try:
         return Arm.parse(str(value)).name
@@ -67,48 +67,48 @@ def check_arm(key: str, value: Any) -> str:
 
 
 def _tol(key: str, value: Any) -> float:
-    x = check_real(key, value, 0.0, strict=True)
+    x = _check_real(key, value, 0.0, strict=True)
     if x >= 1.0:
         raise ParameterError(f"{key} must be in (0, 1); got {value!r}")
     return x
 
 
-PARAMS: dict[str, Param] = {
-    "block": choice(BLOCKS, doc="attention-only (spec §2) or standard (pre-norm with MLP)"),
-    "arm": Param(check_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity, shared"),
-    "depth": integer(1, doc="number of blocks L (branch scale 1/sqrt(L))"),
-    "train_seed": integer(0, doc="seed of the weights, data order and augmentation (paired)"),
-    "dataset": choice(DATASETS, "fashion-mnist"),
-    "data_dir": Param(lambda k, v: str(v), "", "data set directory ('' = the default place)"),
-    "train_subset": integer(0, 5000, "first N training images (0 = all)"),
-    "test_subset": integer(0, 2000, "first N test images (0 = all)"),
-    "epochs": integer(1, 3),
-    "dim": integer(2, 64, "token width D"),
-    "heads": integer(1, 1),
-    "patch": integer(0, 0, "patch side (0: 7 for fashion-mnist, 4 otherwise)"),
-    "batch_size": integer(1, 128),
+_PARAMS: dict[str, _Param] = {
+    "block": _choice(_BLOCKS, doc="attention-only (spec §2) or standard (pre-norm with MLP)"),
+    "arm": _Param(_check_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity, shared"),
+    "depth": _integer(1, doc="number of blocks L (branch scale 1/sqrt(L))"),
+    "train_seed": _integer(0, doc="seed of the weights, data order and augmentation (paired)"),
+    "dataset": _choice(DATASETS, "fashion-mnist"),
+    "data_dir": _Param(lambda k, v: str(v), "", "data set directory ('' = the default place)"),
+    "train_subset": _integer(0, 5000, "first N training images (0 = all)"),
+    "test_subset": _integer(0, 2000, "first N test images (0 = all)"),
+    "epochs": _integer(1, 3),
+    "dim": _integer(2, 64, "token width D"),
+    "heads": _integer(1, 1),
+    "patch": _integer(0, 0, "patch side (0: 7 for fashion-mnist, 4 otherwise)"),
+    "batch_size": _integer(1, 128),
     "lr": real(0.0, 2e-3, strict=True, doc="peak AdamW learning rate"),
-    "probe_images": integer(1, 64, "test images fed to the untrained model"),
-    "tol": Param(_tol, 0.05, "pairs with cosine within tol of +1 / -1 count as merged / antipodal"),
+    "probe_images": _integer(1, 64, "test images fed to the untrained model"),
+    "tol": _Param(_tol, 0.05, "pairs with cosine within tol of +1 / -1 count as merged / antipodal"),
 }
 
 
-def cell_config(cell: dict[str, Any], image_size: int, channels: int,
+def _cell_config(cell: dict[str, Any], image_size: int, channels: int,
                 classes: int) -> ViTConfig:
     """The ViTConfig of a normalised cell for images of this shape."""
-    patch = cell["patch"] or PATCH[cell["dataset"]]
+    patch = cell["patch"] or _PATCH[cell["dataset"]]
     return ViTConfig(image_size=image_size, channels=channels, patch=patch, dim=cell["dim"],
                      depth=cell["depth"], heads=cell["heads"], classes=classes,
                      norm=_NORM[cell["block"]], residual_scale=True, block=cell["block"])
 
 
-def data_spec(cell: dict[str, Any]) -> DataSpec:
+def _data_spec(cell: dict[str, Any]) -> DataSpec:
     """Which images a cell trains and tests on."""
     return DataSpec(cell["dataset"], cell["data_dir"] or None, cell["train_subset"] or None,
                     cell["test_subset"] or None)
 
 
-def token_geometry(x: torch.Tensor, tol: float) -> dict[str, float]:
+def _token_geometry(x: torch.Tensor, tol: float) -> dict[str, float]:
     """Of tokens `(batch, n, D)`: fractions of pairs with cosine > 1 - tol and < -1 + tol, mean
     cosine, and the effective rank `(tr G)^2 / tr G^2` of each image's cosine matrix, averaged."""
     cos = pair_cosines(x.double()).numpy()
@@ -120,40 +120,40 @@ def token_geometry(x: torch.Tensor, tol: float) -> dict[str, float]:
 
 
 @torch.no_grad()
-def geometry_at_init(model: ViT, images: torch.Tensor, tol: float) -> dict[str, float]:
+def _geometry_at_init(model: ViT, images: torch.Tensor, tol: float) -> dict[str, float]:
     """`token_geometry` after the last block of `model` (as given: untrained) on `images`."""
     model.eval()
-    return token_geometry(model.tokens(images)[-1], tol)
+    return _token_geometry(model.tokens(images)[-1], tol)
 
 
 def _depth_cell(cell: dict[str, Any], seed: int) -> dict[str, Any]:
     """Train one (block, arm, depth, train_seed) model; geometry at init, accuracy per epoch."""
     del seed  # the training seed is the grid parameter train_seed (see the module docstring)
-    device = check_choice(DEVICE_ENV, os.environ.get(DEVICE_ENV, "cpu"), ("cpu", "cuda"))
-    data = data_spec(cell).load()
-    cfg = cell_config(cell, data.image_size, data.channels, data.classes)
+    device = _check_choice(_DEVICE_ENV, os.environ.get(_DEVICE_ENV, "cpu"), ("cpu", "cuda"))
+    data = _data_spec(cell).load()
+    cfg = _cell_config(cell, data.image_size, data.channels, data.classes)
     train = TrainConfig(epochs=cell["epochs"], batch_size=cell["batch_size"], lr=cell["lr"],
                         seed=cell["train_seed"])
     model = make_model(cfg, cell["arm"], train.seed)
-    geo = geometry_at_init(model, data.x_test[:cell["probe_images"]], cell["tol"])
+    geo = _geometry_at_init(model, data.x_test[:cell["probe_images"]], cell["tol"])
     model.to(device)
     opt = make_optimizer(model, train)
     curve, t0 = [], time.perf_counter()
     for epoch in range(train.epochs):
         rec = train_epoch(model, opt, data, train, epoch, device=device)
-        curve.append(evaluate(model, data.x_test, data.y_test, device)["acc"])
+        curve.append(_evaluate(model, data.x_test, data.y_test, device)["acc"])
     return {"acc": curve[-1], "acc_curve": curve, "train_loss": rec["train_loss"],
             "train_s": time.perf_counter() - t0, "tokens": cfg.n_tokens, "device": device,
             **{f"init_{k}": v for k, v in geo.items()}}
 
 
-register(ExperimentKind(KIND, _depth_cell, PARAMS,
+register(ExperimentKind(KIND, _depth_cell, _PARAMS,
                         "train a ViT arm at one depth; token geometry at init, test accuracy"))
 
 
 # ----------------------------------------------------------------------------- running
 
-def sized_config(size: str | os.PathLike, kind: str, sizes: Sequence[str], packaged: Path,
+def _sized_config(size: str | os.PathLike, kind: str, sizes: Sequence[str], packaged: Path,
                  params: dict[str, Any]) -> SweepConfig:
     """The sweep `packaged` when `size` is one of `sizes`, else the TOML file `size`, checked to
     be of `kind`, with its fixed parameters replaced by the non-None `params`."""
@@ -173,30 +173,30 @@ def sized_config(size: str | os.PathLike, kind: str, sizes: Sequence[str], packa
     return dataclasses.replace(cfg, params={**cfg.params, **given})
 
 
-def depth_config(size: str | os.PathLike = "quick", **params: Any) -> SweepConfig:
+def _depth_config(size: str | os.PathLike = "quick", **params: Any) -> SweepConfig:
     """The packaged sweep `size` ('quick' or 'full', or a TOML path), with fixed parameters
     replaced by `params` (e.g. `dataset='cifar10', data_dir=DIR`)."""
-    return sized_config(size, KIND, DEPTH_SWEEPS, SWEEPS / f"vit-depth-{size}.toml", params)
+    return _sized_config(size, KIND, _DEPTH_SWEEPS, _SWEEPS / f"vit-depth-{size}.toml", params)
 
 
-def run_depth(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
+def _run_depth(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
               backend: str = "local", address: str | None = None,
-              on_cell: OnCell | None = None,
+              on_cell: _OnCell | None = None,
               on_start: Any = None) -> dict[str, Any]:
     """Run (or resume) a depth sweep into `out` with the sweep engine, then write its tables and
     figures (`depth_report`); return the sweep summary with the report's files."""
     summary = run_sweep(config, out, workers=workers, backend=backend, address=address,
                         on_cell=on_cell, on_start=on_start)
-    return {**summary, "report": depth_report(out)}
+    return {**summary, "report": _depth_report(out)}
 
 
 # ----------------------------------------------------------------------------- analysis
 
 def _setup_key(df: pd.DataFrame) -> list[str]:
-    return [c for c in SETUP if c in df.columns]
+    return [c for c in _SETUP if c in df.columns]
 
 
-def paired_gaps(df: pd.DataFrame, baseline: str = BASELINE) -> pd.DataFrame:
+def _paired_gaps(df: pd.DataFrame, baseline: str = _BASELINE) -> pd.DataFrame:
     """Per set-up and arm: seeds, mean accuracy and geometry at init, and the paired gap to
     `baseline` in points, `mean +- t_{0.975,S-1} sd/sqrt(S)` over the seeds both arms finished."""
     df = df[df["status"] == "ok"] if "status" in df.columns else df
@@ -238,7 +238,7 @@ def _gap_table(gaps: pd.DataFrame, block: str = "attention-only") -> str:
     depths = sorted(g["depth"].unique())
     head = "| arm | " + " | ".join(f"L = {d}" for d in depths) + " | model |"
     lines = [f"**{block} block**: gap to `default` in points, 95 % paired t-interval "
-             f"(paired seeds per cell: {_span(g.loc[g['arm'] != BASELINE, 'pairs'])})", "", head,
+             f"(paired seeds per cell: {_span(g.loc[g['arm'] != _BASELINE, 'pairs'])})", "", head,
              "|---|" + "---|" * (len(depths) + 1)]
     for arm, rows in g.groupby("arm", sort=False):
         by_depth = rows.set_index("depth")
@@ -248,16 +248,16 @@ def _gap_table(gaps: pd.DataFrame, block: str = "attention-only") -> str:
                 cells.append("")
                 continue
             r = by_depth.loc[d]
-            cells.append(f"{r['acc']:.1f} %" if arm == BASELINE else
+            cells.append(f"{r['acc']:.1f} %" if arm == _BASELINE else
                          f"{_pts(r['gap'])} [{_pts(r['gap_lo'])}, {_pts(r['gap_hi'])}]")
-        name = "default (accuracy)" if arm == BASELINE else arm
+        name = "default (accuracy)" if arm == _BASELINE else arm
         model = rows["model"].iloc[0].split(":")[0]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {model} |")
     return "\n".join(lines) + "\n"
 
 
 def _ordered(gaps: pd.DataFrame) -> pd.DataFrame:
-    rank = {a: i for i, a in enumerate(arm_order(gaps["arm"]))}
+    rank = {a: i for i, a in enumerate(_arm_order(gaps["arm"]))}
     return gaps.assign(_o=gaps["arm"].map(rank)).sort_values(
         ["block", "_o", "depth"]).drop(columns="_o").reset_index(drop=True)
 
@@ -265,53 +265,53 @@ def _ordered(gaps: pd.DataFrame) -> pd.DataFrame:
 def _pooled_table(out: str | os.PathLike, also: Sequence[str | os.PathLike] = ()) -> pd.DataFrame:
     """The finished cells of the depth sweep in `out` and of the sweeps in `also`, one row per
     cell id (a cell's numbers depend on its parameters only, so any sweep may have run it)."""
-    from ..sweep.store import SweepDir
+    from ..sweep.store import _SweepDir
 
     for d in (out, *also):
-        kind = SweepDir(d).manifest()["config"].get("kind")
+        kind = _SweepDir(d).manifest()["config"].get("kind")
         if kind != KIND:
             raise ParameterError(f"{d} holds a sweep of kind {kind!r}, not {KIND!r}")
     tables = [load_table(d) for d in (out, *also)]
     return pd.concat(tables, ignore_index=True).drop_duplicates("cell").reset_index(drop=True)
 
 
-def depth_report(out: str | os.PathLike, figures: bool = True,
+def _depth_report(out: str | os.PathLike, figures: bool = True,
                  also: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
     """From the sweep table in `out` (pooled with the sweeps in `also`): the paired gaps
     (`gaps.json`, with a header naming the sweeps), the markdown tables (`gaps.md`) and the
     figures, all written into `out`; return the file paths."""
     from ..io.store import atomic_write, header
-    from ..plots.vit_depth import draw_all
-    from ..sweep.store import SweepDir
+    from ..plots.vit_depth import _draw_all
+    from ..sweep.store import _SweepDir
 
     out = Path(out)
     table = _pooled_table(out, also)
-    gaps = _ordered(paired_gaps(table))
-    sweeps = [SweepDir(d).manifest()["config"] for d in (out, *also)]
+    gaps = _ordered(_paired_gaps(table))
+    sweeps = [_SweepDir(d).manifest()["config"] for d in (out, *also)]
     doc = header(_KIND_GAPS, sweep=sweeps[0], also=[str(d) for d in also], sweeps=sweeps,
-                 rows=json_rows(gaps))
+                 rows=_json_rows(gaps))
     files = {"gaps": atomic_write(out / GAPS, lambda tmp: tmp.write_text(
         json.dumps(doc, indent=1) + "\n"))}
     md = "\n".join(_gap_table(gaps, b) for b in ("attention-only", "standard")
                    if b in set(gaps["block"]))
     files["table"] = atomic_write(out / TABLE_MD, lambda tmp: tmp.write_text(md))
     if figures:
-        files.update(draw_all(gaps, table, out))
+        files.update(_draw_all(gaps, table, out))
     return {k: str(v) for k, v in files.items()}
 
 
-def json_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+def _json_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """Rows of `df` as plain JSON-ready dicts (nan as None)."""
     return [{k: (None if isinstance(v, float) and not math.isfinite(v) else
                  v.item() if hasattr(v, "item") else v) for k, v in r.items()}
             for r in df.to_dict(orient="records")]
 
 
-def read_gaps(path: str | os.PathLike) -> pd.DataFrame:
+def _read_gaps(path: str | os.PathLike) -> pd.DataFrame:
     """The gap table saved by `depth_report` (a directory or its gaps.json)."""
-    from ..io.store import read_json
+    from ..io.store import _read_json
 
     p = Path(path)
     p = p / GAPS if p.is_dir() else p
-    doc = read_json(p, _KIND_GAPS, f"rebuild it with `tokensde vit depth-report {p.parent}`")
+    doc = _read_json(p, _KIND_GAPS, f"rebuild it with `tokensde vit depth-report {p.parent}`")
     return pd.DataFrame(doc["rows"])

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from ..model.params import check_int
+from ..model.params import _check_int
 from ..sim.budget import Budget, TimeModel
 from .model import ViT, ViTConfig
 
 if TYPE_CHECKING:
     from ..sweep.config import SweepConfig
-    from .compare import ComparePlan
+    from .compare import _ComparePlan
 
 __all__ = ["TIMED_STEPS", "StepTime", "depth_budget", "fair_budget", "time_stack_steps",
            "time_steps", "vit_budget", "vit_memory"]
@@ -76,10 +76,10 @@ def time_steps(cfg: ViTConfig, batch_size: int, threads: int = 1, steps: int = T
     Returns:
         The `StepTime` (the fastest timed step, so that a hiccup does not inflate it).
     """
-    batch = check_int("batch_size", batch_size, 1)
-    steps = check_int("steps", steps, 1)
+    batch = _check_int("batch_size", batch_size, 1)
+    steps = _check_int("steps", steps, 1)
     before = torch.get_num_threads()
-    torch.set_num_threads(check_int("threads", threads, 1))
+    torch.set_num_threads(_check_int("threads", threads, 1))
     try:
         gen = torch.Generator().manual_seed(0)
         model = ViT(cfg)
@@ -116,7 +116,7 @@ def vit_memory(cfg: ViTConfig, batch_size: int) -> int:
     return _FLOAT_BYTES * (4 * params + batch_size * n * cfg.depth * per_token)
 
 
-def vit_budget(plan: ComparePlan, out: Path, threads: int, jobs: int
+def vit_budget(plan: _ComparePlan, out: Path, threads: int, jobs: int
                ) -> tuple[Budget, TimeModel]:
     """The time and memory of the runs of `plan` not yet finished in `out`, and the timed model.
 
@@ -132,14 +132,14 @@ def vit_budget(plan: ComparePlan, out: Path, threads: int, jobs: int
     Returns:
         `(budget, model)` for `sim.budget.check_budget`.
     """
-    from .compare import run_dir
-    from .train import RESULT, steps_per_epoch
+    from .compare import _run_dir
+    from .train import RESULT, _steps_per_epoch
 
-    threads, jobs = check_int("threads", threads, 1), check_int("jobs", jobs, 1)
+    threads, jobs = _check_int("threads", threads, 1), _check_int("jobs", jobs, 1)
     cfg, tcfg = plan.model_cfg, plan.train_cfg
-    left = sum(not (run_dir(out, a, s) / RESULT).is_file() for a in plan.arms for s in plan.seeds)
+    left = sum(not (_run_dir(out, a, s) / RESULT).is_file() for a in plan.arms for s in plan.seeds)
     parallel = max(1, min(jobs, left, max(1, _cores() // threads)))
-    per_run_steps = steps_per_epoch(plan.data, tcfg) * tcfg.epochs
+    per_run_steps = _steps_per_epoch(plan.data, tcfg) * tcfg.epochs
     per_run_images = len(plan.data.y_test) * tcfg.epochs
     each = vit_memory(cfg, tcfg.batch_size)
     model = time_steps(cfg, tcfg.batch_size, threads).model()
@@ -162,7 +162,7 @@ def depth_budget(config: SweepConfig, out: Path, workers: int, backend: str = "l
     upper bound, `Budget.bounded` False, and never refused).
 
     Args:
-        config: The `vit_depth` sweep (`depth.depth_config`).
+        config: The `vit_depth` sweep (`depth._depth_config`).
         out: Its output folder.
         workers: Cells run at once.
         backend: The sweep's backend: 'local' is estimated; on 'ray' (other machines), or with
@@ -173,18 +173,18 @@ def depth_budget(config: SweepConfig, out: Path, workers: int, backend: str = "l
         slowest process and `model` counts 1 s per step (the shapes differ, so their step
         times are summed here); or None.
     """
-    from .depth import DEVICE_ENV, cell_config, data_spec
+    from .depth import _DEVICE_ENV, _cell_config, _data_spec
 
-    if backend != "local" or os.environ.get(DEVICE_ENV, "cpu") != "cpu":
+    if backend != "local" or os.environ.get(_DEVICE_ENV, "cpu") != "cpu":
         return None
 
-    workers = check_int("workers", workers, 1)
+    workers = _check_int("workers", workers, 1)
     cells = [c.params for c in config.cells()]
     timed: dict[tuple[ViTConfig, int], StepTime] = {}
     total, memory = 0.0, 0
     for p in cells:
-        data = data_spec(p).load()
-        cfg = cell_config(p, data.image_size, data.channels, data.classes)
+        data = _data_spec(p).load()
+        cfg = _cell_config(p, data.image_size, data.channels, data.classes)
         key = (cfg, p["batch_size"])
         if key not in timed:
             timed[key] = time_steps(cfg, p["batch_size"], threads=1)
@@ -219,8 +219,8 @@ def time_stack_steps(cfg: ViTConfig, models: int, batch_size: int, steps: int = 
     """
     from .stack import LAYOUT_WARNING, Member, StackedViT
 
-    R, B = check_int("models", models, 1), check_int("batch_size", batch_size, 1)
-    steps = check_int("steps", steps, 1)
+    R, B = _check_int("models", models, 1), _check_int("batch_size", batch_size, 1)
+    steps = _check_int("steps", steps, 1)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -234,7 +234,7 @@ def time_stack_steps(cfg: ViTConfig, models: int, batch_size: int, steps: int = 
             logits = stack.forward(x)
             loss = F.cross_entropy(logits.reshape(R * B, -1), y, label_smoothing=0.1)
             stack.grad.zero_()
-            with warnings.catch_warnings():  # as `stack.train_stack`: the flat leaf's layout
+            with warnings.catch_warnings():  # as `stack._train_stack`: the flat leaf's layout
                 warnings.filterwarnings("ignore", message=LAYOUT_WARNING)
                 loss.backward()
             stack.adamw_step(1.0, 0.05)
@@ -255,7 +255,7 @@ def fair_budget(config: SweepConfig, out: Path, workers: int, device: str = "cpu
     the training images, with a validation and a test pass after every epoch.
 
     Args:
-        config: The `vit_fair` sweep (`fair.fair_config`).
+        config: The `vit_fair` sweep (`fair._fair_config`).
         out: Its output folder.
         workers: Cells run at once.
         device: The cells' torch device: 'cpu' is estimated, a GPU not (None).
@@ -263,18 +263,18 @@ def fair_budget(config: SweepConfig, out: Path, workers: int, device: str = "cpu
     Returns:
         `(budget, model)` as `depth_budget`, or None.
     """
-    from .fair import cell_config, cell_data
+    from .fair import _cell_config, _cell_data
 
     if device != "cpu":
         return None
 
-    workers = check_int("workers", workers, 1)
+    workers = _check_int("workers", workers, 1)
     cells = [c.params for c in config.cells()]
     timed: dict[tuple[ViTConfig, int, int], StepTime] = {}
     total = 0.0
     for p in cells:
-        data = cell_data(p)
-        cfg = cell_config(p, data)
+        data = _cell_data(p)
+        cfg = _cell_config(p, data)
         key = (cfg, p["seeds"], p["batch_size"])
         if key not in timed:
             timed[key] = time_stack_steps(cfg, p["seeds"], p["batch_size"])

@@ -14,21 +14,21 @@ import numpy as np
 import pandas as pd
 
 from ..model.params import ParameterError
-from ..sweep.store import SweepDir
+from ..sweep.store import _SweepDir
 
 # Columns that identify a training set-up (rows equal on all of them are comparable).
-SETUP = ("depth", "dataset", "data_dir", "train_subset", "val_subset", "test_subset", "dim",
+_SETUP = ("depth", "dataset", "data_dir", "train_subset", "val_subset", "test_subset", "dim",
          "heads", "patch", "batch_size", "seeds", "seed0", "poison_test")
 # What the learning-rate choice may read: nothing about the test images.
 _VAL_COLUMNS = ("arm", "epochs", "lr", "train_seed", "val_acc")
 
 
-def setup_columns(df: pd.DataFrame) -> list[str]:
+def _setup_columns(df: pd.DataFrame) -> list[str]:
     """The columns of `SETUP` that `df` has: rows equal on them are comparable."""
-    return [c for c in SETUP if c in df.columns]
+    return [c for c in _SETUP if c in df.columns]
 
 
-def per_seed(table: pd.DataFrame) -> pd.DataFrame:
+def _per_seed(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (cell, training seed): set-up, arm, lr, epochs, train_seed, val_acc,
     test_acc (fractions) and the per-epoch curves `val_curve`, `test_curve` (lists)."""
     table = table[table["status"] == "ok"] if "status" in table.columns else table
@@ -37,14 +37,14 @@ def per_seed(table: pd.DataFrame) -> pd.DataFrame:
         E = int(c["epochs"])
         val, test = np.asarray(c["val_curve"], float), np.asarray(c["test_curve"], float)
         for i, s in enumerate(c["train_seeds"]):
-            rows.append({**{k: c[k] for k in setup_columns(table)}, "arm": c["arm"], "lr": c["lr"],
+            rows.append({**{k: c[k] for k in _setup_columns(table)}, "arm": c["arm"], "lr": c["lr"],
                          "epochs": E, "train_seed": int(s), "val_acc": float(c["val_acc"][i]),
                          "test_acc": float(c["test_acc"][i]),
                          "val_curve": val[i * E:(i + 1) * E], "test_curve": test[i * E:(i + 1) * E]})
     return pd.DataFrame(rows)
 
 
-def choose_lr(seeds: pd.DataFrame, planned: pd.DataFrame | None = None) -> pd.DataFrame:
+def _choose_lr(seeds: pd.DataFrame, planned: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per set-up, arm and budget: the rate with the highest mean validation accuracy at the end
     of training (ties: the smaller rate) among the rates that *every* arm of that budget has
     finished (`common`: the whole grid once the sweep is done, so that a partial sweep never lets
@@ -53,8 +53,8 @@ def choose_lr(seeds: pd.DataFrame, planned: pd.DataFrame | None = None) -> pd.Da
     of the budget's grid has not finished yet. The grid of a budget is its rates in `planned`
     (the cells of the sweeps, `planned_cells`), or without it every rate of `seeds` at any
     budget. Reads the set-up and VAL_COLUMNS only."""
-    val = seeds[[*setup_columns(seeds), *_VAL_COLUMNS]]
-    budget = [*setup_columns(seeds), "epochs"]
+    val = seeds[[*_setup_columns(seeds), *_VAL_COLUMNS]]
+    budget = [*_setup_columns(seeds), "epochs"]
     every = sorted(float(x) for x in val["lr"].unique())
     grids = None if planned is None else {
         (k if isinstance(k, tuple) else (k,)): sorted(set(map(float, g["lr"])))
@@ -79,13 +79,13 @@ def choose_lr(seeds: pd.DataFrame, planned: pd.DataFrame | None = None) -> pd.Da
                          "common": common,
                          "edge": len(common) > 1 and best in (common[0], common[-1]),
                          "complete": common == grid})
-    cols = [*setup_columns(seeds), "arm", "epochs"]
+    cols = [*_setup_columns(seeds), "arm", "epochs"]
     return pd.DataFrame(rows).sort_values(cols, kind="stable").reset_index(drop=True)
 
 
-def planned_cells(out: str | os.PathLike) -> pd.DataFrame:
+def _planned_cells(out: str | os.PathLike) -> pd.DataFrame:
     """The parameters of every cell of the sweep in `out` (finished or not), one row each."""
-    return pd.DataFrame([c["params"] for c in SweepDir(out).manifest()["cells"]])
+    return pd.DataFrame([c["params"] for c in _SweepDir(out).manifest()["cells"]])
 
 
 def _setups(plan: pd.DataFrame, setup: list[str]) -> set[tuple[Any, ...]]:
@@ -93,12 +93,12 @@ def _setups(plan: pd.DataFrame, setup: list[str]) -> set[tuple[Any, ...]]:
             for r in plan[setup].drop_duplicates().itertuples(index=False)}
 
 
-def check_merge(plans: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+def _check_merge(plans: Sequence[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     """The planned cells of sweeps `(name, cells)` reported together, checked: the set-ups of
     each sweep are those of the first, or some of them, or include them all (a sweep widens the
     other's grid; otherwise the parameters that differ are named), and no (set-up, arm, budget,
     rate) is planned twice. Returns them concatenated."""
-    setup = setup_columns(plans[0][1])
+    setup = _setup_columns(plans[0][1])
     ref = _setups(plans[0][1], setup)
     for name, plan in plans[1:]:
         mine = _setups(plan, setup)

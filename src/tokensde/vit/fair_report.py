@@ -13,13 +13,13 @@ import numpy as np
 import pandas as pd
 
 from ..model.params import ParameterError
-from ..sweep.store import SweepDir, load_table
-from .compare import BASELINE
-from .depth import json_rows
+from ..sweep.store import _SweepDir, load_table
+from .compare import _BASELINE
+from .depth import _json_rows
 from .fair import KIND
-from .fair_choice import check_merge, choose_lr, per_seed, planned_cells
-from .fair_stats import fair_gaps, plateau
-from .init import arm_order
+from .fair_choice import _check_merge, _choose_lr, _per_seed, _planned_cells
+from .fair_stats import _fair_gaps, _plateau
+from .init import _arm_order
 
 _KIND_FAIR = "tokensde.vit.fair-report"
 REPORT, TABLE_MD = "fair.json", "fair.md"
@@ -36,7 +36,7 @@ def _arm_rows(by: pd.DataFrame, arms: list[str], budgets: list[Any],
                                          for e in budgets) + " |" for arm in arms]
 
 
-def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) -> str:
+def _fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) -> str:
     """Markdown: arms x budgets (test accuracy at the per-arm rate; gap to default with its 95 %
     paired interval), the chosen rates, the validation accuracy over the grid, the plateau."""
     budgets = sorted(gaps["epochs"].unique())
@@ -46,8 +46,8 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     lines = ["**Test accuracy at each arm's own learning rate** (chosen on the validation split), "
              "and the gap to `default` in points with its 95 % paired t-interval "
              f"(paired seeds: {int(gaps['pairs'].max()) if len(gaps) else 0})", "", head, rule]
-    lines += _arm_rows(by, arm_order(gaps["arm"]), budgets, lambda r: (
-        f"{r['acc']:.1f} %" if r.name[0] == BASELINE else
+    lines += _arm_rows(by, _arm_order(gaps["arm"]), budgets, lambda r: (
+        f"{r['acc']:.1f} %" if r.name[0] == _BASELINE else
         f"{r['acc']:.1f} %, {_pts(r['gap'])} [{_pts(r['gap_lo'])}, {_pts(r['gap_hi'])}]")
         + ("" if r["complete"] else " †"))
     if not gaps["complete"].all():
@@ -56,7 +56,7 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     if gaps["gap_fixed"].notna().any():
         lines += ["", "Gap to `default` with **both at 2e-3** (the earlier protocol), same runs:",
                   "", head, rule]
-        lines += _arm_rows(by, [a for a in arm_order(gaps["arm"]) if a != BASELINE], budgets,
+        lines += _arm_rows(by, [a for a in _arm_order(gaps["arm"]) if a != _BASELINE], budgets,
                            lambda r: "not run" if not np.isfinite(r["gap_fixed"]) else
                            f"{_pts(r['gap_fixed'])} [{_pts(r['gap_fixed_lo'])}, "
                            f"{_pts(r['gap_fixed_hi'])}]")
@@ -66,13 +66,13 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     lines += ["", "**Chosen peak learning rate** (highest mean validation accuracy; * = on the "
               "edge of the grid; † = chosen from a partial grid, the sweep has not finished)", "",
               head, rule]
-    lines += _arm_rows(ch, arm_order(chosen["arm"]), budgets, lambda r: (
+    lines += _arm_rows(ch, _arm_order(chosen["arm"]), budgets, lambda r: (
         f"{r['lr']:.2g}{'*' if r['edge'] else ''}{'' if r['complete'] else '†'}"))
     lines += ["", "**Validation accuracy (%) over the grid** (mean over seeds; – not in this "
               "budget's grid, … not run yet)", "",
               "| arm | epochs | " + " | ".join(f"{x:.2g}" for x in every) + " |",
               "|---|---|" + "---|" * len(every)]
-    for arm in arm_order(chosen["arm"]):
+    for arm in _arm_order(chosen["arm"]):
         for e in budgets:
             if (arm, e) in ch.index:
                 r = ch.loc[(arm, e)]
@@ -94,7 +94,7 @@ def fair_table(gaps: pd.DataFrame, chosen: pd.DataFrame, level: dict[str, Any]) 
     return "\n".join(lines) + "\n"
 
 
-def load_fair(dirs: Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame,
+def _load_fair(dirs: Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame,
                                                            list[dict[str, Any]]]:
     """The per-seed rows (`per_seed`), the planned cells (`check_merge`) and the configs of the
     fair sweeps in `dirs` together: the first, and sweeps that widen its grid."""
@@ -102,15 +102,15 @@ def load_fair(dirs: Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataF
         raise ParameterError("give at least one fair sweep directory")
     configs, tables = [], []
     for d in dirs:
-        config = SweepDir(d).manifest()["config"]
+        config = _SweepDir(d).manifest()["config"]
         if config.get("kind") != KIND:
             raise ParameterError(f"{d} holds a sweep of kind {config.get('kind')!r}, not {KIND!r}")
         configs.append(config)
         table = load_table(d)
         if len(table):
             tables.append(table)
-    plan = check_merge([(str(d), planned_cells(d)) for d in dirs])
-    seeds = per_seed(pd.concat(tables, ignore_index=True)) if tables else pd.DataFrame()
+    plan = _check_merge([(str(d), _planned_cells(d)) for d in dirs])
+    seeds = _per_seed(pd.concat(tables, ignore_index=True)) if tables else pd.DataFrame()
     if seeds.empty:
         raise ParameterError(f"{', '.join(map(str, dirs))}: no finished cells yet")
     return seeds, plan, configs
@@ -118,11 +118,11 @@ def load_fair(dirs: Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataF
 
 def _by_arm(table: pd.DataFrame) -> pd.DataFrame:
     """`table` with its rows stably reordered so that the arms come in display order."""
-    rank = {a: i for i, a in enumerate(arm_order(table["arm"]))}
+    rank = {a: i for i, a in enumerate(_arm_order(table["arm"]))}
     return table.iloc[np.argsort(table["arm"].map(rank).to_numpy(), kind="stable")]
 
 
-def fair_report(out: str | os.PathLike, figures: bool = True,
+def _fair_report(out: str | os.PathLike, figures: bool = True,
                 more: Sequence[str | os.PathLike] = ()) -> dict[str, str]:
     """From the (finished or partial) fair sweep in `out`, and those in `more` that widen its
     grid (`load_fair`): the choice, the gaps and the plateau (`fair.json`, with a header naming
@@ -131,20 +131,20 @@ def fair_report(out: str | os.PathLike, figures: bool = True,
     from ..io.store import atomic_write, header
 
     out = Path(out)
-    seeds, plan, configs = load_fair([out, *more])
-    chosen = choose_lr(seeds, plan)
-    gaps = fair_gaps(seeds, chosen)
-    level = plateau(seeds, chosen)
+    seeds, plan, configs = _load_fair([out, *more])
+    chosen = _choose_lr(seeds, plan)
+    gaps = _fair_gaps(seeds, chosen)
+    level = _plateau(seeds, chosen)
     doc = header(_KIND_FAIR, sweep=configs[0], more=[{"path": str(m), "config": c} for m, c in
                                                     zip(more, configs[1:], strict=True)],
-                 chosen=json_rows(_by_arm(chosen)), gaps=json_rows(_by_arm(gaps)), plateau=level)
+                 chosen=_json_rows(_by_arm(chosen)), gaps=_json_rows(_by_arm(gaps)), plateau=level)
     files = {"report": atomic_write(out / REPORT, lambda tmp: tmp.write_text(
         json.dumps(doc, indent=1) + "\n"))}
-    md = fair_table(gaps, chosen, level)
+    md = _fair_table(gaps, chosen, level)
     files["table"] = atomic_write(out / TABLE_MD, lambda tmp: tmp.write_text(md))
     if figures:
-        from ..plots.vit_fair import draw_fair
+        from ..plots.vit_fair import _draw_fair
 
-        files.update(draw_fair(doc, out))
+        files.update(_draw_fair(doc, out))
     return {k: str(v) for k, v in files.items()}
 

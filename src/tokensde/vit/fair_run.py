@@ -12,39 +12,39 @@ from typing import Any
 import pandas as pd
 
 from ..model.params import ParameterError
-from ..sweep.config import Cell, SweepConfig
-from ..sweep.engine import OnCell, run_sweep
-from ..sweep.store import SweepDir, load_table
-from .fair import KIND, check_data
-from .fair_choice import check_merge, choose_lr, per_seed, planned_cells, setup_columns
-from .fair_report import fair_report
+from ..sweep.config import SweepConfig, _Cell
+from ..sweep.engine import _OnCell, run_sweep
+from ..sweep.store import _SweepDir, load_table
+from .fair import KIND, _check_data
+from .fair_choice import _check_merge, _choose_lr, _per_seed, _planned_cells, _setup_columns
+from .fair_report import _fair_report
 
 
 def _prior_choices(out: str | os.PathLike) -> pd.DataFrame:
     """The complete choices (`choose_lr`) of the cells already finished in `out` (none if it
     holds no sweep yet)."""
-    sd = SweepDir(out)
+    sd = _SweepDir(out)
     if not sd.exists() or not any(sd.cells_dir.glob("*.parquet")):
         return pd.DataFrame()
-    seeds = per_seed(load_table(out))
+    seeds = _per_seed(load_table(out))
     if seeds.empty:
         return pd.DataFrame()
-    chosen = choose_lr(seeds, planned_cells(out))
+    chosen = _choose_lr(seeds, _planned_cells(out))
     return chosen[chosen["complete"]]
 
 
-def promising_first(cells: list[Cell], chosen: pd.DataFrame) -> list[Cell]:
+def _promising_first(cells: list[_Cell], chosen: pd.DataFrame) -> list[_Cell]:
     """Cells by budget; within one, the rates nearest (in log2) to the arm's choice at the
     largest smaller budget with a complete grid first, then the smaller rate, then grid order.
     A partial run of a long budget thus holds every arm near its likely rate."""
-    setup = setup_columns(chosen)
+    setup = _setup_columns(chosen)
     past: dict[tuple[Any, ...], list[tuple[int, float]]] = {}  # (set-up, arm) -> by budget
     if not chosen.empty:
         for _, r in chosen.sort_values("epochs").iterrows():
             past.setdefault((*(r[k] for k in setup), r["arm"]), []).append(
                 (int(r["epochs"]), float(r["lr"])))
 
-    def key(c: Cell) -> tuple[int, float, float, int]:
+    def key(c: _Cell) -> tuple[int, float, float, int]:
         E, lr = c.params["epochs"], c.params["lr"]
         before = [x for e, x in past.get((*(c.params[k] for k in setup), c.params["arm"]), [])
                   if e < E]
@@ -54,20 +54,20 @@ def promising_first(cells: list[Cell], chosen: pd.DataFrame) -> list[Cell]:
     return sorted(cells, key=key)
 
 
-def run_fair(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
-             on_cell: OnCell | None = None, on_start: Any = None,
+def _run_fair(config: SweepConfig, out: str | os.PathLike, workers: int = 1,
+             on_cell: _OnCell | None = None, on_start: Any = None,
              figures: bool = True, more: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
     """Run (or resume) a fair sweep into `out` (its data checked first, `check_data`), the
     promising cells first (`promising_first`, from the choices finished at the start), then
     write its report with the sweeps `more` that widen its grid (`fair_report`)."""
     for m in more:
-        if SweepDir(m).manifest()["config"].get("kind") != KIND:
+        if _SweepDir(m).manifest()["config"].get("kind") != KIND:
             raise ParameterError(f"--with {m}: not a sweep of kind {KIND!r}")
-    SweepDir(out).check_same(config, config.cells())  # another sweep in out: refused first
-    check_merge([(str(out), pd.DataFrame([c.params for c in config.cells()])),
-                 *((str(m), planned_cells(m)) for m in more)])
-    check_data(config)
+    _SweepDir(out).check_same(config, config.cells())  # another sweep in out: refused first
+    _check_merge([(str(out), pd.DataFrame([c.params for c in config.cells()])),
+                 *((str(m), _planned_cells(m)) for m in more)])
+    _check_data(config)
     chosen = _prior_choices(out)
     summary = run_sweep(config, out, workers=workers, on_cell=on_cell, on_start=on_start,
-                        order=functools.partial(promising_first, chosen=chosen))
-    return {**summary, "report": fair_report(out, figures=figures, more=more)}
+                        order=functools.partial(_promising_first, chosen=chosen))
+    return {**summary, "report": _fair_report(out, figures=figures, more=more)}

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.stats import t_interval
-from .compare import BASELINE
-from .fair_choice import setup_columns
+from .compare import _BASELINE
+from .fair_choice import _setup_columns
 
 _LAST_THIRD = 1 / 3
 
@@ -25,12 +25,12 @@ def _gap(x: np.ndarray, base: pd.Series, seeds: np.ndarray) -> tuple[float, floa
     return (*t_interval(diff), len(diff))
 
 
-def fair_gaps(seeds: pd.DataFrame, chosen: pd.DataFrame, fixed_lr: float | None = 2e-3,
-              baseline: str = BASELINE) -> pd.DataFrame:
+def _fair_gaps(seeds: pd.DataFrame, chosen: pd.DataFrame, fixed_lr: float | None = 2e-3,
+              baseline: str = _BASELINE) -> pd.DataFrame:
     """Per set-up, budget and arm, at the arm's chosen rate: mean test accuracy (points) and the
     paired gap to `baseline` at *its* chosen rate, `mean +- t_{0.975,S-1} sd/sqrt(S)` over the
     seeds both finished; with `gap_fixed*` the same gap with both at `fixed_lr` (if in the grid)."""
-    key = [*setup_columns(seeds), "epochs"]
+    key = [*_setup_columns(seeds), "epochs"]
     by_arm = chosen.set_index([*key, "arm"])
     pick, whole = by_arm["lr"], by_arm["complete"]
     rows = []
@@ -63,7 +63,7 @@ def fair_gaps(seeds: pd.DataFrame, chosen: pd.DataFrame, fixed_lr: float | None 
     return pd.DataFrame(rows)
 
 
-def plateau(seeds: pd.DataFrame, chosen: pd.DataFrame, arm: str = BASELINE) -> dict[str, Any]:
+def _plateau(seeds: pd.DataFrame, chosen: pd.DataFrame, arm: str = _BASELINE) -> dict[str, Any]:
     """Has `arm` levelled off? At the largest budget E and its chosen rate: the test accuracy
     after epoch E minus after epoch E - round(E/3) (the change over the last third of that run),
     and the change from the next smaller budget to E (both chosen rates), each a mean over paired

@@ -17,7 +17,7 @@ import torch
 
 from ..analysis import clusters
 from ..io.store import atomic_write, header
-from ..model.params import ParameterError, check_int, check_real
+from ..model.params import ParameterError, _check_int, _check_real
 from .init import Arm, make_model
 from .model import ViTConfig
 
@@ -38,7 +38,7 @@ def pair_cosines(x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def arm_geometry(cfg: ViTConfig, arm: Arm, images: torch.Tensor, seeds: list[int],
+def _arm_geometry(cfg: ViTConfig, arm: Arm, images: torch.Tensor, seeds: list[int],
                  bins: int, tol: float) -> dict[str, Any]:
     """Cosine statistics across depth for `arm`, pooled over models of `seeds` and all images."""
     per_depth: list[list[torch.Tensor]] = [[] for _ in range(cfg.depth + 1)]
@@ -73,16 +73,16 @@ def geometry(cfg: ViTConfig, arms: list[Arm], images: torch.Tensor, seeds: list[
         `edges`, `tol`, `depths`, `seeds`, `images` and `arms` (per arm: `hist`, `near_pos`,
         `near_neg`, `mean` at each depth).
     """
-    check_int("bins", bins, 2)
-    if not 0 < check_real("tol", tol, 0.0, strict=True) < 1:
+    _check_int("bins", bins, 2)
+    if not 0 < _check_real("tol", tol, 0.0, strict=True) < 1:
         raise ParameterError(f"tol must be in (0, 1); got {tol!r}")
     return {"edges": np.linspace(-1.0, 1.0, bins + 1).tolist(), "tol": tol,
             "depths": list(range(cfg.depth + 1)), "seeds": list(seeds),
             "images": int(images.shape[0]),
-            "arms": {a.name: arm_geometry(cfg, a, images, seeds, bins, tol) for a in arms}}
+            "arms": {a.name: _arm_geometry(cfg, a, images, seeds, bins, tol) for a in arms}}
 
 
-def geometry_study(arms: list[Arm], dataset: str = "fashion-mnist",
+def _geometry_study(arms: list[Arm], dataset: str = "fashion-mnist",
                    data_dir: str | Path | None = None, images: int = 64, seeds: int = 3,
                    patch: int | None = None, model: dict[str, Any] | None = None, bins: int = 40,
                    tol: float = 0.05, out: str | Path | None = None) -> dict[str, Any]:
@@ -106,16 +106,16 @@ def geometry_study(arms: list[Arm], dataset: str = "fashion-mnist",
     Raises:
         ParameterError: `images` or `seeds` is below 1, or another argument is out of range.
     """
-    from .compare import model_config
+    from .compare import _model_config
     from .data import load_dataset
 
     if images < 1 or seeds < 1:
         raise ParameterError(f"images and seeds must be >= 1; got {images!r}, {seeds!r}")
-    check_int("bins", bins, 2)  # before the data set is read (`geometry` checks them again)
-    if not 0 < check_real("tol", tol, 0.0, strict=True) < 1:
+    _check_int("bins", bins, 2)  # before the data set is read (`geometry` checks them again)
+    if not 0 < _check_real("tol", tol, 0.0, strict=True) < 1:
         raise ParameterError(f"tol must be in (0, 1); got {tol!r}")
     data = load_dataset(dataset, data_dir, test_subset=images)
-    cfg = model_config(data, patch, **(model or {}))
+    cfg = _model_config(data, patch, **(model or {}))
     result = geometry(cfg, arms, data.x_test, list(range(seeds)), bins, tol)
     doc = {**header(_KIND_GEOMETRY, dataset=dataset, data=data.info, model=cfg.to_dict()),
            **result}

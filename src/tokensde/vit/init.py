@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..model.params import ParameterError, check_real
+from ..model.params import ParameterError, _check_real
 from ..sim.rng import derive_seed
 from .model import ViT, ViTConfig, build_vit
 
@@ -45,7 +45,7 @@ _ARM_MODELS: dict[str, str] = {
 }
 
 
-def arm_order(arms: Iterable[str]) -> list[str]:
+def _arm_order(arms: Iterable[str]) -> list[str]:
     """The distinct arm labels in display order: by kind as in ARM_KINDS, then by label."""
     rank = {kind: i for i, kind in enumerate(ARM_KINDS)}
     rank.update({alias: rank[kind] for alias, kind in _ALIASES.items()})
@@ -74,7 +74,7 @@ class Arm:
         if kind not in _WITH_VALUE:
             return cls(kind)
         name = "gaussian variance VAR" if kind == "gaussian" else "noise factor LAM"
-        return cls(kind, check_real(f"arm {text!r}: {name}", num, 0.0))
+        return cls(kind, _check_real(f"arm {text!r}: {name}", num, 0.0))
 
     @property
     def name(self) -> str:

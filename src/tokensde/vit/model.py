@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from ..model.params import ParameterError, check_choice, check_int
+from ..model.params import ParameterError, _check_choice, _check_int
 
 NORMS: tuple[str, ...] = ("layer", "rms")
-BLOCKS: tuple[str, ...] = ("standard", "attention-only")
+_BLOCKS: tuple[str, ...] = ("standard", "attention-only")
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,9 @@ class ViTConfig:
     def __post_init__(self) -> None:
         for name, low in (("image_size", 1), ("channels", 1), ("patch", 1), ("dim", 2),
                           ("depth", 1), ("heads", 1), ("mlp_ratio", 1), ("classes", 2)):
-            check_int(name, getattr(self, name), low)
-        check_choice("norm", self.norm, NORMS)
-        check_choice("block", self.block, BLOCKS)
+            _check_int(name, getattr(self, name), low)
+        _check_choice("norm", self.norm, NORMS)
+        _check_choice("block", self.block, _BLOCKS)
         if self.image_size % self.patch:
             raise ParameterError(f"patch must divide image_size = {self.image_size}; "
                                  f"got {self.patch!r}")
@@ -94,7 +94,7 @@ def _sphere_norm(dim: int) -> nn.Module:
     return nn.RMSNorm(dim, eps=1e-12, elementwise_affine=False)
 
 
-class Attention(nn.Module):
+class _Attention(nn.Module):
     """Multi-head softmax self-attention `y_i = sum_j softmax_j(<q_i, k_j>/sqrt(D_h)) V x_j`.
 
     `q`, `k`, `v` are bias-free D x D maps; `v.weight` is the value matrix V. With `out_proj` a
@@ -119,7 +119,7 @@ class Attention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(B, n, D))
 
 
-class MLP(nn.Module):
+class _MLP(nn.Module):
     """Two-layer perceptron `W_2 GELU(W_1 x)` with hidden width `ratio * D`."""
 
     def __init__(self, dim: int, ratio: int) -> None:
@@ -138,9 +138,9 @@ class Block(nn.Module):
         super().__init__()
         self.r = cfg.branch_scale
         self.norm1 = _make_norm(cfg.norm, cfg.dim)
-        self.attn = Attention(cfg.dim, cfg.heads)
+        self.attn = _Attention(cfg.dim, cfg.heads)
         self.norm2 = _make_norm(cfg.norm, cfg.dim)
-        self.mlp = MLP(cfg.dim, cfg.mlp_ratio)
+        self.mlp = _MLP(cfg.dim, cfg.mlp_ratio)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.r * self.attn(self.norm1(x))
@@ -153,7 +153,7 @@ class _AttentionOnlyBlock(nn.Module):
     def __init__(self, cfg: ViTConfig) -> None:
         super().__init__()
         self.r = cfg.branch_scale
-        self.attn = Attention(cfg.dim, cfg.heads, out_proj=False)
+        self.attn = _Attention(cfg.dim, cfg.heads, out_proj=False)
         self.norm = _sphere_norm(cfg.dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -208,7 +208,7 @@ def build_vit(cfg: ViTConfig, seed: int) -> ViT:
     Returns:
         The ViT.
     """
-    seed = check_int("seed", seed, 0)
+    seed = _check_int("seed", seed, 0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return ViT(cfg)

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from ..model.params import ParameterError, check_int, check_real
+from ..model.params import ParameterError, _check_int, _check_real
 from ..sim.rng import derive_seed
 from .data import ImageData
 from .init import make_model
 from .model import ViTConfig
-from .train import EPOCH_STREAM, TrainConfig, draw_augment, lr_at, shift_flip
+from .train import _EPOCH_STREAM, TrainConfig, _draw_augment, _shift_flip, lr_at
 
 _BETAS = (0.9, 0.999)  # torch.optim.AdamW defaults, as train.make_optimizer uses
 _EPS = 1e-8
@@ -170,14 +170,14 @@ class StackedViT:
 
 def _check_members(members: Sequence[Member]) -> list[Member]:
     """Members with checked seeds and rates."""
-    return [Member(m.arm, check_int("seed", m.seed, 0), check_real("lr", m.lr, 0.0, strict=True))
+    return [Member(m.arm, _check_int("seed", m.seed, 0), _check_real("lr", m.lr, 0.0, strict=True))
             for m in members]
 
 
 _OnEpoch = Callable[[StackedViT, int], None]
 
 
-def train_stack(data: ImageData, cfg: ViTConfig, members: Sequence[Member], train: TrainConfig,
+def _train_stack(data: ImageData, cfg: ViTConfig, members: Sequence[Member], train: TrainConfig,
                 device: str = "cpu", on_epoch: _OnEpoch | None = None
                 ) -> tuple[StackedViT, dict[str, list]]:
     """Train every member for `train.epochs` epochs (TrainConfig's batch, warm-up, weight decay,
@@ -199,7 +199,7 @@ def train_stack(data: ImageData, cfg: ViTConfig, members: Sequence[Member], trai
     val: list[list[float]] = [[] for _ in range(R)]
     loss_sum = torch.zeros(R, device=device)
     for epoch in range(train.epochs):
-        gens = [torch.Generator().manual_seed(derive_seed(m.seed, EPOCH_STREAM, epoch))
+        gens = [torch.Generator().manual_seed(derive_seed(m.seed, _EPOCH_STREAM, epoch))
                 for m in members]
         orders = torch.stack([torch.randperm(N, generator=g) for g in gens])
         loss_sum.zero_()
@@ -209,12 +209,12 @@ def train_stack(data: ImageData, cfg: ViTConfig, members: Sequence[Member], trai
             flat_idx = idx.reshape(-1).to(device)
             x = x_all[flat_idx]
             if train.augment:
-                draws = [draw_augment(B, data.shift, data.flip, g) for g in gens]
+                draws = [_draw_augment(B, data.shift, data.flip, g) for g in gens]
                 offsets = None if draws[0][0] is None else torch.cat(
                     [d[0] for d in draws if d[0] is not None], dim=1)
                 mask = None if draws[0][1] is None else torch.cat(
                     [d[1] for d in draws if d[1] is not None])
-                x = shift_flip(x, offsets, mask, data.shift)
+                x = _shift_flip(x, offsets, mask, data.shift)
             y = y_all[flat_idx]
             logits = stack.forward(x.view(R, B, *x.shape[1:]))
             per = F.cross_entropy(logits.reshape(R * B, -1), y, reduction="none",

@@ -21,18 +21,18 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812
 
-from ..io.store import StoreError, atomic_write, check_meta, header
-from ..model.params import ParameterError, check_int, check_real
-from ..sim.loop import Progress
+from ..io.store import StoreError, _check_meta, atomic_write, header
+from ..model.params import ParameterError, _check_int, _check_real
+from ..sim.loop import _Progress
 from ..sim.rng import derive_seed
 from .data import ImageData
 from .init import Arm, make_model
 from .model import ViT, ViTConfig
 
 _KIND_CHECKPOINT = "tokensde.vit.checkpoint"
-KIND_RUN = "tokensde.vit.run"
+_KIND_RUN = "tokensde.vit.run"
 CHECKPOINT, LOG, RESULT = "checkpoint.pt", "log.jsonl", "result.json"
-EPOCH_STREAM = 1  # child-seed key of an epoch's data order and augmentation
+_EPOCH_STREAM = 1  # child-seed key of an epoch's data order and augmentation
 _EVAL_BATCH = 1000
 
 
@@ -51,13 +51,13 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_int("epochs", self.epochs, 1)
-        check_int("batch_size", self.batch_size, 1)
-        check_int("seed", self.seed, 0)
-        check_real("lr", self.lr, 0.0, strict=True)
-        check_real("weight_decay", self.weight_decay, 0.0)
+        _check_int("epochs", self.epochs, 1)
+        _check_int("batch_size", self.batch_size, 1)
+        _check_int("seed", self.seed, 0)
+        _check_real("lr", self.lr, 0.0, strict=True)
+        _check_real("weight_decay", self.weight_decay, 0.0)
         for name in ("warmup", "label_smoothing"):
-            if not 0.0 <= check_real(name, getattr(self, name)) < 1.0:
+            if not 0.0 <= _check_real(name, getattr(self, name)) < 1.0:
                 raise ParameterError(f"{name} must be in [0, 1); got {getattr(self, name)!r}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def lr_at(step: int, total: int, warmup: float, base: float) -> float:
     return base * 0.5 * (1.0 + math.cos(math.pi * (step - w) / max(1, total - w)))
 
 
-def draw_augment(batch: int, shift: int, flip: bool, gen: torch.Generator
+def _draw_augment(batch: int, shift: int, flip: bool, gen: torch.Generator
                  ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The random part of `augment` for `batch` images: offsets `(2, batch)` in [0, 2 shift]
     (None without shift) and the flip mask `(batch,)` (None without flip), drawn in this order."""
@@ -93,7 +93,7 @@ def draw_augment(batch: int, shift: int, flip: bool, gen: torch.Generator
     return offsets, mask
 
 
-def shift_flip(x: torch.Tensor, offsets: torch.Tensor | None, mask: torch.Tensor | None,
+def _shift_flip(x: torch.Tensor, offsets: torch.Tensor | None, mask: torch.Tensor | None,
                shift: int) -> torch.Tensor:
     """Images `(B, C, H, W)` shifted by `offsets - shift` pixels (zero fill), then flipped where
     `mask`; `offsets`, `mask` from `draw_augment` (any device)."""
@@ -112,13 +112,13 @@ def shift_flip(x: torch.Tensor, offsets: torch.Tensor | None, mask: torch.Tensor
     return x
 
 
-def augment(x: torch.Tensor, shift: int, flip: bool, gen: torch.Generator) -> torch.Tensor:
+def _augment(x: torch.Tensor, shift: int, flip: bool, gen: torch.Generator) -> torch.Tensor:
     """Shift each image `(B, C, H, W)` by up to `shift` pixels (zero fill), flip half if `flip`."""
-    return shift_flip(x, *draw_augment(len(x), shift, flip, gen), shift)
+    return _shift_flip(x, *_draw_augment(len(x), shift, flip, gen), shift)
 
 
 @torch.no_grad()
-def evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor, device: str = "cpu"
+def _evaluate(model: ViT, x: torch.Tensor, y: torch.Tensor, device: str = "cpu"
              ) -> dict[str, float]:
     """Mean cross-entropy (no smoothing) and accuracy of `model` (on `device`) on images `x`,
     labels `y`."""
@@ -152,18 +152,18 @@ def make_optimizer(model: ViT, cfg: TrainConfig) -> torch.optim.AdamW:
                               {"params": rest, "weight_decay": 0.0}], lr=cfg.lr)
 
 
-def steps_per_epoch(data: ImageData, cfg: TrainConfig) -> int:
+def _steps_per_epoch(data: ImageData, cfg: TrainConfig) -> int:
     """Optimiser steps in one epoch (the last batch may be short)."""
     return math.ceil(len(data.y_train) / cfg.batch_size)
 
 
 def train_epoch(model: ViT, opt: torch.optim.Optimizer, data: ImageData, cfg: TrainConfig,
-                epoch: int, progress: Progress | None = None, device: str = "cpu"
+                epoch: int, progress: _Progress | None = None, device: str = "cpu"
                 ) -> dict[str, float]:
     """One pass over the training images in the order of `derive_seed(seed, 1, epoch)`; batches
     are drawn and augmented on the CPU, then moved to `device` (where `model` is)."""
-    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, EPOCH_STREAM, epoch))
-    per_epoch = steps_per_epoch(data, cfg)
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, _EPOCH_STREAM, epoch))
+    per_epoch = _steps_per_epoch(data, cfg)
     total = per_epoch * cfg.epochs
     order = torch.randperm(len(data.y_train), generator=gen)
     model.train()
@@ -172,7 +172,7 @@ def train_epoch(model: ViT, opt: torch.optim.Optimizer, data: ImageData, cfg: Tr
         idx = order[k * cfg.batch_size:(k + 1) * cfg.batch_size]
         x, y = data.x_train[idx], data.y_train[idx]
         if cfg.augment:
-            x = augment(x, data.shift, data.flip, gen)
+            x = _augment(x, data.shift, data.flip, gen)
         x, y = x.to(device), y.to(device)
         lr = lr_at(epoch * per_epoch + k, total, cfg.warmup, cfg.lr)
         for group in opt.param_groups:
@@ -226,7 +226,7 @@ def _load_checkpoint(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
     except Exception as err:  # torch raises several types for a damaged file
         raise StoreError(f"{path} is not a readable checkpoint ({err}); delete it to start over"
                          ) from err
-    meta = check_meta(state.get("meta") if isinstance(state, dict) else None, _KIND_CHECKPOINT,
+    meta = _check_meta(state.get("meta") if isinstance(state, dict) else None, _KIND_CHECKPOINT,
                       str(path))
     _check_same_run(meta["run"], spec, path)
     return state
@@ -234,7 +234,7 @@ def _load_checkpoint(path: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
 def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
               arm: Arm | str, run_dir: str | Path, threads: int = 1,
-              progress: Progress | None = None) -> dict[str, Any]:
+              progress: _Progress | None = None) -> dict[str, Any]:
     """Train (or resume, or just read back) one run; return its result with the epoch history.
 
     Args:
@@ -250,15 +250,15 @@ def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
         The run's result: final test accuracy, per-epoch history and the settings.
     """
     arm = arm if isinstance(arm, Arm) else Arm.parse(arm)
-    torch.set_num_threads(check_int("threads", threads, 1))
+    torch.set_num_threads(_check_int("threads", threads, 1))
     run_dir = Path(run_dir)
     spec = _run_spec(data, model_cfg, train_cfg, arm)
     result_path, ckpt_path = run_dir / RESULT, run_dir / CHECKPOINT
     if result_path.is_file():
-        result = check_meta(json.loads(result_path.read_text()), KIND_RUN, str(result_path))
+        result = _check_meta(json.loads(result_path.read_text()), _KIND_RUN, str(result_path))
         _check_same_run(result["run"], spec, result_path)
         if progress is not None:
-            progress(steps_per_epoch(data, train_cfg) * train_cfg.epochs)
+            progress(_steps_per_epoch(data, train_cfg) * train_cfg.epochs)
         return result
     model = make_model(model_cfg, arm, train_cfg.seed)
     opt = make_optimizer(model, train_cfg)
@@ -270,11 +270,11 @@ def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
         history = list(state["history"])
         _write_log(run_dir / LOG, history)
         if progress is not None:
-            progress(steps_per_epoch(data, train_cfg) * len(history))
+            progress(_steps_per_epoch(data, train_cfg) * len(history))
     for epoch in range(len(history), train_cfg.epochs):
         start = time.perf_counter()
         rec = train_epoch(model, opt, data, train_cfg, epoch, progress)
-        test = evaluate(model, data.x_test, data.y_test)
+        test = _evaluate(model, data.x_test, data.y_test)
         history.append({"arm": arm.name, "seed": train_cfg.seed, "epoch": epoch + 1, **rec,
                         "test_loss": test["loss"], "test_acc": test["acc"],
                         "seconds": time.perf_counter() - start})
@@ -282,6 +282,6 @@ def train_run(data: ImageData, model_cfg: ViTConfig, train_cfg: TrainConfig,
                  "optimizer": opt.state_dict(), "history": history}
         atomic_write(ckpt_path, functools.partial(_save_state, state))
         _write_log(run_dir / LOG, history)
-    result = header(KIND_RUN, run=spec, threads=threads, final=history[-1], history=history)
+    result = header(_KIND_RUN, run=spec, threads=threads, final=history[-1], history=history)
     _write_json(result_path, result)
     return result

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 
 @ATTENTION_KINDS.register
-class Softmax(AttentionKind):
+class _Softmax(AttentionKind):
     """Row-normalised exponential weights, max-shifted: safe for beta up to 1e4 and more."""
 
     name = "softmax"

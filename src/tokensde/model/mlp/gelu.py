@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 from scipy import special
 
-from ..checks import check_real
+from ..checks import _check_real
 from .base import MLPS, Activation, add_scaled_family
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ def _smoothed(a: np.ndarray, s2: np.ndarray) -> np.ndarray:
     return a * special.ndtr(a / c) + s2 * np.exp(-0.5 * (a / c) ** 2) / (c * math.sqrt(2 * math.pi))
 
 
-SWITCH = 1e-3  # below this distance to rho = 1 the kernel's Taylor series at 1 is used
+_SWITCH = 1e-3  # below this distance to rho = 1 the kernel's Taylor series at 1 is used
 
 
 def _derivative(n: int, z: np.ndarray) -> np.ndarray:
@@ -63,7 +63,7 @@ def _dual_kernel(rho: np.ndarray) -> np.ndarray:
 
 
 @MLPS.register
-class GELU(Activation):
+class _GELU(Activation):
     """Gaussian error linear unit (the exact form, not the tanh approximation)."""
 
     name = "gelu"
@@ -85,7 +85,7 @@ class GELU(Activation):
         """`1 - khat(1 - w)`: the Taylor series at 1 below `SWITCH`, the kernel above."""
         w = np.asarray(w, dtype=float)
         out = np.asarray(1.0 - self.kernel(1.0 - w), dtype=float)
-        small = w < SWITCH
+        small = w < _SWITCH
         ws = w[small]
         acc = np.zeros_like(ws)
         for n, k in enumerate(self.taylor_at_one(), start=1):
@@ -98,7 +98,7 @@ class GELU(Activation):
         return self.taylor_at_one()[0]
 
 
-def dual_kernel_at(rho: np.ndarray, q: float) -> np.ndarray:
+def _dual_kernel_at(rho: np.ndarray, q: float) -> np.ndarray:
     """`kappa_q(rho) = E[phi(sqrt(q) u) phi(sqrt(q) v)]`: GELU fed pre-activations of variance q
     (`v = rho u + s w`; the inner expectation is `_smoothed` with `a = sqrt(q) rho u`, `s^2 = q s^2`)."""
     r = np.clip(np.asarray(rho, dtype=float), -1.0, 1.0)[..., None]
@@ -122,7 +122,7 @@ class _ScaledGELU(Activation):
 
     def kernel(self, rho: np.ndarray) -> np.ndarray:
         """`kappa_q(rho) / kappa_q(1)` by the quadrature of `dual_kernel_at`."""
-        return dual_kernel_at(rho, self.q) / self.second_moment
+        return _dual_kernel_at(rho, self.q) / self.second_moment
 
     def __reduce__(self) -> tuple:
         return _scaled_instance, (self.q,)
@@ -132,7 +132,7 @@ class _ScaledGELU(Activation):
 def _scaled_class(q: float) -> type[_ScaledGELU]:
     return type(f"ScaledGELU_{q:.6g}", (_ScaledGELU,), {
         "name": f"gelu(q={q:.6g})", "q": q,
-        "second_moment": float(dual_kernel_at(np.array(1.0), q))})
+        "second_moment": float(_dual_kernel_at(np.array(1.0), q))})
 
 
 add_scaled_family("gelu", _scaled_class)
@@ -146,5 +146,5 @@ def gelu_at(q: float) -> str:
     """The `mlp` name of GELU at pre-activation variance `q`: `gelu(q=<q>)` (6 significant
     digits; `'gelu'` itself for q = 1). `MLPS` resolves it by its form, so nothing is registered
     and a process that loads stored parameters naming one needs no call first."""
-    q = check_real("q (GELU pre-activation variance)", q, 0.0, strict=True)
+    q = _check_real("q (GELU pre-activation variance)", q, 0.0, strict=True)
     return "gelu" if q == 1.0 else f"gelu(q={q:.6g})"

@@ -32,7 +32,7 @@ def _theta_minus_sin(th: np.ndarray) -> np.ndarray:
 
 
 @MLPS.register
-class ReLU(Activation):
+class _ReLU(Activation):
     """Rectified linear unit."""
 
     name = "relu"

@@ -30,16 +30,18 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from ..checks import ParameterError, check_real
+from ..checks import ParameterError, _check_real
 from .base import MLPS, Activation, add_scaled_family
+
+__all__ = ["swiglu_at"]
 
 if TYPE_CHECKING:
     import torch
 
-NODES = 64  # Gauss-Hermite nodes per axis: error < 1e-12 against 128 nodes for q <= 4 (tested)
-CHUNK = 128  # correlations evaluated at once (NODES^2 points each)
-SWITCH = 1e-3  # below this distance to rho = 1 the kernel's Taylor series at 1 is used
-_U, _W = np.polynomial.hermite_e.hermegauss(NODES)
+_NODES = 64  # Gauss-Hermite nodes per axis: error < 1e-12 against 128 nodes for q <= 4 (tested)
+_CHUNK = 128  # correlations evaluated at once (NODES^2 points each)
+_SWITCH = 1e-3  # below this distance to rho = 1 the kernel's Taylor series at 1 is used
+_U, _W = np.polynomial.hermite_e.hermegauss(_NODES)
 _W = _W / math.sqrt(2.0 * math.pi)
 
 
@@ -48,7 +50,7 @@ def _silu(z: np.ndarray) -> np.ndarray:
     return z * 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-def silu_kernel(rho: np.ndarray, q: float = 1.0) -> np.ndarray:
+def _silu_kernel(rho: np.ndarray, q: float = 1.0) -> np.ndarray:
     """`kappa_q(rho) = E[silu(sqrt(q) u) silu(sqrt(q) v)]`, `(u, v)` standard normal of
     correlation `rho` (`v = rho u + sqrt(1 - rho^2) w`), by a `NODES x NODES` Gauss-Hermite
     rule in `(u, w)`."""
@@ -57,10 +59,10 @@ def silu_kernel(rho: np.ndarray, q: float = 1.0) -> np.ndarray:
     s = math.sqrt(q)
     fu = _W * _silu(s * _U)  # (N,)
     out = np.empty_like(flat)
-    for lo in range(0, len(flat), CHUNK):
-        c = flat[lo:lo + CHUNK, None, None]
+    for lo in range(0, len(flat), _CHUNK):
+        c = flat[lo:lo + _CHUNK, None, None]
         v = c * _U[:, None] + np.sqrt(1.0 - c * c) * _U[None, :]  # (k, N_u, N_w)
-        out[lo:lo + CHUNK] = np.einsum("i,kij,j->k", fu, _silu(s * v), _W)
+        out[lo:lo + _CHUNK] = np.einsum("i,kij,j->k", fu, _silu(s * v), _W)
     return out.reshape(r.shape)
 
 
@@ -87,7 +89,7 @@ _W1 = _W1 / math.sqrt(2.0 * math.pi)
 
 
 @cache
-def taylor_ratios(q: float) -> tuple[float, ...]:
+def _taylor_ratios(q: float) -> tuple[float, ...]:
     """`kappa_q^(n)(1) / kappa_q(1) = q^n E[silu^(n)(sqrt(q) u)^2] / E[silu(sqrt(q) u)^2]`,
     n = 1..5 (Price's theorem)."""
     s = math.sqrt(q)
@@ -96,13 +98,13 @@ def taylor_ratios(q: float) -> tuple[float, ...]:
                  for n in range(1, 6))
 
 
-class SwiGLU(Activation):
+class _SwiGLU(Activation):
     """The SwiGLU unit `silu(sqrt(q) a) b` on pre-activations split into gates `a` and inputs
     `b` (module docstring); `q = 1` is `mlp='swiglu'`, other q the family `swiglu(q=<q>)`."""
 
     name = "swiglu"
     q: ClassVar[float] = 1.0
-    second_moment = 0.5 * float(silu_kernel(np.array(1.0)))
+    second_moment = 0.5 * float(_silu_kernel(np.array(1.0)))
 
     def check_width(self, width: int) -> None:
         """An even `mlp_width` (gates and inputs, half each)."""
@@ -125,41 +127,41 @@ class SwiGLU(Activation):
     def kernel(self, rho: np.ndarray) -> np.ndarray:
         """`rho kappa_q(rho) / kappa_q(1)`."""
         r = np.clip(np.asarray(rho, dtype=float), -1.0, 1.0)
-        return r * silu_kernel(r, self.q) / (2.0 * self.second_moment)
+        return r * _silu_kernel(r, self.q) / (2.0 * self.second_moment)
 
     def complement(self, w: np.ndarray) -> np.ndarray:
         """`1 - khat(1 - w) = w + c - w c`, `c = 1 - kappa(1 - w) / kappa(1)` by its Taylor
         series at 1 below `SWITCH`, the kernel above."""
         w = np.asarray(w, dtype=float)
         out = np.asarray(1.0 - self.kernel(1.0 - w), dtype=float)
-        small = w < SWITCH
+        small = w < _SWITCH
         ws = w[small]
         c = np.zeros_like(ws)
-        for n, t in enumerate(taylor_ratios(self.q), start=1):
+        for n, t in enumerate(_taylor_ratios(self.q), start=1):
             c += (-1.0) ** (n + 1) * t * ws ** n / math.factorial(n)
         out[small] = ws + c - ws * c
         return out
 
     def slope_at_one(self) -> float:
         """`khat'(1) = 1 + kappa'(1) / kappa(1)`."""
-        return 1.0 + taylor_ratios(self.q)[0]
+        return 1.0 + _taylor_ratios(self.q)[0]
 
     def __reduce__(self) -> tuple:
         return _gated_instance, (self.q,)
 
 
-MLPS.register(SwiGLU)
+MLPS.register(_SwiGLU)
 
 @cache
-def _gated_class(q: float) -> type[SwiGLU]:
+def _gated_class(q: float) -> type[_SwiGLU]:
     if q == 1.0:
-        return SwiGLU
-    return type(f"SwiGLU_{q:.6g}", (SwiGLU,), {
+        return _SwiGLU
+    return type(f"SwiGLU_{q:.6g}", (_SwiGLU,), {
         "name": f"swiglu(q={q:.6g})", "q": q,
-        "second_moment": 0.5 * float(silu_kernel(np.array(1.0), q))})
+        "second_moment": 0.5 * float(_silu_kernel(np.array(1.0), q))})
 
 
-def _gated_instance(q: float) -> SwiGLU:
+def _gated_instance(q: float) -> _SwiGLU:
     return _gated_class(q)()
 
 
@@ -169,5 +171,5 @@ add_scaled_family("swiglu", _gated_class)
 def swiglu_at(q: float) -> str:
     """The `mlp` name of SwiGLU with gate pre-activations of variance `q`: `swiglu(q=<q>)` (6
     significant digits; `'swiglu'` for q = 1)."""
-    q = check_real("q (SwiGLU gate pre-activation variance)", q, 0.0, strict=True)
+    q = _check_real("q (SwiGLU gate pre-activation variance)", q, 0.0, strict=True)
     return "swiglu" if q == 1.0 else f"swiglu(q={q:.6g})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from ..checks import ParameterError, check_choice, check_real
+from ..checks import ParameterError, _check_choice, _check_real
 from ..registry import Registry
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def apply_matrices(y: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     return y @ V.transpose(-1, -2)
 
 
-def projected(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _projected(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`(<x, y>, P_x y, |P_x y|^2)` token-wise, `P_x = I - x x^T`."""
     xy = (x * y).sum(-1, keepdim=True)
     py = y - xy * x
@@ -67,8 +67,8 @@ class NoiseLaw(ABC):
     def __init__(self, d: int, law: str = "gaussian", sigma: float = 1.0,
                  eps: float | None = None) -> None:
         self.d = d
-        self.law = check_choice(f"law (for noise={self.name})", law, self.laws)
-        self.sigma = check_real("sigma", sigma, 0.0)
+        self.law = _check_choice(f"law (for noise={self.name})", law, self.laws)
+        self.sigma = _check_real("sigma", sigma, 0.0)
         self.eps = None if eps is None else self._check_eps(eps)
 
     def __repr__(self) -> str:
@@ -81,7 +81,7 @@ class NoiseLaw(ABC):
                                 if NOISE_LAWS.get(n).uses_eps)
             raise ParameterError(f"eps must be given only with {takes} (sigma scales {self.name} "
                                  f"noise); got {eps!r}")
-        return check_real("eps", eps, 0.0)
+        return _check_real("eps", eps, 0.0)
 
     @property
     def scale(self) -> float:

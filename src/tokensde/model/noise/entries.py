@@ -33,7 +33,7 @@ def gaussian(rs: Streams, shape: tuple[int, ...], scale: float, dtype: torch.dty
 
 
 @entry_law("uniform")
-def uniform(rs: Streams, shape: tuple[int, ...], scale: float, dtype: torch.dtype
+def _uniform(rs: Streams, shape: tuple[int, ...], scale: float, dtype: torch.dtype
             ) -> torch.Tensor:
     """`U(-a, a)` entries, `a = scale sqrt(3)` (variance scale^2)."""
     a = scale * math.sqrt(3.0)
@@ -41,7 +41,7 @@ def uniform(rs: Streams, shape: tuple[int, ...], scale: float, dtype: torch.dtyp
 
 
 @entry_law("rademacher")
-def rademacher(rs: Streams, shape: tuple[int, ...], scale: float, dtype: torch.dtype
+def _rademacher(rs: Streams, shape: tuple[int, ...], scale: float, dtype: torch.dtype
                ) -> torch.Tensor:
     """`scale * (+-1)` entries."""
     return scale * rs.sign(*shape, dtype=dtype)

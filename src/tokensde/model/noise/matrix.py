@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 @NOISE_LAWS.register
-class MatrixNoise(NoiseLaw):
+class _MatrixNoise(NoiseLaw):
     """I.i.d. entries; Gaussian entries allow the exact 'fast' and 'gram' samplers (spec §4)."""
 
     name = "matrix"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import NOISE_LAWS, NoiseLaw, Streams, projected
+from .base import NOISE_LAWS, NoiseLaw, Streams, _projected
 from .entries import ENTRY_LAWS
 
 if TYPE_CHECKING:
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 @NOISE_LAWS.register
-class ScalarNoise(NoiseLaw):
+class _ScalarNoise(NoiseLaw):
     """A random multiple of the identity: the noise of token i is `eps xi y_i`."""
 
     name = "scalar"
@@ -45,5 +45,5 @@ class ScalarNoise(NoiseLaw):
     def ito(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """`-eps^2 <x, y> P_x y - eps^2 |P_x y|^2 x / 2`."""
         s2 = self.scale**2
-        xy, py, py2 = projected(x, y)
+        xy, py, py2 = _projected(x, y)
         return -s2 * xy * py - 0.5 * s2 * py2 * x

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import NOISE_LAWS, NoiseLaw, Streams, projected
+from .base import NOISE_LAWS, NoiseLaw, Streams, _projected
 from .entries import ENTRY_LAWS
 
 if TYPE_CHECKING:
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 @NOISE_LAWS.register
-class SymmetricNoise(NoiseLaw):
+class _SymmetricNoise(NoiseLaw):
     """The symmetric part of a Gaussian matrix."""
 
     name = "symmetric"
@@ -33,5 +33,5 @@ class SymmetricNoise(NoiseLaw):
         """`-(sigma^2/2) <x, y> P_x y - (sigma^2/4) ((d - 1) |y|^2 + |P_x y|^2) x`."""
         s2 = self.scale**2
         y2 = (y * y).sum(-1, keepdim=True)
-        xy, py, py2 = projected(x, y)
+        xy, py, py2 = _projected(x, y)
         return -0.5 * s2 * xy * py - 0.25 * s2 * ((self.d - 1) * y2 + py2) * x

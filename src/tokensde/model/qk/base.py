@@ -11,9 +11,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from ..checks import ParameterError, check_choice, check_int, check_real
+from ..checks import ParameterError, _check_choice, _check_int, _check_real
 from ..noise import Streams
 from ..registry import Registry
+
+__all__ = ["QK_LAWS", "QK_REDRAWS", "QK_SAMPLES", "QKDraws", "QKLaw"]
 
 if TYPE_CHECKING:
     import torch
@@ -22,7 +24,7 @@ QK_REDRAWS: tuple[str, ...] = ("run", "layer")
 QK_SAMPLES = 8  # default Monte Carlo draws of the law per SDE step with redraw='layer'
 
 
-class FrameStreams(Streams, Protocol):
+class _FrameStreams(Streams, Protocol):
     """Streams that also draw gamma variates (for chi-distributed Bartlett diagonals;
     `tokensde.sim.rng.RunStreams` is one)."""
 
@@ -48,9 +50,9 @@ class QKLaw(ABC):
     def __init__(self, d: int, scale: float = 1.0, redraw: str = "run",
                  samples: int = QK_SAMPLES) -> None:
         self.d = d
-        self.scale = check_real("qk_scale", scale, 0.0, strict=True)
-        self.redraw = check_choice("qk_redraw", redraw, QK_REDRAWS)
-        self.samples = check_int("qk_samples", samples, 1)
+        self.scale = _check_real("qk_scale", scale, 0.0, strict=True)
+        self.redraw = _check_choice("qk_redraw", redraw, QK_REDRAWS)
+        self.samples = _check_int("qk_samples", samples, 1)
         self.check_options()
         if self.samples != QK_SAMPLES and self.redraw != "layer":
             raise ParameterError(f"qk_samples (Monte Carlo draws of the qk law per SDE step) is "
@@ -75,7 +77,7 @@ class QKLaw(ABC):
         r.diagonal(dim1=-2, dim2=-1).add_(1.0)
         return r
 
-    def frame_fluctuation(self, rs: FrameStreams, lead: tuple[int, ...], m: int,
+    def frame_fluctuation(self, rs: _FrameStreams, lead: tuple[int, ...], m: int,
                           dtype: torch.dtype) -> torch.Tensor:
         """The compression `B^T R B` `(runs, *lead, m, m)` of `R` to an orthonormal d x m frame
         `B` (`m <= d`), drawn without `R`. Only a rotation-invariant law has one that does not
@@ -84,7 +86,7 @@ class QKLaw(ABC):
         raise ParameterError(f"qk={self.name!r} is not rotation invariant: the law of its "
                              "compression to the tokens' span depends on the span")
 
-    def frame_draw(self, rs: FrameStreams, heads: int, m: int, dtype: torch.dtype
+    def frame_draw(self, rs: _FrameStreams, heads: int, m: int, dtype: torch.dtype
                    ) -> torch.Tensor:
         """`B^T A B = I_m + scale B^T R B` (`frame_fluctuation`), one per run `(runs, m, m)` or per
         run and head `(runs, heads, m, m)`: the form the logits `<u_i, B^T A B u_j>` of tokens with

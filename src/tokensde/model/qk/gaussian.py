@@ -19,14 +19,14 @@ import math
 from typing import TYPE_CHECKING
 
 from ..noise import Streams
-from .base import QK_LAWS, FrameStreams, QKLaw
+from .base import QK_LAWS, QKLaw, _FrameStreams
 
 if TYPE_CHECKING:
     import torch
 
 
 @QK_LAWS.register
-class GaussianQK(QKLaw):
+class _GaussianQK(QKLaw):
     """Product of two independent standard Gaussian matrices over sqrt(d); rotation invariant."""
 
     name = "gaussian"
@@ -38,7 +38,7 @@ class GaussianQK(QKLaw):
         g = rs.normal(*lead, 2, self.d, self.d, dtype=dtype)
         return (g[..., 0, :, :].transpose(-1, -2) @ g[..., 1, :, :]).div_(math.sqrt(self.d))
 
-    def frame_fluctuation(self, rs: FrameStreams, lead: tuple[int, ...], m: int,
+    def frame_fluctuation(self, rs: _FrameStreams, lead: tuple[int, ...], m: int,
                           dtype: torch.dtype) -> torch.Tensor:
         """`T^T Z / sqrt(d)` `(runs, *lead, m, m)` (module docstring): the law of `B^T R B`."""
         g = rs.normal(*lead, 2, m, m, dtype=dtype)

@@ -16,14 +16,14 @@ import math
 from typing import TYPE_CHECKING
 
 from ..noise import Streams
-from .base import QK_LAWS, FrameStreams, QKLaw
+from .base import QK_LAWS, QKLaw, _FrameStreams
 
 if TYPE_CHECKING:
     import torch
 
 
 @QK_LAWS.register
-class WignerQK(QKLaw):
+class _WignerQK(QKLaw):
     """Symmetric with independent Rademacher entries (off-diagonal +-1, diagonal +-sqrt(2))."""
 
     name = "wigner"
@@ -47,7 +47,7 @@ def _symmetric(e: torch.Tensor) -> torch.Tensor:
 
 
 @QK_LAWS.register
-class GOEQK(WignerQK):
+class _GOEQK(_WignerQK):
     """The Gaussian orthogonal ensemble `(G + G^T)/sqrt(2)`; rotation invariant."""
 
     name = "goe"
@@ -57,7 +57,7 @@ class GOEQK(WignerQK):
         """Standard normal entries."""
         return rs.normal(*shape, dtype=dtype)
 
-    def frame_fluctuation(self, rs: FrameStreams, lead: tuple[int, ...], m: int,
+    def frame_fluctuation(self, rs: _FrameStreams, lead: tuple[int, ...], m: int,
                           dtype: torch.dtype) -> torch.Tensor:
         """An m x m GOE matrix `(runs, *lead, m, m)`, the law of `B^T R B` (module docstring)."""
         return _symmetric(self.entries(rs, (*lead, m, m), dtype))
