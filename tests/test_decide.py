@@ -162,7 +162,8 @@ def test_token_statistics_match_the_gram_analysis(d):
 def test_default_record_is_gram_up_to_the_limit_then_tokens():
     small = simulate(ModelParams(n=8, d=2, beta=1.0), TimeGrid.make(layers=2), runs=2, seed=0)
     assert small.gram is not None and small.tokens is None
-    big = simulate(ModelParams(n=_GRAM_RECORD_MAX + 1, d=2, beta=1.0), TimeGrid.make(layers=2), runs=2, seed=0)
+    big = simulate(ModelParams(n=_GRAM_RECORD_MAX + 1, d=2, beta=1.0), TimeGrid.make(layers=2),
+                   runs=2, seed=0)
     assert big.gram is None and big.tokens is not None
     assert big.tokens.shape == (2, 2, _GRAM_RECORD_MAX + 1, 2)
     np.testing.assert_array_equal(big.tokens[:, -1], big.x)

@@ -18,7 +18,7 @@ def test_plots_all_lists_every_module():
 
 def test_progress_is_defined_once():
     where = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
-             if re.search(r"^Progress\s*=", p.read_text(), re.MULTILINE)]
+             if re.search(r"^_Progress\s*=", p.read_text(), re.MULTILINE)]
     assert where == ["sim/loop.py"]
 
 
@@ -31,14 +31,14 @@ def _defined(name: str) -> list[str]:
 def test_one_name_one_concept():
     # the value-matrix init preset vs the ViT's arm; the outcome masks of a pair vs of clusters;
     # each section's sizes under a name of its own
-    assert _defined("ValueInit") == ["model/params.py"]
+    assert _defined("_ValueInit") == ["model/params.py"]
     assert _defined("Arm") == ["vit/init.py"]
     assert _defined("classify") == []
     assert _defined("classify_pair") == ["theory/two_tokens.py"]
     assert _defined("classify_clusters") == ["analysis/clusters.py"]
     assert _defined("SIZES") == []
     for name, where in (("STUDY_SIZES", "study/context.py"),
-                        ("CONVERGENCE_SIZES", "analysis/convergence.py"),
-                        ("MEANFIELD_SIZES", "study/meanfield.py"), ("REAL_SIZES", "study/real.py"),
-                        ("DEPTH_SWEEPS", "vit/depth.py"), ("FAIR_SWEEPS", "vit/fair.py")):
+                        ("_CONVERGENCE_SIZES", "analysis/convergence.py"),
+                        ("_MEANFIELD_SIZES", "study/meanfield.py"), ("_REAL_SIZES", "study/real.py"),
+                        ("_DEPTH_SWEEPS", "vit/depth.py"), ("_FAIR_SWEEPS", "vit/fair.py")):
         assert _defined(name) == [where]

@@ -8,7 +8,7 @@ exist elsewhere are listed by name below, each with its reason: `DEBT` holds the
 to be folded into the core, `NOT_LAYER_LOOPS` the loops the scan finds that step each of several
 systems or batches once. A new loop fails `test_no_new_layer_loop`; a listed one that is gone
 fails `test_every_listed_loop_still_exists`, so that the lists shrink as the debt is paid (the
-last, the mean-field flow's `_advance`, now runs through `march`: `DEBT` is empty).
+last, the mean-field flow's `_advance`, now runs through `_march`: `DEBT` is empty).
 
 Wider than layers: a *step loop* is any loop over steps, of any state, tokens or not: a `for`
 loop or a comprehension over a `range` whose bounds name a number of steps (`steps`,
@@ -17,7 +17,7 @@ condition) whose own body calls a step function (a layer function, or a name end
 `step`, `sde_step`, `opt.step`); a `while` loop that advances a clock its condition reads (`t +=
 dt`, `clock = clock + h`, `k += 1` in `while k < steps`: a time variable, a step size, or a
 number of steps); and any loop or comprehension whose own body draws Gaussian increments
-(`randn`, `standard_normal`, `normal`). Those outside `march` are listed in `STEP_LOOPS` with
+(`randn`, `standard_normal`, `normal`). Those outside `_march` are listed in `STEP_LOOPS` with
 their reason. And one batch driver:
 run streams (`RunStreams(...)`) are made only by `sim.rng` and the driver `sim.driver.run_blocks`,
 or at the places listed in `STREAMS`.
@@ -38,37 +38,37 @@ ROOT = Path(tokensde.__file__).resolve().parent
 # the functions that apply a piece of a layer to the tokens (tokensde.sim.layers, .sde,
 # .norm_sde, .samplers, .gram, .expansion, tokensde.model.noise) and the loop itself
 LAYER_FUNCTIONS: frozenset[str] = frozenset({
-    "attention_output", "expansion_output",  # attention
-    "apply_matrices", "full_noise", "fast_noise", "peri_noise",  # value noise
-    "mlp_noise_full", "mlp_noise_fast", "mlp_noise_sde", "mlp_noise_given", "mlp_kernel_noise",
-    "normalize", "network_step", "sde_step", "layer_step", "residual_step", "peri_sde_step",
-    "sde_layer", "frame_layer", "frame_norm_layer", "frame_mlp_layer",  # steps
-    "march",
+    "_attention_output", "expansion_output",  # attention
+    "apply_matrices", "_full_noise", "_fast_noise", "_peri_noise",  # value noise
+    "_mlp_noise_full", "_mlp_noise_fast", "mlp_noise_sde", "_mlp_noise_given", "_mlp_kernel_noise",
+    "normalize", "network_step", "sde_step", "_layer_step", "_residual_step", "_peri_sde_step",
+    "_sde_layer", "frame_layer", "frame_norm_layer", "frame_mlp_layer",  # steps
+    "_march",
 })
 
 # the run core: the one layer loop
-CORE: dict[str, str] = {"sim/loop.py": "march: apply `layer` `steps` times, record, stop"}
+CORE: dict[str, str] = {"sim/loop.py": "_march: apply `layer` `steps` times, record, stop"}
 
-# known debt: layer loops outside the core, to be folded into `march` (then removed from here);
+# known debt: layer loops outside the core, to be folded into `_march` (then removed from here);
 # none is left: a new one must be listed here with its reason, or better folded at once
 DEBT: dict[str, str] = {}
 
 # loops the scan finds that are not layer loops: each steps several systems or batches once
 NOT_LAYER_LOOPS: dict[str, str] = {
     "sim/coupled.py::_Levels.__call__":
-        "one fine step (the layer march applies): each coarse grid whose step it ends, once",
+        "one fine step (the layer _march applies): each coarse grid whose step it ends, once",
     "sim/coupled.py::_Coupling.networks":
         "one layer of each value-noise law's network, called by _Levels' fine step",
     "meanfield/flow.py::_Layer.__call__":
-        "one layer (the layer march applies) of each weighted system of the mean-field flow",
+        "one layer (the layer _march applies) of each weighted system of the mean-field flow",
 }
 
-# step loops outside `march`, each with its reason (`step_loops`)
+# step loops outside `_march`, each with its reason (`step_loops`)
 STEP_LOOPS: dict[str, str] = {
     "theory/first_passage.py::angle_first_exit":
         "not a march on a layer grid: each path of theta takes its own step h = min(dt, kappa "
         "g^2 / c) and keeps its own clock, so iteration k is a different time on each path, the "
-        "number of iterations is not known before (march applies a layer a fixed `steps` "
+        "number of iterations is not known before (_march applies a layer a fixed `steps` "
         "times), and a path leaves when a Brownian-bridge crossing drawn inside the step (from "
         "the step's start and end) hits a barrier or its clock passes t_max, not on a test of "
         "the state every `every` layers; an event-driven first-exit sampler of numpy paths",
@@ -88,7 +88,7 @@ STEP_LOOPS: dict[str, str] = {
 
 # where run streams are made outside `sim.rng` and the batch driver, each with its reason
 STREAMS: dict[str, str] = {
-    "meanfield/flow.py::path_streams":
+    "meanfield/flow.py::_path_streams":
         "the streams of runs [lo, hi) not on a block boundary: run_blocks' `streams` in the "
         "flow (and noise_path)",
     "analysis/level_samples.py::coupled_samples.advance":
@@ -214,20 +214,20 @@ def test_every_listed_loop_still_exists():
 
 
 PLANTED = '''
-from .layers import attention_output, network_step
+from .layers import _attention_output, network_step
 from . import layers
 from ..model.noise import apply_matrices
 
 
 def second_loop(x, p, v, steps):
     for _ in range(steps):
-        y = attention_output(x, p)
+        y = _attention_output(x, p)
         x = network_step(x, y, apply_matrices(y, v), p, 0.1)
     return x
 
 
 def hidden(x, p):
-    return layers.normalize(x + attention_output(x, p))
+    return layers.normalize(x + _attention_output(x, p))
 
 
 class Runner:
@@ -253,7 +253,7 @@ def harmless(config, kind, xs, F):
     for x in xs:
         F.normalize(x)  # torch.nn.functional
     for x in xs:
-        f = lambda t: attention_output(t, None)  # defined, not called, in the loop  # noqa: E731
+        f = lambda t: _attention_output(t, None)  # defined, not called, in the loop  # noqa: E731
     return f
 '''
 
@@ -261,7 +261,7 @@ def harmless(config, kind, xs, F):
 def test_the_scan_finds_a_planted_layer_loop():
     found = layer_loops(PLANTED)
     assert found == {
-        "second_loop": ["apply_matrices", "attention_output", "network_step"],
+        "second_loop": ["apply_matrices", "_attention_output", "network_step"],
         "Runner.run": ["step"],  # through a method of the module that applies a layer
         "by_module": ["normalize"],
     }
@@ -269,21 +269,21 @@ def test_the_scan_finds_a_planted_layer_loop():
 
 def test_the_meanfield_flow_goes_through_march():
     # the coupled weighted systems (meanfield/flow.py) have no layer loop of their own but
-    # march's: `_Layer` is the layer, `_Absorb` the stopping rule (merging, decisions), and no
+    # _march's: `_Layer` is the layer, `_Absorb` the stopping rule (merging, decisions), and no
     # loop over batches but the driver's
     source = (ROOT / "meanfield" / "flow.py").read_text()
     found = layer_loops(source)
     assert set(found) == {"_Layer.__call__"}
-    assert {"apply_matrices", "attention_output"} <= set(found["_Layer.__call__"])
-    assert "march(" in source and "run_blocks(" in source
+    assert {"apply_matrices", "_attention_output"} <= set(found["_Layer.__call__"])
+    assert "_march(" in source and "run_blocks(" in source
 
 
 def test_the_coupled_levels_go_through_march():
-    # the coupled schemes (sim/coupled.py) have no layer loop of their own but march's, and the
+    # the coupled schemes (sim/coupled.py) have no layer loop of their own but _march's, and the
     # modules they came from none at all
     found = layer_loops((ROOT / "sim" / "coupled.py").read_text())
     assert set(found) == {"_Levels.__call__", "_Coupling.networks"}
-    assert "march(" in (ROOT / "sim" / "coupled.py").read_text()
+    assert "_march(" in (ROOT / "sim" / "coupled.py").read_text()
     for module in ("sim/sde.py", "analysis/convergence.py"):
         assert layer_loops((ROOT / module).read_text()) == {}, module
 
@@ -425,7 +425,7 @@ def test_no_step_loop_outside_the_driver():
     found = _scan_all(step_loops)
     assert found - set(STEP_LOOPS) == set(), (
         "a loop steps a state through time outside tokensde.sim.loop._march; run it through "
-        f"march (and sim.driver.run_blocks), or list it in STEP_LOOPS with its reason: "
+        f"_march (and sim.driver.run_blocks), or list it in STEP_LOOPS with its reason: "
         f"{sorted(found - set(STEP_LOOPS))}")
     assert set(STEP_LOOPS) - found == set(), (
         f"no longer a step loop (remove from STEP_LOOPS): {sorted(set(STEP_LOOPS) - found)}")
@@ -522,14 +522,14 @@ def test_the_scans_find_planted_step_loops_and_streams():
     assert step_loops(PLANTED_STEPS) == {"euler", "absorb", "clock", "counted", "by_depth",
                                          "listed", "drawn", "advanced"}
     assert stream_makers(PLANTED_STEPS) == {"streams"}
-    # the driver itself makes the streams, and march is the one step loop of sim/loop.py
+    # the driver itself makes the streams, and _march is the one step loop of sim/loop.py
     assert stream_makers((ROOT / "sim" / "driver.py").read_text()) == {"run_blocks"}
-    assert step_loops((ROOT / "sim" / "loop.py").read_text()) == {"march"}
+    assert step_loops((ROOT / "sim" / "loop.py").read_text()) == {"_march"}
 
 
 def test_the_reduced_paths_go_through_march():
-    # the Euler paths of z = artanh rho (sim/reduced.py) are stepped by march, a state of one z
+    # the Euler paths of z = artanh rho (sim/reduced.py) are stepped by _march, a state of one z
     # per run, and theory/ keeps no path loop of z
     source = (ROOT / "sim" / "reduced.py").read_text()
-    assert step_loops(source) == set() and "march(" in source
+    assert step_loops(source) == set() and "_march(" in source
     assert "z_paths" not in step_loops((ROOT / "theory" / "first_passage.py").read_text())

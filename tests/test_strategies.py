@@ -131,7 +131,7 @@ def test_a_name_is_taken_once():
 
     with pytest.raises(ValueError, match=r"'matrix' is already registered by tokensde\.model\.noise\."):
         NOISE_LAWS.register(Impostor)
-    assert NOISE_LAWS.get("matrix").__name__ == "MatrixNoise"
+    assert NOISE_LAWS.get("matrix").__name__ == "_MatrixNoise"
 
 
 LAWS = [
