@@ -15,24 +15,8 @@ import tokensde
 ROOT = Path(tokensde.__file__).parent
 API_PAGES = ROOT.parents[1] / "docs" / "api"
 # 960 before the names used only in their own module took a leading underscore (version 0.1.0),
-# 681 before scripts/privatize_names.py. Left: names the user pages show (README.md, docs/*.md,
-# examples/), each to be listed in its layer's `__all__` and documented, or renamed with its
-# pages changed.
-AWAITING_DECISION = frozenset({
-    "analysis.stats:chance_excess", "analysis.stats:chance_explains",
-    "analysis.stats:estimate_with_undecided", "analysis.step_coupled:choose_step",
-    "analysis.step_coupled:estimates_of", "meanfield.statistics:arc_masses",
-    "model.mlp.gelu:gelu_at", "plots.animation:animate_motion", "real.models:llama_config",
-    "sim.decide:decided_tokens", "sim.expansion:auto_uses_expansion", "sim.expansion:default_tol",
-    "sim.gram:frame_coordinates", "sim.gram:frame_layer", "sim.gram:frame_mlp_layer",
-    "sim.gram:frame_norm_layer", "sim.gram:recompress_stream", "sim.gram:sde_block",
-    "sim.gram:uniform_frame", "sim.options:default_record", "sim.samplers:PIVOT_MARGIN",
-    "sim.samplers:mlp_noise_sde", "sim.sde:ito_correction", "sim.sde:sde_step",
-    "study.noise_threshold:default_step", "study.noise_threshold:nematic_order",
-    "theory.coefficients:pair_model", "theory.decision_time:survival_law",
-    "theory.token_noise:critical_coupling", "theory.token_noise:step_threshold_shift",
-    "vit.train:train_epoch",
-})
+# 681 before scripts/privatize_names.py, 0 after (the 31 names the user pages show were listed
+# in their layers' `__all__` and documented).
 
 
 def _module_names(path: Path) -> tuple[set[str], set[str]]:
@@ -67,12 +51,10 @@ def looks_public_not_listed() -> list[str]:
 
 def test_every_name_that_looks_public_is_listed():
     extra = set(looks_public_not_listed())
-    assert extra - AWAITING_DECISION == set(), (
-        f"{len(extra - AWAITING_DECISION)} names look public but no __all__ lists them: give an "
-        "internal name a leading underscore (scripts/privatize_names.py does it everywhere), or "
-        f"list it in its layer's __all__ and document it: {sorted(extra - AWAITING_DECISION)}")
-    assert AWAITING_DECISION <= extra, (
-        f"settled, drop from AWAITING_DECISION: {sorted(AWAITING_DECISION - extra)}")
+    assert not extra, (
+        f"{len(extra)} names look public but no __all__ lists them: give an internal name a "
+        "leading underscore (scripts/privatize_names.py does it everywhere), or list it in its "
+        f"layer's __all__ and document it: {extra}")
 
 
 def test_the_count_sees_a_new_public_looking_name(tmp_path, monkeypatch):

@@ -106,7 +106,7 @@ def test_rms_norms_read_uncentred():
     spec = RealSpec(arch="torch-encoder", layers=2, width=32, heads=2, ctx=N, vocab=50,
                     norm_first=False, centring=False)
     read = read_network(lambda s: build(spec, s).model, make_inputs(spec, 2, 0), seeds=(0,))
-    assert not read.blocks[0].centred and read.blocks[0].norm_kind == "_RMSNorm"
+    assert not read.blocks[0].centred and read.blocks[0].norm_kind == "RMSNorm"
     assert map_read(read).params.d == 32  # d, not d - 1: no centring to reduce by
     _same_params(read, _map_torch_encoder(build(spec, 0)))
 

@@ -12,6 +12,8 @@ from scipy import stats as _st
 
 from ..model.checks import _check_int, _check_real, _real_array, _require
 
+__all__ = ["chance_excess", "chance_explains", "estimate_with_undecided", "t_interval", "wilson"]
+
 
 def _count(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
     """A count: an integer (or a float of integer value, e.g. from a table) in [minimum, maximum]."""

@@ -62,6 +62,8 @@ from ..sim.result import SimResult
 from .clusters import Outcome
 from .step_error import _StepError, mc_error
 
+__all__ = ["choose_step", "estimates_of", "measure_step_error", "simulate_with_step_error"]
+
 #: the probabilities of `clusters._outcome_summary`, by the outcome they count
 _OUTCOMES: dict[str, Outcome] = {"p_one_cluster": Outcome.SINGLE, "p_bipolar": Outcome.BIPOLAR}
 #: runs of the coupled subsample that measures the step error beside a run (at most `runs`)

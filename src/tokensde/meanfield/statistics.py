@@ -18,6 +18,8 @@ from ..sim.layers import _attention_output
 from .flow import merge_nodes
 from .merge import _check_nodes
 
+__all__ = ["arc_masses", "minority_mass"]
+
 
 def minority_mass(x: torch.Tensor, w: torch.Tensor) -> np.ndarray:
     """`(runs,)`: the weight on the side of `<x_1, x_j> < 0` or of `> 0`, whichever is smaller,

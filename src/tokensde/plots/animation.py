@@ -26,6 +26,8 @@ from ..io.store import atomic_write
 from ..model.checks import ParameterError, _check_int
 from .style import _check_figure, _new_figure, _styled, _token_color
 
+__all__ = ["animate_motion"]
+
 _MOTION_KIND = "tokensde.tokens_in_motion"
 _COLUMNS = ("d", "frame", "t", "token", "x", "y", "z")
 _ELEVATION = np.radians(20.0)  # of the sphere's view

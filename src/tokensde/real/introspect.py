@@ -60,7 +60,7 @@ from ..sim.rng import derive_seed
 from .experiment import RealRun, predicted_run, real_run_cost
 from .mapping import BlockLaw, Mapping, to_model
 from .measure import _TOL, directions_gram, gram_stats
-from .models import _RMSNorm as TokensdeRMSNorm
+from .models import RMSNorm as TokensdeRMSNorm
 from .predict import _SDE_RUNS, _SDE_STEPS
 
 __all__ = ["ATTENTIONS", "BlockRead", "IntrospectionError", "Moment", "NetworkRead", "block_states",

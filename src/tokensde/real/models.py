@@ -24,6 +24,11 @@ from torch import nn
 from ..model.checks import ParameterError, _check_choice, _check_int, _check_real, _require
 from ..model.params import _MAX_SIZE
 
+__all__ = [
+    "ARCHS", "INSTALL_HINT", "MissingExtraError", "RMSNorm", "RealSpec", "build", "has_transformers",
+    "hidden_states", "llama_config", "make_inputs", "require_transformers",
+]
+
 ARCHS: tuple[str, ...] = ("gpt2", "bert", "vit", "torch-encoder", "llama")
 INSTALL_HINT = 'the real-network models need HuggingFace transformers: pip install "tokensde[real]"'
 _IMAGE_SIDE = 28  # Fashion-MNIST
@@ -163,7 +168,7 @@ class RealSpec:
         return {**asdict(self), "vocab": self.vocabulary, "tokens": self.tokens}
 
 
-class _RMSNorm(nn.Module):
+class RMSNorm(nn.Module):
     """LayerNorm without the centring: `x / sqrt(mean(x^2) + eps) * weight + bias`."""
 
     def __init__(self, ln: nn.LayerNorm) -> None:
@@ -185,7 +190,7 @@ def _uncentre(module: nn.Module) -> int:
     count = 0
     for name, child in list(module.named_children()):
         if isinstance(child, nn.LayerNorm):
-            setattr(module, name, _RMSNorm(child))
+            setattr(module, name, RMSNorm(child))
             count += 1
         else:
             count += _uncentre(child)

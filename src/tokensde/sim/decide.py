@@ -43,6 +43,8 @@ import math
 
 import torch
 
+__all__ = ["decided_tokens"]
+
 _DENSE_MAX = 256  # n at or below which the decided test forms the n x n gaps (the earlier test)
 _ROW_BLOCK = 1024  # rows of the dense formula evaluated at once on candidate pairs
 _ANGLE_ERR = 1e-13  # bound on the error of a computed angle (radians), float64 atan2 / asin

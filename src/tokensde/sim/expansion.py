@@ -53,7 +53,10 @@ import torch
 
 from ..model.params import ModelParams, ParameterError
 
-__all__ = ["basis_size", "expansion_output", "truncation_order", "unit_roundoff"]
+__all__ = [
+    "auto_uses_expansion", "basis_size", "default_tol", "expansion_output", "truncation_order",
+    "unit_roundoff",
+]
 
 _EVALUATORS: tuple[str, ...] = ("auto", "dense", "expansion")
 _EXPANSION_DIMS: tuple[int, ...] = (2, 3)

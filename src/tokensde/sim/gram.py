@@ -58,7 +58,10 @@ from .rng import RunStreams
 from .samplers import _gram_factor, _mlp_scale, _psd_factor, _scheme_params, _sym_root, _well_pivoted
 from .sde import ito_correction
 
-__all__ = ["noise_factor", "recompress", "run_batch_gram"]
+__all__ = [
+    "frame_coordinates", "frame_layer", "frame_mlp_layer", "frame_norm_layer", "noise_factor",
+    "recompress", "recompress_stream", "run_batch_gram", "sde_block", "uniform_frame",
+]
 
 
 def _iso_scales(p: ModelParams) -> tuple[float, float]:

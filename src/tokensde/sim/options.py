@@ -21,6 +21,8 @@ from .expansion import _EVALUATORS
 from .observe import _RECORDS, Observer, _check_observers, _ObserveSpec
 from .samplers import _SAMPLERS
 
+__all__ = ["Execution", "InitialState", "Recording", "StepControl", "StoppingRule", "default_record"]
+
 # the default record: Gram matrices (n x n per run and checkpoint) up to this many tokens, the
 # tokens (n x d) above (one Gram matrix of 65536 tokens takes 34 GB)
 _GRAM_RECORD_MAX = 1024

@@ -16,6 +16,8 @@ from ..model.params import ModelParams, ParameterError
 from ..model.qk import QK_LAWS
 from .rng import RunStreams
 
+__all__ = ["PIVOT_MARGIN", "choose_sampler", "mlp_noise_sde"]
+
 _Sampler = Callable[[torch.Tensor, ModelParams, RunStreams], torch.Tensor]
 _SAMPLERS: tuple[str, ...] = ("auto", "fast", "full", "gram")
 

@@ -17,6 +17,8 @@ import torch
 from ..model.params import ModelParams
 from .layers import _mean_part, _mlp_input, _normalize_, _tangent
 
+__all__ = ["ito_correction", "sde_step"]
+
 
 def ito_correction(x: torch.Tensor, y: torch.Tensor, p: ModelParams) -> torch.Tensor:
     """Drift `-P_x Sigma(y) x - tr(P_x Sigma(y)) x / 2` that keeps `|x| = 1` (spec §3), `Sigma` the

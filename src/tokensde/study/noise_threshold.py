@@ -35,8 +35,11 @@ from ..model.params import ModelParams, ParameterError
 from ..sim.options import Execution
 from ..theory import token_noise as theory
 
-__all__ = ["OrderEstimate", "critical_token_noise", "mean_field_order", "ordered_branch_end",
-           "stationary_order", "step_error", "threshold_from_fluctuations", "threshold_from_scan"]
+__all__ = [
+    "OrderEstimate", "critical_token_noise", "default_step", "mean_field_order", "nematic_order",
+    "ordered_branch_end", "stationary_order", "step_error", "threshold_from_fluctuations",
+    "threshold_from_scan",
+]
 
 
 def critical_token_noise(beta: float, d: int, attention: str = "usa",

@@ -35,6 +35,8 @@ from scipy import special
 from ..model.checks import ParameterError, _check_real, _require
 from ..model.mlp import MLPS
 
+__all__ = ["Boundaries", "RedrawnForms", "forms_z_coefficients", "kernel_constants", "pair_model"]
+
 _E_END = 1e-30  # distance to an endpoint at which a numerical boundary power is read off
 
 

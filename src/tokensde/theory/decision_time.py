@@ -32,6 +32,8 @@ from .coefficients import _RhoDiffusion, _SpecPair
 from .first_passage import PAIR_TOL
 from .two_tokens import _as_floats, check_rho0, lyapunov_antipodal
 
+__all__ = ["decision_rate", "median_time", "p_anti_at_tol", "survival", "survival_law"]
+
 _NODES = 1200  # interior grid nodes in z (at least; more where the drift is strong)
 
 

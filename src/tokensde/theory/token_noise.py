@@ -37,7 +37,10 @@ from scipy import optimize, special
 
 from ..model.checks import ParameterError, _check_choice, _check_int, _check_real
 
-__all__ = ["ATTENTIONS", "beta_star", "mode_growth_rate", "step_threshold"]
+__all__ = [
+    "ATTENTIONS", "beta_star", "critical_coupling", "mode_growth_rate", "step_threshold",
+    "step_threshold_shift",
+]
 
 ATTENTIONS = ("usa", "softmax")
 

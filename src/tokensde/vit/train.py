@@ -29,6 +29,8 @@ from .data import ImageData
 from .init import Arm, make_model
 from .model import ViT, ViTConfig
 
+__all__ = ["TrainConfig", "lr_at", "make_optimizer", "train_epoch", "train_run"]
+
 _KIND_CHECKPOINT = "tokensde.vit.checkpoint"
 _KIND_RUN = "tokensde.vit.run"
 CHECKPOINT, LOG, RESULT = "checkpoint.pt", "log.jsonl", "result.json"

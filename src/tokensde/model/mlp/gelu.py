@@ -18,6 +18,8 @@ from scipy import special
 from ..checks import _check_real
 from .base import MLPS, Activation, add_scaled_family
 
+__all__ = ["gelu_at"]
+
 if TYPE_CHECKING:
     import torch
 
