@@ -18,9 +18,9 @@ from scipy import integrate, special, stats
 from tokensde import Execution, ModelParams, ParameterError, TimeGrid
 from tokensde.analysis.convergence import (
     _PROBLEMS,
+    ConvergenceResult,
     Problem,
     _concat_samples,
-    _ConvergenceResult,
     _Size,
     _uniform_from_gaussian,
     coupled_samples,
@@ -200,13 +200,13 @@ def test_result_round_trip_and_schema_check():
     size = _Size({"two_tokens": 256}, {"two_tokens": 256}, levels=(4, 8, 16), strong_ref=4)
     res = run_convergence(size, problems=("two_tokens",), seed=3, bootstrap=20)
     data = res.to_dict()
-    back = _ConvergenceResult.from_dict(data)
+    back = ConvergenceResult.from_dict(data)
     assert back.points == res.points and back.fits == res.fits
     assert data["version"] and data["schema"] == 1
     assert {p["kind"] for p in res.points} == {"weak", "strong", "reference_correction"}
     assert len([p for p in res.points if p["kind"] == "weak"]) == 2 * 2 * 3
     with pytest.raises(StoreError, match="schema"):
-        _ConvergenceResult.from_dict({**data, "schema": 99})
+        ConvergenceResult.from_dict({**data, "schema": 99})
 
 
 def test_pre_norm_network_is_the_euler_sde_on_its_own_grid():

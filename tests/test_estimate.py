@@ -240,17 +240,17 @@ def test_the_real_calibration_gives_positive_samples_and_a_fit(cache):
 
 
 def test_a_sweep_cell_estimated_too_long_is_refused_unless_yes():
-    from tokensde.sweep.config import _Cell
+    from tokensde.sweep.config import Cell
     from tokensde.sweep.engine import _check_cells
 
-    cell = _Cell(0, "c0", {"n": 2, "T": 1e9}, 0)
+    cell = Cell(0, "c0", {"n": 2, "T": 1e9}, 0)
     budgets = [(cell, deep())]
     with pytest.raises(BudgetError, match=r"cell 0 \(c0, .*\): this simulation would take about "
                                           r".* days .*pass --yes"):
         _check_cells(budgets, 1, have=2**40, model=DEFAULT_TIME_MODEL)
     one = DEFAULT_TIME_MODEL.seconds(budgets[0][1].steps, budgets[0][1].work)
     # the cells' sum over the workers, and never less than the longest cell
-    two = [*budgets, (_Cell(1, "c1", {"n": 2, "T": 1e9}, 1), deep())]
+    two = [*budgets, (Cell(1, "c1", {"n": 2, "T": 1e9}, 1), deep())]
     for cells, workers, want in [(budgets, 2, one), (two, 1, 2 * one), (two, 2, one),
                                  (two, 4, one)]:
         assert _check_cells(cells, workers, have=2**40, model=DEFAULT_TIME_MODEL, yes=True,

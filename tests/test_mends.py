@@ -31,7 +31,7 @@ def _defined(name: str) -> list[str]:
 def test_one_name_one_concept():
     # the value-matrix init preset vs the ViT's arm; the outcome masks of a pair vs of clusters;
     # each section's sizes under a name of its own
-    assert _defined("_ValueInit") == ["model/params.py"]
+    assert _defined("ValueInit") == ["model/params.py"]
     assert _defined("Arm") == ["vit/init.py"]
     assert _defined("classify") == []
     assert _defined("classify_pair") == ["theory/two_tokens.py"]

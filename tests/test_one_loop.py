@@ -79,7 +79,7 @@ STEP_LOOPS: dict[str, str] = {
         "them), no state stepped",
     "vit/estimate.py::time_steps": "training steps of a ViT being timed",
     "vit/train.py::train_epoch": "optimizer steps of one training epoch of a ViT",
-    "vit/stack.py::train_stack": "optimizer steps of the epochs of stacked ViTs trained together",
+    "vit/stack.py::_train_stack": "optimizer steps of the epochs of stacked ViTs trained together",
     "vit/estimate.py::time_stack_steps": "training steps of stacked ViTs being timed",
     "real/models.py::_gpt2": "draws the initial weights of each block",
     "vit/init.py::apply_value_init": "draws the value weights of each block",
@@ -88,7 +88,7 @@ STEP_LOOPS: dict[str, str] = {
 
 # where run streams are made outside `sim.rng` and the batch driver, each with its reason
 STREAMS: dict[str, str] = {
-    "meanfield/flow.py::_path_streams":
+    "meanfield/flow.py::path_streams":
         "the streams of runs [lo, hi) not on a block boundary: run_blocks' `streams` in the "
         "flow (and noise_path)",
     "analysis/level_samples.py::coupled_samples.advance":
@@ -261,7 +261,7 @@ def harmless(config, kind, xs, F):
 def test_the_scan_finds_a_planted_layer_loop():
     found = layer_loops(PLANTED)
     assert found == {
-        "second_loop": ["apply_matrices", "_attention_output", "network_step"],
+        "second_loop": ["_attention_output", "apply_matrices", "network_step"],
         "Runner.run": ["step"],  # through a method of the module that applies a layer
         "by_module": ["normalize"],
     }

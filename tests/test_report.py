@@ -11,7 +11,7 @@ from PIL import Image as PILImage
 from typer.testing import CliRunner
 
 from tokensde import study
-from tokensde.analysis.convergence import _ConvergenceResult
+from tokensde.analysis.convergence import ConvergenceResult
 from tokensde.cli import figure as figure_cli
 from tokensde.io.report import Image, Section, Table, _fmt, _interval, _render, write_report
 from tokensde.study.convergence import _convergence_tables, convergence_data
@@ -134,7 +134,7 @@ def test_figure_reuses_its_saved_result(tmp_path, monkeypatch, small_tiny):
     out = json.loads(first.output[first.output.index("{"):])
     assert out["reused"] is False and out["tables"]["convergence-fits"] == 16
     data = tmp_path / "data" / "convergence-tiny.json"
-    saved = _ConvergenceResult.from_dict(json.loads(data.read_text()))
+    saved = ConvergenceResult.from_dict(json.loads(data.read_text()))
     # the second call must not simulate at all
     monkeypatch.setattr("tokensde.analysis.convergence.run_convergence",
                         lambda *a, **k: pytest.fail("re-ran a saved simulation"))

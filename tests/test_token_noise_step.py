@@ -158,7 +158,7 @@ def test_step_rule_and_its_warning():
     bad = nt._step_plan(5.0, 2, scheme="network", dt=0.05)
     assert bad.shift == pytest.approx(1.2844, abs=1e-3)  # tau_c(0.05) = 2.28 tau_c
     assert "+128 %" in bad.warning and f"dt <= {plan.advice['sde']:g} (sde)" in bad.warning
-    with pytest.warns(nt._StepBiasWarning, match="beyond the 1 % rule"), \
+    with pytest.warns(nt.StepBiasWarning, match="beyond the 1 % rule"), \
             warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the SDE's own large-step warning
         nt.stationary_order(3.0, 4, 2, 5.0, runs=2, T=0.1, burn=0.0, dt=0.05, samples=2)
@@ -207,7 +207,7 @@ def test_extrapolation_is_richardson_over_two_steps():
     and the threshold's residual shift `2 s(dt/2) - s(dt)`, which is far below s(dt)."""
     kw = dict(n=8, d=2, beta=3.0, runs=2, T=0.4, burn=0.2, samples=5, scheme="network")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", nt._StepBiasWarning)
+        warnings.simplefilter("ignore", nt.StepBiasWarning)
         both = nt.stationary_order(1.0, dt=0.04, extrapolate=True, **kw)
     one = nt.stationary_order(1.0, dt=0.04, step_tol=None, **kw)
     half = nt.stationary_order(1.0, dt=0.02, step_tol=None, **kw)

@@ -43,12 +43,24 @@ from ..sim.rng import _RUN_BLOCK, derive_seed
 from .level_samples import (
     _LEVELS,
     _PROBLEMS,
+    CoupledSamples,
     Problem,
     _concat_samples,
-    _CoupledSamples,
     coupled_samples,
 )
 from .stats import _check_level
+
+__all__ = [
+    "RESOLVE_Z",
+    "ConvergenceResult",
+    "OrderFit",
+    "fit_order",
+    "poisson_weights",
+    "run_convergence",
+    "summarise",
+    "weak_levels_used",
+    "weighted_means",
+]
 
 _KIND_CONV = "tokensde.convergence"
 RESOLVE_Z = 3.0
@@ -57,7 +69,7 @@ _LEVEL_Z = 1.96
 
 
 @dataclass(frozen=True)
-class _OrderFit:
+class OrderFit:
     """`error ~ constant * L^(-order)`: least-squares order, its standard error and intervals."""
 
     order: float
@@ -78,7 +90,7 @@ def _ols(logL: np.ndarray, logE: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.ndarray,
-              replicates: np.ndarray | None = None, level: float = 0.95) -> _OrderFit:
+              replicates: np.ndarray | None = None, level: float = 0.95) -> OrderFit:
     """Order `-slope` of `log|e|` on `log L`; t-interval from the residuals; bootstrap percentile
     interval from `replicates` `(B, len(levels))` of the errors when given.
 
@@ -115,7 +127,7 @@ def fit_order(levels: Sequence[int] | np.ndarray, errors: Sequence[float] | np.n
         if len(r):
             orders = -_ols(logL, np.log(r))[0]
             blo, bhi = (float(q) for q in np.quantile(orders, [0.5 - level / 2, 0.5 + level / 2]))
-    return _OrderFit(-slope, se, math.exp(icpt), -slope - half, -slope + half, blo, bhi,
+    return OrderFit(-slope, se, math.exp(icpt), -slope - half, -slope + half, blo, bhi,
                     tuple(int(v) for v in L))
 
 
@@ -152,7 +164,7 @@ def _interval(mean: float, se: float) -> tuple[float, float]:
     return mean - _LEVEL_Z * se, mean + _LEVEL_Z * se
 
 
-def summarise(weak: _CoupledSamples, strong: _CoupledSamples, problem: Problem,
+def summarise(weak: CoupledSamples, strong: CoupledSamples, problem: Problem,
               bootstrap: int = 400, seed: int = 0, strong_from: int = 1
               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Weak errors `E f(X^L) - (2 E f(X^h) - E f(X^{2h}))`, strong errors and their fitted orders.
@@ -272,7 +284,7 @@ def _fit_row(lv: np.ndarray, err: np.ndarray, boot: np.ndarray) -> dict[str, Any
 
 
 @dataclass
-class _ConvergenceResult:
+class ConvergenceResult:
     """Points and fits of every problem, with the settings that produced them."""
 
     settings: dict[str, Any]
@@ -286,7 +298,7 @@ class _ConvergenceResult:
                 "points": self.points, "fits": self.fits}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], where: str = "convergence data") -> _ConvergenceResult:
+    def from_dict(cls, data: dict[str, Any], where: str = "convergence data") -> ConvergenceResult:
         """Inverse of `to_dict`; a foreign or newer-schema document raises StoreError."""
         _check_meta(data, _KIND_CONV, where)
         skip = {"problems", "points", "fits"}
@@ -347,7 +359,7 @@ def _task_key(args: _Task) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _task(args: _Task) -> _CoupledSamples:
+def _task(args: _Task) -> CoupledSamples:
     prob, lv, ref, runs, seed, laws, lo, hi, at = args
     return coupled_samples(prob, lv, ref, runs, seed, laws, lo, hi, at)
 
@@ -367,7 +379,7 @@ def run_convergence(
     map_fn: Callable[..., Any] = map,
     chunk: int = 8 * _RUN_BLOCK,
     progress: _Progress | None = None,
-) -> _ConvergenceResult:
+) -> ConvergenceResult:
     """The whole diagnostic: weak and strong passes for each problem, summarised and fitted.
 
     Work is cut into run chunks (`_Task`s, identified by `task_key`) and handed to `map_fn` (the
@@ -425,4 +437,4 @@ def run_convergence(
                 "resolve_z": RESOLVE_Z, "interval_z": _LEVEL_Z,
                 "weak_reference": "projected Euler SDE on the shared path, Richardson 2f(h)-f(2h)",
                 "strong_reference": "projected Euler SDE on the shared path, finest grid"}
-    return _ConvergenceResult(settings, meta, points, fits)
+    return ConvergenceResult(settings, meta, points, fits)

@@ -29,6 +29,8 @@ from ..sim.rng import _RUN_BLOCK, MLP_STREAM, QK_STREAM, RunStreams, derive_seed
 from ..sim.simulate import _initial_tokens
 from .clusters import upper_pairs
 
+__all__ = ["CoupledSamples", "Problem", "coupled_samples"]
+
 _KIND_SAMPLES = "tokensde.convergence-samples"
 _LEVELS: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -98,7 +100,7 @@ _PROBLEMS: dict[str, Problem] = {
 
 
 @dataclass
-class _CoupledSamples:
+class CoupledSamples:
     """Per-run values from one pass over a shared Brownian path.
 
     `net`: statistic values of the networks at time T `(laws, levels, stats, runs)`; `ref_fine`,
@@ -130,7 +132,7 @@ def coupled_samples(
     *,
     execution: Execution = Execution(),
     progress: _Progress | None = None,
-) -> _CoupledSamples:
+) -> CoupledSamples:
     """Per-run statistics `f(X^L_T)`, `f(X^h_T)`, `f(X^{2h}_T)` and `|X^L_t - X^h_t|^2` on shared paths.
 
     Runs `[start, stop)` of a `runs`-run experiment: every level and both references on shared
@@ -222,7 +224,7 @@ def coupled_samples(
     kept = book.arrays()["sq_err"]  # (runs, steps, laws, levels), steps sorted
     column = {int(j): c for c, j in enumerate(steps)}
     sq = np.stack([kept[:, column[j]] for j in _steps_in_order(strong_at, ref_steps)])
-    return _CoupledSamples(lv, laws, names, net, ref_f, ref_h,
+    return CoupledSamples(lv, laws, names, net, ref_f, ref_h,
                           np.ascontiguousarray(sq.transpose(0, 2, 3, 1)),
                           tuple(float(f) for f in strong_at))
 
@@ -247,29 +249,29 @@ def _steps_in_order(strong_at: Sequence[float], ref_steps: int) -> list[int]:
     return [round(float(f) * ref_steps) for f in strong_at]
 
 
-def _concat_samples(parts: Sequence[_CoupledSamples]) -> _CoupledSamples:
+def _concat_samples(parts: Sequence[CoupledSamples]) -> CoupledSamples:
     """Join samples of consecutive run ranges of one experiment."""
     first = parts[0]
     cat = lambda name: np.concatenate([getattr(q, name) for q in parts], axis=-1)  # noqa: E731
-    return _CoupledSamples(first.levels, first.laws, first.stats, cat("net"), cat("ref_fine"),
+    return CoupledSamples(first.levels, first.laws, first.stats, cat("net"), cat("ref_fine"),
                           cat("ref_half"), cat("sq_err"), first.strong_at)
 
 
 _SAMPLE_ARRAYS: tuple[str, ...] = ("net", "ref_fine", "ref_half", "sq_err")
 
 
-def _samples_to_arrays(s: _CoupledSamples) -> dict[str, np.ndarray]:
+def _samples_to_arrays(s: CoupledSamples) -> dict[str, np.ndarray]:
     """Arrays (and a JSON `meta` entry) from which `samples_from_arrays` rebuilds `s`."""
     meta = {"levels": list(s.levels), "laws": list(s.laws), "stats": list(s.stats),
             "strong_at": list(s.strong_at)}
     return {"meta": np.array(json.dumps(meta)), **{k: getattr(s, k) for k in _SAMPLE_ARRAYS}}
 
 
-def _samples_from_arrays(data: Any) -> _CoupledSamples:
+def _samples_from_arrays(data: Any) -> CoupledSamples:
     """Inverse of `samples_to_arrays` (a dict or an open .npz)."""
     meta = json.loads(str(data["meta"]))
     net, fine, half, sq = (np.asarray(data[k]) for k in _SAMPLE_ARRAYS)
-    return _CoupledSamples(tuple(meta["levels"]), tuple(meta["laws"]), tuple(meta["stats"]),
+    return CoupledSamples(tuple(meta["levels"]), tuple(meta["laws"]), tuple(meta["stats"]),
                           net, fine, half, sq, tuple(meta["strong_at"]))
 
 

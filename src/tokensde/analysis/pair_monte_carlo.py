@@ -33,7 +33,7 @@ from ..theory.two_tokens import (
     hybrid_lyapunov,
     hybrid_p_anti,
 )
-from .stats import _censored_quantiles, _Estimate, estimate_with_undecided, wilson
+from .stats import Estimate, _censored_quantiles, estimate_with_undecided, wilson
 
 __all__ = ["PairOutcome", "hybrid_monte_carlo", "monte_carlo", "pair_budget", "spec_params"]
 
@@ -82,7 +82,7 @@ class PairOutcome:
         return self.runs - self.antipodal - self.merged
 
     @property
-    def estimate(self) -> _Estimate:
+    def estimate(self) -> Estimate:
         """P_anti by the project's rule for undecided runs (`stats.estimate_with_undecided`):
         over the decided runs, with the bounds the undecided runs allow."""
         return estimate_with_undecided(self.antipodal, self.merged, self.runs, self.level,

@@ -12,7 +12,7 @@ from scipy import stats as _st
 
 from ..model.checks import _check_int, _check_real, _real_array, _require
 
-__all__ = ["chance_excess", "chance_explains", "estimate_with_undecided", "t_interval", "wilson"]
+__all__ = ["Estimate", "chance_excess", "chance_explains", "estimate_with_undecided", "t_interval", "wilson"]
 
 
 def _count(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
@@ -114,7 +114,7 @@ def _censored_quantiles(times: np.ndarray, qs: list[float]) -> list[float]:
 # ----------------------------------------------------------------------------- undecided runs
 
 @dataclass(frozen=True)
-class _Estimate:
+class Estimate:
     """A probability from `runs` runs of which `hits` ended in the event, `other` in its
     complement and the rest are undecided (see `estimate_with_undecided`)."""
 
@@ -179,7 +179,7 @@ class _Estimate:
 
 
 def estimate_with_undecided(hits: int, other: int, runs: int, level: float = 0.95,
-                            exact: bool = False) -> _Estimate:
+                            exact: bool = False) -> Estimate:
     """The project's rule for a probability from runs with an undecided part (docs/reporting.md).
 
     Estimate `p = hits / (hits + other)` over the decided runs with its Wilson interval at
@@ -205,4 +205,4 @@ def estimate_with_undecided(hits: int, other: int, runs: int, level: float = 0.9
         bounds = (float(wilson(k, n, level)[0]), float(wilson(n - m, n, level)[1]))
     width = (ci[1] - ci[0]) / 2 if ci is not None else (bounds[1] - bounds[0]) / 2
     digits = 6 if width <= 0 else int(min(6, max(1, -math.floor(math.log10(width)))))
-    return _Estimate(k, m, n, level, exact, p, ci, bounds, digits)  # type: ignore[arg-type]
+    return Estimate(k, m, n, level, exact, p, ci, bounds, digits)  # type: ignore[arg-type]

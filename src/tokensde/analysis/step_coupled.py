@@ -60,9 +60,12 @@ from ..sim.options import (
 from ..sim.planning import COUPLED_BATCH
 from ..sim.result import SimResult
 from .clusters import Outcome
-from .step_error import _StepError, mc_error
+from .step_error import StepError, mc_error
 
-__all__ = ["choose_step", "estimates_of", "measure_step_error", "simulate_with_step_error"]
+__all__ = [
+    "Paired", "StepChoice", "choose_step", "estimates_of", "measure_step_error",
+    "simulate_with_step_error",
+]
 
 #: the probabilities of `clusters._outcome_summary`, by the outcome they count
 _OUTCOMES: dict[str, Outcome] = {"p_one_cluster": Outcome.SINGLE, "p_bipolar": Outcome.BIPOLAR}
@@ -88,7 +91,7 @@ _ORDER_Z = 2.0
 
 
 @dataclass(frozen=True)
-class _Paired:
+class Paired:
     """One probability from runs coupled at `dt`, `2 dt` and (three levels) `4 dt`: `fine` =
     P(dt), `coarse` = P(2 dt), `bias` = b1 = P(2 dt) - P(dt) (the first-order step error of
     P(dt)), `richardson` = 2 P(dt) - P(2 dt); with three levels also `coarse4` = P(4 dt),
@@ -158,13 +161,13 @@ class _Paired:
             return self.step, math.hypot(self.step_se, self.spread())
         return self.bias, self.bias_se
 
-    def step_error(self, dt: float) -> _StepError:
+    def step_error(self, dt: float) -> StepError:
         """The measured step error (`estimate`) as a `StepError` of P(dt)."""
         if not math.isfinite(self.bias):
-            return _StepError(None, math.nan, dt, "no run decided at every step")
+            return StepError(None, math.nan, dt, "no run decided at every step")
         b, se = self.estimate()
         at = "dt, 2 dt and 4 dt" if self.levels == 3 else "dt and 2 dt"
-        return _StepError(b, se, dt, f"measured on {self.runs} runs coupled at {at}; "
+        return StepError(b, se, dt, f"measured on {self.runs} runs coupled at {at}; "
                          f"{self.order_text()}", resolve=True)
 
     def extrapolated(self, level: float = 0.95) -> dict[str, Any]:
@@ -211,11 +214,11 @@ def _combined(ps: list[float], us: list[np.ndarray], w: tuple[float, ...]) -> tu
             _se(sum((a * b for a, b in zip(w, us[:n], strict=True)), np.zeros(us[0].shape))))
 
 
-def _paired(ps: list[float], us: list[np.ndarray], runs: int, decided: int) -> _Paired:
+def _paired(ps: list[float], us: list[np.ndarray], runs: int, decided: int) -> Paired:
     """`Paired` of the probabilities `ps` at dt, 2 dt (and 4 dt) and their influences `us`."""
     b1, b1_se = _combined(ps, us, (-1, 1))
     r1, r1_se = _combined(ps, us, (2, -1))
-    base = _Paired(ps[0], ps[1], b1, b1_se, r1, r1_se, math.hypot(_se(us[0]), _se(us[1])),
+    base = Paired(ps[0], ps[1], b1, b1_se, r1, r1_se, math.hypot(_se(us[0]), _se(us[1])),
                   runs, decided)
     if len(ps) == 2:
         return base
@@ -228,7 +231,7 @@ def _paired(ps: list[float], us: list[np.ndarray], runs: int, decided: int) -> _
                    richardson2_se=r2_se)
 
 
-def _paired_estimates(codes: np.ndarray) -> dict[str, _Paired]:
+def _paired_estimates(codes: np.ndarray) -> dict[str, Paired]:
     """The probabilities of `OUTCOMES` at each step from outcome codes `(runs, 2)` or `(runs,
     3)` (columns at `dt`, `2 dt`, `4 dt`), paired by run.
 
@@ -325,7 +328,7 @@ def _codes(both: torch.Tensor, p: ModelParams, tol: float) -> np.ndarray:
 
 
 def measure_step_error(p: ModelParams, T: float, dt: float, runs: int, seed: int, **kw: Any
-                       ) -> dict[str, _Paired]:
+                       ) -> dict[str, Paired]:
     """The step error of each outcome probability at step `dt`, `paired_estimates` of
     `_coupled_outcomes` (runs coupled at dt, 2 dt and, for a multiple of 4 layers, 4 dt).
 
@@ -352,13 +355,13 @@ def _coupled_seed(seed: int) -> int:
 
 
 @dataclass(frozen=True)
-class _StepChoice:
+class StepChoice:
     """The step chosen for a run of horizon `T` (`choose_step`): the grid, the pilot's step
     `dt0` and its measured `Paired` estimates, and `why`, one line."""
 
     grid: TimeGrid
     dt0: float
-    pilot: dict[str, _Paired]
+    pilot: dict[str, Paired]
     capped: bool
     why: str
 
@@ -382,7 +385,7 @@ def _layers_for(T: float, dt: float) -> int:
     return m * max(1, math.ceil(T / dt / m - 1e-9))
 
 
-def _wanted_step(pilot: dict[str, _Paired], dt0: float, runs: int) -> float:
+def _wanted_step(pilot: dict[str, Paired], dt0: float, runs: int) -> float:
     """The step at which the upper bound `|b0| + 2 s0` of each pilot step error
     (`Paired.estimate`), scaled linearly to the step, equals the Monte Carlo error of its
     probability over `runs` runs (`mc_error` at the pilot's P(dt0), kept off 0 and 1 by half a
@@ -403,7 +406,7 @@ def _wanted_step(pilot: dict[str, _Paired], dt0: float, runs: int) -> float:
 
 
 def choose_step(p: ModelParams, T: float, runs: int, seed: int, *, scheme: str = "network",
-                pilot_runs: int = _PILOT_RUNS, **kw: Any) -> _StepChoice:
+                pilot_runs: int = _PILOT_RUNS, **kw: Any) -> StepChoice:
     """The step of a run of `runs` runs to horizon `T` by `_STEP_RULE`: a pilot of `min(runs,
     pilot_runs)` runs coupled at `dt0`, `2 dt0` and `4 dt0` (`_start_step`), then `wanted_step`,
     as a whole number of layers, a multiple of 4 (`layers_for`; at most `_MAX_CHOSEN_LAYERS`:
@@ -441,10 +444,10 @@ def choose_step(p: ModelParams, T: float, runs: int, seed: int, *, scheme: str =
                   "decided no run at every step, so the rule could not be checked: dt0 kept")
     if capped:
         why += f"; capped at {_MAX_CHOSEN_LAYERS} layers, so the rule may not hold"
-    return _StepChoice(TimeGrid.make(T=T, dt=T / L), dt0, pilot, capped, why)
+    return StepChoice(TimeGrid.make(T=T, dt=T / L), dt0, pilot, capped, why)
 
 
-def _add_measured(summary: dict[str, Any], measured: dict[str, _Paired] | None, dt: float,
+def _add_measured(summary: dict[str, Any], measured: dict[str, Paired] | None, dt: float,
                  extrapolate: bool = False) -> None:
     """Fill the step error of each probability of `summary` (`clusters._outcome_summary`) that
     has none with the measured one (`Paired.step_error`), and with
@@ -470,7 +473,7 @@ def _add_measured(summary: dict[str, Any], measured: dict[str, _Paired] | None, 
             est["extrapolated"] = e.extrapolated()
 
 
-def _add_scaled(summary: dict[str, Any], choice: _StepChoice) -> None:
+def _add_scaled(summary: dict[str, Any], choice: StepChoice) -> None:
     """Put the pilot's step error (`Paired.estimate`), scaled linearly to the chosen step (`b0
     dt / dt0`, its error likewise), beside each probability of `summary` that has none."""
     dt, r = choice.grid.dt, choice.grid.dt / choice.dt0
@@ -479,9 +482,9 @@ def _add_scaled(summary: dict[str, Any], choice: _StepChoice) -> None:
         if est is None or (est.get("step_error") or {}).get("bias") is not None:
             continue
         b, se = e.estimate()
-        step = (_StepError(None, math.nan, dt, "no pilot run decided at every step")
+        step = (StepError(None, math.nan, dt, "no pilot run decided at every step")
                 if not math.isfinite(e.bias) else
-                _StepError(b * r, se * r, dt, f"scaled linearly from {e.runs} runs coupled at "
+                StepError(b * r, se * r, dt, f"scaled linearly from {e.runs} runs coupled at "
                           f"dt0 = {choice.dt0:.4g}, 2 dt0 and 4 dt0; {e.order_text()}",
                           resolve=True))
         est["step_error"] = step.to_dict(mc_error(est["p"], est["decided"]))
@@ -493,7 +496,7 @@ def _not_estimated(summary: dict[str, Any], dt: float, why: str) -> None:
     for key in _OUTCOMES:
         est = summary.get(key)
         if est is not None and est.get("step_error") is None:
-            est["step_error"] = _StepError(None, math.nan, dt, why).to_dict(
+            est["step_error"] = StepError(None, math.nan, dt, why).to_dict(
                 mc_error(est["p"], est["decided"]))
 
 
@@ -512,15 +515,15 @@ def _beside_run(p: ModelParams, grid: TimeGrid, runs: int, seed: int, coupled: i
             "levels": _levels_of(grid.steps), "estimates": {k: v.to_dict() for k, v in est.items()}}
 
 
-def estimates_of(record: dict[str, Any]) -> dict[str, _Paired] | None:
+def estimates_of(record: dict[str, Any]) -> dict[str, Paired] | None:
     """The `Paired` estimates of a `_beside_run` record (None where nothing was measured)."""
     est = record.get("estimates")
-    return None if est is None else {k: _Paired(**v) for k, v in est.items()}
+    return None if est is None else {k: Paired(**v) for k, v in est.items()}
 
 
 def _grid_or_chosen(p: ModelParams, layers: int | None, alpha: float | None, T: float | None,
                    dt: float | None, runs: int, seed: int, scheme: str = "network", **kw: Any
-                   ) -> tuple[TimeGrid, _StepChoice | None]:
+                   ) -> tuple[TimeGrid, StepChoice | None]:
     """The `TimeGrid` of `(layers, alpha)` or `(T, dt)` (`TimeGrid.make`, exact), or, with `T`
     and no `dt`, the step chosen by `choose_step` (`kw` as `_coupled_outcomes`) with its
     `StepChoice` (None otherwise); ParameterError where step doubling cannot run."""
@@ -538,7 +541,7 @@ def _grid_or_chosen(p: ModelParams, layers: int | None, alpha: float | None, T: 
     return choice.grid, choice
 
 
-def _step_summary(pairs: dict[str, Any], res: Any, choice: _StepChoice | None,
+def _step_summary(pairs: dict[str, Any], res: Any, choice: StepChoice | None,
                  extrapolate: bool) -> dict[str, Any]:
     """Put a step error beside each probability of `pairs` (`clusters._outcome_summary` of the
     run `res`): the pilot's scaled estimate where the step was chosen (`choice`), else the
@@ -555,17 +558,17 @@ def _step_summary(pairs: dict[str, Any], res: Any, choice: _StepChoice | None,
 
 
 def _pair_step(p: ModelParams, rho0: float | str, result: dict[str, Any], engine: str,
-              tol: float, until: str, seed: int, coupled: int = _COUPLED_RUNS) -> _StepError:
+              tol: float, until: str, seed: int, coupled: int = _COUPLED_RUNS) -> StepError:
     """The step error of P_anti of a two-token run (`pair_monte_carlo.monte_carlo`'s `result`),
     measured on `min(runs, coupled)` coupled runs (`coupled_seed(seed)`); none for the
     reduced engine or where step doubling cannot run (`why_not_coupled`)."""
     dt, steps = result["dt"], result["steps"]
     if engine != "network":
-        return _StepError(None, math.nan, dt, "engine 'reduced' (the 1-D diffusion) is not "
+        return StepError(None, math.nan, dt, "engine 'reduced' (the 1-D diffusion) is not "
                          "measured")
     why = _why_not_coupled(p, steps, "network")
     if why is not None:
-        return _StepError(None, math.nan, dt, why)
+        return StepError(None, math.nan, dt, why)
     init, r0 = ("uniform", None) if isinstance(rho0, str) else ("pair", rho0)
     every = 1 if p.mlp_block.active else None  # a first passage, as the run tests it
     e = measure_step_error(p, result["T"], result["T"] / steps,

@@ -14,9 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["StepError"]
+
 
 @dataclass(frozen=True)
-class _StepError:
+class StepError:
     """The estimated step error `P(dt) - P(0)` of a probability at step `dt` (`bias` with its
     error `se`, None where there is no estimate; `source` says how it was obtained, or why not);
     `resolve`: a measured estimate, compared with the Monte Carlo error through its interval

@@ -67,7 +67,7 @@ def _run(fn: Any, steps: int, quiet: bool, json_out: bool, **kwargs: Any) -> dic
 
 
 def _step_error(result: dict[str, Any], step: Any) -> None:
-    """Put the step error `step` (`analysis.step_error._StepError`) of the estimate of `result`
+    """Put the step error `step` (`analysis.step_error.StepError`) of the estimate of `result`
     beside its Monte Carlo error, in `result['step_error']`."""
     from ..analysis.step_error import mc_error
 
@@ -189,8 +189,7 @@ def _mc_cmd(
         execution = Execution(sampler=sampler)
         check_run(mc.pair_budget(mc.spec_params(beta, d, sigma, mlp=mlp, mlp_sigma=mlp_sigma),
                                  tt.check_rho0(rho0), grid, runs, engine, stopping, execution,
-                                 StepControl()),  # the coupled runs of `pair_step`
-                  yes=yes)
+                                 StepControl()), yes=yes)  # StepControl: `pair_step`'s runs
         result = _run(mc.monte_carlo, grid.steps, quiet, json_out, beta=beta, d=d,
                       rho0=tt.check_rho0(rho0), runs=runs, T=time, dt=dt, seed=seed,
                       sigma=sigma, stopping=stopping, outcome_tol=outcome_tol, engine=engine,
@@ -259,7 +258,7 @@ def _hybrid_cmd(
     import math
 
     from ..analysis import pair_monte_carlo as mc
-    from ..analysis.step_error import _StepError
+    from ..analysis.step_error import StepError
     from ..sim.options import StoppingRule
     from ..theory import two_tokens as tt
 
@@ -279,7 +278,7 @@ def _hybrid_cmd(
             result["mc"] = _run(mc.hybrid_monte_carlo, steps, quiet, json_out, beta=beta,
                                 eps=eps, d=d, rho0=tt.check_rho0(rho0), runs=runs, T=time,
                                 dt=dt, seed=seed, tol=tol, engine=engine)
-            _step_error(result["mc"], _StepError(None, math.nan, dt,
+            _step_error(result["mc"], StepError(None, math.nan, dt,
                                                 "the hybrid model is not calibrated"))
             if out is not None:
                 result["out"] = _save(result, out)

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.clusters import Outcome, _outcome_codes
-from ..analysis.stats import _censored_quantiles, _Estimate, estimate_with_undecided, t_interval
+from ..analysis.stats import Estimate, _censored_quantiles, estimate_with_undecided, t_interval
 from ..io.store import check_output, header, write_parquet
 from ..model.checks import ParameterError, _check_choice, _check_int, _check_real, _require
 from ..model.params import ModelParams, TimeGrid
@@ -140,7 +140,7 @@ def _system_stats(res: FlowResult, index: int) -> dict[str, Any]:
             "horizon": res.grid.T}
 
 
-def _bipolar_estimate(row: dict[str, Any]) -> _Estimate:
+def _bipolar_estimate(row: dict[str, Any]) -> Estimate:
     """P(bipolar) of a row of `system_stats` by the reporting rule: `k_bipolar` hits and
     `k_decided - k_bipolar` one-cluster runs of `runs` (`stats.estimate_with_undecided`).
 

@@ -21,7 +21,7 @@ from ..sim.budget import Budget
 from ..sim.options import Execution, StoppingRule
 from ..sim.rng import derive_seed
 from ..sweep import SweepConfig
-from ..sweep.kinds import _KINDS, ExperimentKind, _choice, _integer, _Param, real, register
+from ..sweep.kinds import _KINDS, ExperimentKind, Param, _choice, _integer, real, register
 from .absorption import _DEFAULT_STARTS, _LIMIT, STARTS, _parse_mixture, absorption_table, table_budget
 
 KIND = "meanfield"
@@ -125,10 +125,10 @@ register(ExperimentKind(KIND, _meanfield_cell, {
     "T": real(0.0, 40.0, strict=True, doc="horizon (depth time)"),
     "dt": real(0.0, 0.02, strict=True, doc="layer step (dt = alpha^2)"),
     "tol": real(0.0, 1e-4, strict=True, doc="decision tolerance on 1 - |<x_i, x_j>|"),
-    "path_seed": _Param(_path_seed, None, "seed of the noise paths and i.i.d. starts (default: "
+    "path_seed": Param(_path_seed, None, "seed of the noise paths and i.i.d. starts (default: "
                                          "the cell's seed); cells with the same one share paths"),
-    "device": _Param(_check_device, "cpu", "torch device: cpu, cuda or cuda:N"),
-    "mixture": _Param(_mixture, None, "law of start='mixture', MASS:KAPPA:ANGLE[;...] "
+    "device": Param(_check_device, "cpu", "torch device: cpu, cuda or cuda:N"),
+    "mixture": Param(_mixture, None, "law of start='mixture', MASS:KAPPA:ANGLE[;...] "
                                      "(default 1:1:0: von Mises, kappa 1 about e_1)"),
 }, "P(bipolar), the minority-mass law, atoms and time to decision of one system.",
     finalize=_finalize, budget=_meanfield_budget))

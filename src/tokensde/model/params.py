@@ -20,6 +20,8 @@ from .noise import NOISE_LAWS, NoiseLaw
 from .qk import QK_LAWS, QKLaw
 from .qk.base import QK_SAMPLES
 
+__all__ = ["NORMS", "VALUE_INIT_PRESETS", "ModelParams", "TimeGrid", "ValueInit", "value_init_preset"]
+
 # The built-in names. The fields take any name registered in tokensde.model.attention / tokensde.model.noise
 # (a new module adds one), so they are typed `str`; these aliases document the built-in ones.
 _Attention = Literal["softmax", "usa"]
@@ -43,7 +45,7 @@ def _matrix(name: str, value: Any, d: int, heads: int = 1) -> np.ndarray | None:
 
 
 @dataclass(frozen=True)
-class _ValueInit:
+class ValueInit:
     """A value-matrix initialisation of a real model: entry law `law`, entry variance `variance(d)`."""
 
     name: str
@@ -60,17 +62,17 @@ class _ValueInit:
         return self.variance(_check_int("d", d, 2)) * d
 
 
-VALUE_INIT_PRESETS: dict[str, _ValueInit] = {
+VALUE_INIT_PRESETS: dict[str, ValueInit] = {
     v.name: v for v in (
-        _ValueInit("pytorch", "uniform", lambda d: 1.0 / (3.0 * d),
+        ValueInit("pytorch", "uniform", lambda d: 1.0 / (3.0 * d),
                   "torch.nn.Linear default: U(-1/sqrt(d), 1/sqrt(d)), variance 1/(3d)"),
-        _ValueInit("gpt2", "gaussian", lambda d: 0.02 ** 2, "GPT-2: N(0, 0.02^2)"),
-        _ValueInit("gaussian", "gaussian", lambda d: 1.0 / d, "N(0, 1/d) (LeCun / Xavier-like)"),
+        ValueInit("gpt2", "gaussian", lambda d: 0.02 ** 2, "GPT-2: N(0, 0.02^2)"),
+        ValueInit("gaussian", "gaussian", lambda d: 1.0 / d, "N(0, 1/d) (LeCun / Xavier-like)"),
     )
 }
 
 
-def value_init_preset(name: str) -> _ValueInit:
+def value_init_preset(name: str) -> ValueInit:
     """The value-initialisation preset `name` (`VALUE_INIT_PRESETS`).
 
     Args:

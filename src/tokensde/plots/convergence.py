@@ -1,6 +1,6 @@
 """Log-log convergence figure: weak and strong errors of the L-layer network against the SDE.
 
-Reads a `tokensde.analysis.convergence._ConvergenceResult` (or its JSON dict); never simulates. Resolved
+Reads a `tokensde.analysis.convergence.ConvergenceResult` (or its JSON dict); never simulates. Resolved
 points carry 95% Monte Carlo intervals; a point whose error is within `RESOLVE_Z` standard errors
 of zero is drawn as an upper limit (hollow down-triangle at |e| + 1.96 se) and left out of the fit.
 """
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 
-from ..analysis.convergence import _LEVEL_Z, _ConvergenceResult
+from ..analysis.convergence import _LEVEL_Z, ConvergenceResult
 from .style import _COLORS, _new_figure, _save, _styled
 
 __all__ = ["plot_convergence"]
@@ -21,11 +21,11 @@ __all__ = ["plot_convergence"]
 _GUIDE = {"weak": 1.0, "strong": 0.5}
 
 
-def _result(data: _ConvergenceResult | dict[str, Any]) -> _ConvergenceResult:
-    return data if isinstance(data, _ConvergenceResult) else _ConvergenceResult.from_dict(data)
+def _result(data: ConvergenceResult | dict[str, Any]) -> ConvergenceResult:
+    return data if isinstance(data, ConvergenceResult) else ConvergenceResult.from_dict(data)
 
 
-def _rows(res: _ConvergenceResult, problem: str, law: str, kind: str, stat: str
+def _rows(res: ConvergenceResult, problem: str, law: str, kind: str, stat: str
           ) -> list[dict[str, Any]]:
     return [p for p in res.points if (p["problem"], p["law"], p["kind"], p["statistic"])
             == (problem, law, kind, stat)]
@@ -61,7 +61,7 @@ def _series(ax: Axes, rows: list[dict[str, Any]], fit: dict[str, Any], color: st
         ax.plot(L, e, ":", color=color, lw=1.0, label=label)
 
 
-def _panel(ax: Axes, res: _ConvergenceResult, problem: str, kind: str, stats: list[str]) -> None:
+def _panel(ax: Axes, res: ConvergenceResult, problem: str, kind: str, stats: list[str]) -> None:
     for law in res.settings["laws"]:
         for k, stat in enumerate(stats):
             rows = _rows(res, problem, law, kind, stat)
@@ -85,7 +85,7 @@ def _panel(ax: Axes, res: _ConvergenceResult, problem: str, kind: str, stats: li
     ax.legend(loc="best", fontsize=6.5)
 
 
-def _guide(ax: Axes, res: _ConvergenceResult, problem: str, kind: str, stat: str) -> None:
+def _guide(ax: Axes, res: ConvergenceResult, problem: str, kind: str, stat: str) -> None:
     rows = [r for r in _rows(res, problem, "gaussian", kind, stat) if r["resolved"]]
     if not rows:
         return
@@ -96,13 +96,13 @@ def _guide(ax: Axes, res: _ConvergenceResult, problem: str, kind: str, stat: str
             label=f"slope -{p:g} guide")
 
 
-def _title(res: _ConvergenceResult, problem: str) -> str:
+def _title(res: ConvergenceResult, problem: str) -> str:
     meta = next(m for m in res.problems if m["name"] == problem)
     pp = meta["params"]
     return f"n={pp['n']}, d={pp['d']}, beta={pp['beta']:g}, T={meta['T']:g}"
 
 
-def plot_convergence(data: _ConvergenceResult | dict[str, Any], path: str | Path) -> Path:
+def plot_convergence(data: ConvergenceResult | dict[str, Any], path: str | Path) -> Path:
     """Weak errors of each statistic and the strong errors, one row per problem, log-log."""
     res = _result(data)
     problems = [m["name"] for m in res.problems]

@@ -37,7 +37,7 @@ from ..model.mlp import MLPS
 from ..model.mlp.gelu import gelu_at
 from ..model.mlp.swiglu import swiglu_at
 from ..model.params import ModelParams, TimeGrid
-from .models import RealSpec, _RealNet
+from .models import RealNet, RealSpec
 
 _BETA = 1e-3  # the identity part beta <u_i, u_j> of tokensde's form I + s R is kept this small:
 # the real form W_Q^T W_K has none, so beta qk_scale carries the whole logit scale
@@ -201,7 +201,7 @@ def _mlp_block_of(law: BlockLaw, q: float) -> tuple[str, int, float, str]:
                                    "output's second moment per coordinate relative to the stream's")
 
 
-def _config_of(net: _RealNet) -> Any:
+def _config_of(net: RealNet) -> Any:
     """The HuggingFace configuration object of `net`'s model."""
     cfg: Any = getattr(net.model, "config", None)
     if cfg is None:
@@ -213,7 +213,7 @@ def _ln_eps(cfg: Any, name: str, default: float) -> float:
     return float(getattr(cfg, name, default))
 
 
-def _map_gpt2(net: _RealNet) -> Mapping:
+def _map_gpt2(net: RealNet) -> Mapping:
     """GPT-2 (pre-LN, causal): every weight N(0, 0.02^2) (`initializer_range`), the residual
     projections (attention's and MLP's c_proj) N(0, 0.02^2 / (2 n_layer)); tokens = wte + wpe,
     r0^2 = 2 * 0.02^2; MLP gelu_new (the tanh form, mapped to the exact GELU)."""
@@ -230,7 +230,7 @@ def _map_gpt2(net: _RealNet) -> Mapping:
     return to_model(law, qk=spec.qk)
 
 
-def _map_bert(net: _RealNet) -> Mapping:
+def _map_bert(net: RealNet) -> Mapping:
     """BERT (post-LN, no residual scaling): every weight N(0, 0.02^2); the embeddings (word +
     position + token type) pass a LayerNorm, r0^2 = 1."""
     spec, cfg = net.spec, _config_of(net)
@@ -243,7 +243,7 @@ def _map_bert(net: _RealNet) -> Mapping:
     return to_model(law, qk=spec.qk)
 
 
-def _map_vit(net: _RealNet, radius2: float) -> Mapping:
+def _map_vit(net: RealNet, radius2: float) -> Mapping:
     """ViT (pre-LN): every weight N(0, 0.02^2) (truncated at +-2, i.e. not at all at this
     scale); `radius2` = r0^2 of the patch + position embeddings of the images, measured (it
     depends on the data)."""
@@ -258,7 +258,7 @@ def _map_vit(net: _RealNet, radius2: float) -> Mapping:
     return to_model(law, qk=spec.qk)
 
 
-def _map_torch_encoder(net: _RealNet) -> Mapping:
+def _map_torch_encoder(net: RealNet) -> Mapping:
     """torch `nn.TransformerEncoderLayer` (norm_first: pre-LN, else post-LN; ReLU MLP): in_proj
     Xavier-uniform over (3d, d), variance 1/(2d); out_proj, linear1, linear2 torch's Linear
     default, variance 1/(3 fan_in), and so are the biases of linear1 (1/(3d)) and linear2
@@ -289,7 +289,7 @@ def _map_torch_encoder(net: _RealNet) -> Mapping:
     return to_model(law, qk=spec.qk)
 
 
-def _map_llama(net: _RealNet) -> Mapping:
+def _map_llama(net: RealNet) -> Mapping:
     """Llama (`LlamaModel`: pre-norm RMSNorm with unit weight, causal, no biases, no residual
     scaling): every linear weight and the token embedding N(0, initializer_range^2), r0^2 =
     initializer_range^2 (no position embedding is added to the stream); the SwiGLU MLP
@@ -309,7 +309,7 @@ def _map_llama(net: _RealNet) -> Mapping:
     return to_model(law, qk=spec.qk)
 
 
-def map_network(net: _RealNet, radius2: float | None = None) -> Mapping:
+def map_network(net: RealNet, radius2: float | None = None) -> Mapping:
     """The mapping of `net`'s architecture onto tokensde's model parameters.
 
     Args:

@@ -25,8 +25,8 @@ from ..model.checks import ParameterError, _check_choice, _check_int, _check_rea
 from ..model.params import _MAX_SIZE
 
 __all__ = [
-    "ARCHS", "INSTALL_HINT", "MissingExtraError", "RMSNorm", "RealSpec", "build", "has_transformers",
-    "hidden_states", "llama_config", "make_inputs", "require_transformers",
+    "ARCHS", "INSTALL_HINT", "MissingExtraError", "RMSNorm", "RealNet", "RealSpec", "build",
+    "has_transformers", "hidden_states", "llama_config", "make_inputs", "require_transformers",
 ]
 
 ARCHS: tuple[str, ...] = ("gpt2", "bert", "vit", "torch-encoder", "llama")
@@ -198,7 +198,7 @@ def _uncentre(module: nn.Module) -> int:
 
 
 @dataclass
-class _RealNet:
+class RealNet:
     """A built network: `model` (eval mode), `blocks` (the residual blocks, in order), `run`
     (inputs -> hidden states `(batch, layers + 1, n, d)`), the spec and the init seed."""
 
@@ -423,7 +423,7 @@ _BUILDERS = {"gpt2": _gpt2, "bert": _bert, "vit": _vit, "torch-encoder": _torch_
             "llama": _llama}
 
 
-def build(spec: RealSpec, seed: int) -> _RealNet:
+def build(spec: RealSpec, seed: int) -> RealNet:
     """The network of `spec` at its init under torch's global RNG seeded with `seed`.
 
     The libraries draw their init from that RNG; the network is in eval mode, dropout off, float32
@@ -447,7 +447,7 @@ def build(spec: RealSpec, seed: int) -> _RealNet:
         for b in blocks:
             _uncentre(b)
     model.eval()
-    return _RealNet(model, blocks, _hooked_run(model, blocks, call), spec, seed)
+    return RealNet(model, blocks, _hooked_run(model, blocks, call), spec, seed)
 
 
 def make_inputs(spec: RealSpec, batch: int, seed: int, images: torch.Tensor | None = None
@@ -477,7 +477,7 @@ def make_inputs(spec: RealSpec, batch: int, seed: int, images: torch.Tensor | No
     return images[pick]
 
 
-def hidden_states(net: _RealNet, inputs: torch.Tensor) -> torch.Tensor:
+def hidden_states(net: RealNet, inputs: torch.Tensor) -> torch.Tensor:
     """The embeddings and every block's output of `net` on `inputs`.
 
     Args:

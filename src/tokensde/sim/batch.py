@@ -177,7 +177,7 @@ def run_batch(
         recorder: what records the state (`loop._Recorder`: `recorder.at(k, x, rows)` at each
             layer `k` of `recorder.layers`), or None.
         progress: a progress callback, or None.
-        stop: the stopping rule (`march`), or None for the horizon.
+        stop_test: the stopping rule (`loop._march`), or None for the horizon.
         weights: token weights `(n,)` or `(runs, n)` of the attention, or None.
         attention_eval: 'dense' or 'expansion' (`expansion._choose_evaluator`).
 

@@ -1,6 +1,6 @@
 """The reduced two-token diffusion simulated on its own: Euler-Maruyama paths of `z = artanh rho`.
 
-The coefficients are the theory's (`theory.coefficients._RhoDiffusion.z_coefficients`); the paths
+The coefficients are the theory's (`theory.coefficients.RhoDiffusion.z_coefficients`); the paths
 are stepped by the one layer loop `loop._march` (a state of one `z` per run) and recorded at the
 run's checkpoints (`options._resolve_checkpoints`). All runs draw from one numpy stream
 (`SeedSequence([seed, 3])`), not from `rng.RunStreams`: the paths do not depend on a batch, so
@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from ..model.params import TimeGrid, _check_int
-from ..theory.coefficients import _RhoDiffusion
+from ..theory.coefficients import RhoDiffusion
 from ..theory.first_passage import RhoPaths, check_start, initial_rho
 from ..theory.two_tokens import reduced_model
 from .loop import OnLayers, _march
 from .options import _resolve_checkpoints
 
 
-def z_paths(model: _RhoDiffusion, rho0: Any, *, T: float, dt: float, runs: int, seed: int = 0,
+def z_paths(model: RhoDiffusion, rho0: Any, *, T: float, dt: float, runs: int, seed: int = 0,
             checkpoints: int | Sequence[int] | None = None) -> RhoPaths:
     """Euler-Maruyama paths of `dz = A dt + B dB`, `z = artanh rho` (coefficients bounded for
     every variant but the MLP block; `rho` never leaves (-1, 1)), through `loop._march`.

@@ -66,7 +66,7 @@ def convergence_data(ctx: Context) -> tuple[Any, bool]:
     Returns:
         `(result, reused)`: the `ConvergenceResult`, and whether it was read from a saved file.
     """
-    from ..analysis.convergence import _CONVERGENCE_SIZES, _ConvergenceResult, run_convergence
+    from ..analysis.convergence import _CONVERGENCE_SIZES, ConvergenceResult, run_convergence
     from ..io.progress import progress_bar
     from ..io.store import write_json
 
@@ -87,7 +87,7 @@ def convergence_data(ctx: Context) -> tuple[Any, bool]:
         shutil.rmtree(parts, ignore_errors=True)
 
     def load(path: Path) -> Any:
-        return _ConvergenceResult.from_dict(json.loads(path.read_text()), str(path))
+        return ConvergenceResult.from_dict(json.loads(path.read_text()), str(path))
 
     def fresh(res: Any) -> bool:
         want = json.loads(json.dumps(size.to_dict()))

@@ -36,9 +36,9 @@ from ..sim.options import Execution
 from ..theory import token_noise as theory
 
 __all__ = [
-    "OrderEstimate", "critical_token_noise", "default_step", "mean_field_order", "nematic_order",
-    "ordered_branch_end", "stationary_order", "step_error", "threshold_from_fluctuations",
-    "threshold_from_scan",
+    "OrderEstimate", "StepBiasWarning", "critical_token_noise", "default_step", "mean_field_order",
+    "nematic_order", "ordered_branch_end", "stationary_order", "step_error",
+    "threshold_from_fluctuations", "threshold_from_scan",
 ]
 
 
@@ -76,7 +76,7 @@ _DT_MAX = 0.05  # the largest step a default takes
 _SCHEMES = ("auto", "network", "sde")
 
 
-class _StepBiasWarning(UserWarning):
+class StepBiasWarning(UserWarning):
     """A layer step whose estimated bias on the threshold exceeds the tolerance."""
 
 
@@ -391,7 +391,7 @@ def stationary_order(token_noise: float, n: int, d: int = 2, beta: float = 1.0,
     else:
         plan = _step_plan(beta, d, attention, scheme, dt, step_tol, token_noise=token_noise)
         if plan.warning:
-            warnings.warn(plan.warning, _StepBiasWarning, stacklevel=2)
+            warnings.warn(plan.warning, StepBiasWarning, stacklevel=2)
         dt, scheme = plan.dt, plan.scheme
     kw: dict[str, Any] = dict(n=n, d=d, beta=beta, attention=attention, runs=runs, T=T,
                               burn=burn, scheme=scheme, seed=seed, samples=samples,

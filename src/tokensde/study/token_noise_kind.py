@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from ..model.params import ParameterError, _check_real
-from ..sweep.kinds import ExperimentKind, _choice, _integer, _Param, _Stats, real, register
+from ..sweep.kinds import ExperimentKind, Param, _choice, _integer, _Stats, real, register
 from ..theory.token_noise import ATTENTIONS
 
 KIND = "token_noise"
@@ -26,10 +26,10 @@ _COLUMNS: tuple[str, ...] = (
     "drift_se", "seed", "wall_s")
 
 
-def _optional_real(minimum: float, strict: bool, doc: str) -> _Param:
+def _optional_real(minimum: float, strict: bool, doc: str) -> Param:
     def check(k: str, v: Any) -> float | None:
         return None if v is None else _check_real(k, v, minimum, strict)
-    return _Param(check, None, doc)
+    return Param(check, None, doc)
 
 
 def _tau_c(cell: dict[str, Any]) -> float:

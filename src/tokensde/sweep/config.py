@@ -39,6 +39,8 @@ from typing import Any
 from ..model.params import ParameterError, _check_int
 from ..sim.rng import derive_seed
 
+__all__ = ["Cell", "SweepConfig", "SweepError"]
+
 _TOP_KEYS = ("name", "description", "kind", "module", "runs", "T", "seed", "params", "grid")
 _HEAD_COLUMNS = ("cell", "index")
 _TAIL_COLUMNS = ("status", "error", "seed", "version", "wall_s")
@@ -53,7 +55,7 @@ class SweepError(ValueError):
 
 
 @dataclass(frozen=True)
-class _Cell:
+class Cell:
     """One point of the grid: canonical parameters, id (hash) and derived seed."""
 
     index: int
@@ -158,12 +160,12 @@ class SweepConfig:
                 "module": self.module, "seed": self.seed, "params": self.params,
                 "grid": [{k: list(v) for k, v in b.items()} for b in self.grids]}
 
-    def cells(self) -> list[_Cell]:
+    def cells(self) -> list[Cell]:
         """Every distinct cell, in grid order, normalised by its kind and seeded."""
         from .kinds import get_kind
 
         kind = get_kind(self.kind, self.module)
-        seen: dict[str, _Cell] = {}
+        seen: dict[str, Cell] = {}
         for block in self.grids:
             keys = list(block)
             for values in itertools.product(*(block[k] for k in keys)):
@@ -175,7 +177,7 @@ class SweepConfig:
                 digest = _digest(self.kind, norm)
                 if digest[:16] not in seen:
                     seed = _cell_seed(self.seed, _digest(self.kind, kind.seed_params(norm)))
-                    seen[digest[:16]] = _Cell(len(seen), digest[:16], norm, seed)
+                    seen[digest[:16]] = Cell(len(seen), digest[:16], norm, seed)
         return list(seen.values())
 
 
@@ -184,7 +186,7 @@ def _digest(kind: str, params: Mapping[str, Any]) -> str:
     return hashlib.sha256(_canonical(kind, params).encode()).hexdigest()
 
 
-def _fingerprint(config: SweepConfig, cells: list[_Cell]) -> str:
+def _fingerprint(config: SweepConfig, cells: list[Cell]) -> str:
     """Identity of a sweep: hash of its kind, root seed and the ordered cell ids."""
     text = json.dumps({"kind": config.kind, "seed": config.seed, "cells": [c.id for c in cells]})
     return hashlib.sha256(text.encode()).hexdigest()[:16]

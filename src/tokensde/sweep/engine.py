@@ -32,18 +32,18 @@ from ..sim.budget import (
     format_seconds,
 )
 from .backends import _check_backend, _run_local, _run_ray, _worker_bounds
-from .config import SweepConfig, SweepError, _Cell, _Row
+from .config import Cell, SweepConfig, SweepError, _Row
 from .store import _SweepDir
 
 _OnCell = Callable[[_Row, dict[str, int]], None]
 
 
-def _tasks(config: SweepConfig, cells: Iterable[_Cell]) -> list[_Row]:
+def _tasks(config: SweepConfig, cells: Iterable[Cell]) -> list[_Row]:
     return [{"kind": config.kind, "module": config.module, "id": c.id, "index": c.index,
              "params": c.params, "seed": c.seed} for c in cells]
 
 
-def _cell_budgets(config: SweepConfig, cells: Iterable[_Cell]) -> list[tuple[_Cell, Budget]]:
+def _cell_budgets(config: SweepConfig, cells: Iterable[Cell]) -> list[tuple[Cell, Budget]]:
     """The memory and work of each cell whose kind estimates them (`ExperimentKind.budget`); a
     cell whose estimate fails is left out (it fails with its message when it runs)."""
     from .kinds import get_kind
@@ -59,7 +59,7 @@ def _cell_budgets(config: SweepConfig, cells: Iterable[_Cell]) -> list[tuple[_Ce
     return out
 
 
-def _check_cells(budgets: list[tuple[_Cell, Budget]], workers: int, have: int | None = None,
+def _check_cells(budgets: list[tuple[Cell, Budget]], workers: int, have: int | None = None,
                 warn: bool = True, model: TimeModel | None = None, yes: bool = False) -> float:
     """Before any cell runs: refuse (BudgetError) a sweep one of whose cells cannot fit in the
     memory available or, unless `yes`, is estimated (`model`, default this machine's
@@ -86,7 +86,7 @@ def _check_cells(budgets: list[tuple[_Cell, Budget]], workers: int, have: int | 
     return seconds
 
 
-def _time_model(budgets: list[tuple[_Cell, Budget]]) -> TimeModel:
+def _time_model(budgets: list[tuple[Cell, Budget]]) -> TimeModel:
     """This machine's time model (`io.calibration.time_model`) when there are cells to time."""
     if not budgets:
         return DEFAULT_TIME_MODEL
@@ -95,7 +95,7 @@ def _time_model(budgets: list[tuple[_Cell, Budget]]) -> TimeModel:
     return time_model()
 
 
-def _ordered(todo: list[_Cell], order: Callable[[list[_Cell]], list[_Cell]] | None) -> list[_Cell]:
+def _ordered(todo: list[Cell], order: Callable[[list[Cell]], list[Cell]] | None) -> list[Cell]:
     if order is None:
         return todo
     new = list(order(list(todo)))
@@ -114,7 +114,7 @@ def _rows(tasks: list[_Row], workers: int, backend: str, address: str | None
 def run_sweep(config: SweepConfig | str | os.PathLike, out: str | os.PathLike, *,
               workers: int = 1, backend: str = "local", address: str | None = None,
               on_cell: _OnCell | None = None, on_start: Callable[[dict[str, int]], None] | None
-              = None, order: Callable[[list[_Cell]], list[_Cell]] | None = None,
+              = None, order: Callable[[list[Cell]], list[Cell]] | None = None,
               yes: bool = False, on_estimate: Callable[[float, str, bool], None] | None = None
               ) -> dict[str, Any]:
     """Run (or resume) a sweep into directory `out`; return a summary.

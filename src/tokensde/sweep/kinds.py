@@ -35,13 +35,15 @@ from ..model.mlp import MLPS
 from ..model.params import NORMS, ParameterError, _check_choice, _check_int, _check_real
 from ..model.qk import QK_LAWS, QK_REDRAWS
 
+__all__ = ["ExperimentKind", "Param", "experiment", "get_kind", "kind_names", "real", "register"]
+
 _Stats = dict[str, Any]
 _RunFn = Callable[[dict[str, Any], int], _Stats]
 _REQUIRED = object()
 
 
 @dataclass(frozen=True)
-class _Param:
+class Param:
     """One parameter of a kind: `check(name, value)` validates and coerces a value."""
 
     check: Callable[[str, Any], Any]
@@ -54,37 +56,37 @@ class _Param:
         return self.default is _REQUIRED
 
 
-def _integer(minimum: int, default: Any = _REQUIRED, doc: str = "") -> _Param:
+def _integer(minimum: int, default: Any = _REQUIRED, doc: str = "") -> Param:
     """An integer parameter >= minimum."""
-    return _Param(lambda k, v: _check_int(k, v, minimum), default, doc)
+    return Param(lambda k, v: _check_int(k, v, minimum), default, doc)
 
 
 def real(minimum: float = 0.0, default: Any = _REQUIRED, strict: bool = False,
-         doc: str = "") -> _Param:
+         doc: str = "") -> Param:
     """A finite real parameter >= minimum (> if strict)."""
-    return _Param(lambda k, v: _check_real(k, v, minimum, strict), default, doc)
+    return Param(lambda k, v: _check_real(k, v, minimum, strict), default, doc)
 
 
-def _choice(choices: tuple[str, ...], default: Any = _REQUIRED, doc: str = "") -> _Param:
+def _choice(choices: tuple[str, ...], default: Any = _REQUIRED, doc: str = "") -> Param:
     """A string parameter from `choices`."""
-    return _Param(lambda k, v: _check_choice(k, v, choices), default, doc)
+    return Param(lambda k, v: _check_choice(k, v, choices), default, doc)
 
 
-def _fraction(default: float, doc: str = "") -> _Param:
+def _fraction(default: float, doc: str = "") -> Param:
     """A real parameter in (0, 1]."""
     def check(k: str, v: Any) -> float:
         x = _check_real(k, v, 0.0, strict=True)
         if x > 1.0:
             raise ParameterError(f"{k} must be a number in (0, 1]; got {v!r}")
         return x
-    return _Param(check, default, doc)
+    return Param(check, default, doc)
 
 
-def _real_or_auto(default: Any = "auto", doc: str = "") -> _Param:
+def _real_or_auto(default: Any = "auto", doc: str = "") -> Param:
     """'auto' or a finite real > 0."""
     def check(k: str, v: Any) -> float | str:
         return "auto" if v == "auto" else _check_real(k, v, 0.0, strict=True)
-    return _Param(check, default, doc)
+    return Param(check, default, doc)
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class ExperimentKind:
 
     name: str
     run: _RunFn
-    params: Mapping[str, _Param]
+    params: Mapping[str, Param]
     doc: str = ""
     finalize: Callable[[dict[str, Any], set[str]], dict[str, Any]] | None = None
     budget: Callable[[dict[str, Any]], Any] | None = None  # canonical cell -> sim.budget.Budget
@@ -154,7 +156,7 @@ def register(kind: ExperimentKind) -> ExperimentKind:
     return kind
 
 
-def experiment(name: str, doc: str = "", **params: _Param) -> Callable[[_RunFn], _RunFn]:
+def experiment(name: str, doc: str = "", **params: Param) -> Callable[[_RunFn], _RunFn]:
     """Decorator: register `fn(cell, seed) -> stats` as kind `name` with these parameters.
 
     Args:
@@ -403,7 +405,7 @@ def _step_stats(cell: dict[str, Any], p: Any, grid: Any, seed: int) -> _Stats:
 _MODELS = ("noise", "flow", "hybrid")
 
 
-def _step_runs_param(what: str) -> _Param:
+def _step_runs_param(what: str) -> Param:
     """The opt-in `step_runs` of a kind: runs coupled at dt, 2 dt and 4 dt that measure the
     step error of `what` (0: none); measurement-only (`ExperimentKind.seed_free`)."""
     return _integer(0, 0, f"runs coupled at dt, 2 dt and 4 dt that measure the step error of "
@@ -421,14 +423,14 @@ def _check_step_runs(cell: dict[str, Any]) -> None:
 
 # the model variants of docs/variants.md: in a canonical cell only when not at their defaults,
 # so the ids and seeds of the cells of earlier sweeps are unchanged
-_VARIANTS: dict[str, _Param] = {
+_VARIANTS: dict[str, Param] = {
     "heads": _integer(1, 1, "attention heads (docs/variants.md §2)"),
-    "qk": _Param(lambda k, v: QK_LAWS.check(v, k), "identity",
+    "qk": Param(lambda k, v: QK_LAWS.check(v, k), "identity",
                 "query/key law: identity | gaussian | wigner | goe (docs/variants.md §3)"),
     "qk_scale": real(0.0, 1.0, strict=True, doc="scale s of a random qk law"),
     "qk_redraw": _choice(QK_REDRAWS, "run", "run: forms fixed per run; layer: redrawn every layer"),
     "norm": _choice(NORMS, "post", "normalisation placement post | pre | peri (docs/variants.md §4)"),
-    "mlp": _Param(lambda k, v: MLPS.check(v, k), "none",
+    "mlp": Param(lambda k, v: MLPS.check(v, k), "none",
                  "random MLP block: none | relu | gelu (docs/variants.md §5)"),
     "mlp_sigma": real(0.0, 1.0, doc="output scale of the MLP block (per coordinate, unit token)"),
 }
@@ -459,12 +461,12 @@ register(ExperimentKind(
         "runs": _integer(1, doc="independent systems"),
         "T": real(0.0, strict=True, doc="horizon in depth time"),
         "dt": _real_or_auto(doc="layer step alpha^2 ('auto': min(0.02, 0.2/d))"),
-        "tol": _Param(lambda k, v: check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
+        "tol": Param(lambda k, v: check_tol(v, k), 1e-3, "merge/antipodal tolerance"),
         "window": _fraction(0.1, "motion test over the last window*T"),
-        "loose_tol": _Param(lambda k, v: check_tol(v, k), 1e-3,
+        "loose_tol": Param(lambda k, v: check_tol(v, k), 1e-3,
                            "undecided runs bipolar at this looser tolerance over the whole "
                            "window are counted as hovering"),
-        "attention": _Param(lambda k, v: ATTENTION_KINDS.check(v, k), "softmax",
+        "attention": Param(lambda k, v: ATTENTION_KINDS.check(v, k), "softmax",
                            "an attention kind of tokensde.model.attention"),
         "sampler": _choice(("auto", "fast", "full", "gram"), "auto"),
         "scheme": _choice(("network", "sde"), "network"),

@@ -31,7 +31,7 @@ from ..io.store import (
     write_parquet,
 )
 from ..model.params import _check_choice
-from .config import _HEAD_COLUMNS, _TAIL_COLUMNS, SweepConfig, SweepError, _Cell, _fingerprint, _Row
+from .config import _HEAD_COLUMNS, _TAIL_COLUMNS, Cell, SweepConfig, SweepError, _fingerprint, _Row
 
 _KIND_SWEEP = "tokensde.sweep"
 _KIND_CELL = "tokensde.sweep-cell"
@@ -174,7 +174,7 @@ class _SweepDir:
                                  + (" (its cells/ are not all cells of this sweep)" if ours_only
                                     else ""))
 
-    def prepare(self, config: SweepConfig, cells: list[_Cell]) -> dict[str, Any]:
+    def prepare(self, config: SweepConfig, cells: list[Cell]) -> dict[str, Any]:
         """Create the manifest, or check that the existing one describes the same sweep."""
         meta = self.check_same(config, cells)
         if meta is not None:
@@ -185,7 +185,7 @@ class _SweepDir:
         atomic_write(self.manifest_path, lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
         return meta
 
-    def check_same(self, config: SweepConfig, cells: list[_Cell]) -> dict[str, Any] | None:
+    def check_same(self, config: SweepConfig, cells: list[Cell]) -> dict[str, Any] | None:
         """The existing manifest if it describes this sweep, None when there is none (or only
         this sweep's cells, its manifest lost); SweepError, writing nothing, when the directory
         holds anything else."""

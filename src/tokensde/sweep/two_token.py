@@ -31,11 +31,11 @@ from ..theory.first_passage import hitting_probability
 from .config import SweepConfig
 from .kinds import (
     ExperimentKind,
+    Param,
     _check_coupled,
     _check_step_runs,
     _choice,
     _integer,
-    _Param,
     _Stats,
     _step_runs_param,
     real,
@@ -54,10 +54,10 @@ _DECISION_RATE_MAX_D = 64  # the survival eigenproblem is solved for d up to thi
 _MLP_DEFAULTS: dict[str, Any] = {"mlp": "none", "mlp_sigma": 1.0}
 
 
-def _optional_real(minimum: float, doc: str) -> _Param:
+def _optional_real(minimum: float, doc: str) -> Param:
     def check(k: str, v: Any) -> float | None:
         return None if v is None else _check_real(k, v, minimum)
-    return _Param(check, None, doc)
+    return Param(check, None, doc)
 
 
 def _dt(k: str, v: Any) -> float | str:
@@ -159,18 +159,18 @@ register(ExperimentKind(
         "beta": _optional_real(0.0, "attention strength (or give beta_offset)"),
         "beta_offset": _optional_real(-math.inf, "beta = beta_c(d) + beta_offset"),
         "d": _integer(2, doc="dimension"),
-        "rho0": _Param(lambda k, v: tt.check_rho0(v), "uniform",
+        "rho0": Param(lambda k, v: tt.check_rho0(v), "uniform",
                       "initial <x1, x2> in [-1, 1], or 'uniform'"),
         "runs": _integer(1, doc="independent pairs"),
         "T": real(0.0, strict=True, doc="maximum horizon in depth time"),
-        "dt": _Param(_dt, "auto", "layer step alpha^2 ('auto': dt_scale / d)"),
+        "dt": Param(_dt, "auto", "layer step alpha^2 ('auto': dt_scale / d)"),
         "dt_scale": real(0.0, 0.05, strict=True, doc="dt = dt_scale / d when dt = 'auto'"),
         "tol": real(0.0, 1e-8, strict=True, doc="decided when 1 - |rho| < tol"),
         "engine": _choice(_ENGINES, "network", "network: the d-dim network; reduced: rho SDE"),
         "sampler": _choice(("auto", "fast", "full", "gram"), "auto"),
         "until": _choice(("decided", "horizon"), "decided",
                         "decided: each run stops once decided, T is the maximum; horizon: all to T"),
-        "mlp": _Param(lambda k, v: MLPS.check(v, k), "none",
+        "mlp": Param(lambda k, v: MLPS.check(v, k), "none",
                      "random MLP block none | relu | gelu (docs/variants.md §5)"),
         "mlp_sigma": real(0.0, 1.0, doc="output scale of the MLP block"),
         "step_runs": _step_runs_param("p_anti"),

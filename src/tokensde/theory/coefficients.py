@@ -35,7 +35,9 @@ from scipy import special
 from ..model.checks import ParameterError, _check_real, _require
 from ..model.mlp import MLPS
 
-__all__ = ["Boundaries", "RedrawnForms", "forms_z_coefficients", "kernel_constants", "pair_model"]
+__all__ = [
+    "Boundaries", "RedrawnForms", "RhoDiffusion", "forms_z_coefficients", "kernel_constants", "pair_model",
+]
 
 _E_END = 1e-30  # distance to an endpoint at which a numerical boundary power is read off
 
@@ -99,7 +101,7 @@ class Boundaries:
         return self.alpha_minus < 1.0 and self.alpha_plus < 1.0
 
 
-class _RhoDiffusion(ABC):
+class RhoDiffusion(ABC):
     """The `rho` diffusion of one variant; subclasses define one coordinate, the other follows.
 
     `d` is the token dimension (it fixes the law of `rho_0` for a uniformly random pair).
@@ -169,7 +171,7 @@ def _check_beta_d(beta: Any, d: Any) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
-class _SpecPair(_RhoDiffusion):
+class _SpecPair(RhoDiffusion):
     """Spec §5: softmax, `Q^T K = I`, matrix noise `sigma`.
 
     `b = sigma^2 v w ((d-3) m + (w - (1 - sech)) s)`, `c = 2 sigma^2 v w s`, with `sech =
@@ -232,7 +234,7 @@ def _supercritical(beta: Any, d: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class _HybridPair(_RhoDiffusion):
+class _HybridPair(RhoDiffusion):
     """Spec §6 (USA with 1/n, `M = I`, scalar noise `eps`): `dz = e^{beta rho} (1 - eps^2 e^beta
     / 2) dt + eps e^{beta rho} dB`. `d` only fixes a uniform start."""
 
@@ -306,7 +308,7 @@ def forms_z_coefficients(z: np.ndarray, beta: float, d: float, scale: float,
 
 
 @dataclass(frozen=True)
-class RedrawnForms(_RhoDiffusion):
+class RedrawnForms(RhoDiffusion):
     """GOE query/key forms `I + s R` redrawn every layer (`tokensde.theory.redrawn_forms`):
     the averaged coefficients, computed on `_COARSE` nodes of `z` and interpolated by cubic
     splines (smooth, bounded, and constant far from 0)."""
@@ -380,7 +382,7 @@ def _complement_kernel(mlp: str, v: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _MLPPair(_RhoDiffusion):
+class _MLPPair(RhoDiffusion):
     """The spec model plus the random MLP block `mlp` of output scale `mlp_sigma`
     (cross-covariance `mlp_sigma^2 khat(rho) I`): `b = v w b1 + b0`, `c = v w D1 + D0`, with the
     attention's `(b1, D1)` of `SpecPair` and `b0 = mu^2 (w (d-3+w) - K (d-1-vw))`,
@@ -464,7 +466,7 @@ def _attention(beta: float, d: float, sigma: float, v: np.ndarray, w: np.ndarray
 
 def pair_model(beta: float, d: float, *, sigma: float = 1.0, mlp: str = "none",
                mlp_sigma: float = 1.0, qk_scale: float = 0.0, eps: float | None = None
-               ) -> _RhoDiffusion:
+               ) -> RhoDiffusion:
     """The `rho` diffusion of a two-token model: `HybridPair` when `eps` is given, `MLPPair`
     with an active MLP block, `RedrawnForms` for `qk_scale > 0`, else `SpecPair`."""
     if eps is not None:

@@ -28,7 +28,7 @@ from scipy import linalg, special
 
 from ..model.params import ParameterError, _check_int, _check_real
 from . import first_passage as fp
-from .coefficients import _RhoDiffusion, _SpecPair
+from .coefficients import RhoDiffusion, _SpecPair
 from .first_passage import PAIR_TOL
 from .two_tokens import _as_floats, check_rho0, lyapunov_antipodal
 
@@ -51,7 +51,7 @@ _MAX_NODES = 200_000  # finite-difference nodes beyond which the law is refused 
 _MAX_WORK = 3e8  # time steps x nodes beyond which `survival` is refused (tens of seconds)
 
 
-def _node_count(model: _RhoDiffusion, tol: float, nodes: int) -> int:
+def _node_count(model: RhoDiffusion, tol: float, nodes: int) -> int:
     """Nodes for central differences with positive off-diagonals (`h < b^2 / |a|`); refused by
     name when more than `_MAX_NODES` (large `d`)."""
     if not model.bounded_z:
@@ -66,7 +66,7 @@ def _node_count(model: _RhoDiffusion, tol: float, nodes: int) -> int:
     return n
 
 
-def _generator(model: _RhoDiffusion, tol: float, nodes: int
+def _generator(model: RhoDiffusion, tol: float, nodes: int
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Nodes `z`, and the generator symmetrised by a diagonal similarity (same eigenvalues):
     diagonal, off-diagonal, and the node spacing."""
@@ -113,7 +113,7 @@ def decision_rate(beta: float, d: float, tol: float = PAIR_TOL, sigma: float = 1
     return _principal_rate(_SpecPair(b, dd, s), t, nodes)
 
 
-def _principal_rate(model: _RhoDiffusion, tol: float, nodes: int = _NODES) -> float:
+def _principal_rate(model: RhoDiffusion, tol: float, nodes: int = _NODES) -> float:
     """`kappa_0` of any `rho` diffusion with bounded `z` coefficients: minus the top eigenvalue
     of its generator on `[-z_tol, z_tol]` with absorbing edges."""
     _, diag, off, _ = _generator(model, tol, _check_int("nodes", nodes, 50))
@@ -166,7 +166,7 @@ def survival(times: np.ndarray, beta: float, d: float, rho0: float | str = "unif
     return survival_law(_SpecPair(b, dd, s), times, rho0, t, nodes)
 
 
-def survival_law(model: _RhoDiffusion, times: Any, rho0: float | str = "uniform",
+def survival_law(model: RhoDiffusion, times: Any, rho0: float | str = "uniform",
                  tol: float = PAIR_TOL, nodes: int = _NODES) -> np.ndarray:
     """`P(tau > t)` at each of `times` for any `rho` diffusion with bounded `z` coefficients
     (see `survival`)."""
@@ -201,7 +201,7 @@ def survival_law(model: _RhoDiffusion, times: Any, rho0: float | str = "uniform"
     return np.clip(out, 0.0, 1.0)
 
 
-def _tridiagonal(model: _RhoDiffusion, tol: float, nodes: int
+def _tridiagonal(model: RhoDiffusion, tol: float, nodes: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Nodes and the generator's diagonal, super-diagonal `A[i, i+1]` and sub-diagonal
     `A[i+1, i]` (Dirichlet edges)."""

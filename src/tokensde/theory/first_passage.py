@@ -39,7 +39,7 @@ from numpy.polynomial import chebyshev as cheb
 from scipy import special
 
 from ..model.checks import ParameterError, _check_real
-from .coefficients import _complement_kernel, _MLPPair, _RhoDiffusion
+from .coefficients import RhoDiffusion, _complement_kernel, _MLPPair
 
 PAIR_TOL = 1e-8  # default tolerance at which a pair counts as decided (1 - |rho| < tol)
 TOL_MIN = 1e-300  # smallest tol > 0: distances to the endpoints stay normal floats
@@ -228,7 +228,7 @@ def _uniform_weights(d: float) -> tuple[_LogWeight, _LogWeight, float]:
     return left, right, a
 
 
-def _log_p_core(model: _RhoDiffusion, rho0: float | str, tol: float) -> float:
+def _log_p_core(model: RhoDiffusion, rho0: float | str, tol: float) -> float:
     """`log P` for a start strictly inside, at `tol > 0` or (tol = 0) with both ends
     integrable."""
     if model.d > D_MAX:
@@ -259,7 +259,7 @@ def _log_p_core(model: _RhoDiffusion, rho0: float | str, tol: float) -> float:
     return float(num - z)
 
 
-def log_hitting_probability(model: _RhoDiffusion, rho0: Any, tol: float = 0.0) -> float:
+def log_hitting_probability(model: RhoDiffusion, rho0: Any, tol: float = 0.0) -> float:
     """`log P(rho reaches -1 + tol before 1 - tol | rho0)` (`rho0` a number or 'uniform');
     `tol = 0`: the limit. Exact to ~1e-9 relative even where `P` underflows."""
     start = check_start(rho0)
@@ -285,7 +285,7 @@ def log_hitting_probability(model: _RhoDiffusion, rho0: Any, tol: float = 0.0) -
     return _log_p_core(model, start, TOL_MIN)
 
 
-def hitting_probability(model: _RhoDiffusion, rho0: Any, tol: float = 0.0) -> float:
+def hitting_probability(model: RhoDiffusion, rho0: Any, tol: float = 0.0) -> float:
     """`P(rho reaches -1 + tol before 1 - tol | rho0) = int_{rho0}^{1-tol} S' /
     int_{-1+tol}^{1-tol} S'` (for a uniform pair `int S' F / int S'`, `F` the law of `rho0`);
     `tol = 0`: the limit `tol -> 0` (spec §5's `P_anti` for `SpecPair`)."""
@@ -399,7 +399,7 @@ def _khat_table(mlp: str) -> np.ndarray:
     return _complement_kernel(mlp, 1.0 + _KHAT_GRID, 1.0 - _KHAT_GRID)
 
 
-def angle_first_exit(model: _RhoDiffusion, rho0: float, tol: float, *, runs: int = 4000,
+def angle_first_exit(model: RhoDiffusion, rho0: float, tol: float, *, runs: int = 4000,
                      dt: float = 1e-3, t_max: float = 50.0, seed: int = 0,
                      kappa: float = 0.05) -> FirstExit:
     """Euler paths of `theta = arccos rho`: `dtheta = -(b + rho c/2)/sin dt - sqrt(c) dB`.

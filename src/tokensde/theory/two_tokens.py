@@ -29,7 +29,7 @@ from scipy import special
 
 from ..model.params import ParameterError, _check_int, _check_real
 from . import first_passage as fp
-from .coefficients import _beta_critical, _HybridPair, _RhoDiffusion, _sech, _SpecPair, _supercritical
+from .coefficients import RhoDiffusion, _beta_critical, _HybridPair, _sech, _SpecPair, _supercritical
 from .first_passage import RhoPaths, check_start
 
 _ArrayLike = float | np.ndarray
@@ -355,7 +355,7 @@ check_rho0 = check_start
 
 
 def reduced_model(beta: float, d: float, sigma: float = 1.0, eps: float | None = None
-                  ) -> _RhoDiffusion:
+                  ) -> RhoDiffusion:
     """The `rho` diffusion of two tokens, its arguments checked: `SpecPair` (§5), or
     `HybridPair` (§6) when `eps` is given (its paths: `tokensde.sim.reduced`)."""
     _check_beta_d(beta, d)

@@ -28,6 +28,8 @@ from .init import Arm, parse_arms
 from .model import ViTConfig
 from .train import TrainConfig, _steps_per_epoch, train_run
 
+__all__ = ["ComparePlan", "DataSpec", "compact", "compare", "compare_plan", "format_table", "summarise"]
+
 _KIND_COMPARE = "tokensde.vit.compare"
 SUMMARY, TABLE = "summary.json", "table.md"
 _BASELINE = "default"
@@ -240,7 +242,7 @@ def _subset_size(value: int | None, default: int) -> int | None:
 
 
 @dataclass(frozen=True, eq=False)
-class _ComparePlan:
+class ComparePlan:
     """A checked `arms x seeds` comparison, its data loaded, ready to run (`compare_plan`)."""
 
     spec: DataSpec
@@ -271,7 +273,7 @@ def compare_plan(arms: str, seeds: int, dataset: str = "fashion-mnist",
                  train_subset: int | None = None, test_subset: int | None = 0,
                  batch_size: int | None = None, patch: int | None = None,
                  model: dict[str, Any] | None = None,
-                 train: dict[str, Any] | None = None) -> _ComparePlan:
+                 train: dict[str, Any] | None = None) -> ComparePlan:
     """Check the parameters of an `arms x seeds` comparison and load its data set.
 
     Args:
@@ -305,5 +307,5 @@ def compare_plan(arms: str, seeds: int, dataset: str = "fashion-mnist",
                                **(train or {}), "seed": seed0})
     data = spec.load()
     model_cfg = _model_config(data, patch, **(model or {}))
-    return _ComparePlan(spec, data, model_cfg, train_cfg, arm_list,
+    return ComparePlan(spec, data, model_cfg, train_cfg, arm_list,
                        list(range(seed0, seed0 + seeds)))

@@ -37,7 +37,7 @@ from ..analysis.stats import t_interval
 from ..model.params import ParameterError, _check_choice, _check_real
 from ..sweep.config import SweepConfig
 from ..sweep.engine import _OnCell, run_sweep
-from ..sweep.kinds import ExperimentKind, _choice, _integer, _Param, real, register
+from ..sweep.kinds import ExperimentKind, Param, _choice, _integer, real, register
 from ..sweep.store import load_table
 from .compare import _BASELINE, DataSpec
 from .data import DATASETS
@@ -73,13 +73,13 @@ def _tol(key: str, value: Any) -> float:
     return x
 
 
-_PARAMS: dict[str, _Param] = {
+_PARAMS: dict[str, Param] = {
     "block": _choice(_BLOCKS, doc="attention-only (spec §2) or standard (pre-norm with MLP)"),
-    "arm": _Param(_check_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity, shared"),
+    "arm": Param(_check_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity, shared"),
     "depth": _integer(1, doc="number of blocks L (branch scale 1/sqrt(L))"),
     "train_seed": _integer(0, doc="seed of the weights, data order and augmentation (paired)"),
     "dataset": _choice(DATASETS, "fashion-mnist"),
-    "data_dir": _Param(lambda k, v: str(v), "", "data set directory ('' = the default place)"),
+    "data_dir": Param(lambda k, v: str(v), "", "data set directory ('' = the default place)"),
     "train_subset": _integer(0, 5000, "first N training images (0 = all)"),
     "test_subset": _integer(0, 2000, "first N test images (0 = all)"),
     "epochs": _integer(1, 3),
@@ -89,7 +89,7 @@ _PARAMS: dict[str, _Param] = {
     "batch_size": _integer(1, 128),
     "lr": real(0.0, 2e-3, strict=True, doc="peak AdamW learning rate"),
     "probe_images": _integer(1, 64, "test images fed to the untrained model"),
-    "tol": _Param(_tol, 0.05, "pairs with cosine within tol of +1 / -1 count as merged / antipodal"),
+    "tol": Param(_tol, 0.05, "pairs with cosine within tol of +1 / -1 count as merged / antipodal"),
 }
 
 

@@ -35,7 +35,7 @@ from .model import ViT, ViTConfig
 
 if TYPE_CHECKING:
     from ..sweep.config import SweepConfig
-    from .compare import _ComparePlan
+    from .compare import ComparePlan
 
 __all__ = ["TIMED_STEPS", "StepTime", "depth_budget", "fair_budget", "time_stack_steps",
            "time_steps", "vit_budget", "vit_memory"]
@@ -116,7 +116,7 @@ def vit_memory(cfg: ViTConfig, batch_size: int) -> int:
     return _FLOAT_BYTES * (4 * params + batch_size * n * cfg.depth * per_token)
 
 
-def vit_budget(plan: _ComparePlan, out: Path, threads: int, jobs: int
+def vit_budget(plan: ComparePlan, out: Path, threads: int, jobs: int
                ) -> tuple[Budget, TimeModel]:
     """The time and memory of the runs of `plan` not yet finished in `out`, and the timed model.
 

@@ -36,7 +36,7 @@ import torch
 
 from ..model.params import ParameterError, _check_choice
 from ..sweep.config import SweepConfig
-from ..sweep.kinds import ExperimentKind, _choice, _integer, _Param, real, register
+from ..sweep.kinds import ExperimentKind, Param, _choice, _integer, real, register
 from .data import DATASETS, ImageData, load_dataset
 from .depth import _DEVICE_ENV, _PATCH, _SWEEPS, _check_arm, _sized_config
 from .model import ViTConfig
@@ -54,15 +54,15 @@ def _flag(key: str, value: Any) -> bool:
     return value
 
 
-_PARAMS: dict[str, _Param] = {
-    "arm": _Param(_check_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity"),
+_PARAMS: dict[str, Param] = {
+    "arm": Param(_check_arm, doc="value-matrix arm, e.g. default, noise:0, hybrid:0, identity"),
     "lr": real(0.0, strict=True, doc="peak AdamW learning rate of the grid"),
     "epochs": _integer(1, doc="training budget in epochs (the cosine ends at its last step)"),
     "seeds": _integer(1, 12, "models per cell: training seeds seed0 .. seed0 + seeds - 1"),
     "seed0": _integer(0, 0, "first training seed"),
     "depth": _integer(1, 24, "number of blocks L (branch scale 1/sqrt(L))"),
     "dataset": _choice(DATASETS, "fashion-mnist"),
-    "data_dir": _Param(lambda k, v: str(v), "", "data set directory or .npz file ('' = default)"),
+    "data_dir": Param(lambda k, v: str(v), "", "data set directory or .npz file ('' = default)"),
     "train_subset": _integer(1, 5000, "first N training images"),
     "val_subset": _integer(1, 2000, "the next N training images: the validation split"),
     "test_subset": _integer(0, 2000, "first N test images (0 = all)"),
@@ -70,7 +70,7 @@ _PARAMS: dict[str, _Param] = {
     "heads": _integer(1, 1),
     "patch": _integer(0, 0, "patch side (0: 7 for fashion-mnist, 4 otherwise)"),
     "batch_size": _integer(1, 128),
-    "poison_test": _Param(_flag, False, "control: test labels permuted (the choice must not move)"),
+    "poison_test": Param(_flag, False, "control: test labels permuted (the choice must not move)"),
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from ..model.params import ParameterError
-from ..sweep.config import SweepConfig, _Cell
+from ..sweep.config import Cell, SweepConfig
 from ..sweep.engine import _OnCell, run_sweep
 from ..sweep.store import _SweepDir, load_table
 from .fair import KIND, _check_data
@@ -33,7 +33,7 @@ def _prior_choices(out: str | os.PathLike) -> pd.DataFrame:
     return chosen[chosen["complete"]]
 
 
-def _promising_first(cells: list[_Cell], chosen: pd.DataFrame) -> list[_Cell]:
+def _promising_first(cells: list[Cell], chosen: pd.DataFrame) -> list[Cell]:
     """Cells by budget; within one, the rates nearest (in log2) to the arm's choice at the
     largest smaller budget with a complete grid first, then the smaller rate, then grid order.
     A partial run of a long budget thus holds every arm near its likely rate."""
@@ -44,7 +44,7 @@ def _promising_first(cells: list[_Cell], chosen: pd.DataFrame) -> list[_Cell]:
             past.setdefault((*(r[k] for k in setup), r["arm"]), []).append(
                 (int(r["epochs"]), float(r["lr"])))
 
-    def key(c: _Cell) -> tuple[int, float, float, int]:
+    def key(c: Cell) -> tuple[int, float, float, int]:
         E, lr = c.params["epochs"], c.params["lr"]
         before = [x for e, x in past.get((*(c.params[k] for k in setup), c.params["arm"]), [])
                   if e < E]
