@@ -55,7 +55,7 @@ def test_a_block_takes_a_decision_or_a_rule_of_its_own():
     b = Block(0, 5, RunStreams(0, 5), None, d)
     dropped = []
     rule = b.stopping(dropped.append)
-    assert b.stop_test is rule and rule.every == 4 and rule.directions and len(rule.layer) == 5
+    assert b.stop_test is rule and rule.every == 4 and rule.directions and len(rule.decided_at) == 5
     rule.retain(torch.tensor([True, False, True, True, True]))
     assert len(dropped) == 1
     assert Block(0, 5, RunStreams(0, 5), None, None).stopping() is None

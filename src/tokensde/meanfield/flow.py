@@ -429,7 +429,7 @@ class _Absorb:
         self.p, self.run_ids, self.until, self.tol, self.every = p, run_ids, until, tol, every
         self.merge_tol, self.at, self.final_x, self.final_w = merge_tol, at, final_x, final_w
         self._retain = retain
-        self.layer = np.full(len(run_ids), -1, dtype=np.int64)
+        self.decided_at = np.full(len(run_ids), -1, dtype=np.int64)
         self.final: _Batch | None = None
 
     def _store(self, si: int, r: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:

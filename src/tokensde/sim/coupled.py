@@ -531,7 +531,7 @@ class _BothDecided:
                  streams: Sequence[Callable[[torch.Tensor], None]], directions: bool) -> None:
         self.levels, self.pick, self.every, self.streams = levels, pick, every, streams
         self.test = _DecidedStop(tol, every, runs, lambda m: None, directions)
-        self.layer = self.test.layer
+        self.decided_at = self.test.decided_at
         self.final: torch.Tensor | None = None  # (runs, levels, n, d): the states kept
         self.seen: torch.Tensor | None = None  # (live runs, levels): decided at that step
         self._leaving = False  # `check` kept every state of the rows leaving now
@@ -541,7 +541,7 @@ class _BothDecided:
         """Keep the states newly decided; the rows decided at every step leave."""
         both = torch.stack(self.pick(x), 1)
         if self.final is None or self.seen is None:
-            self.final = torch.empty((len(self.layer), *both.shape[1:]), dtype=both.dtype,
+            self.final = torch.empty((len(self.decided_at), *both.shape[1:]), dtype=both.dtype,
                                      device=both.device)
             self.seen = torch.zeros(both.shape[:2], dtype=torch.bool, device=both.device)
         for i in range(both.shape[1]):

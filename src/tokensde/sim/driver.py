@@ -119,7 +119,7 @@ def run_blocks(runs: int, batch_size: int, advance: Callable[[Block], _T], *, se
         block = Block(lo, hi, rs, rec, decision)
         out.append(advance(block))
         if block.stop_test is not None:
-            _account(block.stop_test.layer, lo - first, decided_at, steps, progress)
+            _account(block.stop_test.decided_at, lo - first, decided_at, steps, progress)
     return out
 
 

@@ -41,12 +41,12 @@ class _StopTest(Protocol[_S]):
     """What `march` asks of a stopping rule: every `every` layers and at the last it calls
     `check(k, x, rows)` (`rows`: the batch rows of `x`), which returns the state to go on with
     (`x` itself, or, say, with merged nodes) and the boolean `(runs,)` of rows that leave now;
-    march then sets `layer[gone] = k`, calls `keep(gone, x_gone)`, and `retain(live)` with the
+    march then sets `decided_at[gone] = k`, calls `keep(gone, x_gone)`, and `retain(live)` with the
     rows that stay. At the end it calls `keep(rows, x)` with the rows left and returns `final`.
     `DecidedStop` is one; `meanfield.flow` has another."""
 
     every: int
-    layer: np.ndarray
+    decided_at: np.ndarray
     final: _S | None
 
     def check(self, k: int, x: _S, rows: torch.Tensor) -> tuple[_S, torch.Tensor]: ...
@@ -60,14 +60,14 @@ class _DecidedStop:
     """Take each run out of its batch once it is decided: every pair of tokens within `tol` of
     +1 or -1 (`1 - |<x_i, x_j>| < tol`), tested every `every` layers and at the last.
 
-    `layer` `(runs,)` holds the layer at which each run of the batch was decided (-1: never) and
+    `decided_at` `(runs,)` holds the layer at which each run of the batch was decided (-1: never) and
     `final` its state then (or at the horizon); `retain` drops runs from the random streams.
     """
 
     def __init__(self, tol: float, every: int, runs: int, retain: Callable[[torch.Tensor], None],
                  directions: bool = False) -> None:
         self.tol, self.every, self.retain, self.directions = tol, every, retain, directions
-        self.layer = np.full(runs, -1, dtype=np.int64)
+        self.decided_at = np.full(runs, -1, dtype=np.int64)
         self.final: torch.Tensor | None = None
 
     def decided(self, x: torch.Tensor) -> torch.Tensor:
@@ -86,7 +86,7 @@ class _DecidedStop:
     def keep(self, rows: torch.Tensor, x: torch.Tensor) -> None:
         """Store the states `x` of batch rows `rows`."""
         if self.final is None:
-            self.final = torch.empty((len(self.layer), *x.shape[1:]), dtype=x.dtype,
+            self.final = torch.empty((len(self.decided_at), *x.shape[1:]), dtype=x.dtype,
                                      device=x.device)
         self.final[rows] = x
 
@@ -154,7 +154,7 @@ def _march(
             x, done = stop_test.check(k, x, rows)
             if bool(done.any()):
                 gone, vd = rows[done.cpu()], view(x)[done]
-                stop_test.layer[gone.numpy()] = k
+                stop_test.decided_at[gone.numpy()] = k
                 stop_test.keep(gone, vd)
                 if recorder is not None:
                     recorder.left(k, vd, gone)
