@@ -186,15 +186,16 @@ def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads:
 
     p = ModelParams(n=n, d=d, heads=heads)
     sde_steps = _check_int("sde_steps", sde_steps, 1)
+    sde_runs = _check_int("sde_runs", sde_runs, 2)  # as run_real checks it
     # predict's execution (the Gram sampler without biases) and records (every layer)
-    how = Execution(sampler="fast" if biased else "gram", attention_eval="dense", dtype="float64",
+    execution = Execution(sampler="fast" if biased else "gram", attention_eval="dense", dtype="float64",
                     batch_size=_RUN_BLOCK)
     work = float(_QK_DRAW_UNITS * runs * layers * heads * d * d * qk)
     steps = float(inits * (layers + _INIT_STEPS))
     for scheme, grid, r in (("network", TimeGrid.make(layers=layers), runs),
                             ("sde", TimeGrid(sde_steps, 1.0 / sde_steps), min(sde_runs, runs))):
         b = plan_run(p, grid, r, scheme=scheme, initial=InitialState.tokens(np.ones((n, d))),
-                     recording=Recording(range(grid.steps + 1), ()), execution=how).budget()
+                     recording=Recording(range(grid.steps + 1), ()), execution=execution).budget()
         work, steps = work + b.work, steps + b.steps
     return work, steps
 
