@@ -200,7 +200,8 @@ def _run_module(factory: str, ctx: int | None, inits: int, inputs: int, out: Pat
         try:
             make, feed, read, size = prepare_own(factory, ctx, inputs, seed, blocks,
                                                  ("FACTORY", "--ctx"))
-            check_run(own_budget(read, size, inits, inputs, sde_steps, sde_runs), yes=yes)
+            check_run(own_budget(read, size, inits, inputs, sde_steps, sde_runs, depth_scaled),
+                      yes=yes)
             with progress_bar(inits, f"real module {read.cls}: inits") as bar:
                 run = run_own(make, feed, inits, inputs, seed, blocks, depth_scaled, read_seeds,
                               sde_steps=sde_steps, sde_runs=sde_runs, progress=bar)

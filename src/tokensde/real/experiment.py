@@ -153,7 +153,8 @@ _INIT_STEPS = 1000  # layer steps (`sim.budget.TimeModel.c0`) of building and me
 
 
 def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads: int, qk: bool,
-                  sde_steps: int, sde_runs: int, biased: bool = False) -> tuple[float, float]:
+                  sde_steps: int, sde_runs: int, biased: bool = False,
+                  sde: bool = True) -> tuple[float, float]:
     """(work, layer steps) of a real run of `inits x per_init` inputs besides the arithmetic of
     its forward passes: the budgets of the plans `simulate` runs for its predictions
     (`predict.predict`; `sim.simulate.plan_run` with predict's options), the network's
@@ -174,6 +175,7 @@ def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads:
         sde_steps: Euler steps of the depth limit.
         sde_runs: inputs the depth limit starts from, at most.
         biased: the mapped model has biases (`predict` then takes the fast sampler).
+        sde: the depth limit is drawn too.
 
     Returns:
         `(work, steps)` in `sim.budget`'s units.
@@ -192,8 +194,10 @@ def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads:
                     batch_size=_RUN_BLOCK)
     work = float(_QK_DRAW_UNITS * runs * layers * heads * d * d * qk)
     steps = float(inits * (layers + _INIT_STEPS))
-    for scheme, grid, r in (("network", TimeGrid.make(layers=layers), runs),
-                            ("sde", TimeGrid(sde_steps, 1.0 / sde_steps), min(sde_runs, runs))):
+    plans = [("network", TimeGrid.make(layers=layers), runs)]
+    if sde:
+        plans.append(("sde", TimeGrid(sde_steps, 1.0 / sde_steps), min(sde_runs, runs)))
+    for scheme, grid, r in plans:
         b = plan_run(p, grid, r, scheme=scheme, initial=InitialState.tokens(np.ones((n, d))),
                      recording=Recording(range(grid.steps + 1), ()), execution=execution).budget()
         work, steps = work + b.work, steps + b.steps
@@ -201,15 +205,16 @@ def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads:
 
 
 def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int = _SDE_STEPS,
-                sde_runs: int = 32) -> Budget:
+                sde_runs: int = 32, sde: bool | None = None) -> Budget:
     """Memory and work of `run_real` before it runs. Memory: one model's float32 weights
     (`layers (4 + 2 mlp_ratio) width^2 + vocabulary width`; Llama's SwiGLU: 3 mlp_ratio) and one
     init's hidden states at every layer, plus per init its inputs' float64 tokens `n x width`
     and Gram matrices `(layers + 1) x n x n`; work (`budget.estimate_work`): the forward
     passes, `inits x inputs x layers x n x width x (n + (4 + 2 mlp_ratio) width)`, the
     predictions' (`real_run_cost`: the plans of the network's and the depth limit's
-    simulations); layer steps: `inits x (layers + INIT_STEPS)` forward blocks (the inputs of an
-    init together) and the building of a model, and the predictions'."""
+    simulations; the depth limit's only where it is drawn: `sde`, default `spec.depth_scaled`,
+    as `run_real`); layer steps: `inits x (layers + INIT_STEPS)` forward blocks (the inputs of
+    an init together) and the building of a model, and the predictions'."""
     inits, inputs = _check_int("inits", inits, 2), _check_int("inputs", inputs, 1)
     mlp_mats = 3 if spec.arch == "llama" else 2  # SwiGLU: gate, input and output projections
     n, w, L, m = spec.tokens, spec.width, spec.layers, 4 + mlp_mats * spec.mlp_ratio
@@ -218,7 +223,8 @@ def real_budget(spec: RealSpec, inits: int = 32, inputs: int = 2, sde_steps: int
     runs = inits * inputs
     # the HuggingFace models' biases are zero at init: only torch-encoder's are mapped
     work, steps = real_run_cost(inits, inputs, L, n, w, spec.heads, spec.qk, sde_steps, sde_runs,
-                                spec.arch == "torch-encoder" and spec.bias)
+                                spec.arch == "torch-encoder" and spec.bias,
+                                spec.depth_scaled if sde is None else sde)
     return Budget(f"this {spec.arch} run", fixed + per_init * inits, per_init, inits,
                   float(runs) * L * n * w * (n + m * w) + work,
                   f"{inits} inits x {inputs} inputs, {L} layers, width {w}, {n} tokens, "

@@ -1053,12 +1053,13 @@ def network_width(model: nn.Module, blocks: str | None = None) -> int:
 
 
 def own_budget(read: NetworkRead, parameters: int, inits: int, per_init: int,
-               sde_steps: int = _SDE_STEPS, sde_runs: int = _SDE_RUNS) -> Budget:
+               sde_steps: int = _SDE_STEPS, sde_runs: int = _SDE_RUNS, sde: bool = True) -> Budget:
     """Memory and work of `run_own` on the network `read` (`parameters` numbers), as
     `experiment.real_budget` for a family: one model's float32 parameters and one init's hidden
     states, per init its inputs' float64 tokens and Gram matrices; the forward passes `inits x
     per_init x L x n x d x (n + 4 d + k m)` (k = 2 MLP matrices, 3 gated), the predictions' work
-    and layer steps (`experiment.real_run_cost`)."""
+    and layer steps (`experiment.real_run_cost`; the depth limit's with `sde`, as `run_own`
+    draws it only for a depth-scaled network)."""
     inits, per_init = _check_int("inits", inits, 2), _check_int("inputs", per_init, 1)
     b, L, n = read.blocks[0], read.layers, read.tokens
     d, heads, m = b.d, b.heads, b.width
@@ -1066,7 +1067,8 @@ def own_budget(read: NetworkRead, parameters: int, inits: int, per_init: int,
     fixed = 4 * (parameters + per_init * (L + 1) * n * d)
     per = 8 * per_init * (n * d + (L + 1) * n * n)
     runs = inits * per_init
-    work, steps = real_run_cost(inits, per_init, L, n, d, heads, True, sde_steps, sde_runs)
+    work, steps = real_run_cost(inits, per_init, L, n, d, heads, True, sde_steps, sde_runs,
+                                sde=sde)
     return Budget(f"this {read.cls} run", fixed + per * inits, per, inits,
                   float(runs) * L * n * d * (n + 4 * d + mats * m) + work,
                   f"{inits} inits x {per_init} inputs, {L} layers, width {d}, {n} tokens, "

@@ -226,7 +226,7 @@ def _map_gpt2(net: RealNet) -> Mapping:
                    scaled, _ln_eps(cfg, "layer_norm_epsilon", 1e-5), 2 * v,
                    ("gelu_new (tanh) as exact GELU", "LayerNorm centring as RMS",
                     *(("W_O W_V product as Gaussian",) if spec.value_law == "product" else ())),
-                   spec.residual_scaling)
+                   spec.depth_scaled)
     return to_model(law, qk=spec.qk)
 
 

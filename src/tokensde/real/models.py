@@ -158,6 +158,12 @@ class RealSpec:
         return self.arch in ("gpt2", "llama")
 
     @property
+    def depth_scaled(self) -> bool:
+        """True when the residual branches' variances scale like 1/L (GPT-2's residual scaling):
+        only then has the mapped model a depth limit, the SDE `run_real` draws by default."""
+        return self.arch == "gpt2" and self.residual_scaling
+
+    @property
     def pre_norm(self) -> bool:
         """True when each branch reads a norm of the residual stream (GPT-2, ViT, Llama, torch's
         encoder with norm_first)."""
