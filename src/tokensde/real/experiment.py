@@ -27,7 +27,7 @@ from ..sim.rng import derive_seed
 from .mapping import Mapping, _spec_law_note, map_network
 from .measure import _TOL, directions_gram, gram_stats, summarise
 from .models import RealSpec, build, hidden_states, make_inputs
-from .predict import _SDE_RUNS, _SDE_STEPS, predict
+from .predict import _SDE_RUNS, _SDE_STEPS, _prediction_execution, predict
 
 __all__ = ["KIND", "RealRun", "agreement", "layer_threshold", "measure_real", "predicted_run",
            "real_budget", "real_run_cost", "run_real", "save_run"]
@@ -182,16 +182,13 @@ def real_run_cost(inits: int, per_init: int, layers: int, n: int, d: int, heads:
     """
     runs = inits * per_init
     from ..model.params import ModelParams, TimeGrid
-    from ..sim.options import Execution, InitialState, Recording
-    from ..sim.rng import _RUN_BLOCK
+    from ..sim.options import InitialState, Recording
     from ..sim.simulate import plan_run
 
     p = ModelParams(n=n, d=d, heads=heads)
     sde_steps = _check_int("sde_steps", sde_steps, 1)
     sde_runs = _check_int("sde_runs", sde_runs, 2)  # as run_real checks it
-    # predict's execution (the Gram sampler without biases) and records (every layer)
-    execution = Execution(sampler="fast" if biased else "gram", attention_eval="dense", dtype="float64",
-                    batch_size=_RUN_BLOCK)
+    execution = _prediction_execution(biased)  # as `predict` runs, recording every layer
     work = float(_QK_DRAW_UNITS * runs * layers * heads * d * d * qk)
     steps = float(inits * (layers + _INIT_STEPS))
     plans = [("network", TimeGrid.make(layers=layers), runs)]

@@ -60,6 +60,13 @@ def initial_state(m: Mapping, x0: torch.Tensor) -> torch.Tensor:
     return x / (m.params.d * m.radius2) ** 0.5
 
 
+def _prediction_execution(biased: bool) -> Execution:
+    """How a prediction is computed: float64, dense attention, the exact Gram sampler (the fast
+    one where the model has biases, which the Gram sampler does not carry)."""
+    return Execution(sampler="fast" if biased else "gram", attention_eval="dense",
+                     dtype="float64", batch_size=_RUN_BLOCK)
+
+
 def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
             steps: int = _SDE_STEPS, tol: float = _TOL,
             progress: Callable[[int], None] | None = None
@@ -91,9 +98,7 @@ def predict(m: Mapping, x0: torch.Tensor, seed: int, scheme: str = "network",
                        recording=Recording(range(grid.steps + 1), (),
                                            Observer("stats", stats, invariant=True,
                                                     check=False)),
-                       execution=Execution(sampler="fast" if p.has_bias else "gram",
-                                           attention_eval="dense", dtype="float64",
-                                           batch_size=_RUN_BLOCK),
+                       execution=_prediction_execution(p.has_bias),
                        progress=progress)
     kept = res.observed["stats"]  # (runs, K, stats)
     return np.arange(grid.steps + 1) / grid.steps, {
